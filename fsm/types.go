@@ -1,0 +1,414 @@
+package fsm
+
+import (
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// State is where a task is in its lifecycle.
+//
+// Persisted: these strings are written into logs and read models; never
+// change an existing value.
+type State string
+
+// The six states of the task machine. Completed and Failed are terminal;
+// only Reasoning and Acting are active (suspendable).
+const (
+	StateIdle      State = "idle"      // created, waiting for TASK_CREATED to start the machine
+	StateReasoning State = "reasoning" // one LLM call: understand, think, choose tools, plan
+	StateActing    State = "acting"    // executing plan steps one at a time
+	StateSuspended State = "suspended" // waiting for a message or an explicit resume
+	StateCompleted State = "completed" // terminal: finished with a result
+	StateFailed    State = "failed"    // terminal: finished with an error
+)
+
+// States lists every state in a stable order (for tests, docs and tables).
+var States = []State{StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed}
+
+// IsTerminal reports whether no further transition is accepted in s.
+func (s State) IsTerminal() bool { return s == StateCompleted || s == StateFailed }
+
+// IsActive reports whether s is an active, suspendable state.
+func (s State) IsActive() bool { return s == StateReasoning || s == StateActing }
+
+// Valid reports whether s is one of the six states.
+func (s State) Valid() bool {
+	switch s {
+	case StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed:
+		return true
+	}
+	return false
+}
+
+// EventType is the stable stored name of an event.
+//
+// Persisted: these strings are written into the log; never change an
+// existing value. Add new types with new names.
+type EventType string
+
+// External inputs. They are appended to the inputs stream and each creates a
+// task (whose TASK_CREATED is caused by the input). MESSAGE_RECEIVED appended
+// to a task's own stream answers a suspended task.
+const (
+	MessageReceived  EventType = "MESSAGE_RECEIVED"
+	WebhookTriggered EventType = "WEBHOOK_TRIGGERED"
+	ScheduleFired    EventType = "SCHEDULE_FIRED"
+)
+
+// Task events that drive transitions.
+const (
+	TaskCreated       EventType = "TASK_CREATED"
+	ReasonDone        EventType = "REASON_DONE"
+	NeedMoreInfo      EventType = "NEED_MORE_INFO"
+	ToolCallCompleted EventType = "TOOL_CALL_COMPLETED"
+	ToolCallFailed    EventType = "TOOL_CALL_FAILED"
+	StepCompleted     EventType = "STEP_COMPLETED"
+	TaskSuspended     EventType = "TASK_SUSPENDED"
+	TaskResumed       EventType = "TASK_RESUMED"
+	TaskFailed        EventType = "TASK_FAILED"
+)
+
+// Fact events: they record what happened without moving the state. Each is
+// valid only in the states listed in docs/events.md.
+const (
+	ToolCallStarted    EventType = "TOOL_CALL_STARTED"   // acting: a tool call began, with its idempotency key
+	ModelCalled        EventType = "MODEL_CALLED"        // reasoning, completed: one model call attempt (reflection runs after completion)
+	TaskNotify         EventType = "TASK_NOTIFY"         // reasoning, acting: an interim message from the notify tool
+	TaskCompleted      EventType = "TASK_COMPLETED"      // completed, once: the compiled final result
+	ReflectionComplete EventType = "REFLECTION_COMPLETE" // completed, once: post-task reflection finished
+)
+
+// ActionType is the kind of a plan step.
+//
+// Persisted: never change an existing value.
+type ActionType string
+
+// The three step kinds. A plan that contains any ToolCall step goes back to
+// Reasoning when all its steps are done; a plan without one (only Respond
+// and Generate steps) completes the task.
+const (
+	ActionToolCall ActionType = "tool_call"
+	ActionRespond  ActionType = "respond"
+	ActionGenerate ActionType = "generate"
+)
+
+// MachineRef names the machine a task was created under and its version.
+// It is recorded in TASK_CREATED, so a log folds the way it was written
+// even after newer machines exist.
+type MachineRef struct {
+	Name    string `msgpack:"name" json:"name"`
+	Version int    `msgpack:"version" json:"version"`
+}
+
+// Event is one committed event as the machine sees it: the envelope fields
+// the fold needs and the decoded body. Times and ids come from here, never
+// from a clock.
+type Event struct {
+	ID          ulid.ULID
+	Type        EventType
+	Time        time.Time
+	Stream      string // the task id for task events
+	Version     uint64 // stream version
+	Seq         uint64 // global sequence
+	Causation   ulid.ULID
+	Correlation ulid.ULID
+	Body        Body
+}
+
+// Body is the decoded body of an event. Each concrete body type reports the
+// event type it belongs to.
+type Body interface {
+	EventType() EventType
+}
+
+// Task is a task as the fold of its events: the TaskFSM of the spec. It is
+// never stored as mutable state; the log is the truth and a Task is derived.
+type Task struct {
+	ID        string            `msgpack:"id" json:"id"`
+	Machine   MachineRef        `msgpack:"machine" json:"machine"`
+	Type      string            `msgpack:"type" json:"type"` // general, explore, plan
+	State     State             `msgpack:"state" json:"state"`
+	Context   Context           `msgpack:"context" json:"context"`
+	History   []Transition      `msgpack:"history" json:"history"`
+	CreatedAt time.Time         `msgpack:"created_at" json:"created_at"`
+	UpdatedAt time.Time         `msgpack:"updated_at" json:"updated_at"`
+	Priority  int               `msgpack:"priority" json:"priority"` // lower value = higher priority
+	Metadata  map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+	Version   uint64            `msgpack:"version" json:"version"` // stream version of the last applied event
+	Seq       uint64            `msgpack:"seq" json:"seq"`         // global sequence of the last applied event
+	LastEvent ulid.ULID         `msgpack:"last_event" json:"last_event"`
+}
+
+// Transition records one state transition (the StateTransition of the spec).
+type Transition struct {
+	From      State     `msgpack:"from" json:"from"`
+	To        State     `msgpack:"to" json:"to"`
+	Event     EventType `msgpack:"event" json:"event"`
+	EventID   ulid.ULID `msgpack:"event_id" json:"event_id"`
+	Timestamp time.Time `msgpack:"timestamp" json:"timestamp"`
+}
+
+// Context is everything a task accumulates from creation to its end (the
+// TaskContext of the spec). Every field changes only through an event body.
+type Context struct {
+	// Original input.
+	InputText     string            `msgpack:"input_text" json:"input_text"`
+	InputMetadata map[string]string `msgpack:"input_metadata" json:"input_metadata,omitempty"`
+	Source        string            `msgpack:"source" json:"source"`
+
+	// Cognitive stage outputs.
+	Reasoning      *Reasoning          `msgpack:"reasoning" json:"reasoning"`
+	Plan           *Plan               `msgpack:"plan" json:"plan"`
+	ActionsDone    []ActionResult      `msgpack:"actions_done" json:"actions_done"`
+	Reflections    []Reflection        `msgpack:"reflections" json:"reflections"` // legacy, kept for compatibility; never written by this machine
+	PostReflection *PostTaskReflection `msgpack:"post_reflection" json:"post_reflection"`
+
+	// Loop control.
+	Iteration int `msgpack:"iteration" json:"iteration"`
+
+	// Result.
+	FinalResult string `msgpack:"final_result" json:"final_result"`
+	Error       string `msgpack:"error" json:"error"`
+
+	// Suspend and resume.
+	SuspendedState State  `msgpack:"suspended_state" json:"suspended_state"`
+	SuspendReason  string `msgpack:"suspend_reason" json:"suspend_reason"`
+
+	// Conversation history (working memory).
+	Messages []Message `msgpack:"messages" json:"messages"`
+}
+
+// Reasoning is the output of one reasoning stage (one model call).
+type Reasoning struct {
+	Text               string     `msgpack:"text" json:"text"`                               // the model's content
+	ToolCalls          []ToolCall `msgpack:"tool_calls" json:"tool_calls,omitempty"`         // tools the model chose
+	NeedsClarification bool       `msgpack:"needs_clarification" json:"needs_clarification"` // the model asked the user a question
+	Question           string     `msgpack:"question" json:"question,omitempty"`             // the clarification question
+	Model              string     `msgpack:"model" json:"model,omitempty"`
+}
+
+// ToolCall is one tool invocation chosen by the model (OpenAI tool_calls).
+type ToolCall struct {
+	ID        string `msgpack:"id" json:"id"`
+	Name      string `msgpack:"name" json:"name"`
+	Arguments string `msgpack:"arguments" json:"arguments"` // raw JSON object text, as the model sent it
+}
+
+// Plan is the planner's output: the steps the Act stage executes in order.
+type Plan struct {
+	Goal      string     `msgpack:"goal" json:"goal"`
+	Steps     []PlanStep `msgpack:"steps" json:"steps"`
+	Reasoning string     `msgpack:"reasoning" json:"reasoning"`
+}
+
+// PlanStep is one step of a plan.
+type PlanStep struct {
+	Index        int               `msgpack:"index" json:"index"`
+	Description  string            `msgpack:"description" json:"description"`
+	ActionType   ActionType        `msgpack:"action_type" json:"action_type"`
+	ActionParams map[string]string `msgpack:"action_params" json:"action_params,omitempty"` // tool_call: tool, arguments, tool_call_id; respond: text
+	Completed    bool              `msgpack:"completed" json:"completed"`
+}
+
+// Message is one entry of the conversation (OpenAI chat message shape).
+type Message struct {
+	Role       string     `msgpack:"role" json:"role"` // system, user, assistant, tool
+	Content    string     `msgpack:"content" json:"content"`
+	Name       string     `msgpack:"name" json:"name,omitempty"`
+	ToolCallID string     `msgpack:"tool_call_id" json:"tool_call_id,omitempty"`
+	ToolCalls  []ToolCall `msgpack:"tool_calls" json:"tool_calls,omitempty"`
+}
+
+// ActionResult records one executed plan step.
+type ActionResult struct {
+	StepIndex  int        `msgpack:"step_index" json:"step_index"`
+	ActionType ActionType `msgpack:"action_type" json:"action_type"`
+	Tool       string     `msgpack:"tool" json:"tool,omitempty"`
+	Success    bool       `msgpack:"success" json:"success"`
+	Result     string     `msgpack:"result" json:"result,omitempty"`
+	Error      string     `msgpack:"error" json:"error,omitempty"`
+	DurationMS int64      `msgpack:"duration_ms" json:"duration_ms"`
+	EventID    ulid.ULID  `msgpack:"event_id" json:"event_id"` // the event that recorded it
+}
+
+// Reflection is the legacy per-iteration reflection verdict of the 9-state
+// design. This machine never produces one; the field exists so old contexts
+// keep their shape.
+type Reflection struct {
+	Verdict    string `msgpack:"verdict" json:"verdict"`
+	Assessment string `msgpack:"assessment" json:"assessment"`
+}
+
+// PostTaskReflection is what the asynchronous post-task reflector produced.
+// It never influences the task's outcome.
+type PostTaskReflection struct {
+	Facts          []Fact   `msgpack:"facts" json:"facts,omitempty"`
+	Episode        *Episode `msgpack:"episode" json:"episode"`
+	Assessment     string   `msgpack:"assessment" json:"assessment"`
+	ToolCallsCount int      `msgpack:"tool_calls_count" json:"tool_calls_count"`
+}
+
+// Fact is one long-term memory fact by path.
+type Fact struct {
+	Path    string `msgpack:"path" json:"path"`
+	Content string `msgpack:"content" json:"content"`
+}
+
+// Episode is one episodic memory entry.
+type Episode struct {
+	Title   string `msgpack:"title" json:"title"`
+	Summary string `msgpack:"summary" json:"summary"`
+	Details string `msgpack:"details" json:"details"`
+	Lesson  string `msgpack:"lesson" json:"lesson"`
+}
+
+// ---- Event bodies. Field names are persisted (msgpack keys): never rename
+// a key; add new optional fields instead and bump the schema only for an
+// incompatible change.
+
+// Input is the body of an external input (MESSAGE_RECEIVED,
+// WEBHOOK_TRIGGERED, SCHEDULE_FIRED) and of a message answering a suspended
+// task (MESSAGE_RECEIVED on the task's stream).
+type Input struct {
+	Kind     EventType         `msgpack:"kind" json:"kind"` // which of the three input types this is
+	Text     string            `msgpack:"text" json:"text"`
+	Source   string            `msgpack:"source" json:"source"`
+	TaskType string            `msgpack:"task_type" json:"task_type,omitempty"`
+	Priority int               `msgpack:"priority" json:"priority"`
+	Metadata map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+	Name     string            `msgpack:"name" json:"name,omitempty"` // webhook or schedule name
+}
+
+// TaskCreatedBody starts the machine: idle -(TASK_CREATED)-> reasoning.
+type TaskCreatedBody struct {
+	Machine       MachineRef        `msgpack:"machine" json:"machine"`
+	TaskType      string            `msgpack:"task_type" json:"task_type"`
+	InputText     string            `msgpack:"input_text" json:"input_text"`
+	InputMetadata map[string]string `msgpack:"input_metadata" json:"input_metadata,omitempty"`
+	Source        string            `msgpack:"source" json:"source"`
+	Priority      int               `msgpack:"priority" json:"priority"`
+	Metadata      map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+}
+
+// ReasonDoneBody carries the reasoning, the plan and the new messages:
+// reasoning -(REASON_DONE)-> acting.
+type ReasonDoneBody struct {
+	Reasoning   Reasoning `msgpack:"reasoning" json:"reasoning"`
+	Plan        Plan      `msgpack:"plan" json:"plan"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// NeedMoreInfoBody: reasoning -(NEED_MORE_INFO)-> suspended.
+type NeedMoreInfoBody struct {
+	Reasoning   Reasoning `msgpack:"reasoning" json:"reasoning"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// ToolCallStartedBody is a fact: a tool call for the current step began.
+type ToolCallStartedBody struct {
+	StepIndex      int    `msgpack:"step_index" json:"step_index"`
+	Tool           string `msgpack:"tool" json:"tool"`
+	ToolCallID     string `msgpack:"tool_call_id" json:"tool_call_id,omitempty"`
+	Arguments      string `msgpack:"arguments" json:"arguments,omitempty"`
+	IdempotencyKey string `msgpack:"idempotency_key" json:"idempotency_key"`
+}
+
+// ToolCallResultBody is the body of TOOL_CALL_COMPLETED and
+// TOOL_CALL_FAILED for the current step.
+type ToolCallResultBody struct {
+	StepIndex      int       `msgpack:"step_index" json:"step_index"`
+	Tool           string    `msgpack:"tool" json:"tool"`
+	ToolCallID     string    `msgpack:"tool_call_id" json:"tool_call_id,omitempty"`
+	IdempotencyKey string    `msgpack:"idempotency_key" json:"idempotency_key"`
+	Result         string    `msgpack:"result" json:"result,omitempty"`
+	Error          string    `msgpack:"error" json:"error,omitempty"`
+	DurationMS     int64     `msgpack:"duration_ms" json:"duration_ms"`
+	NewMessages    []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// StepCompletedBody completes a respond or generate step.
+type StepCompletedBody struct {
+	StepIndex   int       `msgpack:"step_index" json:"step_index"`
+	Result      string    `msgpack:"result" json:"result"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// TaskSuspendedBody: (reasoning|acting) -(TASK_SUSPENDED)-> suspended.
+type TaskSuspendedBody struct {
+	Reason string `msgpack:"reason" json:"reason"`
+}
+
+// TaskResumedBody: suspended -(TASK_RESUMED)-> the state saved at suspension.
+type TaskResumedBody struct {
+	Reason string `msgpack:"reason" json:"reason,omitempty"`
+}
+
+// TaskFailedBody: any non-terminal state -(TASK_FAILED)-> failed.
+type TaskFailedBody struct {
+	Error  string `msgpack:"error" json:"error"`
+	Reason string `msgpack:"reason" json:"reason"` // a short code: cancelled, max_iterations, model_error, ...
+}
+
+// TaskCompletedBody is a fact recorded once the task is completed: the
+// compiled final result.
+type TaskCompletedBody struct {
+	Result string `msgpack:"result" json:"result"`
+}
+
+// ReflectionCompleteBody is a fact recorded after post-task reflection.
+type ReflectionCompleteBody struct {
+	Reflection PostTaskReflection `msgpack:"reflection" json:"reflection"`
+}
+
+// TaskNotifyBody is a fact: an interim message to the user.
+type TaskNotifyBody struct {
+	Message string `msgpack:"message" json:"message"`
+}
+
+// ModelCalledBody is a fact: one model call attempt, recorded so that replay
+// never calls the model.
+type ModelCalledBody struct {
+	Purpose          string     `msgpack:"purpose" json:"purpose"` // reason or reflect
+	Attempt          int        `msgpack:"attempt" json:"attempt"`
+	Model            string     `msgpack:"model" json:"model"`
+	LatencyMS        int64      `msgpack:"latency_ms" json:"latency_ms"`
+	Status           int        `msgpack:"status" json:"status,omitempty"` // HTTP status, 0 for none
+	Error            string     `msgpack:"error" json:"error,omitempty"`
+	PromptTokens     int        `msgpack:"prompt_tokens" json:"prompt_tokens"`
+	CompletionTokens int        `msgpack:"completion_tokens" json:"completion_tokens"`
+	Content          string     `msgpack:"content" json:"content,omitempty"`
+	ToolCalls        []ToolCall `msgpack:"tool_calls" json:"tool_calls,omitempty"`
+	FinishReason     string     `msgpack:"finish_reason" json:"finish_reason,omitempty"`
+}
+
+func (*TaskCreatedBody) EventType() EventType        { return TaskCreated }
+func (*ReasonDoneBody) EventType() EventType         { return ReasonDone }
+func (*NeedMoreInfoBody) EventType() EventType       { return NeedMoreInfo }
+func (*ToolCallStartedBody) EventType() EventType    { return ToolCallStarted }
+func (*StepCompletedBody) EventType() EventType      { return StepCompleted }
+func (*TaskSuspendedBody) EventType() EventType      { return TaskSuspended }
+func (*TaskResumedBody) EventType() EventType        { return TaskResumed }
+func (*TaskFailedBody) EventType() EventType         { return TaskFailed }
+func (*TaskCompletedBody) EventType() EventType      { return TaskCompleted }
+func (*ReflectionCompleteBody) EventType() EventType { return ReflectionComplete }
+func (*TaskNotifyBody) EventType() EventType         { return TaskNotify }
+func (*ModelCalledBody) EventType() EventType        { return ModelCalled }
+
+// EventType of an input is its Kind, MESSAGE_RECEIVED when unset.
+func (b *Input) EventType() EventType {
+	if b.Kind != "" {
+		return b.Kind
+	}
+	return MessageReceived
+}
+
+// EventType of a tool call result is TOOL_CALL_COMPLETED when Error is
+// empty and TOOL_CALL_FAILED otherwise; the envelope's type is the truth and
+// Apply checks that the two agree.
+func (b *ToolCallResultBody) EventType() EventType {
+	if b.Error != "" {
+		return ToolCallFailed
+	}
+	return ToolCallCompleted
+}

@@ -1,0 +1,150 @@
+package lint
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/pegasus-engine/pegasus/"
+
+// rule says what the non-test files of one package directory may not do.
+type rule struct {
+	dir       string
+	forbidden []string // import paths, or prefixes ending in "/"
+	pure      bool     // also refuse go statements and calls of time.Now, time.Since, time.Until
+}
+
+// impure lists what a pure package must never import: anything that reads
+// the clock, draws randomness, does I/O, logs or stores.
+var impure = []string{
+	"os", "os/", "net", "net/", "io/ioutil", "syscall", "math/rand", "math/rand/", "crypto/rand",
+	"log", "log/slog", "github.com/cockroachdb/pebble/", "github.com/cockroachdb/pebble/v2",
+	"time/tzdata", "unsafe",
+}
+
+// Imports point downward: cmd -> agent -> replay -> projection -> fsm;
+// eventlog is used by agent, replay and cmd.
+var rules = []rule{
+	{dir: "fsm", pure: true, forbidden: append([]string{
+		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "cmd/",
+	}, impure...)},
+	{dir: "projection", pure: true, forbidden: append([]string{
+		module + "eventlog", module + "replay", module + "agent", module + "cmd/",
+	}, impure...)},
+	{dir: "eventlog", forbidden: []string{
+		module + "fsm", module + "projection", module + "replay", module + "agent", module + "cmd/",
+	}},
+	{dir: "replay", forbidden: []string{module + "agent", module + "cmd/"}},
+	{dir: "agent", forbidden: []string{module + "cmd/"}},
+}
+
+func TestImportDirectionAndPurity(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, r := range rules {
+		base := filepath.Join(root, r.dir)
+		if _, err := os.Stat(base); os.IsNotExist(err) {
+			continue
+		}
+		err := filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if d.Name() == "testdata" {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return nil
+			}
+			problems, err := checkFile(r, path)
+			if err != nil {
+				return err
+			}
+			for _, p := range problems {
+				t.Error(p)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkFile returns one line for each way the file at path breaks r.
+func checkFile(r rule, path string) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for _, imp := range f.Imports {
+		p, _ := strconv.Unquote(imp.Path.Value)
+		for _, bad := range r.forbidden {
+			if p == bad || (strings.HasSuffix(bad, "/") && strings.HasPrefix(p, bad)) {
+				problems = append(problems, fmt.Sprintf("%s: package %s must not import %q", fset.Position(imp.Pos()), r.dir, p))
+			}
+		}
+	}
+	if !r.pure {
+		return problems, nil
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			problems = append(problems, fmt.Sprintf("%s: package %s is pure and must not start goroutines", fset.Position(n.Pos()), r.dir))
+		case *ast.SelectorExpr:
+			if id, ok := n.X.(*ast.Ident); ok && id.Name == "time" {
+				switch n.Sel.Name {
+				case "Now", "Since", "Until", "Sleep", "After", "Tick", "NewTimer", "NewTicker", "AfterFunc":
+					problems = append(problems, fmt.Sprintf("%s: package %s is pure and must not read the clock (time.%s)", fset.Position(n.Pos()), r.dir, n.Sel.Name))
+				}
+			}
+		}
+		return true
+	})
+	return problems, nil
+}
+
+// TestRulesCatchViolations proves the checker is not vacuous: a file that
+// breaks every rule is reported once per violation.
+func TestRulesCatchViolations(t *testing.T) {
+	dir := t.TempDir()
+	src := `package fsm
+import (
+	"os"
+	"time"
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+var _ = os.Args
+var _ = eventlog.Any
+func f() { go func() {}(); _ = time.Now() }
+`
+	path := filepath.Join(dir, "bad.go")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := checkFile(rules[0], path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`must not import "os"`, `must not import "github.com/pegasus-engine/pegasus/eventlog"`, "must not start goroutines", "(time.Now)"}
+	if len(problems) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(problems), len(want), strings.Join(problems, "\n"))
+	}
+	for i, w := range want {
+		if !strings.Contains(problems[i], w) {
+			t.Errorf("problem %d = %q, want it to mention %q", i, problems[i], w)
+		}
+	}
+}
