@@ -23,6 +23,12 @@ const (
 	StateFailed    State = "failed"    // terminal: finished with an error
 )
 
+// StateNone is the state of the zero Task: no event applied yet. It is not
+// one of the six states and is never stored; it accepts only the events that
+// create a task (TASK_CREATED, or an external input that creates the task in
+// idle to wait for admission).
+const StateNone State = ""
+
 // States lists every state in a stable order (for tests, docs and tables).
 var States = []State{StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed}
 
@@ -31,6 +37,14 @@ func (s State) IsTerminal() bool { return s == StateCompleted || s == StateFaile
 
 // IsActive reports whether s is an active, suspendable state.
 func (s State) IsActive() bool { return s == StateReasoning || s == StateActing }
+
+// String returns the state's name; the zero task's StateNone prints as "none".
+func (s State) String() string {
+	if s == StateNone {
+		return "none"
+	}
+	return string(s)
+}
 
 // Valid reports whether s is one of the six states.
 func (s State) Valid() bool {
@@ -167,9 +181,18 @@ type Context struct {
 	// Loop control.
 	Iteration int `msgpack:"iteration" json:"iteration"`
 
+	// PendingCall is the TOOL_CALL_STARTED of the current step while its
+	// outcome is not recorded yet; the step's TOOL_CALL_COMPLETED or
+	// TOOL_CALL_FAILED clears it. After a crash the agent finds here the
+	// idempotency key to retry the call with.
+	PendingCall *ToolCallStartedBody `msgpack:"pending_call" json:"pending_call,omitempty"`
+
 	// Result.
 	FinalResult string `msgpack:"final_result" json:"final_result"`
 	Error       string `msgpack:"error" json:"error"`
+	// ResultRecorded is set by TASK_COMPLETED, which is accepted once: an
+	// empty FinalResult cannot tell "not recorded yet" from "empty result".
+	ResultRecorded bool `msgpack:"result_recorded" json:"result_recorded"`
 
 	// Suspend and resume.
 	SuspendedState State  `msgpack:"suspended_state" json:"suspended_state"`

@@ -1,0 +1,288 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// maxText is how many runes of a free text Describe and DescribeEvent show
+// before cutting it with "…". Texts are quoted, so each stays on one line.
+const maxText = 72
+
+// Describe renders a task as stable, human-readable lines: identity, state,
+// input, reasoning, plan (with [x] for completed steps and > for the current
+// one), actions, messages, pending tool call, suspension, result, error,
+// reflection and history. Empty sections are left out. The same input gives
+// the same text; the CLI prints it and fsm/testdata scripts compare against
+// it.
+func Describe(t Task) string {
+	var b strings.Builder
+	c := &t.Context
+	state := t.State
+	if state == "" {
+		state = StateIdle
+	}
+	fmt.Fprintf(&b, "task %s machine=%s/v%d", orDash(t.ID), orDash(t.Machine.Name), t.Machine.Version)
+	if t.Type != "" {
+		fmt.Fprintf(&b, " type=%s", t.Type)
+	}
+	fmt.Fprintf(&b, " priority=%d\n", t.Priority)
+	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
+	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {
+		fmt.Fprintf(&b, "created=%s updated=%s\n", stamp(t.CreatedAt), stamp(t.UpdatedAt))
+	}
+	if c.InputText != "" || c.Source != "" {
+		fmt.Fprintf(&b, "input: %s source=%s\n", text(c.InputText), orDash(c.Source))
+	}
+	if len(c.InputMetadata) > 0 {
+		fmt.Fprintf(&b, "input metadata: %s\n", pairs(c.InputMetadata))
+	}
+	if len(t.Metadata) > 0 {
+		fmt.Fprintf(&b, "metadata: %s\n", pairs(t.Metadata))
+	}
+	if r := c.Reasoning; r != nil {
+		fmt.Fprintf(&b, "reasoning: %s", text(r.Text))
+		if len(r.ToolCalls) > 0 {
+			fmt.Fprintf(&b, " tool_calls=%s", toolNames(r.ToolCalls))
+		}
+		if r.NeedsClarification {
+			fmt.Fprintf(&b, " question=%s", text(r.Question))
+		}
+		b.WriteByte('\n')
+	}
+	if p := c.Plan; p != nil {
+		done := 0
+		for _, s := range p.Steps {
+			if s.Completed {
+				done++
+			}
+		}
+		fmt.Fprintf(&b, "plan: %d/%d done goal=%s\n", done, len(p.Steps), text(p.Goal))
+		cur := p.CurrentStep()
+		for i := range p.Steps {
+			s := &p.Steps[i]
+			mark := "[ ]"
+			switch {
+			case s.Completed:
+				mark = "[x]"
+			case s == cur:
+				mark = "[>]"
+			}
+			fmt.Fprintf(&b, "  %s %d %s", mark, s.Index, s.ActionType)
+			if s.ActionType == ActionToolCall {
+				fmt.Fprintf(&b, " %s", orDash(s.Tool()))
+			}
+			if s.Description != "" {
+				fmt.Fprintf(&b, " %s", text(s.Description))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if len(c.ActionsDone) > 0 {
+		b.WriteString("actions:\n")
+		for _, a := range c.ActionsDone {
+			fmt.Fprintf(&b, "  %d %s", a.StepIndex, a.ActionType)
+			if a.Tool != "" {
+				fmt.Fprintf(&b, " %s", a.Tool)
+			}
+			if a.Success {
+				b.WriteString(" ok")
+			} else {
+				b.WriteString(" failed")
+			}
+			if a.DurationMS != 0 {
+				fmt.Fprintf(&b, " %dms", a.DurationMS)
+			}
+			if a.Result != "" {
+				fmt.Fprintf(&b, " result=%s", text(a.Result))
+			}
+			if a.Error != "" {
+				fmt.Fprintf(&b, " error=%s", text(a.Error))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if len(c.Messages) > 0 {
+		b.WriteString("messages:\n")
+		for _, m := range c.Messages {
+			fmt.Fprintf(&b, "  %s", orDash(m.Role))
+			if m.ToolCallID != "" {
+				fmt.Fprintf(&b, "(%s)", m.ToolCallID)
+			}
+			fmt.Fprintf(&b, ": %s", text(m.Content))
+			if len(m.ToolCalls) > 0 {
+				fmt.Fprintf(&b, " tool_calls=%s", toolNames(m.ToolCalls))
+			}
+			b.WriteByte('\n')
+		}
+	}
+	if pc := c.PendingCall; pc != nil {
+		fmt.Fprintf(&b, "pending call: step=%d tool=%s key=%s\n", pc.StepIndex, orDash(pc.Tool), orDash(pc.IdempotencyKey))
+	}
+	if c.SuspendedState != "" || c.SuspendReason != "" {
+		fmt.Fprintf(&b, "suspended: from=%s reason=%s\n", orDash(string(c.SuspendedState)), text(c.SuspendReason))
+	}
+	if c.ResultRecorded || c.FinalResult != "" {
+		fmt.Fprintf(&b, "result: %s\n", text(c.FinalResult))
+	}
+	if c.Error != "" {
+		fmt.Fprintf(&b, "error: %s\n", text(c.Error))
+	}
+	if r := c.PostReflection; r != nil {
+		fmt.Fprintf(&b, "reflection: %s facts=%d tool_calls=%d", text(r.Assessment), len(r.Facts), r.ToolCallsCount)
+		if r.Episode != nil {
+			fmt.Fprintf(&b, " episode=%s", text(r.Episode.Title))
+		}
+		b.WriteByte('\n')
+	}
+	if len(t.History) > 0 {
+		b.WriteString("history:\n")
+		for _, h := range t.History {
+			fmt.Fprintf(&b, "  %s -(%s)-> %s\n", h.From, h.Event, h.To)
+		}
+	}
+	return b.String()
+}
+
+// DescribeEvent renders an event as one line: its type and what its body
+// says that matters when reading a log (tool and outcome, error, plan size,
+// tokens, reason). Envelope fields other than the type (sequence, stream,
+// time) are left to the caller's columns.
+func DescribeEvent(ev Event) string {
+	var b strings.Builder
+	b.WriteString(string(ev.Type))
+	if ev.Body == nil || isNilBody(ev.Body) {
+		b.WriteString(" (no body)")
+		return b.String()
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(&b, " "+format, args...) }
+	switch x := ev.Body.(type) {
+	case *Input:
+		w("text=%s source=%s", text(x.Text), orDash(x.Source))
+		if x.Name != "" {
+			w("name=%s", x.Name)
+		}
+		if x.TaskType != "" {
+			w("task_type=%s", x.TaskType)
+		}
+	case *TaskCreatedBody:
+		m := x.Machine
+		if m == (MachineRef{}) {
+			m = CurrentMachine
+		}
+		w("machine=%s/v%d", m.Name, m.Version)
+		if x.TaskType != "" {
+			w("type=%s", x.TaskType)
+		}
+		w("source=%s input=%s", orDash(x.Source), text(x.InputText))
+	case *ReasonDoneBody:
+		kinds := make([]string, len(x.Plan.Steps))
+		for i := range x.Plan.Steps {
+			s := &x.Plan.Steps[i]
+			kinds[i] = string(s.ActionType)
+			if s.ActionType == ActionToolCall {
+				kinds[i] += ":" + s.Tool()
+			}
+		}
+		w("plan=%d steps [%s]", len(x.Plan.Steps), strings.Join(kinds, " "))
+		if len(x.NewMessages) > 0 {
+			w("messages=+%d", len(x.NewMessages))
+		}
+	case *NeedMoreInfoBody:
+		w("question=%s", text(x.Reasoning.Question))
+	case *ToolCallStartedBody:
+		w("step=%d tool=%s key=%s", x.StepIndex, orDash(x.Tool), orDash(x.IdempotencyKey))
+	case *ToolCallResultBody:
+		w("step=%d tool=%s", x.StepIndex, orDash(x.Tool))
+		if x.Error == "" {
+			w("ok %dms result=%s", x.DurationMS, text(x.Result))
+		} else {
+			w("failed %dms error=%s", x.DurationMS, text(x.Error))
+		}
+	case *StepCompletedBody:
+		w("step=%d result=%s", x.StepIndex, text(x.Result))
+	case *TaskSuspendedBody:
+		w("reason=%s", text(x.Reason))
+	case *TaskResumedBody:
+		if x.Reason != "" {
+			w("reason=%s", text(x.Reason))
+		}
+	case *TaskFailedBody:
+		w("reason=%s error=%s", orDash(x.Reason), text(x.Error))
+	case *TaskCompletedBody:
+		w("result=%s", text(x.Result))
+	case *ReflectionCompleteBody:
+		r := &x.Reflection
+		w("assessment=%s facts=%d tool_calls=%d", text(r.Assessment), len(r.Facts), r.ToolCallsCount)
+		if r.Episode != nil {
+			w("episode=%s", text(r.Episode.Title))
+		}
+	case *TaskNotifyBody:
+		w("message=%s", text(x.Message))
+	case *ModelCalledBody:
+		w("purpose=%s attempt=%d model=%s tokens=%d+%d %dms", orDash(x.Purpose), x.Attempt, orDash(x.Model),
+			x.PromptTokens, x.CompletionTokens, x.LatencyMS)
+		if x.Status != 0 {
+			w("status=%d", x.Status)
+		}
+		if x.FinishReason != "" {
+			w("finish=%s", x.FinishReason)
+		}
+		if len(x.ToolCalls) > 0 {
+			w("tool_calls=%s", toolNames(x.ToolCalls))
+		}
+		if x.Error != "" {
+			w("error=%s", text(x.Error))
+		}
+	default:
+		w("(%T)", ev.Body)
+	}
+	return b.String()
+}
+
+// text quotes s on one line, cut to maxText runes.
+func text(s string) string {
+	if utf8.RuneCountInString(s) > maxText {
+		r := []rune(s)
+		s = string(r[:maxText]) + "…"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// pairs renders a map as k=v pairs sorted by key.
+func pairs(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + text(m[k])
+	}
+	return strings.Join(keys, " ")
+}
+
+func toolNames(calls []ToolCall) string {
+	names := make([]string, len(calls))
+	for i, c := range calls {
+		names[i] = orDash(c.Name)
+	}
+	return "[" + strings.Join(names, " ") + "]"
+}
