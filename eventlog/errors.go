@@ -1,0 +1,103 @@
+package eventlog
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Callers match them with errors.Is; the typed errors below
+// unwrap to them.
+var (
+	// ErrNotFound is returned when an event, id or aux key does not exist
+	// (or is not yet visible, see Log.Head).
+	ErrNotFound = errors.New("eventlog: not found")
+	// ErrConflict is returned when an append's expected version does not
+	// match the stream's current version. The concrete error is a
+	// *ConflictError carrying the current version.
+	ErrConflict = errors.New("eventlog: expected version mismatch")
+	// ErrClosed is returned by every operation on a closed Log, and ends
+	// iterators and subscriptions that were open when the Log was closed.
+	ErrClosed = errors.New("eventlog: log is closed")
+	// ErrReadOnly is returned by writes on a Log opened with Options.ReadOnly.
+	ErrReadOnly = errors.New("eventlog: log is open read-only")
+	// ErrIDReused is returned when an event's ID is already in the log with
+	// different content, or when only some events of an append are already
+	// in the log (a partial replay): an append is replayed all or nothing.
+	ErrIDReused = errors.New("eventlog: event id already used")
+	// ErrFailed is returned by every append after a synced commit failed.
+	// The log is poisoned: the outcome of the failed commit is unknown (it
+	// may or may not be on disk after a restart), so the log refuses to
+	// guess and refuses further writes until it is reopened. Reads continue
+	// to work and never show the failed commit.
+	ErrFailed = errors.New("eventlog: log failed and refuses writes")
+	// ErrInvalid is returned for malformed input: a bad stream name, an empty
+	// type, an oversized event, an empty append, a duplicate id in one append.
+	ErrInvalid = errors.New("eventlog: invalid argument")
+	// ErrFormat is returned by Open when the directory does not hold a
+	// Pegasus log or holds one in a format this build does not understand.
+	ErrFormat = errors.New("eventlog: unsupported format")
+	// ErrLocked is returned by Open when another process (or another Log in
+	// this process) holds the data directory.
+	ErrLocked = errors.New("eventlog: data directory is locked by another process; " +
+		"open a checkpoint copy (Log.Checkpoint) or talk to the running daemon (--server)")
+	// ErrCorruption is the sentinel every *CorruptionError unwraps to.
+	ErrCorruption = errors.New("eventlog: corruption")
+)
+
+// ConflictError reports an expected-version mismatch. It unwraps to
+// ErrConflict.
+type ConflictError struct {
+	Stream   string
+	Expected ExpectedVersion
+	Current  uint64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("eventlog: expected version mismatch on stream %q: expected %s, current version is %d",
+		e.Stream, e.Expected, e.Current)
+}
+
+// Unwrap returns ErrConflict.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// CorruptionError reports data that fails validation: a bad checksum, a
+// malformed record or key, or an index entry that disagrees with the log.
+// Corrupt data is always reported with its position, never skipped.
+type CorruptionError struct {
+	// Seq is the global sequence of the bad record, or 0 when the problem is
+	// not tied to one record (see Key).
+	Seq uint64
+	// Key is the raw Pebble key involved, if any.
+	Key []byte
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *CorruptionError) Error() string {
+	switch {
+	case e.Seq != 0:
+		return fmt.Sprintf("eventlog: corruption at seq %d: %s", e.Seq, e.Reason)
+	case e.Key != nil:
+		return fmt.Sprintf("eventlog: corruption at key %q: %s", e.Key, e.Reason)
+	default:
+		return "eventlog: corruption: " + e.Reason
+	}
+}
+
+// Unwrap returns ErrCorruption.
+func (e *CorruptionError) Unwrap() error { return ErrCorruption }
+
+// IsCorruption reports whether err marks corrupt data.
+func IsCorruption(err error) bool { return errors.Is(err, ErrCorruption) }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+func corruptSeq(seq uint64, format string, args ...any) error {
+	return &CorruptionError{Seq: seq, Reason: fmt.Sprintf(format, args...)}
+}
+
+func corruptKey(key []byte, format string, args ...any) error {
+	return &CorruptionError{Key: append([]byte(nil), key...), Reason: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,182 @@
+package eventlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Key namespace prefixes. Persisted: do not change.
+const (
+	PrefixCausation byte = 'c' // c | causation ULID (16) | seq (8)      -> empty
+	PrefixEvent     byte = 'e' // e | seq (8)                            -> record
+	PrefixID        byte = 'i' // i | ULID (16)                          -> seq (8)
+	PrefixMeta      byte = 'm' // m | name                               -> value
+	PrefixStream    byte = 's' // s | stream | 0x00 | version (8)        -> seq (8)
+	PrefixAux       byte = 'x' // x | aux key                            -> aux value
+)
+
+// FormatVersion is the on-disk format this build writes and the newest it
+// reads. Persisted: bump only with a migration.
+const FormatVersion uint32 = 1
+
+// MaxStreamLen is the longest stream name, in bytes.
+const MaxStreamLen = 256
+
+// MaxTypeLen is the longest event type name, in bytes.
+const MaxTypeLen = 256
+
+// Limits on Event.Metadata, which is meant to be small.
+const (
+	MaxMetadataEntries  = 64
+	MaxMetadataKeyLen   = 256
+	MaxMetadataValueLen = 4096
+)
+
+// FormatKey is the key of the format version: "m" "format". Its value is the
+// format version as a 4-byte big-endian integer.
+var FormatKey = []byte{PrefixMeta, 'f', 'o', 'r', 'm', 'a', 't'}
+
+// EventKey returns the key of the record with global sequence seq.
+func EventKey(seq uint64) []byte {
+	return appendEventKey(make([]byte, 0, 9), seq)
+}
+
+func appendEventKey(dst []byte, seq uint64) []byte {
+	dst = append(dst, PrefixEvent)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// StreamIndexKey returns the key of the stream index entry for (stream,
+// version). The value is the event's sequence as 8 big-endian bytes.
+func StreamIndexKey(stream string, version uint64) []byte {
+	return appendStreamIndexKey(make([]byte, 0, len(stream)+10), stream, version)
+}
+
+func appendStreamIndexKey(dst []byte, stream string, version uint64) []byte {
+	dst = appendStreamPrefix(dst, stream)
+	return binary.BigEndian.AppendUint64(dst, version)
+}
+
+// streamPrefix is "s" stream 0x00: every index key of one stream starts with
+// it, and no other stream's keys do because stream names contain no NUL.
+func appendStreamPrefix(dst []byte, stream string) []byte {
+	dst = append(dst, PrefixStream)
+	dst = append(dst, stream...)
+	return append(dst, 0)
+}
+
+// IDIndexKey returns the key of the id index entry for id. The value is the
+// event's sequence as 8 big-endian bytes.
+func IDIndexKey(id ulid.ULID) []byte {
+	return appendIDIndexKey(make([]byte, 0, 17), id)
+}
+
+func appendIDIndexKey(dst []byte, id ulid.ULID) []byte {
+	dst = append(dst, PrefixID)
+	return append(dst, id[:]...)
+}
+
+// CausationIndexKey returns the key recording that the event at seq was
+// caused by the event with id causation. The value is empty.
+func CausationIndexKey(causation ulid.ULID, seq uint64) []byte {
+	return appendCausationIndexKey(make([]byte, 0, 25), causation, seq)
+}
+
+func appendCausationIndexKey(dst []byte, causation ulid.ULID, seq uint64) []byte {
+	dst = append(dst, PrefixCausation)
+	dst = append(dst, causation[:]...)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// AuxKey returns the Pebble key of an aux key.
+func AuxKey(key []byte) []byte {
+	k := make([]byte, 0, len(key)+1)
+	k = append(k, PrefixAux)
+	return append(k, key...)
+}
+
+// ParseEventKey returns the sequence in an event key.
+func ParseEventKey(key []byte) (uint64, bool) {
+	if len(key) != 9 || key[0] != PrefixEvent {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(key[1:]), true
+}
+
+// ParseStreamIndexKey returns the stream and version in a stream index key.
+func ParseStreamIndexKey(key []byte) (stream string, version uint64, ok bool) {
+	if len(key) < 1+1+1+8 || key[0] != PrefixStream || key[len(key)-9] != 0 {
+		return "", 0, false
+	}
+	name := key[1 : len(key)-9]
+	if bytes.IndexByte(name, 0) >= 0 {
+		return "", 0, false
+	}
+	return string(name), binary.BigEndian.Uint64(key[len(key)-8:]), true
+}
+
+// ParseIDIndexKey returns the id in an id index key.
+func ParseIDIndexKey(key []byte) (ulid.ULID, bool) {
+	var id ulid.ULID
+	if len(key) != 17 || key[0] != PrefixID {
+		return id, false
+	}
+	copy(id[:], key[1:])
+	return id, true
+}
+
+// ParseCausationIndexKey returns the causation id and sequence in a
+// causation index key.
+func ParseCausationIndexKey(key []byte) (causation ulid.ULID, seq uint64, ok bool) {
+	if len(key) != 25 || key[0] != PrefixCausation {
+		return causation, 0, false
+	}
+	copy(causation[:], key[1:17])
+	return causation, binary.BigEndian.Uint64(key[17:]), true
+}
+
+// EncodeSeqValue encodes a sequence as an index value (8 bytes, big-endian).
+func EncodeSeqValue(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
+}
+
+// DecodeSeqValue decodes an index value.
+func DecodeSeqValue(v []byte) (uint64, bool) {
+	if len(v) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p, or
+// nil if there is none.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// ValidateStream reports whether name is a legal stream name: 1 to
+// MaxStreamLen bytes, without NUL (NUL terminates the name in index keys).
+func ValidateStream(name string) error {
+	switch {
+	case name == "":
+		return invalidf("empty stream name")
+	case len(name) > MaxStreamLen:
+		return invalidf("stream name is %d bytes, longer than %d", len(name), MaxStreamLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return invalidf("stream name %q contains NUL", name)
+	}
+	return nil
+}
+
+var lastSeqKey = EventKey(math.MaxUint64)

@@ -1,0 +1,447 @@
+package eventlog
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
+)
+
+type iterKind uint8
+
+const (
+	iterScan iterKind = iota
+	iterStream
+	iterChildren
+	iterAux
+)
+
+// Iterator streams events from the log: it holds one Pebble iterator (two
+// for index reads), never a result set, so memory does not grow with the log.
+//
+// An Iterator sees the log as of its creation: events up to the head at that
+// moment. It is not safe for concurrent use, except that Log.Close may end it
+// from another goroutine (Next then returns false and Err returns ErrClosed).
+// Always Close it.
+//
+// Missing or corrupt records are never skipped: Next returns false and Err
+// returns a *CorruptionError naming the position.
+type Iterator struct {
+	l    *Log
+	mu   sync.Mutex
+	kind iterKind
+	dir  Direction
+	it   *pebble.Iterator // over the log or the index
+	data *pebble.Iterator // over the log, for index reads
+	head uint64
+
+	lower, upper []byte
+	started      bool
+	next         uint64 // expected next seq (scan) or version (stream)
+	stream       string
+	causation    ulid.ULID
+	key          []byte
+
+	ev     Event
+	err    error
+	closed bool
+}
+
+// Next advances to the next event and reports whether there is one.
+func (it *Iterator) Next() bool {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.closed || it.err != nil {
+		return false
+	}
+	var ok bool
+	switch {
+	case !it.started:
+		it.started = true
+		if it.dir == Backward {
+			ok = it.it.Last()
+		} else {
+			ok = it.it.First()
+		}
+	case it.dir == Backward:
+		ok = it.it.Prev()
+	default:
+		ok = it.it.Next()
+	}
+	if !ok {
+		if err := it.it.Error(); err != nil {
+			it.err = fmt.Errorf("eventlog: read: %w", err)
+		} else if it.kind == iterScan && ((it.dir == Forward && it.next <= it.head) || (it.dir == Backward && it.next >= 1)) {
+			// The bounds say every seq from 1 to head exists: running out
+			// early is corruption, not the end of the log.
+			it.err = corruptSeq(it.next, "record missing")
+		}
+		return false
+	}
+	var err error
+	switch it.kind {
+	case iterScan:
+		err = it.scanStep()
+	case iterStream:
+		ok, err = it.streamStep()
+	case iterChildren:
+		ok, err = it.childStep()
+	}
+	if err != nil {
+		it.err = err
+		it.ev = Event{}
+		return false
+	}
+	return ok
+}
+
+func (it *Iterator) scanStep() error {
+	seq, ok := ParseEventKey(it.it.Key())
+	if !ok {
+		return corruptKey(it.it.Key(), "malformed event key")
+	}
+	if seq != it.next {
+		return corruptSeq(it.next, "record missing (next record is %d)", seq)
+	}
+	if it.dir == Backward {
+		it.next--
+	} else {
+		it.next++
+	}
+	v, err := it.it.ValueAndErr()
+	if err != nil {
+		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+	}
+	return decodeAt(v, seq, &it.ev)
+}
+
+func (it *Iterator) streamStep() (bool, error) {
+	// The bounds guarantee the stream prefix; only the length can be wrong.
+	key := it.it.Key()
+	if len(key) != len(it.lower) {
+		return false, corruptKey(key, "malformed stream index key")
+	}
+	ver := binary.BigEndian.Uint64(key[len(key)-8:])
+	if ver != it.next {
+		return false, corruptKey(it.it.Key(), "stream %q version %d missing from the index (next is %d)", it.stream, it.next, ver)
+	}
+	seq, ok := DecodeSeqValue(it.it.Value())
+	if !ok {
+		return false, corruptKey(it.it.Key(), "malformed stream index value")
+	}
+	if seq > it.head {
+		return false, nil // committed after this iterator was created
+	}
+	it.next++
+	if err := it.fetch(seq); err != nil {
+		return false, err
+	}
+	if it.ev.Stream != it.stream || it.ev.Version != ver {
+		return false, corruptSeq(seq, "stream index says %q version %d, record says %q version %d",
+			it.stream, ver, it.ev.Stream, it.ev.Version)
+	}
+	return true, nil
+}
+
+func (it *Iterator) childStep() (bool, error) {
+	c, seq, ok := ParseCausationIndexKey(it.it.Key())
+	if !ok || c != it.causation {
+		return false, corruptKey(it.it.Key(), "malformed causation index key")
+	}
+	if seq > it.head {
+		return false, nil // entries are in seq order: the rest are newer too
+	}
+	if err := it.fetch(seq); err != nil {
+		return false, err
+	}
+	if it.ev.Causation != it.causation {
+		return false, corruptSeq(seq, "causation index says caused by %s, record says %s", it.causation, it.ev.Causation)
+	}
+	return true, nil
+}
+
+// fetch reads the record at seq through the data iterator.
+func (it *Iterator) fetch(seq uint64) error {
+	it.key = appendEventKey(it.key[:0], seq)
+	if !it.data.SeekGE(it.key) || !bytes.Equal(it.data.Key(), it.key) {
+		if err := it.data.Error(); err != nil {
+			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		}
+		return corruptSeq(seq, "indexed record missing")
+	}
+	v, err := it.data.ValueAndErr()
+	if err != nil {
+		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+	}
+	return decodeAt(v, seq, &it.ev)
+}
+
+// decodeAt decodes the record stored at seq and checks that it says so.
+func decodeAt(v []byte, seq uint64, ev *Event) error {
+	*ev = Event{}
+	if err := decodeRecord(v, ev); err != nil {
+		var ce *CorruptionError
+		if errors.As(err, &ce) {
+			ce.Seq = seq
+		}
+		return err
+	}
+	if ev.Seq != seq {
+		return corruptSeq(seq, "record claims seq %d", ev.Seq)
+	}
+	return nil
+}
+
+// Event returns the current event. The caller owns it.
+func (it *Iterator) Event() Event {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.ev
+}
+
+// Err returns the error that ended the iteration, if any.
+func (it *Iterator) Err() error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.err
+}
+
+// Close releases the iterator. It returns the iteration error, if any.
+func (it *Iterator) Close() error {
+	it.mu.Lock()
+	if it.closed {
+		err := it.err
+		it.mu.Unlock()
+		if errors.Is(err, ErrClosed) {
+			return nil
+		}
+		return err
+	}
+	it.closeLocked()
+	err := it.err
+	it.mu.Unlock()
+	if it.l != nil {
+		it.l.itersMu.Lock()
+		delete(it.l.iters, it)
+		it.l.itersMu.Unlock()
+	}
+	return err
+}
+
+func (it *Iterator) closeLocked() {
+	it.closed = true
+	if it.it != nil {
+		it.it.Close()
+		it.it = nil
+	}
+	if it.data != nil {
+		it.data.Close()
+		it.data = nil
+	}
+}
+
+// forceClose is called by Log.Close with itersMu held.
+func (it *Iterator) forceClose(err error) {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.closed {
+		return
+	}
+	it.closeLocked()
+	if it.err == nil {
+		it.err = err
+	}
+}
+
+func errIterator(err error) *Iterator {
+	return &Iterator{err: err, closed: true}
+}
+
+// newIterator opens the Pebble iterators for it and registers it so that
+// Close can end it.
+func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return errIterator(ErrClosed)
+	}
+	var err error
+	it.l = l
+	it.it, err = l.db.NewIter(&pebble.IterOptions{LowerBound: it.lower, UpperBound: it.upper})
+	if err != nil {
+		return errIterator(err)
+	}
+	if withData {
+		it.data, err = l.db.NewIter(&pebble.IterOptions{
+			LowerBound: []byte{PrefixEvent},
+			UpperBound: []byte{PrefixEvent + 1},
+		})
+		if err != nil {
+			it.it.Close()
+			return errIterator(err)
+		}
+	}
+	l.itersMu.Lock()
+	l.iters[it] = struct{}{}
+	l.itersMu.Unlock()
+	return it
+}
+
+// Scan iterates the global log from seq from (inclusive) in direction dir,
+// up to the head at the time of the call. Forward from 0 starts at 1;
+// Backward from a seq above the head starts at the head.
+func (l *Log) Scan(from uint64, dir Direction) *Iterator {
+	head := l.Head()
+	it := &Iterator{kind: iterScan, dir: dir, head: head}
+	switch dir {
+	case Forward:
+		from = max(from, 1)
+		if from > head {
+			return errIterator(nil)
+		}
+		it.lower, it.upper, it.next = EventKey(from), EventKey(head+1), from
+	case Backward:
+		from = min(from, head)
+		if from == 0 {
+			return errIterator(nil)
+		}
+		it.lower, it.upper, it.next = EventKey(1), EventKey(from+1), from
+	default:
+		return errIterator(invalidf("direction %d", dir))
+	}
+	return l.newIterator(it, false)
+}
+
+// ReadStream iterates one stream from version fromVersion (inclusive; 0 means
+// 1) in version order.
+func (l *Log) ReadStream(stream string, fromVersion uint64) *Iterator {
+	if err := ValidateStream(stream); err != nil {
+		return errIterator(err)
+	}
+	fromVersion = max(fromVersion, 1)
+	prefix := appendStreamPrefix(nil, stream)
+	it := &Iterator{
+		kind: iterStream, head: l.Head(), stream: stream, next: fromVersion,
+		lower: StreamIndexKey(stream, fromVersion), upper: prefixEnd(prefix),
+	}
+	return l.newIterator(it, true)
+}
+
+// Children iterates the events whose Causation is id, in seq order.
+func (l *Log) Children(id ulid.ULID) *Iterator {
+	prefix := append([]byte{PrefixCausation}, id[:]...)
+	it := &Iterator{
+		kind: iterChildren, head: l.Head(), causation: id,
+		lower: prefix, upper: prefixEnd(prefix),
+	}
+	return l.newIterator(it, true)
+}
+
+// Get returns the event with the given id, or ErrNotFound.
+func (l *Log) Get(id ulid.ULID) (Event, error) {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return Event{}, ErrClosed
+	}
+	head := l.Head()
+	seq, err := l.getSeq(IDIndexKey(id))
+	if err != nil {
+		return Event{}, err
+	}
+	if seq > head {
+		return Event{}, ErrNotFound
+	}
+	ev, err := l.readEvent(seq)
+	if err != nil {
+		return Event{}, err
+	}
+	if ev.ID != id {
+		return Event{}, corruptSeq(seq, "id index entry for %s points to event %s", id, ev.ID)
+	}
+	return ev, nil
+}
+
+// GetSeq returns the event at a global sequence, or ErrNotFound.
+func (l *Log) GetSeq(seq uint64) (Event, error) {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return Event{}, ErrClosed
+	}
+	if seq == 0 || seq > l.Head() {
+		return Event{}, ErrNotFound
+	}
+	return l.readEvent(seq)
+}
+
+// StreamVersion returns the stream's current (visible) version; 0 if the
+// stream has no events.
+func (l *Log) StreamVersion(stream string) (uint64, error) {
+	if err := ValidateStream(stream); err != nil {
+		return 0, err
+	}
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return 0, ErrClosed
+	}
+	v, _, err := l.lastStreamEntry(stream, l.Head())
+	return v, err
+}
+
+// lastStreamEntry returns the highest version of stream whose seq is at most
+// maxSeq.
+func (l *Log) lastStreamEntry(stream string, maxSeq uint64) (version, seq uint64, err error) {
+	prefix := appendStreamPrefix(nil, stream)
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer it.Close()
+	for ok := it.Last(); ok; ok = it.Prev() {
+		_, ver, ok := ParseStreamIndexKey(it.Key())
+		s, ok2 := DecodeSeqValue(it.Value())
+		if !ok || !ok2 {
+			return 0, 0, corruptKey(it.Key(), "malformed stream index entry")
+		}
+		if s <= maxSeq {
+			return ver, s, nil
+		}
+	}
+	return 0, 0, it.Error()
+}
+
+func (l *Log) getSeq(key []byte) (uint64, error) {
+	v, closer, err := l.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	seq, ok := DecodeSeqValue(v)
+	if !ok {
+		return 0, corruptKey(key, "malformed index value")
+	}
+	return seq, nil
+}
+
+func (l *Log) readEvent(seq uint64) (Event, error) {
+	v, closer, err := l.db.Get(EventKey(seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return Event{}, corruptSeq(seq, "indexed record missing")
+	}
+	if err != nil {
+		return Event{}, err
+	}
+	defer closer.Close()
+	var ev Event
+	err = decodeAt(v, seq, &ev)
+	return ev, err
+}

@@ -1,0 +1,290 @@
+package eventlog
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RecordFormat is the record format byte this build writes and reads.
+// Persisted: do not renumber.
+const RecordFormat byte = 1
+
+// maxRecordLen bounds a record's size so that lengths always fit in an int on
+// every platform and hostile inputs cannot claim absurd sizes.
+const maxRecordLen = 1 << 30
+
+// recordFixedLen is the size of a record with empty strings, no metadata and
+// an empty body: crc, format, id, seq, stream len, version, type len, time,
+// causation, correlation, schema, metadata count, body len (varints at their
+// one-byte minimum).
+const recordFixedLen = 4 + 1 + 16 + 1 + 1 + 1 + 1 + 8 + 16 + 16 + 2 + 1 + 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// EncodeRecord returns the stored form of ev (see docs/format.md):
+//
+//	crc32c(4, big-endian, over everything after it) | format(1) | id(16) |
+//	uvarint seq | uvarint len, stream | uvarint version | uvarint len, type |
+//	time unix nanos (8, big-endian, signed) | causation(16) | correlation(16) |
+//	schema(2, big-endian) | uvarint n, n*(uvarint len, key, uvarint len, value)
+//	with keys strictly ascending | uvarint len, body
+//
+// It validates the fields the decoder validates, so that every record it
+// produces decodes.
+func EncodeRecord(ev Event) ([]byte, error) {
+	return appendRecord(nil, &ev)
+}
+
+func appendRecord(dst []byte, ev *Event) ([]byte, error) {
+	if err := validateEnvelope(ev); err != nil {
+		return dst, err
+	}
+	nanos, err := unixNanos(ev.Time)
+	if err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, RecordFormat)
+	dst = append(dst, ev.ID[:]...)
+	dst = binary.AppendUvarint(dst, ev.Seq)
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Stream)))
+	dst = append(dst, ev.Stream...)
+	dst = binary.AppendUvarint(dst, ev.Version)
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Type)))
+	dst = append(dst, ev.Type...)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(nanos))
+	dst = append(dst, ev.Causation[:]...)
+	dst = append(dst, ev.Correlation[:]...)
+	dst = binary.BigEndian.AppendUint16(dst, ev.Schema)
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Metadata)))
+	if len(ev.Metadata) > 0 {
+		var keysBuf [16]string
+		keys := keysBuf[:0]
+		for k := range ev.Metadata {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			v := ev.Metadata[k]
+			dst = binary.AppendUvarint(dst, uint64(len(k)))
+			dst = append(dst, k...)
+			dst = binary.AppendUvarint(dst, uint64(len(v)))
+			dst = append(dst, v...)
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Body)))
+	dst = append(dst, ev.Body...)
+	if len(dst)-start > maxRecordLen {
+		return dst[:start], invalidf("record is %d bytes, larger than %d", len(dst)-start, maxRecordLen)
+	}
+	binary.BigEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
+	return dst, nil
+}
+
+// encodedSizeHint estimates the record size of ev without encoding it.
+func encodedSizeHint(ev *Event) int {
+	n := recordFixedLen + 3*9 + len(ev.Stream) + len(ev.Type) + len(ev.Body) + 5
+	for k, v := range ev.Metadata {
+		n += len(k) + len(v) + 10
+	}
+	return n
+}
+
+// validateEnvelope checks the limits the decoder enforces.
+func validateEnvelope(ev *Event) error {
+	if err := ValidateStream(ev.Stream); err != nil {
+		return err
+	}
+	if ev.Type == "" {
+		return invalidf("event type is empty")
+	}
+	if len(ev.Type) > MaxTypeLen {
+		return invalidf("event type is %d bytes, longer than %d", len(ev.Type), MaxTypeLen)
+	}
+	if len(ev.Metadata) > MaxMetadataEntries {
+		return invalidf("event has %d metadata entries, more than %d", len(ev.Metadata), MaxMetadataEntries)
+	}
+	for k, v := range ev.Metadata {
+		if k == "" || len(k) > MaxMetadataKeyLen {
+			return invalidf("metadata key %q is empty or longer than %d bytes", k, MaxMetadataKeyLen)
+		}
+		if len(v) > MaxMetadataValueLen {
+			return invalidf("metadata value for %q is %d bytes, longer than %d", k, len(v), MaxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+// unixNanos converts t, refusing times that int64 nanoseconds cannot hold
+// (before 1678 or after 2262) rather than silently wrapping.
+func unixNanos(t time.Time) (int64, error) {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return 0, invalidf("time %s is outside the range of int64 unix nanoseconds", t)
+	}
+	return n, nil
+}
+
+// DecodeRecord decodes and checks a stored record. It verifies the checksum
+// and every length and limit, never panics, and never allocates more than the
+// input's size whatever the lengths inside claim. Every failure is a
+// *CorruptionError (Seq is 0: the caller knows the position).
+func DecodeRecord(rec []byte) (Event, error) {
+	var ev Event
+	err := decodeRecord(rec, &ev)
+	return ev, err
+}
+
+type recordReader struct {
+	b   []byte
+	err string
+}
+
+func (r *recordReader) fail(reason string) {
+	if r.err == "" {
+		r.err = reason
+	}
+	r.b = nil
+}
+
+func (r *recordReader) uvarint(what string) uint64 {
+	if r.err != "" {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("truncated or overlong varint for " + what)
+		return 0
+	}
+	if n > 1 && r.b[n-1] == 0 {
+		// A zero final byte adds nothing: the encoder never writes it, and
+		// accepting it would give one value several encodings.
+		r.fail("non-minimal varint for " + what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recordReader) fixed(n int, what string) []byte {
+	if r.err != "" {
+		return nil
+	}
+	if len(r.b) < n {
+		r.fail("truncated " + what)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// bytes reads a uvarint length and that many bytes. The length is checked
+// against the remaining input before anything is sliced or allocated.
+func (r *recordReader) bytes(max int, what string) []byte {
+	n := r.uvarint(what + " length")
+	if r.err != "" {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail(what + " length exceeds the record")
+		return nil
+	}
+	if max > 0 && n > uint64(max) {
+		r.fail(what + " is longer than allowed")
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func decodeRecord(rec []byte, ev *Event) error {
+	if len(rec) < recordFixedLen {
+		return &CorruptionError{Reason: "record too short"}
+	}
+	if len(rec) > maxRecordLen {
+		return &CorruptionError{Reason: "record too long"}
+	}
+	if got, want := crc32.Checksum(rec[4:], castagnoli), binary.BigEndian.Uint32(rec); got != want {
+		return &CorruptionError{Reason: "checksum mismatch"}
+	}
+	if rec[4] != RecordFormat {
+		return &CorruptionError{Reason: "unknown record format " + strconv.Itoa(int(rec[4]))}
+	}
+	r := recordReader{b: rec[5:]}
+	copy(ev.ID[:], r.fixed(16, "id"))
+	ev.Seq = r.uvarint("seq")
+	stream := r.bytes(MaxStreamLen, "stream")
+	ev.Version = r.uvarint("version")
+	typ := r.bytes(MaxTypeLen, "type")
+	if t := r.fixed(8, "time"); t != nil {
+		ev.Time = time.Unix(0, int64(binary.BigEndian.Uint64(t))).UTC()
+	}
+	copy(ev.Causation[:], r.fixed(16, "causation"))
+	copy(ev.Correlation[:], r.fixed(16, "correlation"))
+	if s := r.fixed(2, "schema"); s != nil {
+		ev.Schema = binary.BigEndian.Uint16(s)
+	}
+	n := r.uvarint("metadata count")
+	if r.err == "" && n > 0 {
+		// Each entry takes at least three bytes, which bounds the map size
+		// by the input before it is allocated.
+		if n > MaxMetadataEntries || n > uint64(len(r.b)/3) {
+			r.fail("metadata count exceeds the record or the limit")
+		} else {
+			ev.Metadata = make(map[string]string, n)
+			var prev []byte
+			for i := uint64(0); i < n && r.err == ""; i++ {
+				k := r.bytes(MaxMetadataKeyLen, "metadata key")
+				v := r.bytes(MaxMetadataValueLen, "metadata value")
+				if r.err != "" {
+					break
+				}
+				if len(k) == 0 {
+					r.fail("empty metadata key")
+					break
+				}
+				if i > 0 && string(k) <= string(prev) {
+					r.fail("metadata keys not strictly ascending")
+					break
+				}
+				prev = k
+				ev.Metadata[string(k)] = string(v)
+			}
+		}
+	}
+	body := r.bytes(0, "body")
+	if r.err == "" && len(r.b) != 0 {
+		r.fail("trailing bytes after body")
+	}
+	if r.err != "" {
+		*ev = Event{}
+		return &CorruptionError{Reason: r.err}
+	}
+	if len(stream) == 0 {
+		return &CorruptionError{Reason: "empty stream name"}
+	}
+	if strings.IndexByte(string(stream), 0) >= 0 {
+		return &CorruptionError{Reason: "stream name contains NUL"}
+	}
+	if len(typ) == 0 {
+		return &CorruptionError{Reason: "empty event type"}
+	}
+	// One allocation holds the stream, the type and the body: decoding is on
+	// the hot path of every scan.
+	buf := make([]byte, len(stream)+len(typ)+len(body))
+	copy(buf, stream)
+	copy(buf[len(stream):], typ)
+	copy(buf[len(stream)+len(typ):], body)
+	ev.Stream = bytesToString(buf[:len(stream)])
+	ev.Type = bytesToString(buf[len(stream) : len(stream)+len(typ)])
+	if len(body) > 0 {
+		ev.Body = buf[len(stream)+len(typ):]
+	}
+	return nil
+}

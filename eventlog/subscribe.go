@@ -1,0 +1,191 @@
+package eventlog
+
+import (
+	"context"
+	"sync"
+)
+
+// Subscription delivers the log's events in seq order from a starting
+// sequence: first from the log (catch-up), then live as groups commit. It
+// never skips or repeats an event.
+//
+// Memory is bounded: a live subscription buffers at most
+// Options.SubscriberBuffer events. The committer never waits for a
+// subscriber; if the buffer is full it drops the subscription back to
+// catch-up mode, where it reads from the log until it is current again.
+//
+// A Subscription is used by one goroutine calling Next. Delivered events are
+// shared between subscriptions: treat their Body and Metadata as read-only.
+type Subscription struct {
+	l    *Log
+	ctx  context.Context
+	next uint64 // next seq to deliver
+
+	it *Iterator // catch-up iterator, if catching up
+
+	// live is non-nil while registered with the committer. The committer
+	// closes it (under l.subMu) when it drops the subscription for falling
+	// behind.
+	live chan Event
+
+	closeOnce sync.Once
+	closeCh   chan struct{}
+	err       error
+}
+
+// Subscribe starts a subscription whose first event is fromSeq (0 means 1).
+// The subscription ends when ctx is cancelled, Close is called, or the Log is
+// closed.
+func (l *Log) Subscribe(ctx context.Context, fromSeq uint64) *Subscription {
+	return &Subscription{l: l, ctx: ctx, next: max(fromSeq, 1), closeCh: make(chan struct{})}
+}
+
+// Next blocks until the next event is available and returns it. It returns
+// ctx.Err() (of its argument or of the Subscribe context) when cancelled,
+// ErrClosed after Close or Log.Close, or an error from reading the log.
+// After an error, the subscription is finished.
+func (s *Subscription) Next(ctx context.Context) (Event, error) {
+	if s.err != nil {
+		return Event{}, s.err
+	}
+	ev, err := s.next1(ctx)
+	if err != nil {
+		if ctx.Err() == nil || err != ctx.Err() {
+			s.fail(err)
+		}
+		return Event{}, err
+	}
+	s.next++
+	return ev, nil
+}
+
+// Seq returns the sequence of the next event Next will return.
+func (s *Subscription) Seq() uint64 { return s.next }
+
+func (s *Subscription) next1(ctx context.Context) (Event, error) {
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return Event{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Event{}, err
+		}
+		select {
+		case <-s.closeCh:
+			return Event{}, ErrClosed
+		default:
+		}
+		if s.live != nil {
+			select {
+			case ev, ok := <-s.live:
+				if !ok {
+					// Dropped for falling behind: catch up from the log.
+					s.live = nil
+					continue
+				}
+				if ev.Seq < s.next {
+					continue // delivered already from the log
+				}
+				if ev.Seq > s.next {
+					// Cannot happen: registration and publication are
+					// ordered by subMu. Recover by reading the log.
+					s.unregister()
+					continue
+				}
+				return ev, nil
+			case <-ctx.Done():
+				return Event{}, ctx.Err()
+			case <-s.ctx.Done():
+				return Event{}, s.ctx.Err()
+			case <-s.l.done:
+				return Event{}, ErrClosed
+			case <-s.closeCh:
+				return Event{}, ErrClosed
+			}
+		}
+		// Catching up.
+		if s.it != nil {
+			if s.it.Next() {
+				ev := s.it.Event()
+				if ev.Seq != s.next {
+					s.it.Close()
+					s.it = nil
+					return Event{}, corruptSeq(s.next, "subscription expected seq %d, log returned %d", s.next, ev.Seq)
+				}
+				return ev, nil
+			}
+			err := s.it.Close()
+			s.it = nil
+			if err != nil {
+				return Event{}, err
+			}
+		}
+		select {
+		case <-s.l.done:
+			return Event{}, ErrClosed
+		default:
+		}
+		if s.next <= s.l.Head() {
+			s.it = s.l.Scan(s.next, Forward)
+			continue
+		}
+		// Caught up: switch to live under subMu, re-checking the head,
+		// so that no group is published between the check and the
+		// registration.
+		s.l.subMu.Lock()
+		if s.next <= s.l.head.Load() {
+			s.l.subMu.Unlock()
+			continue
+		}
+		s.live = make(chan Event, s.l.opts.SubscriberBuffer)
+		s.l.subs[s] = struct{}{}
+		s.l.subMu.Unlock()
+		if h := s.l.testHookLive; h != nil {
+			h(s)
+		}
+	}
+}
+
+// deliver is called by the committer with subMu held. It never blocks.
+func (s *Subscription) deliver(evs []Event) {
+	for i := range evs {
+		select {
+		case s.live <- evs[i]:
+		default:
+			// Full: drop to catch-up. The subscriber drains what is
+			// buffered, sees the channel closed, and reads the rest from
+			// the log.
+			delete(s.l.subs, s)
+			close(s.live)
+			return
+		}
+	}
+}
+
+func (s *Subscription) unregister() {
+	if s.live == nil {
+		return
+	}
+	s.l.subMu.Lock()
+	if _, ok := s.l.subs[s]; ok {
+		delete(s.l.subs, s)
+	}
+	s.l.subMu.Unlock()
+	s.live = nil
+}
+
+func (s *Subscription) fail(err error) {
+	s.err = err
+	s.unregister()
+	if s.it != nil {
+		s.it.Close()
+		s.it = nil
+	}
+}
+
+// Close ends the subscription: a blocked or later Next returns ErrClosed and
+// releases what the subscription holds. It may be called from any goroutine.
+func (s *Subscription) Close() error {
+	s.closeOnce.Do(func() { close(s.closeCh) })
+	return nil
+}

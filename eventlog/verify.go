@@ -1,0 +1,352 @@
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/oklog/ulid/v2"
+)
+
+// MaxReportedProblems bounds Report.Problems so that verifying a badly
+// damaged log does not use unbounded memory.
+const MaxReportedProblems = 100
+
+// Problem is one inconsistency found by Verify.
+type Problem struct {
+	// Seq is the global sequence involved, or 0.
+	Seq uint64
+	// Key is the raw Pebble key involved, or nil.
+	Key []byte
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (p Problem) String() string { return p.err().Error() }
+
+func (p Problem) err() *CorruptionError {
+	return &CorruptionError{Seq: p.Seq, Key: p.Key, Reason: p.Reason}
+}
+
+// Report is the result of Verify.
+type Report struct {
+	Head             uint64 // highest sequence in the log
+	Events           uint64 // records checked
+	Streams          uint64 // distinct streams in the stream index
+	StreamEntries    uint64
+	IDEntries        uint64
+	CausationEntries uint64
+	AuxKeys          uint64
+	// Problems lists the first MaxReportedProblems problems, the first
+	// found first (pass order: log records by seq, then the stream, id and
+	// causation indexes in key order, then stray keys).
+	Problems []Problem
+	// ProblemCount counts every problem, including unlisted ones.
+	ProblemCount int
+}
+
+// OK reports whether no problem was found.
+func (r *Report) OK() bool { return r.ProblemCount == 0 }
+
+func (r *Report) add(p Problem) {
+	r.ProblemCount++
+	if len(r.Problems) < MaxReportedProblems {
+		if p.Key != nil {
+			p.Key = append([]byte(nil), p.Key...)
+		}
+		r.Problems = append(r.Problems, p)
+	}
+}
+
+// Verify checks the whole log against a consistent snapshot: the format key;
+// every record's checksum and envelope; that sequences are gap-free from 1;
+// that every record has its stream, id and causation index entries; and
+// that every index entry points to a record that agrees with it, with stream
+// versions gap-free from 1. Memory stays bounded (it zips sorted key spaces
+// and uses point lookups, never a map of the log).
+//
+// A nil error means the log is sound. If problems are found, the error is
+// the first problem as a *CorruptionError and the Report lists them. Other
+// errors (I/O, ctx) mean verification did not complete.
+func (l *Log) Verify(ctx context.Context) (Report, error) {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return Report{}, ErrClosed
+	}
+	snap := l.db.NewSnapshot()
+	defer snap.Close()
+	v := verifier{ctx: ctx, r: snap}
+	if err := v.run(); err != nil {
+		return v.rep, err
+	}
+	if !v.rep.OK() {
+		return v.rep, v.rep.Problems[0].err()
+	}
+	return v.rep, nil
+}
+
+type verifier struct {
+	ctx   context.Context
+	r     pebble.Reader
+	rep   Report
+	steps int
+	key   []byte
+	ev    Event
+}
+
+func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
+	return v.r.NewIter(&pebble.IterOptions{LowerBound: []byte{prefix}, UpperBound: []byte{prefix + 1}})
+}
+
+func (v *verifier) tick() error {
+	v.steps++
+	if v.steps%1024 == 0 {
+		return v.ctx.Err()
+	}
+	return nil
+}
+
+// exact positions it on key and returns its value, or ok=false.
+func exact(it *pebble.Iterator, key []byte) (val []byte, ok bool, err error) {
+	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+		return nil, false, it.Error()
+	}
+	val, err = it.ValueAndErr()
+	return val, err == nil, err
+}
+
+func (v *verifier) run() (err error) {
+	// Format key.
+	val, closer, gerr := v.r.Get(FormatKey)
+	if gerr != nil {
+		v.rep.add(Problem{Key: FormatKey, Reason: "format version key missing"})
+	} else {
+		if len(val) != 4 || binary.BigEndian.Uint32(val) != FormatVersion {
+			v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d", val, FormatVersion)})
+		}
+		closer.Close()
+	}
+
+	its := map[byte]*pebble.Iterator{}
+	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
+		if its[p], err = v.iter(p); err != nil {
+			return err
+		}
+		defer its[p].Close()
+	}
+	// Second iterators for point lookups while the first ones walk.
+	look := map[byte]*pebble.Iterator{}
+	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
+		if look[p], err = v.iter(p); err != nil {
+			return err
+		}
+		defer look[p].Close()
+	}
+
+	// Pass 1: the log, and each record's index entries.
+	eit := its[PrefixEvent]
+	next := uint64(1)
+	for ok := eit.First(); ok; ok = eit.Next() {
+		if err := v.tick(); err != nil {
+			return err
+		}
+		seq, ok := ParseEventKey(eit.Key())
+		if !ok {
+			v.rep.add(Problem{Key: eit.Key(), Reason: "malformed event key"})
+			continue
+		}
+		if seq != next {
+			v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
+		}
+		next = seq + 1
+		v.rep.Head = seq
+		v.rep.Events++
+		val, err := eit.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		if err := decodeAt(val, seq, &v.ev); err != nil {
+			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
+			continue
+		}
+		ev := &v.ev
+		v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
+		v.checkSeqEntry(look[PrefixStream], seq, fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version))
+		v.key = appendIDIndexKey(v.key[:0], ev.ID)
+		v.checkSeqEntry(look[PrefixID], seq, "id index entry for "+ev.ID.String())
+		if ev.Causation != (ulid.ULID{}) {
+			v.key = appendCausationIndexKey(v.key[:0], ev.Causation, seq)
+			if _, ok, err := exact(look[PrefixCausation], v.key); err != nil {
+				return err
+			} else if !ok {
+				v.rep.add(Problem{Seq: seq, Reason: "causation index entry for " + ev.Causation.String() + " missing"})
+			}
+		}
+	}
+	if err := eit.Error(); err != nil {
+		return err
+	}
+	head := v.rep.Head
+
+	// recordAt decodes the record an index entry points to.
+	recordAt := func(key []byte, seq uint64) (*Event, bool, error) {
+		if seq == 0 || seq > head {
+			v.rep.add(Problem{Key: key, Reason: fmt.Sprintf("index entry points to seq %d, outside the log [1, %d]", seq, head)})
+			return nil, false, nil
+		}
+		val, ok, err := exact(look[PrefixEvent], EventKey(seq))
+		if err != nil || !ok {
+			if err == nil {
+				v.rep.add(Problem{Key: key, Seq: seq, Reason: "index entry points to a missing record"})
+			}
+			return nil, false, err
+		}
+		if decodeAt(val, seq, &v.ev) != nil {
+			return nil, false, nil // reported in pass 1
+		}
+		return &v.ev, true, nil
+	}
+
+	// Pass 2: the stream index.
+	sit := its[PrefixStream]
+	var curStream string
+	var want uint64
+	for ok := sit.First(); ok; ok = sit.Next() {
+		if err := v.tick(); err != nil {
+			return err
+		}
+		v.rep.StreamEntries++
+		stream, ver, ok := ParseStreamIndexKey(sit.Key())
+		seq, ok2 := DecodeSeqValue(sit.Value())
+		if !ok || !ok2 {
+			v.rep.add(Problem{Key: sit.Key(), Reason: "malformed stream index entry"})
+			continue
+		}
+		if stream != curStream || v.rep.Streams == 0 {
+			curStream, want = stream, 1
+			v.rep.Streams++
+		}
+		if ver != want {
+			v.rep.add(Problem{Key: sit.Key(), Seq: seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, ver-1)})
+		}
+		want = ver + 1
+		ev, ok, err := recordAt(sit.Key(), seq)
+		if err != nil {
+			return err
+		}
+		if ok && (ev.Stream != stream || ev.Version != ver) {
+			v.rep.add(Problem{Key: sit.Key(), Seq: seq, Reason: fmt.Sprintf(
+				"stream index says (%q, %d), record says (%q, %d)", stream, ver, ev.Stream, ev.Version)})
+		}
+	}
+	if err := sit.Error(); err != nil {
+		return err
+	}
+
+	// Pass 3: the id index.
+	iit := its[PrefixID]
+	for ok := iit.First(); ok; ok = iit.Next() {
+		if err := v.tick(); err != nil {
+			return err
+		}
+		v.rep.IDEntries++
+		id, ok := ParseIDIndexKey(iit.Key())
+		seq, ok2 := DecodeSeqValue(iit.Value())
+		if !ok || !ok2 {
+			v.rep.add(Problem{Key: iit.Key(), Reason: "malformed id index entry"})
+			continue
+		}
+		ev, ok, err := recordAt(iit.Key(), seq)
+		if err != nil {
+			return err
+		}
+		if ok && ev.ID != id {
+			v.rep.add(Problem{Key: iit.Key(), Seq: seq, Reason: fmt.Sprintf("id index says %s, record says %s", id, ev.ID)})
+		}
+	}
+	if err := iit.Error(); err != nil {
+		return err
+	}
+
+	// Pass 4: the causation index.
+	cit := its[PrefixCausation]
+	for ok := cit.First(); ok; ok = cit.Next() {
+		if err := v.tick(); err != nil {
+			return err
+		}
+		v.rep.CausationEntries++
+		c, seq, ok := ParseCausationIndexKey(cit.Key())
+		if !ok || len(cit.Value()) != 0 {
+			v.rep.add(Problem{Key: cit.Key(), Reason: "malformed causation index entry"})
+			continue
+		}
+		ev, ok, err := recordAt(cit.Key(), seq)
+		if err != nil {
+			return err
+		}
+		if ok && ev.Causation != c {
+			v.rep.add(Problem{Key: cit.Key(), Seq: seq, Reason: fmt.Sprintf("causation index says %s, record says %s", c, ev.Causation)})
+		}
+	}
+	if err := cit.Error(); err != nil {
+		return err
+	}
+
+	// Pass 5: stray keys outside the known namespaces, and aux keys.
+	all, err := v.r.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	defer all.Close()
+	for ok := all.First(); ok; {
+		if err := v.tick(); err != nil {
+			return err
+		}
+		k := all.Key()
+		if len(k) == 0 {
+			v.rep.add(Problem{Key: []byte{}, Reason: "empty key"})
+			ok = all.Next()
+			continue
+		}
+		switch k[0] {
+		case PrefixCausation, PrefixEvent, PrefixID, PrefixStream:
+			ok = all.SeekGE([]byte{k[0] + 1})
+			continue
+		case PrefixMeta:
+			if !bytes.Equal(k, FormatKey) {
+				v.rep.add(Problem{Key: k, Reason: "unknown meta key"})
+			}
+		case PrefixAux:
+			v.rep.AuxKeys++
+		default:
+			v.rep.add(Problem{Key: k, Reason: "key outside every namespace"})
+		}
+		ok = all.Next()
+	}
+	return all.Error()
+}
+
+// checkSeqEntry checks that v.key exists in it and holds seq.
+func (v *verifier) checkSeqEntry(it *pebble.Iterator, seq uint64, what string) {
+	val, ok, err := exact(it, v.key)
+	switch {
+	case err != nil:
+		v.rep.add(Problem{Seq: seq, Reason: what + ": " + err.Error()})
+	case !ok:
+		v.rep.add(Problem{Seq: seq, Reason: what + " missing"})
+	default:
+		if s, ok := DecodeSeqValue(val); !ok || s != seq {
+			v.rep.add(Problem{Seq: seq, Reason: fmt.Sprintf("%s points to %x, not %d", what, val, seq)})
+		}
+	}
+}
+
+func reasonOf(err error) string {
+	if ce, ok := err.(*CorruptionError); ok {
+		return ce.Reason
+	}
+	return err.Error()
+}
