@@ -1,0 +1,182 @@
+package projection
+
+import (
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Progress is one task's progress view: what a dashboard or the agent's
+// prompt context shows about a multi-step task. It replaces the string
+// matching of the old task-state-manager proposal with facts from the log:
+// steps are completed when a step event says so, a tool is awaited when a
+// TOOL_CALL_STARTED has no result yet.
+type Progress struct {
+	TaskID      string    `msgpack:"task_id" json:"task_id"`
+	State       fsm.State `msgpack:"state" json:"state"`
+	Description string    `msgpack:"description" json:"description"` // the task's input text
+	// CompletedSteps describes every plan step done so far, across
+	// iterations, in order (a failed tool call is a done step too).
+	CompletedSteps []string `msgpack:"completed_steps" json:"completed_steps"`
+	// NextSteps describes the steps of the current plan still to do; empty
+	// while the task is reasoning about its next plan.
+	NextSteps []string `msgpack:"next_steps" json:"next_steps"`
+	// ToolsUsed lists the tools called so far, each once, in first-use order.
+	ToolsUsed []string `msgpack:"tools_used" json:"tools_used"`
+	// StepCount is len(CompletedSteps); FailedSteps counts the failed tool
+	// calls among them.
+	StepCount   int `msgpack:"step_count" json:"step_count"`
+	FailedSteps int `msgpack:"failed_steps" json:"failed_steps"`
+	Iteration   int `msgpack:"iteration" json:"iteration"`
+	// AwaitingTool is set while a tool call has started and its outcome is
+	// not recorded: the task is waiting on a tool right now.
+	AwaitingTool *PendingTool `msgpack:"awaiting_tool" json:"awaiting_tool"`
+	Complete     bool         `msgpack:"complete" json:"complete"` // the task completed
+	UpdatedAt    time.Time    `msgpack:"updated_at" json:"updated_at"`
+}
+
+// PendingTool is a tool call that started and has no outcome yet.
+type PendingTool struct {
+	Tool           string    `msgpack:"tool" json:"tool"`
+	StepIndex      int       `msgpack:"step_index" json:"step_index"`
+	ToolCallID     string    `msgpack:"tool_call_id" json:"tool_call_id,omitempty"`
+	IdempotencyKey string    `msgpack:"idempotency_key" json:"idempotency_key"`
+	Since          time.Time `msgpack:"since" json:"since"`
+	EventID        ulid.ULID `msgpack:"event_id" json:"event_id"` // the TOOL_CALL_STARTED
+}
+
+// IsMultiStep reports whether the task is still running a plan, the
+// isMultiStep of the old proposal.
+func (p *Progress) IsMultiStep() bool { return p.State.IsActive() && len(p.NextSteps) > 0 }
+
+// applyProgress folds one applied task event into n (fresh for a new
+// task's first event). before and after are the task around the event.
+// Slices are never written in place (appends copy), so a Progress handed
+// out earlier as a value stays valid.
+func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Task) {
+	if fresh {
+		*n = Progress{TaskID: after.ID, Description: after.Context.InputText}
+	}
+	switch ev.Type {
+	case fsm.ReasonDone:
+		n.NextSteps = remainingSteps(after.Context.Plan)
+	case fsm.MessageReceived:
+		// The answer starts a new reasoning round; the old plan is superseded.
+		n.NextSteps = nil
+	case fsm.ToolCallStarted:
+		if pc := after.Context.PendingCall; pc != nil {
+			n.AwaitingTool = &PendingTool{
+				Tool: pc.Tool, StepIndex: pc.StepIndex, ToolCallID: pc.ToolCallID,
+				IdempotencyKey: pc.IdempotencyKey, Since: ev.Time.UTC(), EventID: ev.ID,
+			}
+			if n.AwaitingTool.Tool == "" {
+				n.AwaitingTool.Tool = stepTool(before.Context.Plan, pc.StepIndex)
+			}
+		}
+	case fsm.ToolCallCompleted, fsm.ToolCallFailed, fsm.StepCompleted:
+		idx := -1
+		switch b := ev.Body.(type) {
+		case *fsm.ToolCallResultBody:
+			idx = b.StepIndex
+		case *fsm.StepCompletedBody:
+			idx = b.StepIndex
+		}
+		n.CompletedSteps = appendCopy(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
+		n.StepCount = len(n.CompletedSteps)
+		if ev.Type == fsm.ToolCallFailed {
+			n.FailedSteps++
+		}
+		if ev.Type != fsm.StepCompleted {
+			if tool := stepTool(before.Context.Plan, idx); tool != "" && !contains(n.ToolsUsed, tool) {
+				n.ToolsUsed = appendCopy(n.ToolsUsed, tool)
+			}
+		}
+		n.NextSteps = remainingSteps(after.Context.Plan)
+	}
+	if after.Context.PendingCall == nil {
+		n.AwaitingTool = nil
+	}
+	if after.State == fsm.StateReasoning || after.State.IsTerminal() {
+		// Reasoning means the plan is done or superseded; a terminal task has
+		// nothing left to do.
+		n.NextSteps = nil
+	}
+	n.State = after.State
+	n.Iteration = after.Context.Iteration
+	n.Complete = after.State == fsm.StateCompleted
+	n.UpdatedAt = ev.Time.UTC()
+}
+
+func remainingSteps(p *fsm.Plan) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for i := range p.Steps {
+		if !p.Steps[i].Completed {
+			out = append(out, describeStep(&p.Steps[i]))
+		}
+	}
+	return out
+}
+
+func stepDescription(p *fsm.Plan, idx int) string {
+	if p == nil || idx < 0 || idx >= len(p.Steps) {
+		return "step"
+	}
+	return describeStep(&p.Steps[idx])
+}
+
+func stepTool(p *fsm.Plan, idx int) string {
+	if p == nil || idx < 0 || idx >= len(p.Steps) {
+		return ""
+	}
+	return p.Steps[idx].Tool()
+}
+
+// describeStep is a step's description, or its kind and tool when the
+// planner gave none.
+func describeStep(s *fsm.PlanStep) string {
+	if s.Description != "" {
+		return s.Description
+	}
+	if tool := s.Tool(); tool != "" {
+		return string(s.ActionType) + " " + tool
+	}
+	return string(s.ActionType)
+}
+
+// appendCopy appends to a fresh array so that earlier Progress values that
+// share s never see the new element written into their spare capacity.
+func appendCopy(s []string, v string) []string {
+	out := make([]string, len(s), len(s)+1)
+	copy(out, s)
+	return append(out, v)
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Encode returns the canonical encoding of p.
+func (p *Progress) Encode() ([]byte, error) { return marshal(p) }
+
+// DecodeProgress decodes an encoding written by Progress.Encode.
+func DecodeProgress(data []byte) (Progress, error) {
+	var p Progress
+	if err := unmarshal(data, &p); err != nil {
+		return Progress{}, err
+	}
+	p.UpdatedAt = p.UpdatedAt.UTC()
+	if p.AwaitingTool != nil {
+		p.AwaitingTool.Since = p.AwaitingTool.Since.UTC()
+	}
+	return p, nil
+}

@@ -1,0 +1,199 @@
+package projection
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// ErrTaskNotFound is returned by Registry.Get (and by the replay queries) for
+// a task id that is not known.
+var ErrTaskNotFound = errors.New("projection: task not found")
+
+// ErrTaskExists is returned by Registry.Register for an id already present.
+var ErrTaskExists = errors.New("projection: task already registered")
+
+// Registry is the TaskRegistry of the task spec: the tasks the fold holds in
+// memory. A task enters it when its TASK_CREATED is folded and changes only
+// when a later event of its stream is folded; nothing else writes to it.
+//
+// "Active" here means what the spec means for the registry: not terminal
+// (idle, reasoning, acting or suspended). Terminal tasks stay until
+// CleanupTerminal, which the replay layer calls once they are persisted;
+// they stay queryable from the persisted read model after that.
+//
+// Tasks are held and handed out as values. A returned task shares slices
+// and maps with the registry's copy (fsm.Apply's append semantics): read it
+// freely, and call Task.Clone before changing it. Not safe for concurrent
+// use; replay.View wraps it with a lock.
+type Registry struct {
+	slots   map[string]*slot
+	byState [len(stateIndex)]int // counts, indexed by stateSlot
+}
+
+// slot holds one task in memory with what the Set keeps beside it, so
+// that folding an event costs one map lookup.
+type slot struct {
+	task     fsm.Task
+	progress Progress // valid when hasProg
+	hasProg  bool
+	dirty    bool // changed since the last Flushed
+}
+
+// stateIndex orders the states for per-state counters.
+var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended, fsm.StateCompleted, fsm.StateFailed}
+
+func stateSlot(s fsm.State) int {
+	switch s {
+	case fsm.StateIdle, "":
+		return 0
+	case fsm.StateReasoning:
+		return 1
+	case fsm.StateActing:
+		return 2
+	case fsm.StateSuspended:
+		return 3
+	case fsm.StateCompleted:
+		return 4
+	default:
+		return 5
+	}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{slots: map[string]*slot{}} }
+
+// Register adds a task. It refuses an empty id and an id already present.
+func (r *Registry) Register(t fsm.Task) error {
+	if t.ID == "" {
+		return fmt.Errorf("projection: register: empty task id")
+	}
+	if _, ok := r.slots[t.ID]; ok {
+		return fmt.Errorf("%w: %s", ErrTaskExists, t.ID)
+	}
+	r.put(t)
+	return nil
+}
+
+// put inserts or replaces a task, keeping the counters right, and returns
+// its slot.
+func (r *Registry) put(t fsm.Task) *slot {
+	sl, ok := r.slots[t.ID]
+	if !ok {
+		sl = &slot{}
+		r.slots[t.ID] = sl
+	} else {
+		r.byState[stateSlot(sl.task.State)]--
+	}
+	sl.task = t
+	r.byState[stateSlot(t.State)]++
+	return sl
+}
+
+// set replaces the task of an existing slot.
+func (r *Registry) set(sl *slot, t fsm.Task) {
+	r.byState[stateSlot(sl.task.State)]--
+	sl.task = t
+	r.byState[stateSlot(t.State)]++
+}
+
+// Get returns the task with id, or an error wrapping ErrTaskNotFound.
+func (r *Registry) Get(id string) (fsm.Task, error) {
+	sl, ok := r.slots[id]
+	if !ok {
+		return fsm.Task{}, fmt.Errorf("%w: %s", ErrTaskNotFound, id)
+	}
+	return sl.task, nil
+}
+
+// GetOrNil returns a pointer to a copy of the task with id, or nil.
+func (r *Registry) GetOrNil(id string) *fsm.Task {
+	sl, ok := r.slots[id]
+	if !ok {
+		return nil
+	}
+	t := sl.task
+	return &t
+}
+
+// Has reports whether the task with id is in memory.
+func (r *Registry) Has(id string) bool {
+	_, ok := r.slots[id]
+	return ok
+}
+
+// Remove drops the task with id from memory; it reports whether it was
+// there.
+func (r *Registry) Remove(id string) bool {
+	sl, ok := r.slots[id]
+	if !ok {
+		return false
+	}
+	r.byState[stateSlot(sl.task.State)]--
+	delete(r.slots, id)
+	return true
+}
+
+// ListActive returns the non-terminal tasks ordered by id, which is creation
+// order (task ids are ULIDs).
+func (r *Registry) ListActive() []fsm.Task {
+	return r.list(func(t *fsm.Task) bool { return !t.State.IsTerminal() })
+}
+
+// ListAll returns every task in memory ordered by id.
+func (r *Registry) ListAll() []fsm.Task {
+	return r.list(func(*fsm.Task) bool { return true })
+}
+
+// ListState returns the tasks in memory in any of the given states, ordered
+// by id.
+func (r *Registry) ListState(states ...fsm.State) []fsm.Task {
+	return r.list(func(t *fsm.Task) bool {
+		for _, s := range states {
+			if t.State == s {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (r *Registry) list(keep func(*fsm.Task) bool) []fsm.Task {
+	out := make([]fsm.Task, 0, len(r.slots))
+	for _, sl := range r.slots {
+		if keep(&sl.task) {
+			out = append(out, sl.task)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// CleanupTerminal removes every completed or failed task from memory and
+// returns their ids in order.
+func (r *Registry) CleanupTerminal() []string {
+	var ids []string
+	for id, sl := range r.slots {
+		if sl.task.State.IsTerminal() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r.Remove(id)
+	}
+	return ids
+}
+
+// ActiveCount returns the number of non-terminal tasks.
+func (r *Registry) ActiveCount() int {
+	return r.byState[0] + r.byState[1] + r.byState[2] + r.byState[3]
+}
+
+// Count returns the number of tasks in memory in state s.
+func (r *Registry) Count(s fsm.State) int { return r.byState[stateSlot(s)] }
+
+// Len returns the number of tasks in memory.
+func (r *Registry) Len() int { return len(r.slots) }

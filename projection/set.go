@@ -1,0 +1,300 @@
+package projection
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Version is the code version of the projections in this package. Bump it
+// whenever a fold here changes what it produces for the same events (a new
+// field in Progress, a different stats bucket, ...): persisted projections
+// written under another version are rebuilt from zero at start.
+//
+// Persisted: compared with the version stored beside the projections.
+const Version = 1
+
+// The streams that are not tasks. Every stream whose name starts with "$"
+// is reserved; a task's stream is named by its id.
+const (
+	InputsStream = "$inputs" // external inputs that create tasks
+	SystemStream = "$system" // daemon lifecycle: SYSTEM_STARTED, SYSTEM_STOPPED
+)
+
+// StreamKind says which read models an event feeds.
+type StreamKind uint8
+
+const (
+	KindTask   StreamKind = iota // a task's own stream: fsm, tasks, progress, stats
+	KindInputs                   // InputsStream: stats
+	KindMemory                   // MemoryStream: memory, stats
+	KindSystem                   // SystemStream: stats
+	KindOther                    // another reserved "$" stream: counted, otherwise ignored
+)
+
+func (k StreamKind) String() string {
+	switch k {
+	case KindTask:
+		return "task"
+	case KindInputs:
+		return "inputs"
+	case KindMemory:
+		return "memory"
+	case KindSystem:
+		return "system"
+	}
+	return "other"
+}
+
+// KindOf classifies a stream name.
+func KindOf(stream string) StreamKind {
+	if !strings.HasPrefix(stream, "$") {
+		return KindTask
+	}
+	switch stream {
+	case InputsStream:
+		return KindInputs
+	case MemoryStream:
+		return KindMemory
+	case SystemStream:
+		return KindSystem
+	}
+	return KindOther
+}
+
+// Options configures a Set.
+type Options struct {
+	// SnapshotEvery makes Apply queue a snapshot of a task each time its
+	// stream version reaches a multiple of it; 0 queues none (folds that
+	// persist nothing). The replay layer writes the queue with each
+	// checkpoint.
+	SnapshotEvery uint64
+	// Stats bounds the stats projection.
+	Stats StatsOptions
+}
+
+// Change is what folding one event did. Before and After are the task
+// around a task event (Before is the zero Task for TASK_CREATED); they
+// share memory with the registry's copy, so treat them as read-only.
+type Change struct {
+	Event  fsm.Event
+	Kind   StreamKind
+	Before fsm.Task
+	After  fsm.Task
+	// Err is set when the fold refused the event: the fsm said the
+	// transition is illegal or the event malformed, or the body could not
+	// be decoded. Nothing but the event counters changed.
+	Err error
+	// Warn is set when the event was applied but is suspect (a memory patch
+	// whose recorded result disagrees with its own old and new text).
+	Warn error
+}
+
+// Refused reports whether the fold refused the event.
+func (c *Change) Refused() bool { return c.Err != nil }
+
+// Moved reports whether the event changed a task's state.
+func (c *Change) Moved() bool {
+	return c.Kind == KindTask && c.Err == nil && c.Before.State != c.After.State
+}
+
+// Set is every read model, folded together one event at a time: the task
+// registry (through fsm.Apply), progress, stats and memory. Apply is the
+// single step of the fold; replay.Fold is its only loop. Set also tracks
+// what changed since the last checkpoint, so that the replay layer can
+// persist exactly that (Pending, Flushed). It is pure and not safe for
+// concurrent use.
+type Set struct {
+	opts   Options
+	tasks  *Registry // with each task's progress and changed flag
+	stats  *Stats
+	memory *Memory
+	seq    uint64
+
+	dirty     []*slot // changed since the last Flushed, once each
+	snapshots []fsm.Task
+}
+
+// NewSet returns an empty Set: the state before the first event.
+func NewSet(o Options) *Set {
+	o.Stats = o.Stats.EnsureDefaults()
+	return &Set{opts: o, tasks: NewRegistry(), stats: NewStats(o.Stats), memory: NewMemory()}
+}
+
+// Restore builds a Set from persisted state: the sequence it reflects, the
+// stats and the memory. Tasks are put back with RestoreTask.
+func Restore(o Options, seq uint64, stats *Stats, memory *Memory) *Set {
+	s := NewSet(o)
+	s.seq = seq
+	if stats != nil {
+		s.stats = stats
+	}
+	if memory != nil {
+		s.memory = memory
+	}
+	return s
+}
+
+// RestoreTask puts back a task (and its progress, nil if none) loaded from
+// the persisted read model: an active task at start, or a terminal task
+// that receives a late fact. It is not marked changed.
+func (s *Set) RestoreTask(t fsm.Task, p *Progress) {
+	sl := s.tasks.put(t)
+	if p != nil {
+		sl.progress, sl.hasProg = *p, true
+	}
+}
+
+// Options returns the options of the Set.
+func (s *Set) Options() Options { return s.opts }
+
+// Seq returns the global sequence of the last event folded, 0 for none.
+func (s *Set) Seq() uint64 { return s.seq }
+
+// Tasks returns the task registry. Callers must not change it: tasks change
+// only through Apply.
+func (s *Set) Tasks() *Registry { return s.tasks }
+
+// Stats returns the stats projection.
+func (s *Set) Stats() *Stats { return s.stats }
+
+// Memory returns the memory projection.
+func (s *Set) Memory() *Memory { return s.memory }
+
+// Progress returns the progress of a task in memory.
+func (s *Set) Progress(id string) (Progress, bool) {
+	sl, ok := s.tasks.slots[id]
+	if !ok || !sl.hasProg {
+		return Progress{}, false
+	}
+	return sl.progress, true
+}
+
+// NeedsTask reports whether folding an event at version of stream
+// requires a task that is not in memory: any event after a stream's first
+// whose task has been evicted. The replay layer then loads the task
+// (RestoreTask) before Apply, so that a fold with evictions refuses and
+// accepts exactly what a fold from zero does.
+func (s *Set) NeedsTask(stream string, version uint64) bool {
+	return version > 1 && KindOf(stream) == KindTask && !s.tasks.Has(stream)
+}
+
+// Apply folds one event into every read model and says what it did. It
+// never panics and never fails: an event the fsm refuses leaves every read
+// model as it was (but the event counters) and is reported in Change.Err,
+// so that a fold from zero and a fold from a checkpoint refuse the same
+// events and agree.
+func (s *Set) Apply(ev fsm.Event) Change {
+	ch := Change{Event: ev, Kind: KindOf(ev.Stream)}
+	s.seq = ev.Seq
+	switch ch.Kind {
+	case KindTask:
+		sl := s.tasks.slots[ev.Stream]
+		if sl != nil {
+			ch.Before = sl.task
+		}
+		after, err := fsm.Apply(ch.Before, ev)
+		if err != nil {
+			ch.After, ch.Err = ch.Before, err
+			break
+		}
+		ch.After = after
+		if sl == nil {
+			sl = s.tasks.put(after)
+		} else {
+			s.tasks.set(sl, after)
+		}
+		applyProgress(&sl.progress, !sl.hasProg, ev, &ch.Before, &ch.After)
+		sl.hasProg = true
+		s.stats.task(ev, &ch.Before, &ch.After)
+		if !sl.dirty {
+			sl.dirty = true
+			s.dirty = append(s.dirty, sl)
+		}
+		if n := s.opts.SnapshotEvery; n > 0 && after.Version%n == 0 {
+			s.snapshots = append(s.snapshots, after)
+		}
+	case KindMemory:
+		err := s.memory.Apply(ev)
+		if _, ok := err.(*PatchMismatchError); ok {
+			ch.Warn = err
+		} else if err != nil {
+			ch.Err = err
+			break
+		}
+		s.stats.s.MemoryEvents++
+	case KindInputs:
+		s.stats.input(ev)
+	case KindSystem:
+		s.stats.system(ev)
+	}
+	s.stats.event(ev, ch.Err != nil)
+	return ch
+}
+
+// Refuse records an event that could not even be decoded: only the
+// sequence and the event counters move. err says why.
+func (s *Set) Refuse(ev fsm.Event, err error) Change {
+	s.seq = ev.Seq
+	s.stats.event(ev, true)
+	ch := Change{Event: ev, Kind: KindOf(ev.Stream), Err: err}
+	if ch.Kind == KindTask {
+		if sl := s.tasks.slots[ev.Stream]; sl != nil {
+			ch.Before, ch.After = sl.task, sl.task
+		}
+	}
+	return ch
+}
+
+// TaskRecord is what the replay layer persists for one changed task.
+type TaskRecord struct {
+	Task     fsm.Task
+	Progress *Progress
+	Summary  Summary
+}
+
+// Pending is everything that changed since the last Flushed: what a
+// checkpoint must write, together with Seq, in one atomic batch.
+type Pending struct {
+	Seq       uint64
+	Tasks     []TaskRecord // changed tasks, by id
+	Snapshots []fsm.Task   // queued snapshots, in fold order
+	Stats     *Stats       // always written: every event moves its counters
+	// Facts are the memory facts changed, Episodes the episodes recorded.
+	Facts    []Fact
+	Episodes []Episode
+}
+
+// Pending returns what changed since the last Flushed. It does not change
+// the Set.
+func (s *Set) Pending() Pending {
+	p := Pending{Seq: s.seq, Snapshots: s.snapshots, Stats: s.stats}
+	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
+	for _, sl := range s.dirty {
+		r := TaskRecord{Task: sl.task, Summary: Summarize(&sl.task)}
+		if sl.hasProg {
+			pr := sl.progress
+			r.Progress = &pr
+		}
+		p.Tasks = append(p.Tasks, r)
+	}
+	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Task.ID < p.Tasks[j].Task.ID })
+	p.Facts, p.Episodes = s.memory.Changes()
+	return p
+}
+
+// Flushed tells the Set that Pending was persisted: it forgets what
+// changed, drops the snapshot queue and evicts terminal tasks (and their
+// progress) from memory, returning their ids. They stay in the persisted
+// read model, and a late fact for one is folded after RestoreTask.
+func (s *Set) Flushed() []string {
+	for _, sl := range s.dirty {
+		sl.dirty = false
+	}
+	clear(s.dirty) // drop the pointers: evicted slots must not stay reachable
+	s.dirty = s.dirty[:0]
+	s.snapshots = nil
+	s.memory.ClearChanges()
+	return s.tasks.CleanupTerminal()
+}

@@ -1,0 +1,114 @@
+package projection
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Summary is the small per-task record that task lists are served from (the
+// HTTP API's GET /v1/tasks and `pegasus-replay tasks`). It is derived from
+// the task alone, persisted next to it, and cheap to scan.
+type Summary struct {
+	ID        string    `msgpack:"id" json:"task_id"`
+	Type      string    `msgpack:"type" json:"type"`
+	State     fsm.State `msgpack:"state" json:"state"`
+	Source    string    `msgpack:"source" json:"source"`
+	Priority  int       `msgpack:"priority" json:"priority"`
+	CreatedAt time.Time `msgpack:"created_at" json:"created_at"`
+	UpdatedAt time.Time `msgpack:"updated_at" json:"updated_at"`
+	Iteration int       `msgpack:"iteration" json:"iterations"`
+	Events    uint64    `msgpack:"events" json:"events"` // the stream version: events folded into the task
+	Seq       uint64    `msgpack:"seq" json:"seq"`       // global sequence of the task's last event
+	Input     string    `msgpack:"input" json:"input"`   // the input text, cut to MaxSummaryText bytes
+	Error     string    `msgpack:"error" json:"error,omitempty"`
+}
+
+// MaxSummaryText bounds the text fields of a Summary, in bytes.
+const MaxSummaryText = 120
+
+// Summarize returns the summary of a task.
+func Summarize(t *fsm.Task) Summary {
+	return Summary{
+		ID: t.ID, Type: t.Type, State: t.State, Source: t.Context.Source, Priority: t.Priority,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
+		Events: t.Version, Seq: t.Seq,
+		Input: cut(t.Context.InputText, MaxSummaryText), Error: cut(t.Context.Error, MaxSummaryText),
+	}
+}
+
+// cut shortens s to at most n bytes on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+// Encode returns the canonical encoding of s.
+func (s *Summary) Encode() ([]byte, error) { return marshal(s) }
+
+// DecodeSummary decodes an encoding written by Summary.Encode.
+func DecodeSummary(data []byte) (Summary, error) {
+	var s Summary
+	if err := unmarshal(data, &s); err != nil {
+		return Summary{}, err
+	}
+	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+	return s, nil
+}
+
+// Filter selects tasks for a list. Every set field must match; an empty
+// list or a nil bound matches everything.
+type Filter struct {
+	States  []fsm.State `json:"states,omitempty"`
+	Types   []string    `json:"types,omitempty"`
+	Sources []string    `json:"sources,omitempty"`
+	// MinPriority and MaxPriority bound the priority, inclusive.
+	MinPriority *int `json:"min_priority,omitempty"`
+	MaxPriority *int `json:"max_priority,omitempty"`
+	// CreatedFrom (inclusive) and CreatedTo (exclusive) bound the creation
+	// time; zero means unbounded.
+	CreatedFrom time.Time `json:"created_from,omitzero"`
+	CreatedTo   time.Time `json:"created_to,omitzero"`
+}
+
+// Match reports whether s passes the filter.
+func (f *Filter) Match(s *Summary) bool {
+	if len(f.States) > 0 && !in(f.States, s.State) {
+		return false
+	}
+	if len(f.Types) > 0 && !in(f.Types, s.Type) {
+		return false
+	}
+	if len(f.Sources) > 0 && !in(f.Sources, s.Source) {
+		return false
+	}
+	if f.MinPriority != nil && s.Priority < *f.MinPriority {
+		return false
+	}
+	if f.MaxPriority != nil && s.Priority > *f.MaxPriority {
+		return false
+	}
+	if !f.CreatedFrom.IsZero() && s.CreatedAt.Before(f.CreatedFrom) {
+		return false
+	}
+	if !f.CreatedTo.IsZero() && !s.CreatedAt.Before(f.CreatedTo) {
+		return false
+	}
+	return true
+}
+
+func in[T comparable](list []T, v T) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,171 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// Change is what folding one committed event did: the raw event as stored
+// and, embedded, the decoded event with the task before and after it (see
+// projection.Change). Before and After share memory with the View: treat
+// them as read-only (fsm.Task.Clone to change a copy).
+type Change struct {
+	Raw eventlog.Event
+	projection.Change
+}
+
+// FoldOptions configures one call of Fold.
+type FoldOptions struct {
+	// Bound stops the fold (inclusive); the zero Bound folds to the end of
+	// the source.
+	Bound Bound
+	// OnChange, if set, is called after each event is folded, in order,
+	// without the View's lock held (it may query the View). Returning an
+	// error stops the fold with that error. The live follower's hook is
+	// one.
+	OnChange func(*Change) error
+}
+
+// FoldResult says what one call of Fold did.
+type FoldResult struct {
+	From, To uint64 // first and last sequence folded; 0 when none
+	Events   int    // events folded
+	Refused  int    // of which the fold refused (see View.Issues)
+	// Gaps counts jumps in the sequence (an event whose Seq is not the
+	// previous one plus one). A Pebble log has none (it reports a missing
+	// record as corruption); a filtered export has them by design.
+	Gaps     int
+	FirstGap uint64 // the first sequence missing, 0 when none
+	// Reached reports that the fold stopped because of its Bound.
+	Reached bool
+}
+
+// Fold is the one fold loop of Pegasus. It reads src from the View's
+// position (v.Seq()+1) and folds every event, through fsm.Apply and the
+// projections, into v, up to opts.Bound or the end of src. Recovery
+// (Open), the live follower (Follow), verify, the per-task queries (StateAt,
+// Timeline) and every CLI command call it; nothing else folds.
+//
+// Events at or below v.Seq() are skipped, so any source can be folded into
+// a View that already holds its prefix. An event the fsm refuses does not
+// stop the fold (it is counted and listed in View.Issues); a source error
+// (corruption, I/O, a cancelled context) does, and is returned with the
+// result so far. A View that persists checkpoints every
+// Options.CheckpointEvery events as it goes. Fold never calls a model or a
+// tool: it only folds recorded facts.
+//
+// One fold at a time per View: a concurrent Fold or Follow on the same View
+// returns ErrBusy.
+func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResult, error) {
+	if !v.folding.CompareAndSwap(false, true) {
+		return FoldResult{}, ErrBusy
+	}
+	defer v.folding.Store(false)
+	var res FoldResult
+	b := opts.Bound
+	if r, ok := src.(Reader); ok && b.hasID() {
+		rb, err := b.resolve(ctx, r)
+		if err != nil {
+			return res, err
+		}
+		b = rb
+	}
+	last := v.Seq()
+	if b.Seq != 0 && b.Seq <= last {
+		res.Reached = true
+		return res, nil
+	}
+	it := src.Events(ctx, last+1)
+	defer it.Close()
+	var ch Change // one for the whole loop: OnChange takes its address
+	for n := 0; it.Next(); n++ {
+		if n&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+		}
+		ev := it.Event()
+		if ev.Seq <= last {
+			continue
+		}
+		in, stop := b.admit(&ev)
+		if !in {
+			res.Reached = true
+			break
+		}
+		if ev.Seq != last+1 {
+			if res.Gaps == 0 {
+				res.FirstGap = last + 1
+			}
+			res.Gaps++
+		}
+		var err error
+		if ch, err = v.step(ctx, ev); err != nil {
+			return res, err
+		}
+		last = ev.Seq
+		if res.From == 0 {
+			res.From = ev.Seq
+		}
+		res.To = ev.Seq
+		res.Events++
+		if ch.Err != nil {
+			res.Refused++
+		}
+		if opts.OnChange != nil {
+			if err := opts.OnChange(&ch); err != nil {
+				return res, err
+			}
+		}
+		if stop {
+			res.Reached = true
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		return res, err
+	}
+	if b.hasID() && !res.Reached {
+		return res, fmt.Errorf("%w: %s", ErrBoundNotFound, b.ID)
+	}
+	return res, nil
+}
+
+// ErrBusy is returned by Fold and Follow when another fold is running on
+// the same View.
+var ErrBusy = errors.New("replay: another fold is running on this view")
+
+// Decode turns a stored event into the event the fsm and the projections
+// fold: the envelope plus the decoded body. Memory events decode with
+// projection.DecodeMemory, everything else with fsm.Decode. Event types
+// this build has no body for are an error on task, inputs and memory
+// streams, and carry no body on $system and other reserved streams (they
+// are counted, never interpreted). On error the envelope is still filled
+// in, so the fold can record the refusal where it happened.
+func Decode(ev eventlog.Event) (fsm.Event, error) {
+	fe := fsm.Event{
+		ID: ev.ID, Type: fsm.EventType(ev.Type), Time: ev.Time, Stream: ev.Stream,
+		Version: ev.Version, Seq: ev.Seq, Causation: ev.Causation, Correlation: ev.Correlation,
+	}
+	var err error
+	switch projection.KindOf(ev.Stream) {
+	case projection.KindMemory:
+		fe.Body, err = projection.DecodeMemory(fe.Type, ev.Schema, ev.Body)
+	case projection.KindSystem, projection.KindOther:
+		fe.Body, err = fsm.Decode(fe.Type, ev.Schema, ev.Body)
+		if errors.Is(err, fsm.ErrUnknownEvent) {
+			fe.Body, err = nil, nil
+		}
+	default:
+		fe.Body, err = fsm.Decode(fe.Type, ev.Schema, ev.Body)
+	}
+	if err != nil {
+		fe.Body = nil
+	}
+	return fe, err
+}

@@ -1,0 +1,109 @@
+package replay
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// Options configures a View. A nil *Options means all defaults.
+type Options struct {
+	// SnapshotEvery writes a snapshot of a task each time its stream version
+	// reaches a multiple of it, so that the state of a long task at any
+	// point is a snapshot read plus at most SnapshotEvery-1 events. Typical
+	// tasks have 5 to 30 events; a snapshot costs one encoded task.
+	//
+	// The default value is 32.
+	SnapshotEvery uint64
+
+	// CheckpointEvery is how many events a persisting View folds between
+	// automatic checkpoints. A checkpoint writes every changed task, the
+	// stats, the memory and the sequence in one synced batch, and evicts
+	// terminal tasks from memory, so it bounds both the tail a restart
+	// refolds and the memory a long fold uses.
+	//
+	// The default value is 10000.
+	CheckpointEvery int
+
+	// Stats bounds the stats projection (window, distinct keys). Changing it
+	// rebuilds the persisted projections at the next start.
+	//
+	// The default value is the projection.StatsOptions defaults.
+	Stats projection.StatsOptions
+
+	// ReadOnly never writes projections: for the CLI on a data directory or
+	// a checkpoint copy. Persisted projections are still read when they
+	// match this build, so the tail is all that is folded. A log opened
+	// read-only implies it.
+	//
+	// The default value is false.
+	ReadOnly bool
+
+	// MaxIssues bounds how many refused events a View keeps for Issues.
+	// They are all counted.
+	//
+	// The default value is 100.
+	MaxIssues int
+
+	// Logger receives recovery and checkpoint messages.
+	//
+	// The default value is a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with their default values and returns o.
+// It is safe to call on a nil receiver, which returns a new Options.
+func (o *Options) EnsureDefaults() *Options {
+	if o == nil {
+		o = &Options{}
+	}
+	if o.SnapshotEvery == 0 {
+		o.SnapshotEvery = 32
+	}
+	if o.CheckpointEvery == 0 {
+		o.CheckpointEvery = 10000
+	}
+	o.Stats = o.Stats.EnsureDefaults()
+	if o.MaxIssues == 0 {
+		o.MaxIssues = 100
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	switch {
+	case o.CheckpointEvery < 0:
+		return fmt.Errorf("replay: CheckpointEvery is %d; it must be positive", o.CheckpointEvery)
+	case o.MaxIssues < 0:
+		return fmt.Errorf("replay: MaxIssues is %d; it must be positive", o.MaxIssues)
+	case o.Stats.Window < 1 || o.Stats.Window > 7*24*60:
+		return fmt.Errorf("replay: Stats.Window is %d minutes; it must be 1 to 10080", o.Stats.Window)
+	case o.Stats.MaxKeys < 1 || o.Stats.MaxKeys > 1<<16:
+		return fmt.Errorf("replay: Stats.MaxKeys is %d; it must be 1 to 65536", o.Stats.MaxKeys)
+	}
+	return nil
+}
+
+// copy returns a copy of o (a new Options for nil), so that defaults
+// never write into the caller's value.
+func (o *Options) copy() *Options {
+	if o == nil {
+		return &Options{}
+	}
+	c := *o
+	return &c
+}
+
+func (o *Options) setOptions(persist bool) projection.Options {
+	po := projection.Options{Stats: o.Stats}
+	if persist {
+		po.SnapshotEvery = o.SnapshotEvery
+	}
+	return po
+}

@@ -1,0 +1,302 @@
+package replay
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// The persisted projections live in the log's aux key space (eventlog
+// WriteAux) under "proj/". Keys, relative to the aux namespace:
+//
+//	proj/meta                         meta                 format, identity, the seq reflected
+//	proj/stats                        projection.Stats
+//	proj/mf/<path>                    projection.Fact      one long-term memory fact
+//	proj/me/<seq (8)>                 projection.Episode   one episode, by the seq that recorded it
+//	proj/t/<task id>                  fsm.EncodeTask       every task, as of its last change
+//	proj/s/<task id>                  projection.Summary   what task lists scan
+//	proj/g/<task id>                  projection.Progress
+//	proj/a/<task id>                  (empty)              non-terminal tasks: loaded at start
+//	proj/n/<task id> 0x00 <ver (8)>   fsm.EncodeTask       per-task snapshot at stream version ver
+//
+// Integers are big-endian. A checkpoint writes everything that changed
+// since the previous one and the meta in ONE synced batch, so a crash
+// leaves either the old or the new checkpoint, never a mix. Task ids are
+// ULID strings (no 0x00).
+var (
+	keyPrefix   = []byte("proj/")
+	keyMeta     = []byte("proj/meta")
+	keyStats    = []byte("proj/stats")
+	prefFact    = "proj/mf/"
+	prefEpisode = "proj/me/"
+	prefTask    = "proj/t/"
+	prefSum     = "proj/s/"
+	prefProg    = "proj/g/"
+	prefActive  = "proj/a/"
+	prefSnap    = "proj/n/"
+)
+
+// FormatVersion is the layout of the persisted projections. A change to
+// the key layout bumps it; like projection.Version, a mismatch means
+// rebuild.
+//
+// Persisted: stored in proj/meta.
+const FormatVersion = 1
+
+// meta is the value of proj/meta.
+type meta struct {
+	Format   int    `msgpack:"format"`
+	Identity string `msgpack:"identity"`
+	Seq      uint64 `msgpack:"seq"`
+}
+
+func taskKey(prefix, id string) []byte { return append([]byte(prefix), id...) }
+
+func snapKey(id string, version uint64) []byte {
+	k := append([]byte(prefSnap), id...)
+	k = append(k, 0)
+	return binary.BigEndian.AppendUint64(k, version)
+}
+
+func snapPrefix(id string) []byte { return append(append([]byte(prefSnap), id...), 0) }
+
+// store reads and writes the persisted projections of one log.
+type store struct {
+	log *eventlog.Log
+}
+
+// load returns the persisted projections as a Set holding the active
+// tasks, or (nil, reason) when they must be rebuilt from zero. An I/O error
+// is returned as is.
+func (s *store) load(o projection.Options, identity string, head uint64) (*projection.Set, string, error) {
+	raw, err := s.log.GetAux(keyMeta)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return nil, "no persisted projections", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("replay: reading projections: %w", err)
+	}
+	var m meta
+	if err := msgpack.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Sprintf("unreadable projection meta: %v", err), nil
+	}
+	switch {
+	case m.Format != FormatVersion:
+		return nil, fmt.Sprintf("projection layout %d, this build writes %d", m.Format, FormatVersion), nil
+	case m.Identity != identity:
+		return nil, fmt.Sprintf("projections built by %q, this build is %q", m.Identity, identity), nil
+	case m.Seq > head:
+		return nil, fmt.Sprintf("projections at seq %d are ahead of the log head %d", m.Seq, head), nil
+	}
+	stats, err := s.getStats(o.Stats)
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	mem, err := s.getMemory()
+	if err != nil {
+		return nil, err.Error(), nil
+	}
+	set := projection.Restore(o, m.Seq, stats, mem)
+	it := s.log.ScanAux([]byte(prefActive))
+	defer it.Close()
+	for it.Next() {
+		id := string(it.Key()[len(prefActive):])
+		t, p, err := s.loadTask(id, true)
+		if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
+			return nil, fmt.Sprintf("active task %s: %v", id, err), nil
+		}
+		if err != nil {
+			return nil, "", err
+		}
+		set.RestoreTask(t, p)
+	}
+	if err := it.Err(); err != nil {
+		return nil, "", fmt.Errorf("replay: reading projections: %w", err)
+	}
+	return set, "", nil
+}
+
+func fsmMalformed(err error) bool {
+	return errors.Is(err, fsm.ErrMalformed) || errors.Is(err, projection.ErrMalformed)
+}
+
+func (s *store) getStats(o projection.StatsOptions) (*projection.Stats, error) {
+	raw, err := s.log.GetAux(keyStats)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return projection.NewStats(o), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return projection.DecodeStats(raw, o)
+}
+
+// getMemory reads the persisted memory projection.
+func (s *store) getMemory() (*projection.Memory, error) {
+	var facts []projection.Fact
+	var episodes []projection.Episode
+	it := s.log.ScanAux([]byte(prefFact))
+	for it.Next() {
+		f, err := projection.DecodeFact(it.Value())
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("memory fact %q: %w", it.Key(), err)
+		}
+		facts = append(facts, f)
+	}
+	err := it.Err()
+	it.Close()
+	if err != nil {
+		return nil, err
+	}
+	it = s.log.ScanAux([]byte(prefEpisode))
+	defer it.Close()
+	for it.Next() {
+		e, err := projection.DecodeEpisode(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("memory episode %q: %w", it.Key(), err)
+		}
+		episodes = append(episodes, e)
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return projection.RestoreMemory(facts, episodes), nil
+}
+
+func episodeKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte(prefEpisode), seq) }
+
+// loadTask reads a persisted task (and its progress if withProgress).
+func (s *store) loadTask(id string, withProgress bool) (fsm.Task, *projection.Progress, error) {
+	raw, err := s.log.GetAux(taskKey(prefTask, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return fsm.Task{}, nil, fmt.Errorf("%w: %s", projection.ErrTaskNotFound, id)
+	}
+	if err != nil {
+		return fsm.Task{}, nil, err
+	}
+	t, err := fsm.DecodeTask(raw)
+	if err != nil {
+		return fsm.Task{}, nil, fmt.Errorf("replay: persisted task %s: %w", id, err)
+	}
+	if !withProgress {
+		return t, nil, nil
+	}
+	raw, err = s.log.GetAux(taskKey(prefProg, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return t, nil, nil
+	}
+	if err != nil {
+		return fsm.Task{}, nil, err
+	}
+	p, err := projection.DecodeProgress(raw)
+	if err != nil {
+		return fsm.Task{}, nil, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
+	}
+	return t, &p, nil
+}
+
+// restoreTask puts an evicted task back into set before one of its events
+// is folded. A task never persisted (its stream began with a refused
+// event) is left out: the fold then refuses the event as it would from
+// zero.
+func (s *store) restoreTask(set *projection.Set, id string) error {
+	t, p, err := s.loadTask(id, true)
+	if errors.Is(err, projection.ErrTaskNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("replay: loading evicted task: %w (run verify; delete the proj/ keys to rebuild)", err)
+	}
+	set.RestoreTask(t, p)
+	return nil
+}
+
+// write persists a checkpoint in one synced batch.
+func (s *store) write(ctx context.Context, p *projection.Pending, identity string) error {
+	type kv struct{ k, v []byte }
+	var sets []kv
+	var dels [][]byte
+	for i := range p.Tasks {
+		r := &p.Tasks[i]
+		id := r.Task.ID
+		tb, err := fsm.EncodeTask(r.Task)
+		if err != nil {
+			return err
+		}
+		sb, err := r.Summary.Encode()
+		if err != nil {
+			return err
+		}
+		sets = append(sets, kv{taskKey(prefTask, id), tb}, kv{taskKey(prefSum, id), sb})
+		if r.Progress != nil {
+			pb, err := r.Progress.Encode()
+			if err != nil {
+				return err
+			}
+			sets = append(sets, kv{taskKey(prefProg, id), pb})
+		}
+		if r.Task.State.IsTerminal() {
+			dels = append(dels, taskKey(prefActive, id))
+		} else {
+			sets = append(sets, kv{taskKey(prefActive, id), nil})
+		}
+	}
+	for _, t := range p.Snapshots {
+		b, err := fsm.EncodeTask(t)
+		if err != nil {
+			return err
+		}
+		sets = append(sets, kv{snapKey(t.ID, t.Version), b})
+	}
+	sb, err := p.Stats.Encode()
+	if err != nil {
+		return err
+	}
+	sets = append(sets, kv{keyStats, sb})
+	for i := range p.Facts {
+		b, err := p.Facts[i].Encode()
+		if err != nil {
+			return err
+		}
+		sets = append(sets, kv{taskKey(prefFact, p.Facts[i].Path), b})
+	}
+	for i := range p.Episodes {
+		b, err := p.Episodes[i].Encode()
+		if err != nil {
+			return err
+		}
+		sets = append(sets, kv{episodeKey(p.Episodes[i].Seq), b})
+	}
+	mb, err := msgpack.Marshal(&meta{Format: FormatVersion, Identity: identity, Seq: p.Seq})
+	if err != nil {
+		return err
+	}
+	sets = append(sets, kv{keyMeta, mb})
+	return s.log.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		for _, k := range dels {
+			b.Delete(k)
+		}
+		for _, e := range sets {
+			b.Set(e.k, e.v)
+		}
+		return nil
+	})
+}
+
+// clear deletes every persisted projection key.
+func (s *store) clear(ctx context.Context) error {
+	end := append([]byte(nil), keyPrefix...)
+	end[len(end)-1]++
+	return s.log.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		b.DeleteRange(keyPrefix, end)
+		return nil
+	})
+}

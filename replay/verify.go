@@ -1,0 +1,507 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// ProblemKind classifies what verify found wrong.
+type ProblemKind string
+
+// The kinds of problems. Persisted in `verify --json` output: never change
+// a value.
+const (
+	ProblemLog        ProblemKind = "log"        // eventlog's audit: checksum, record, index, gap
+	ProblemRead       ProblemKind = "read"       // the fold could not read a record
+	ProblemSequence   ProblemKind = "sequence"   // a global sequence or stream version out of order
+	ProblemDecode     ProblemKind = "decode"     // a body that does not decode, an unknown event type
+	ProblemTransition ProblemKind = "transition" // an event the task machine refuses
+	ProblemMemory     ProblemKind = "memory"     // a memory event refused or inconsistent
+	ProblemTaskID     ProblemKind = "task_id"    // a task stream not named by the id of its first (creating) event
+	ProblemProjection ProblemKind = "projection" // persisted projections disagree with a fresh fold
+	ProblemSnapshot   ProblemKind = "snapshot"   // a persisted snapshot disagrees with a fresh fold
+)
+
+// Problem is one thing verify found wrong, at a position.
+type Problem struct {
+	Kind   ProblemKind `json:"kind"`
+	Seq    uint64      `json:"seq,omitempty"` // global sequence, 0 if not tied to one event
+	ID     string      `json:"event_id,omitempty"`
+	Stream string      `json:"stream,omitempty"`
+	Type   string      `json:"type,omitempty"`
+	Key    string      `json:"key,omitempty"` // the key involved (quoted), if any
+	Reason string      `json:"reason"`
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	b.WriteString(string(p.Kind))
+	if p.Seq != 0 {
+		fmt.Fprintf(&b, " at seq %d", p.Seq)
+	}
+	if p.Stream != "" {
+		fmt.Fprintf(&b, " stream %s", p.Stream)
+	}
+	if p.Type != "" {
+		fmt.Fprintf(&b, " %s", p.Type)
+	}
+	if p.Key != "" {
+		fmt.Fprintf(&b, " key %s", p.Key)
+	}
+	b.WriteString(": ")
+	b.WriteString(p.Reason)
+	return b.String()
+}
+
+// MaxProblems bounds Report.Problems; every problem is counted.
+const MaxProblems = 100
+
+// Report is the audit of a log.
+type Report struct {
+	Head    uint64 `json:"head"`
+	Events  int    `json:"events"` // events folded
+	Tasks   int    `json:"tasks"`
+	Refused int    `json:"refused"`
+	// Checkpoint is the sequence of the persisted projections compared with
+	// a fresh fold there; 0 when none were compared (ProjectionsNote says
+	// why).
+	Checkpoint      uint64 `json:"checkpoint"`
+	ProjectionsNote string `json:"projections_note,omitempty"`
+	// Snapshots is how many persisted snapshots were compared.
+	Snapshots int `json:"snapshots"`
+	// Log is eventlog's own audit (checksums, gaps, indexes); nil when the
+	// source is not a Pebble log.
+	Log          *eventlog.Report `json:"log,omitempty"`
+	Problems     []Problem        `json:"problems"`
+	ProblemCount int              `json:"problem_count"`
+	// FirstProblem is the problem at the lowest position (problems not tied
+	// to a sequence come after those that are).
+	FirstProblem    *Problem      `json:"first_problem,omitempty"`
+	Duration        time.Duration `json:"duration_ns"`
+	EventsPerSecond float64       `json:"events_per_second"`
+}
+
+// OK reports whether verify found nothing wrong.
+func (r *Report) OK() bool { return r.ProblemCount == 0 }
+
+func (r *Report) add(p Problem) {
+	r.ProblemCount++
+	if len(r.Problems) < MaxProblems {
+		r.Problems = append(r.Problems, p)
+	}
+	if f := r.FirstProblem; f == nil || (p.Seq != 0 && (f.Seq == 0 || p.Seq < f.Seq)) {
+		c := p
+		r.FirstProblem = &c
+	}
+}
+
+// Summary is a one-line verdict naming the first bad position.
+func (r *Report) Summary() string {
+	if r.OK() {
+		return fmt.Sprintf("ok: %d events, %d tasks, head %d", r.Events, r.Tasks, r.Head)
+	}
+	return fmt.Sprintf("%d problem(s); first: %s", r.ProblemCount, r.FirstProblem)
+}
+
+// VerifyOptions configures Verify.
+type VerifyOptions struct {
+	// Options are the View options the daemon runs with; the persisted
+	// projections are compared only if they were built with the same
+	// (projection.Identity).
+	Options *Options
+	// AllowGaps accepts jumps in the global sequence, for a filtered
+	// export. A Pebble log never allows them.
+	AllowGaps bool
+	// OnEvent, if set, is called after every event folded, for a progress
+	// bar.
+	OnEvent func(seq uint64)
+}
+
+// Verify audits a log from zero and reports everything wrong with it:
+//
+//   - eventlog's own audit: every record's checksum and envelope, the
+//     global sequence gap-free from 1, the stream, id and causation
+//     indexes consistent with the records;
+//   - a fresh fold of every event through Fold: every recorded transition
+//     legal under the machine that wrote it, every body decodable, stream
+//     versions gap-free, task streams named by their first (creating) event;
+//   - the persisted projections equal to the fresh fold at the sequence
+//     they reflect, and every persisted snapshot equal to the fresh fold
+//     at its version.
+//
+// A nil error with a Report that is not OK means the log has problems;
+// Report.FirstProblem names the first bad position. An error means the
+// audit could not run (I/O, a cancelled context).
+func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, error) {
+	start := time.Now()
+	if vo == nil {
+		vo = &VerifyOptions{}
+	}
+	o := vo.Options.copy().EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Head: l.Head()}
+	lrep, err := l.Verify(ctx)
+	if err != nil && !eventlog.IsCorruption(err) {
+		return nil, fmt.Errorf("replay: verify: %w", err)
+	}
+	rep.Log = &lrep
+	for _, p := range lrep.Problems {
+		rep.add(Problem{Kind: ProblemLog, Seq: p.Seq, Key: quoteKey(p.Key), Reason: p.Reason})
+	}
+	for i := len(lrep.Problems); i < lrep.ProblemCount; i++ {
+		rep.ProblemCount++ // counted by eventlog, not listed
+	}
+
+	st := &store{log: l}
+	var m meta
+	compareAt := uint64(0)
+	raw, err := l.GetAux(keyMeta)
+	switch {
+	case errors.Is(err, eventlog.ErrNotFound):
+		rep.ProjectionsNote = "no persisted projections"
+	case err != nil:
+		return nil, err
+	case msgpack.Unmarshal(raw, &m) != nil:
+		rep.add(Problem{Kind: ProblemProjection, Key: quoteKey(keyMeta), Reason: "projection meta does not decode"})
+	case m.Format != FormatVersion || m.Identity != projection.Identity(o.setOptions(true)):
+		rep.ProjectionsNote = fmt.Sprintf("persisted projections built by %q (layout %d) are not this build's; not compared (the daemon rebuilds them at start)", m.Identity, m.Format)
+	case m.Seq > rep.Head:
+		rep.add(Problem{Kind: ProblemProjection, Seq: m.Seq, Key: quoteKey(keyMeta),
+			Reason: fmt.Sprintf("projections claim seq %d, beyond the log head %d", m.Seq, rep.Head)})
+	default:
+		compareAt = m.Seq
+		rep.Checkpoint = m.Seq
+	}
+
+	snaps, err := snapshotKeys(l)
+	if err != nil {
+		return nil, err
+	}
+	fv := newFoldVerifier(rep, vo)
+	fv.snaps, fv.log = snaps, l
+	fresh, err := NewView(o)
+	if err != nil {
+		return nil, err
+	}
+	src := &resumeSource{r: FromLog(l)}
+	if m.Seq != 0 && rep.Checkpoint == m.Seq {
+		if err := fv.fold(ctx, fresh, src, AtSeq(compareAt)); err != nil {
+			return nil, err
+		}
+		if fresh.Seq() == compareAt {
+			if err := compareProjections(ctx, rep, st, fresh, compareAt, fv); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := fv.fold(ctx, fresh, src, Bound{}); err != nil {
+		return nil, err
+	}
+	rep.Tasks = fresh.set.Tasks().Len()
+	rep.Duration = time.Since(start)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.EventsPerSecond = float64(rep.Events) / s
+	}
+	return rep, nil
+}
+
+// VerifySource audits a source that is not a Pebble log (an NDJSON
+// export): the fold checks of Verify, without the log-level and persisted
+// projection checks.
+func VerifySource(ctx context.Context, src Source, vo *VerifyOptions) (*Report, error) {
+	start := time.Now()
+	if vo == nil {
+		vo = &VerifyOptions{}
+	}
+	o := vo.Options.copy().EnsureDefaults()
+	rep := &Report{ProjectionsNote: "not a Pebble log: no persisted projections"}
+	fresh, err := NewView(o)
+	if err != nil {
+		return nil, err
+	}
+	fv := newFoldVerifier(rep, vo)
+	if err := fv.fold(ctx, fresh, src, Bound{}); err != nil {
+		return nil, err
+	}
+	rep.Head = fresh.Seq()
+	rep.Tasks = fresh.set.Tasks().Len()
+	rep.Duration = time.Since(start)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.EventsPerSecond = float64(rep.Events) / s
+	}
+	return rep, nil
+}
+
+// resumeSource scans a log from the fold's position, or from past a record
+// it could not read.
+type resumeSource struct {
+	r    *LogReader
+	skip uint64 // scan from here at least
+}
+
+func (s *resumeSource) Events(ctx context.Context, from uint64) Iterator {
+	return s.r.Events(ctx, max(from, s.skip))
+}
+
+type foldVerifier struct {
+	rep       *Report
+	snaps     map[string]struct{} // string(snapKey) of every persisted snapshot
+	log       *eventlog.Log
+	vo        *VerifyOptions
+	versions  map[string]uint64 // last version of each reserved stream
+	refusedAt map[string]uint64 // first refused event of each task stream
+	holes     map[string]bool   // task streams with a hole, reported once
+	missing   map[string]bool   // of which the hole is a missing or unreadable record
+	unread    int               // records the fold could not read
+}
+
+func newFoldVerifier(rep *Report, vo *VerifyOptions) *foldVerifier {
+	return &foldVerifier{rep: rep, vo: vo, versions: map[string]uint64{}, refusedAt: map[string]uint64{},
+		holes: map[string]bool{}, missing: map[string]bool{}}
+}
+
+// fold runs Fold to b, recording problems, and steps over unreadable
+// records so that one bad record does not hide the rest of the log.
+func (fv *foldVerifier) fold(ctx context.Context, v *View, src Source, b Bound) error {
+	for {
+		res, err := Fold(ctx, v, src, FoldOptions{Bound: b, OnChange: fv.check})
+		fv.rep.Events += res.Events
+		fv.rep.Refused += res.Refused
+		if res.Gaps > 0 && !fv.vo.AllowGaps {
+			if _, isLog := src.(*resumeSource); !isLog {
+				fv.rep.add(Problem{Kind: ProblemSequence, Seq: res.FirstGap,
+					Reason: fmt.Sprintf("global sequence has %d gap(s); the first missing is %d", res.Gaps, res.FirstGap)})
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		var ce *eventlog.CorruptionError
+		rs, resumable := src.(*resumeSource)
+		if !errors.As(err, &ce) || !resumable {
+			if errors.As(err, &ce) {
+				fv.rep.add(Problem{Kind: ProblemRead, Seq: ce.Seq, Key: quoteKey(ce.Key), Reason: ce.Reason})
+				fv.unread++
+				return nil
+			}
+			return err
+		}
+		fv.rep.add(Problem{Kind: ProblemRead, Seq: ce.Seq, Key: quoteKey(ce.Key), Reason: ce.Reason})
+		fv.unread++
+		if ce.Seq == 0 || ce.Seq < rs.skip || (b.Seq != 0 && ce.Seq > b.Seq) {
+			return nil // cannot step over it
+		}
+		rs.skip = ce.Seq + 1
+	}
+}
+
+// check is the OnChange of a verify fold: it turns what the fold saw into
+// problems.
+func (fv *foldVerifier) check(ch *Change) error {
+	ev := &ch.Raw
+	at := func(kind ProblemKind, format string, args ...any) {
+		fv.rep.add(Problem{Kind: kind, Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Type: ev.Type,
+			Reason: fmt.Sprintf(format, args...)})
+	}
+	if fv.vo.OnEvent != nil {
+		fv.vo.OnEvent(ev.Seq)
+	}
+	if ch.Kind != projection.KindTask {
+		if last := fv.versions[ev.Stream]; ev.Version != last+1 && (!fv.vo.AllowGaps || ev.Version <= last) {
+			at(ProblemSequence, "stream version %d follows %d", ev.Version, last)
+		}
+		fv.versions[ev.Stream] = ev.Version
+	}
+	hole := ch.Kind == projection.KindTask && ch.Err != nil && ev.Version > ch.Before.Version+1
+	switch err := ch.Err; {
+	case err == nil:
+	case errors.Is(err, fsm.ErrUnknownEvent), errors.Is(err, fsm.ErrMalformed), errors.Is(err, fsm.ErrSchema),
+		errors.Is(err, projection.ErrMalformed):
+		at(ProblemDecode, "%v", err)
+	case hole && fv.holes[ev.Stream]:
+		// Already reported: every later event of a task with a hole is
+		// refused the same way.
+	case hole:
+		fv.holes[ev.Stream] = true
+		if first, ok := fv.refusedAt[ev.Stream]; ok {
+			at(ProblemSequence, "version %d follows version %d: the task stopped at the event refused at seq %d, so its later events are not folded", ev.Version, ch.Before.Version, first)
+		} else {
+			fv.missing[ev.Stream] = true
+			at(ProblemSequence, "version %d follows version %d: an event of this task is missing or unreadable, so its later events are not folded", ev.Version, ch.Before.Version)
+		}
+	case ch.Kind == projection.KindMemory:
+		at(ProblemMemory, "%v", err)
+	default:
+		at(ProblemTransition, "%v", err)
+	}
+	if ch.Err != nil && ch.Kind == projection.KindTask {
+		if _, ok := fv.refusedAt[ev.Stream]; !ok {
+			fv.refusedAt[ev.Stream] = ev.Seq
+		}
+	}
+	if ch.Warn != nil {
+		at(ProblemMemory, "%v", ch.Warn)
+	}
+	if ch.Kind == projection.KindTask && ch.Err == nil && ch.Before.State == fsm.StateNone && ev.Stream != ev.ID.String() {
+		at(ProblemTaskID, "task stream %q is not named by the id %s of its first event %s", ev.Stream, ev.ID, ev.Type)
+	}
+	if ch.Kind == projection.KindTask && ch.Err == nil && fv.snaps != nil {
+		k := snapKey(ch.After.ID, ch.After.Version)
+		if _, ok := fv.snaps[string(k)]; ok {
+			fv.rep.Snapshots++
+			delete(fv.snaps, string(k))
+			want, err := fsm.EncodeTask(ch.After)
+			if err != nil {
+				return err
+			}
+			got, err := fv.log.GetAux(k)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, want) {
+				fv.rep.add(Problem{Kind: ProblemSnapshot, Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Key: quoteKey(k),
+					Reason: fmt.Sprintf("snapshot of task %s at version %d disagrees with the log", ch.After.ID, ch.After.Version)})
+			}
+		}
+	}
+	return nil
+}
+
+// snapshotKeys lists the persisted snapshots.
+func snapshotKeys(l *eventlog.Log) (map[string]struct{}, error) {
+	out := map[string]struct{}{}
+	it := l.ScanAux([]byte(prefSnap))
+	defer it.Close()
+	for it.Next() {
+		out[string(it.Key())] = struct{}{}
+	}
+	return out, it.Err()
+}
+
+// compareProjections compares the persisted projections with a fresh fold
+// at their sequence.
+//
+// Where the log itself is damaged (records the fold could not read) the
+// fresh fold cannot be right either, so the tasks that lost an event and
+// the stats (which count every event) are not compared: the damage is
+// already reported where it is.
+func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View, seq uint64, fv *foldVerifier) error {
+	bad := func(key []byte, format string, args ...any) {
+		rep.add(Problem{Kind: ProblemProjection, Seq: seq, Key: quoteKey(key), Reason: fmt.Sprintf(format, args...)})
+	}
+	d, err := fresh.Dump(ctx)
+	if err != nil {
+		return err
+	}
+	if fv.unread > 0 {
+		rep.ProjectionsNote = "persisted stats not compared: the log has unreadable records"
+	} else if got, err := st.log.GetAux(keyStats); errors.Is(err, eventlog.ErrNotFound) {
+		bad(keyStats, "persisted stats missing")
+	} else if err != nil {
+		return err
+	} else if !bytes.Equal(got, d.Stats) {
+		bad(keyStats, "persisted stats disagree with the log at seq %d", seq)
+	}
+	if mem, err := st.getMemory(); err != nil {
+		bad([]byte(prefFact), "persisted memory does not decode: %v", err)
+	} else if got, err := mem.Encode(); err != nil {
+		return err
+	} else if !bytes.Equal(got, d.Memory) {
+		bad([]byte(prefFact), "persisted memory disagrees with the log at seq %d", seq)
+	}
+	fresh.mu.RLock()
+	tasks := fresh.set.Tasks().ListAll()
+	fresh.mu.RUnlock()
+	summaries := make(map[string][]byte, len(tasks))
+	active := map[string]bool{}
+	for i := range tasks {
+		s := projection.Summarize(&tasks[i])
+		if summaries[tasks[i].ID], err = s.Encode(); err != nil {
+			return err
+		}
+		if !tasks[i].State.IsTerminal() {
+			active[tasks[i].ID] = true
+		}
+	}
+	for _, kind := range []struct {
+		prefix string
+		want   map[string][]byte
+		what   string
+	}{{prefTask, d.Tasks, "task"}, {prefSum, summaries, "summary"}, {prefProg, d.Progress, "progress"}} {
+		seen := map[string]bool{}
+		it := st.log.ScanAux([]byte(kind.prefix))
+		for it.Next() {
+			id := string(it.Key()[len(kind.prefix):])
+			seen[id] = true
+			if fv.missing[id] {
+				continue
+			}
+			want, ok := kind.want[id]
+			switch {
+			case !ok:
+				bad(it.Key(), "persisted %s of task %s, which the log does not have at seq %d", kind.what, id, seq)
+			case !bytes.Equal(it.Value(), want):
+				bad(it.Key(), "persisted %s of task %s disagrees with the log at seq %d", kind.what, id, seq)
+			}
+		}
+		err := it.Err()
+		it.Close()
+		if err != nil {
+			return err
+		}
+		for _, id := range sortedKeys(kind.want) {
+			if !seen[id] && !fv.missing[id] {
+				bad(taskKey(kind.prefix, id), "%s of task %s missing from the persisted projections", kind.what, id)
+			}
+		}
+	}
+	seen := map[string]bool{}
+	it := st.log.ScanAux([]byte(prefActive))
+	for it.Next() {
+		id := string(it.Key()[len(prefActive):])
+		seen[id] = true
+		if !active[id] && !fv.missing[id] {
+			bad(it.Key(), "task %s is marked active but is not at seq %d", id, seq)
+		}
+	}
+	err = it.Err()
+	it.Close()
+	if err != nil {
+		return err
+	}
+	for _, id := range sortedBoolKeys(active) {
+		if !seen[id] && !fv.missing[id] {
+			bad(taskKey(prefActive, id), "active task %s is not marked active", id)
+		}
+	}
+	return nil
+}
+
+func sortedBoolKeys(m map[string]bool) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func quoteKey(k []byte) string {
+	if k == nil {
+		return ""
+	}
+	return fmt.Sprintf("%q", k)
+}

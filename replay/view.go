@@ -1,0 +1,384 @@
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// View is the folded state of a log: every read model of package
+// projection, safe for concurrent use. It changes only through Fold (and
+// Follow, which is Fold over a live source); everything else reads.
+//
+// A View made by Open is backed by the log's aux key space: it loads the
+// persisted projections at start, checkpoints as it folds, evicts terminal
+// tasks from memory once persisted and serves them from there. A View made
+// by NewView lives in memory only (a file, a what-if, a verify run).
+type View struct {
+	opts *Options
+
+	mu     sync.RWMutex
+	set    *projection.Set
+	st     *store // nil: memory only
+	write  bool   // checkpoints are written (st != nil and not read-only)
+	since  int    // events folded since the last checkpoint
+	issues []Issue
+	nIssue int
+	// advanced is closed (and cleared) when the position moves, if a
+	// WaitFor is waiting.
+	advanced chan struct{}
+
+	folding atomic.Bool
+}
+
+// Issue is an event the fold refused: an illegal transition, a malformed
+// or undecodable body, an unknown event type on a task stream. The event
+// stays in the log and changes nothing; verify reports it.
+type Issue struct {
+	Seq    uint64    `json:"seq"`
+	ID     ulid.ULID `json:"id"`
+	Stream string    `json:"stream"`
+	Type   string    `json:"type"`
+	Error  string    `json:"error"`
+}
+
+// NewView returns an empty View that folds in memory only.
+func NewView(opts *Options) (*View, error) {
+	o := opts.copy().EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return &View{opts: o, set: projection.NewSet(o.setOptions(false))}, nil
+}
+
+// viewFrom wraps a Set restored for a per-task fold.
+func viewFrom(o *Options, set *projection.Set) *View {
+	return &View{opts: o, set: set}
+}
+
+// Seq returns the global sequence of the last event folded, 0 for none.
+func (v *View) Seq() uint64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Seq()
+}
+
+// step folds one event: decode, load an evicted task if the event needs
+// it, apply through the Set, checkpoint if due. It is the body of Fold's
+// loop and nothing else calls it.
+func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
+	fe, derr := Decode(ev)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.st != nil && v.set.NeedsTask(ev.Stream, ev.Version) {
+		if err := v.st.restoreTask(v.set, ev.Stream); err != nil {
+			return Change{}, err
+		}
+	}
+	var pc projection.Change
+	if derr != nil {
+		pc = v.set.Refuse(fe, derr)
+	} else {
+		pc = v.set.Apply(fe)
+	}
+	if pc.Err != nil {
+		v.nIssue++
+		if len(v.issues) < v.opts.MaxIssues {
+			v.issues = append(v.issues, Issue{Seq: ev.Seq, ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Error: pc.Err.Error()})
+		}
+	}
+	v.since++
+	if v.advanced != nil {
+		close(v.advanced)
+		v.advanced = nil
+	}
+	if v.write && v.since >= v.opts.CheckpointEvery {
+		if err := v.checkpointLocked(ctx); err != nil {
+			return Change{}, err
+		}
+	}
+	return Change{Raw: ev, Change: pc}, nil
+}
+
+// Checkpoint persists what changed since the last checkpoint, with the
+// sequence it reflects, in one synced batch, and evicts terminal tasks
+// from memory. It does nothing for a View that does not persist. The
+// daemon calls it at stop; folds call it every Options.CheckpointEvery
+// events.
+func (v *View) Checkpoint(ctx context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.checkpointLocked(ctx)
+}
+
+func (v *View) checkpointLocked(ctx context.Context) error {
+	if !v.write {
+		return nil
+	}
+	p := v.set.Pending()
+	if err := v.st.write(ctx, &p, v.identity()); err != nil {
+		if errors.Is(err, eventlog.ErrReadOnly) {
+			v.write = false
+			return nil
+		}
+		return fmt.Errorf("replay: checkpoint at seq %d: %w", p.Seq, err)
+	}
+	evicted := v.set.Flushed()
+	v.since = 0
+	v.opts.Logger.Debug("projections checkpointed", "seq", p.Seq, "tasks", len(p.Tasks),
+		"snapshots", len(p.Snapshots), "evicted", len(evicted))
+	return nil
+}
+
+func (v *View) identity() string { return projection.Identity(v.opts.setOptions(true)) }
+
+// WaitFor blocks until the View has folded seq (read-your-writes after an
+// append) or ctx ends.
+func (v *View) WaitFor(ctx context.Context, seq uint64) error {
+	for {
+		v.mu.Lock()
+		if v.set.Seq() >= seq {
+			v.mu.Unlock()
+			return nil
+		}
+		if v.advanced == nil {
+			v.advanced = make(chan struct{})
+		}
+		ch := v.advanced
+		v.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Follow folds the live log into v from v.Seq()+1 until ctx ends, calling
+// hook after each event with the raw event and the task before and after
+// it (hook may be nil). It is Fold over Live(l): the agent's tasks change
+// only here. Follow returns ctx's error when cancelled, or the first error
+// of the log, a checkpoint or hook. It does not checkpoint on return; the
+// daemon calls Checkpoint at stop.
+func (v *View) Follow(ctx context.Context, l *eventlog.Log, hook func(*Change) error) error {
+	_, err := Fold(ctx, v, Live(l), FoldOptions{OnChange: hook})
+	return err
+}
+
+// Issues returns the first Options.MaxIssues refused events and how many
+// there were in all.
+func (v *View) Issues() ([]Issue, int) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return append([]Issue(nil), v.issues...), v.nIssue
+}
+
+// Task returns a task by id: from memory, or from the persisted read model
+// for a terminal task that left memory. It wraps
+// projection.ErrTaskNotFound for an unknown id. The task shares memory
+// with the View: read it, or Clone it to change it.
+func (v *View) Task(id string) (fsm.Task, error) {
+	v.mu.RLock()
+	t, err := v.set.Tasks().Get(id)
+	st := v.st
+	v.mu.RUnlock()
+	if err == nil || st == nil {
+		return t, err
+	}
+	t, _, err = st.loadTask(id, false)
+	return t, err
+}
+
+// Progress returns a task's progress view, from memory or the persisted
+// read model.
+func (v *View) Progress(id string) (projection.Progress, error) {
+	v.mu.RLock()
+	p, ok := v.set.Progress(id)
+	st := v.st
+	v.mu.RUnlock()
+	if ok {
+		return p, nil
+	}
+	if st == nil {
+		return projection.Progress{}, fmt.Errorf("%w: %s", projection.ErrTaskNotFound, id)
+	}
+	_, pp, err := st.loadTask(id, true)
+	if err != nil {
+		return projection.Progress{}, err
+	}
+	if pp == nil {
+		return projection.Progress{}, fmt.Errorf("%w: %s has no progress record", projection.ErrTaskNotFound, id)
+	}
+	return *pp, nil
+}
+
+// Active returns the non-terminal tasks (idle, reasoning, acting,
+// suspended) ordered by id, i.e. by creation.
+func (v *View) Active() []fsm.Task {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Tasks().ListActive()
+}
+
+// InState returns the tasks in any of the given non-terminal states,
+// ordered by priority (lower first) then id (older first): the order in
+// which the agent admits or resumes them. Terminal states are not held in
+// memory; list them with Tasks.
+func (v *View) InState(states ...fsm.State) []fsm.Task {
+	v.mu.RLock()
+	ts := v.set.Tasks().ListState(states...)
+	v.mu.RUnlock()
+	sortByPriority(ts)
+	return ts
+}
+
+func sortByPriority(ts []fsm.Task) {
+	sort.SliceStable(ts, func(i, j int) bool {
+		if ts[i].Priority != ts[j].Priority {
+			return ts[i].Priority < ts[j].Priority
+		}
+		return ts[i].ID < ts[j].ID
+	})
+}
+
+// ActiveCount returns the number of non-terminal tasks, and Count the
+// number of tasks in one non-terminal state.
+func (v *View) ActiveCount() int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Tasks().ActiveCount()
+}
+
+// Count returns how many tasks are in state s now (terminal states too:
+// from the stats, which count every task).
+func (v *View) Count(s fsm.State) int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if !s.IsTerminal() {
+		return v.set.Tasks().Count(s)
+	}
+	return int(v.set.Stats().Report().ByState[s])
+}
+
+// Stats returns the stats projection.
+func (v *View) Stats() projection.StatsReport {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Stats().Report()
+}
+
+// Fact returns the long-term memory fact at path.
+func (v *View) Fact(path string) (projection.Fact, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Memory().Fact(path)
+}
+
+// Facts returns the memory facts whose path starts with prefix ("" for
+// all), sorted by path.
+func (v *View) Facts(prefix string) []projection.Fact {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Memory().Facts(prefix)
+}
+
+// Episodes returns the episodic memory in the order recorded.
+func (v *View) Episodes() []projection.Episode {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Memory().Episodes()
+}
+
+// Recovery is what Open found and did: where it started, what it folded,
+// and the tasks the agent must act on.
+type Recovery struct {
+	// Checkpoint is the sequence of the persisted projections loaded; 0
+	// when they were rebuilt from zero.
+	Checkpoint uint64
+	// Rebuilt is set when the projections were folded from zero, and
+	// Reason says why (none persisted, another code version, unreadable).
+	Rebuilt bool
+	Reason  string
+	// Head is the sequence folded to; Folded the events folded to get
+	// there; Refused how many of them the fold refused (View.Issues).
+	Head    uint64
+	Folded  int
+	Refused int
+	// InFlight are the tasks that were reasoning or acting: the agent
+	// resumes them. Suspended wait for a message or a resume; Idle (if the
+	// agent uses it) wait for admission. Each is ordered by priority then
+	// age.
+	InFlight  []fsm.Task
+	Suspended []fsm.Task
+	Idle      []fsm.Task
+	Duration  time.Duration
+}
+
+// Open is recovery: it loads the projections persisted in l (rebuilding
+// them from zero if there are none, or they were written by another code
+// version or options, or they are unreadable), folds the tail of the log
+// up to its head, writes a checkpoint, and returns the View with the tasks
+// to resume. The daemon then calls Follow; the CLI queries the View.
+//
+// With Options.ReadOnly (or a log opened read-only) nothing is written:
+// usable persisted projections are read, otherwise everything is folded in
+// memory.
+func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery, error) {
+	start := time.Now()
+	o := opts.copy().EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, nil, err
+	}
+	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly}
+	rec := &Recovery{}
+	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head())
+	if err != nil {
+		return nil, nil, err
+	}
+	if set != nil {
+		v.set = set
+		rec.Checkpoint = set.Seq()
+	} else {
+		rec.Rebuilt, rec.Reason = true, reason
+		v.set = projection.NewSet(o.setOptions(v.write))
+		if v.write {
+			if err := v.st.clear(ctx); errors.Is(err, eventlog.ErrReadOnly) {
+				v.write = false
+			} else if err != nil {
+				return nil, nil, fmt.Errorf("replay: clearing stale projections: %w", err)
+			}
+		}
+		if !v.write {
+			// Stale persisted records must not be read back lazily.
+			v.st = nil
+			v.set = projection.NewSet(o.setOptions(false))
+		}
+		o.Logger.Info("rebuilding projections from zero", "reason", reason)
+	}
+	res, err := Fold(ctx, v, FromLog(l), FoldOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("replay: recovery fold from seq %d: %w", rec.Checkpoint+1, err)
+	}
+	if err := v.Checkpoint(ctx); err != nil {
+		return nil, nil, err
+	}
+	rec.Head, rec.Folded, rec.Refused = v.Seq(), res.Events, res.Refused
+	rec.InFlight = v.InState(fsm.StateReasoning, fsm.StateActing)
+	rec.Suspended = v.InState(fsm.StateSuspended)
+	rec.Idle = v.InState(fsm.StateIdle)
+	rec.Duration = time.Since(start)
+	o.Logger.Info("projections recovered", "checkpoint", rec.Checkpoint, "head", rec.Head,
+		"folded", rec.Folded, "refused", rec.Refused, "in_flight", len(rec.InFlight),
+		"suspended", len(rec.Suspended), "duration", rec.Duration)
+	return v, rec, nil
+}
