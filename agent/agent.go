@@ -1,0 +1,685 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// Errors returned by the Agent. Callers match them with errors.Is.
+var (
+	// ErrStopped is returned for new work before Start and once Stop has
+	// begun: the agent no longer accepts inputs or commands.
+	ErrStopped = errors.New("agent: not accepting work (stopped or stopping)")
+	// ErrUnknownTaskType is returned by Submit for a task type the agent
+	// does not have.
+	ErrUnknownTaskType = errors.New("agent: unknown task type")
+	// ErrInvalidInput is returned for an input or command argument that is
+	// out of bounds (too long, too many metadata entries, ...).
+	ErrInvalidInput = errors.New("agent: invalid input")
+	// ErrTaskNotFound is returned for an unknown task id.
+	ErrTaskNotFound = projection.ErrTaskNotFound
+)
+
+// System event types, appended to the "$system" stream.
+//
+// Persisted: never change an existing value.
+const (
+	SystemStarted = "SYSTEM_STARTED"
+	SystemStopped = "SYSTEM_STOPPED"
+)
+
+// systemBody is the body of SYSTEM_STARTED and SYSTEM_STOPPED.
+type systemBody struct {
+	Model     string `msgpack:"model,omitempty"`
+	Head      uint64 `msgpack:"head"`
+	Resumed   int    `msgpack:"resumed,omitempty"`
+	Suspended int    `msgpack:"suspended,omitempty"`
+	Clean     bool   `msgpack:"clean,omitempty"` // SYSTEM_STOPPED: every stage drained before the deadline
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateDraining
+	stateStopped
+)
+
+// Agent is the thin orchestrator: it decides what a task needs from its
+// folded state, does the I/O (a model call, a tool call), appends the event
+// that records the outcome, and lets the fold move the task. It holds no
+// task state of its own: tasks change only when the replay follower folds
+// a committed event, and the follower's hook dispatches the next stage.
+type Agent struct {
+	opts       Options
+	log        *eventlog.Log
+	view       *replay.View
+	model      llm.Model
+	all        *tools.Registry
+	kinds      map[string]*taskKind
+	reflectReg *tools.Registry
+	memory     *logMemory
+	llmSem     semaphore
+	toolSem    semaphore
+
+	// gate: intake (Submit, commands) holds it shared; Stop takes it to
+	// wait for intake already past the check.
+	gate sync.RWMutex
+
+	mu        sync.Mutex
+	state     int
+	runs      map[string]*taskRun // tasks holding a slot, queued, or with a running stage
+	active    int                 // admission slots held
+	queue     admissionQueue
+	waiters   map[string]chan struct{}
+	listeners map[int]func(Notification)
+	nextL     int
+	hooked    uint64        // the last sequence the hook has dispatched
+	hookedCh  chan struct{} // closed when hooked moves, if someone waits
+
+	stages    sync.WaitGroup // task loops and reflections
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	follow    context.CancelFunc
+	followed  chan struct{}
+	followErr error
+
+	corr sync.Map // task id -> correlation (its root input), cached from TASK_CREATED
+
+	recovery *replay.Recovery
+
+	// Tests observe stages reaching a semaphore through these.
+	testLLMWait, testToolWait func()
+}
+
+// taskRun is the scheduling record of one task: never task state (that is
+// the fold's), only whether a stage goroutine runs and whether the task
+// holds an admission slot.
+type taskRun struct {
+	holding bool
+	running bool
+	rerun   bool
+	wait    *waiting
+	cancel  context.CancelFunc
+}
+
+// New returns an agent over l. The agent owns l from now on: Stop closes
+// it, last.
+func New(l *eventlog.Log, opts Options) (*Agent, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		opts:      opts,
+		log:       l,
+		model:     opts.Model,
+		llmSem:    newSemaphore(opts.MaxConcurrentLLM),
+		toolSem:   newSemaphore(opts.MaxConcurrentTools),
+		runs:      map[string]*taskRun{},
+		waiters:   map[string]chan struct{}{},
+		listeners: map[int]func(Notification){},
+	}
+	a.memory = &logMemory{a: a}
+	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
+	all, err := tools.NewRegistry(append(builtins, opts.Tools...)...)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.all = all
+	if a.kinds, err = resolveTypes(opts.TaskTypes, all); err != nil {
+		return nil, err
+	}
+	if a.reflectReg, err = all.Subset(tools.MemoryRead, tools.MemoryWrite, tools.MemoryPatch, tools.MemoryAppend); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Start recovers through the shared replay fold (persisted projections plus
+// the tail of the log), starts the live follower, records SYSTEM_STARTED
+// on "$system" and resumes the tasks that were reasoning or acting, by
+// priority then age, then queues the tasks waiting in idle behind them. Suspended tasks stay suspended until a message or a
+// resume. If Start fails, the log is closed.
+func (a *Agent) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.state != stateNew {
+		a.mu.Unlock()
+		return errors.New("agent: Start called twice")
+	}
+	a.mu.Unlock()
+
+	ropts := a.opts.Replay
+	if ropts == nil {
+		ropts = &replay.Options{}
+	}
+	ropts = func(o replay.Options) *replay.Options {
+		if o.Logger == nil {
+			o.Logger = a.opts.Logger
+		}
+		return &o
+	}(*ropts)
+	view, rec, err := replay.Open(ctx, a.log, ropts)
+	if err != nil {
+		a.mu.Lock()
+		a.state = stateStopped
+		a.mu.Unlock()
+		a.log.Close()
+		return fmt.Errorf("agent: recovery: %w", err)
+	}
+	a.view, a.recovery = view, rec
+
+	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
+	fctx, cancel := context.WithCancel(context.Background())
+	a.follow, a.followed = cancel, make(chan struct{})
+	go func() {
+		defer close(a.followed)
+		err := view.Follow(fctx, a.log, a.hook)
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, eventlog.ErrClosed) {
+			a.opts.Logger.Error("live fold stopped", "err", err)
+			a.mu.Lock()
+			a.followErr = err
+			a.mu.Unlock()
+		}
+	}()
+
+	a.mu.Lock()
+	a.state = stateRunning
+	a.mu.Unlock()
+
+	if _, err := a.appendSystem(ctx, SystemStarted, systemBody{
+		Model: a.model.Name(), Head: rec.Head, Resumed: len(rec.InFlight), Suspended: len(rec.Suspended),
+	}); err != nil {
+		_ = a.Stop(ctx)
+		return fmt.Errorf("agent: recording start: %w", err)
+	}
+	for _, t := range rec.InFlight {
+		a.schedule(t.ID, t.Priority)
+	}
+	for _, t := range rec.Idle {
+		a.schedule(t.ID, t.Priority)
+	}
+	a.opts.Logger.Info("agent started", "model", a.model.Name(), "head", rec.Head,
+		"resumed", len(rec.InFlight), "suspended", len(rec.Suspended), "rebuilt", rec.Rebuilt)
+	return nil
+}
+
+// Recovery returns what Start recovered.
+func (a *Agent) Recovery() *replay.Recovery { return a.recovery }
+
+// Stop stops intake at once, lets running stages finish their current step
+// (a model call or a tool call, whose outcome is recorded) until ctx's
+// deadline, then cancels what is left, records SYSTEM_STOPPED, waits for
+// the fold to reach the head, checkpoints the projections and closes the
+// log, last. Tasks stopped mid-way resume at the next Start.
+func (a *Agent) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	if a.state == stateStopped || a.state == stateDraining {
+		a.mu.Unlock()
+		return nil
+	}
+	started := a.state == stateRunning
+	a.state = stateDraining
+	a.mu.Unlock()
+
+	// Wait for intake already past the state check.
+	a.gate.Lock()
+	a.gate.Unlock() //nolint:staticcheck // an empty critical section is the point: a barrier
+
+	var errs []error
+	clean := true
+	if started {
+		done := make(chan struct{})
+		go func() { a.stages.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			clean = false
+			a.opts.Logger.Warn("stop deadline reached: cancelling running stages")
+			a.cancelRun()
+			<-done
+		}
+		a.cancelRun()
+		// Record the stop with a fresh context: ctx may be spent, and the
+		// record is one synced append.
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if res, err := a.appendSystem(sctx, SystemStopped, systemBody{Head: a.log.Head(), Clean: clean}); err != nil {
+			errs = append(errs, fmt.Errorf("agent: recording stop: %w", err))
+		} else if err := a.view.WaitFor(sctx, res); err != nil {
+			errs = append(errs, fmt.Errorf("agent: waiting for the fold: %w", err))
+		}
+		cancel()
+		a.follow()
+		<-a.followed
+		if err := a.view.Checkpoint(context.Background()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.mu.Lock()
+	a.state = stateStopped
+	ferr := a.followErr
+	a.mu.Unlock()
+	if ferr != nil {
+		errs = append(errs, fmt.Errorf("agent: live fold: %w", ferr))
+	}
+	if err := a.log.Close(); err != nil && !errors.Is(err, eventlog.ErrClosed) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) appendSystem(ctx context.Context, typ string, body systemBody) (uint64, error) {
+	data, err := msgpack.Marshal(&body)
+	if err != nil {
+		return 0, err
+	}
+	res, err := a.log.Append(ctx, projection.SystemStream, eventlog.Any, eventlog.Event{Type: typ, Schema: 1, Body: data})
+	if err != nil {
+		return 0, err
+	}
+	return res.LastSeq, nil
+}
+
+// intake guards one piece of intake: it fails once Stop began and
+// otherwise holds the gate until done is called.
+func (a *Agent) intake() (done func(), err error) {
+	a.gate.RLock()
+	a.mu.Lock()
+	ok := a.state == stateRunning
+	a.mu.Unlock()
+	if !ok {
+		a.gate.RUnlock()
+		return nil, ErrStopped
+	}
+	return a.gate.RUnlock, nil
+}
+
+// Accepting reports whether the agent takes new work: started and not
+// stopping. The daemon's readiness probe.
+func (a *Agent) Accepting() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.state == stateRunning && a.followErr == nil
+}
+
+// ---- the hook: the follower calls it after folding each event.
+
+func (a *Agent) hook(ch *replay.Change) error {
+	defer a.markHooked(ch.Raw.Seq)
+	if ch.Kind != projection.KindTask {
+		return nil
+	}
+	id := ch.Event.Stream
+	defer a.signal(id)
+	if ch.Err != nil {
+		// The fold refused an event: someone appended around the machine,
+		// or a bug. The task is unchanged; verify reports it.
+		a.opts.Logger.Warn("fold refused an event", "task", id, "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
+		return nil
+	}
+	ev, after := &ch.Event, &ch.After
+	switch ev.Type {
+	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:
+		a.corr.Store(id, ch.Raw.Correlation)
+	case fsm.TaskNotify:
+		if b, ok := ev.Body.(*fsm.TaskNotifyBody); ok {
+			a.notify(Notification{Type: NotifyMessage, TaskID: id, Message: b.Message, Seq: ev.Seq, Time: ev.Time})
+		}
+	case fsm.TaskCompleted:
+		a.corr.Delete(id)
+		a.notify(Notification{Type: NotifyCompleted, TaskID: id, Result: after.Context.FinalResult, Seq: ev.Seq, Time: ev.Time})
+		a.maybeReflect(after)
+	case fsm.TaskFailed:
+		a.corr.Delete(id)
+		a.notify(Notification{Type: NotifyFailed, TaskID: id, Error: after.Context.Error, Seq: ev.Seq, Time: ev.Time})
+	}
+	if ch.Before.State == fsm.StateNone && after.State == fsm.StateIdle {
+		// An input created the task: it waits in idle for a slot.
+		a.schedule(id, after.Priority)
+		return nil
+	}
+	if len(after.History) == len(ch.Before.History) {
+		return nil // a fact: the state did not move, nothing new is due
+	}
+	switch after.State {
+	case fsm.StateReasoning, fsm.StateActing:
+		a.schedule(id, after.Priority)
+	case fsm.StateCompleted:
+		a.release(id, false)
+	default: // suspended or failed: stop whatever still runs for it
+		a.release(id, true)
+	}
+	return nil
+}
+
+// markHooked records that the hook has dispatched seq.
+func (a *Agent) markHooked(seq uint64) {
+	a.mu.Lock()
+	a.hooked = seq
+	if a.hookedCh != nil {
+		close(a.hookedCh)
+		a.hookedCh = nil
+	}
+	a.mu.Unlock()
+}
+
+// waitHooked blocks until the hook has dispatched seq: the event is folded
+// and whatever it made due is scheduled (a new task is running or queued).
+func (a *Agent) waitHooked(ctx context.Context, seq uint64) error {
+	for {
+		a.mu.Lock()
+		if a.hooked >= seq {
+			a.mu.Unlock()
+			return nil
+		}
+		if a.hookedCh == nil {
+			a.hookedCh = make(chan struct{})
+		}
+		ch := a.hookedCh
+		a.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// ---- scheduling: admission slots and one stage goroutine per task.
+
+// schedule makes sure a stage runs for task id, which is idle (waiting for
+// admission), reasoning or acting: at once if it holds a slot or one is
+// free, else it waits in the admission queue. An idle task's first stage is
+// its admission: TASK_CREATED.
+func (a *Agent) schedule(id string, priority int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != stateRunning {
+		return
+	}
+	r := a.runs[id]
+	if r == nil {
+		r = &taskRun{}
+		a.runs[id] = r
+	}
+	switch {
+	case r.holding:
+		a.startLocked(id, r)
+	case r.wait != nil:
+		// Already waiting its turn.
+	case a.active < a.opts.MaxActiveTasks:
+		r.holding = true
+		a.active++
+		a.startLocked(id, r)
+	default:
+		r.wait = &waiting{id: id, priority: priority}
+		a.queue.push(r.wait)
+	}
+}
+
+// release gives up task id's slot (it is suspended or terminal) and
+// admits the next waiting task. cancel also stops a stage still running
+// for it: its outcome would be refused as a conflict anyway.
+func (a *Agent) release(id string, cancel bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.runs[id]
+	if r == nil {
+		return
+	}
+	if r.wait != nil {
+		a.queue.remove(r.wait)
+		r.wait = nil
+	}
+	if cancel && r.cancel != nil {
+		r.cancel()
+	}
+	if r.holding {
+		r.holding = false
+		a.active--
+		a.admitLocked()
+	}
+	if !r.running {
+		delete(a.runs, id)
+	}
+}
+
+func (a *Agent) admitLocked() {
+	for a.state == stateRunning && a.active < a.opts.MaxActiveTasks && a.queue.Len() > 0 {
+		w := a.queue.pop()
+		r := a.runs[w.id]
+		if r == nil || r.wait != w {
+			continue
+		}
+		r.wait = nil
+		r.holding = true
+		a.active++
+		a.startLocked(w.id, r)
+	}
+}
+
+// startLocked starts the task's stage goroutine, or asks the running one to
+// look at the task again once its current stage is done.
+func (a *Agent) startLocked(id string, r *taskRun) {
+	if r.running {
+		r.rerun = true
+		return
+	}
+	r.running = true
+	a.stages.Add(1)
+	go a.loop(id)
+}
+
+// loop runs the stages of one task, one at a time, for as long as new
+// transitions keep arriving while it works.
+func (a *Agent) loop(id string) {
+	defer a.stages.Done()
+	for {
+		a.mu.Lock()
+		r := a.runs[id]
+		ctx, cancel := context.WithCancel(a.runCtx)
+		r.cancel = cancel
+		holding := r.holding && a.state == stateRunning
+		a.mu.Unlock()
+
+		if holding {
+			if t, err := a.view.Task(id); err == nil {
+				a.stage(ctx, &t)
+			} else {
+				a.opts.Logger.Error("task missing from the view", "task", id, "err", err)
+			}
+		}
+		cancel()
+
+		a.mu.Lock()
+		r.cancel = nil
+		if r.rerun && a.state == stateRunning {
+			r.rerun = false
+			a.mu.Unlock()
+			continue
+		}
+		r.running, r.rerun = false, false
+		if !r.holding && r.wait == nil {
+			delete(a.runs, id)
+		}
+		a.mu.Unlock()
+		return
+	}
+}
+
+// stage runs what t's state calls for.
+func (a *Agent) stage(ctx context.Context, t *fsm.Task) {
+	switch t.State {
+	case fsm.StateIdle:
+		a.admit(ctx, t)
+	case fsm.StateReasoning:
+		a.reason(ctx, t)
+	case fsm.StateActing:
+		a.act(ctx, t)
+	}
+}
+
+// ---- waiting on tasks
+
+// signal wakes the waiters of task id.
+func (a *Agent) signal(id string) {
+	a.mu.Lock()
+	if ch, ok := a.waiters[id]; ok {
+		close(ch)
+		delete(a.waiters, id)
+	}
+	a.mu.Unlock()
+}
+
+// WaitUntil blocks until cond holds for task id as folded, or ctx ends, and
+// returns the task. cond is checked at once and after every event of the
+// task.
+func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) bool) (fsm.Task, error) {
+	t, err := a.Task(id)
+	if err != nil || cond(&t) {
+		return t, err
+	}
+	for {
+		a.mu.Lock()
+		ch, ok := a.waiters[id]
+		if !ok {
+			ch = make(chan struct{})
+			a.waiters[id] = ch
+		}
+		a.mu.Unlock()
+		// Look again now that a signal cannot be missed.
+		if t, err = a.Task(id); err != nil || cond(&t) {
+			return t, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return t, ctx.Err()
+		}
+	}
+}
+
+// Done reports whether a task is finished: failed, or completed with its
+// result recorded.
+func Done(t *fsm.Task) bool {
+	return t.State == fsm.StateFailed || (t.State == fsm.StateCompleted && t.Context.ResultRecorded)
+}
+
+// WaitForTask blocks until task id is finished (see Done) or ctx ends.
+func (a *Agent) WaitForTask(ctx context.Context, id string) (fsm.Task, error) {
+	return a.WaitUntil(ctx, id, Done)
+}
+
+// ---- queries
+
+// Task returns a task as folded.
+func (a *Agent) Task(id string) (fsm.Task, error) {
+	if a.view == nil {
+		return fsm.Task{}, ErrStopped
+	}
+	return a.view.Task(id)
+}
+
+// View returns the fold: task lists, progress, stats, memory.
+func (a *Agent) View() *replay.View { return a.view }
+
+// Log returns the event log.
+func (a *Agent) Log() *eventlog.Log { return a.log }
+
+// Model returns the model the agent uses.
+func (a *Agent) Model() llm.Model { return a.model }
+
+// TaskTypes returns the names of the task types.
+func (a *Agent) TaskTypes() []string {
+	out := make([]string, 0, len(a.kinds))
+	for _, tt := range a.opts.TaskTypes {
+		out = append(out, tt.Name)
+	}
+	return out
+}
+
+// Queued reports whether task id is waiting for an admission slot.
+func (a *Agent) Queued(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.runs[id]
+	return r != nil && r.wait != nil
+}
+
+// RuntimeStats are the agent's scheduling counters.
+type RuntimeStats struct {
+	ActiveSlots    int `json:"active_slots"`     // tasks holding an admission slot
+	MaxActiveTasks int `json:"max_active_tasks"` //
+	Queued         int `json:"queued"`           // tasks waiting for a slot
+	LLMInUse       int `json:"llm_in_use"`       // model calls running
+	ToolsInUse     int `json:"tools_in_use"`     // tool calls running
+}
+
+// Runtime returns the scheduling counters.
+func (a *Agent) Runtime() RuntimeStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return RuntimeStats{ActiveSlots: a.active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: a.queue.Len(),
+		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem)}
+}
+
+// ---- appending
+
+// correlation returns the root input of task id: cached from its first
+// event, else read from the log (the task id is the creating input's id).
+func (a *Agent) correlation(id string) ulid.ULID {
+	if v, ok := a.corr.Load(id); ok {
+		return v.(ulid.ULID)
+	}
+	if uid, err := ulid.ParseStrict(id); err == nil {
+		if ev, err := a.log.Get(uid); err == nil {
+			a.corr.Store(id, ev.Correlation)
+			return ev.Correlation
+		}
+	}
+	return ulid.ULID{}
+}
+
+// event builds a task event caused by cause.
+func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Event {
+	data, err := fsm.Encode(body)
+	if err != nil {
+		// Every body this package builds is encodable; a failure is a bug.
+		panic(fmt.Sprintf("agent: encoding %s: %v", body.EventType(), err))
+	}
+	return eventlog.Event{
+		Type: string(body.EventType()), Causation: cause, Correlation: a.correlation(taskID),
+		Schema: fsm.SchemaVersion, Body: data,
+	}
+}
+
+// appendTask appends events to task t's stream expecting it at version
+// v. A conflict means the task moved (a suspend, a cancel, a message)
+// while the stage worked: the stale outcome is dropped, never applied.
+func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	res, err := a.log.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+	switch {
+	case err == nil:
+		return res, true
+	case errors.Is(err, eventlog.ErrConflict):
+		a.opts.Logger.Debug("stale stage outcome dropped", "task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+	case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
+		a.opts.Logger.Debug("stage outcome not recorded: stopping", "task", t.ID, "type", evs[len(evs)-1].Type)
+	default:
+		a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
+			"task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+	}
+	return res, false
+}

@@ -1,0 +1,69 @@
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Model is a chat model that can choose tools.
+type Model interface {
+	// Name is the model's name as recorded in MODEL_CALLED.
+	Name() string
+	// Complete runs one chat completion, retrying as the model sees fit.
+	// report, when not nil, is called once per attempt, in order, before
+	// Complete returns; it runs on the caller's goroutine.
+	Complete(ctx context.Context, req Request, report func(Attempt)) (Response, error)
+}
+
+// Request is one chat completion request.
+type Request struct {
+	// Messages is the conversation, system prompt first.
+	Messages []fsm.Message
+	// Tools are the tools the model may call.
+	Tools []ToolSpec
+	// Purpose says what the call is for ("reason" or "reflect"). It is not
+	// sent to the server; the offline model uses it to pick its behaviour.
+	Purpose string
+}
+
+// ToolSpec describes one tool to the model (an OpenAI "function" tool).
+type ToolSpec struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments object. Nil means an
+	// object without properties.
+	Parameters json.RawMessage
+}
+
+// Response is the model's reply.
+type Response struct {
+	Model        string // the model that answered, as the server reports it
+	Content      string
+	ToolCalls    []fsm.ToolCall
+	FinishReason string
+	Usage        Usage
+}
+
+// Usage is the token accounting of one call, as the server reports it.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+}
+
+// Attempt describes one attempt of a Complete call.
+type Attempt struct {
+	Number  int           // 1 for the first attempt
+	Model   string        // the requested model
+	Latency time.Duration // from sending the request to reading the whole response
+	Status  int           // HTTP status, 0 when no response arrived
+	// Err is nil for a successful attempt. Its text never contains the
+	// API key.
+	Err error
+	// Response is set when Err is nil.
+	Response *Response
+	// WillRetry reports whether another attempt follows this failed one.
+	WillRetry bool
+}

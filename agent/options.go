@@ -1,0 +1,145 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// Options configure an Agent.
+type Options struct {
+	// Model reasons and reflects. The default value is llm.Offline, the
+	// built-in deterministic demo model.
+	Model llm.Model
+
+	// Tools are user tools, added to the built-in ones (memory_*, notify,
+	// current_time) and offered to "general" tasks. To offer them to other
+	// types, list their names in TaskTypes. The default value is none.
+	Tools []tools.Tool
+
+	// TaskTypes are the task types, each with its system prompt and tools.
+	// "general" is required: it is the default type. The default value is
+	// DefaultTaskTypes() plus the Tools above in "general".
+	TaskTypes []TaskType
+
+	// MaxActiveTasks is how many tasks may be reasoning or acting at once;
+	// further tasks wait their turn, admitted by priority (lower value
+	// first) then age. The default value is 5.
+	MaxActiveTasks int
+
+	// MaxConcurrentLLM bounds concurrent model calls (reasoning and
+	// reflection). The default value is 3.
+	MaxConcurrentLLM int
+
+	// MaxConcurrentTools bounds concurrent tool calls. The default value is
+	// 3.
+	MaxConcurrentTools int
+
+	// ToolTimeout bounds one tool call; a call that takes longer fails its
+	// step. The default value is 60s.
+	ToolTimeout time.Duration
+
+	// MaxIterations bounds the reason/act loop of one task: a task about to
+	// reason for iteration MaxIterations+1 fails with reason
+	// "max_iterations". The default value is 10.
+	MaxIterations int
+
+	// DisableReflection turns post-task reflection off. The default value
+	// is false (reflection on).
+	DisableReflection bool
+
+	// ReflectionRounds bounds the tool-use loop of post-task reflection.
+	// The default value is 5.
+	ReflectionRounds int
+
+	// ShouldReflect says whether a completed task is worth reflecting on.
+	// The default value reflects on tasks that called a tool or took more
+	// than one iteration, and skips one-shot answers.
+	ShouldReflect func(t *fsm.Task) bool
+
+	// Replay configures the fold (snapshots, checkpoints). The default
+	// value is replay's defaults.
+	Replay *replay.Options
+
+	// Logger receives the agent's messages. The default value discards
+	// them.
+	Logger *slog.Logger
+
+	// Now is the clock of the current_time tool and of reported latencies.
+	// Event times come from the log, never from here. The default value is
+	// time.Now.
+	Now func() time.Time
+}
+
+// EnsureDefaults fills every unset field with its default value.
+func (o *Options) EnsureDefaults() {
+	if o.Model == nil {
+		o.Model = llm.Offline{}
+	}
+	if o.MaxActiveTasks <= 0 {
+		o.MaxActiveTasks = 5
+	}
+	if o.MaxConcurrentLLM <= 0 {
+		o.MaxConcurrentLLM = 3
+	}
+	if o.MaxConcurrentTools <= 0 {
+		o.MaxConcurrentTools = 3
+	}
+	if o.ToolTimeout <= 0 {
+		o.ToolTimeout = 60 * time.Second
+	}
+	if o.MaxIterations <= 0 {
+		o.MaxIterations = 10
+	}
+	if o.ReflectionRounds <= 0 {
+		o.ReflectionRounds = 5
+	}
+	if o.ShouldReflect == nil {
+		o.ShouldReflect = defaultShouldReflect
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.TaskTypes == nil {
+		o.TaskTypes = DefaultTaskTypes()
+		for _, t := range o.Tools {
+			if t != nil {
+				o.TaskTypes[0].Tools = append(o.TaskTypes[0].Tools, t.Name())
+			}
+		}
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.MaxActiveTasks > 100000 || o.MaxConcurrentLLM > 100000 || o.MaxConcurrentTools > 100000 {
+		return errors.New("agent: concurrency limits above 100000 are not supported")
+	}
+	if o.MaxIterations > 1000 {
+		return errors.New("agent: MaxIterations above 1000 is not supported")
+	}
+	return nil
+}
+
+// defaultShouldReflect skips trivial tasks: a single iteration that only
+// answered teaches nothing worth an extra model call.
+func defaultShouldReflect(t *fsm.Task) bool {
+	if t.Context.Iteration > 1 {
+		return true
+	}
+	for _, a := range t.Context.ActionsDone {
+		if a.ActionType == fsm.ActionToolCall {
+			return true
+		}
+	}
+	return false
+}

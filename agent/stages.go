@@ -1,0 +1,281 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// kindOf returns the task's type, "general" for a task whose type this
+// agent does not know (a log written with other types).
+func (a *Agent) kindOf(t *fsm.Task) *taskKind {
+	if k, ok := a.kinds[t.Type]; ok {
+		return k
+	}
+	return a.kinds[TypeGeneral]
+}
+
+// fail records TASK_FAILED for t at version v.
+func (a *Agent) fail(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID, reason, msg string, before ...eventlog.Event) {
+	evs := append(before, a.event(t.ID, cause, &fsm.TaskFailedBody{Reason: reason, Error: msg}))
+	a.appendTask(ctx, t, v, evs...)
+}
+
+// admit starts a task that waited in idle: TASK_CREATED, caused by the
+// input that created the task, with the input copied into its body.
+func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
+	a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
+		Machine: fsm.CurrentMachine, TaskType: t.Type, InputText: t.Context.InputText,
+		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
+	}))
+}
+
+// reason is the reasoning stage: the iteration guard, the memory index on
+// the first iteration, one model call under the LLM semaphore (each attempt
+// recorded as MODEL_CALLED), the planner, then NEED_MORE_INFO or
+// REASON_DONE. Failed attempts that will be retried are recorded as they
+// happen; the final attempt is recorded in the same append as the outcome.
+func (a *Agent) reason(ctx context.Context, t *fsm.Task) {
+	v, cause := t.Version, t.LastEvent
+	if t.Context.Iteration > a.opts.MaxIterations {
+		a.fail(ctx, t, v, cause, "max_iterations",
+			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", a.opts.MaxIterations))
+		return
+	}
+	kind := a.kindOf(t)
+	var opening []fsm.Message
+	if firstReasoning(t) {
+		index := ""
+		if t.Context.Iteration == 1 && kind.registry.Has(tools.MemoryList) {
+			if entries, err := a.memory.List(ctx); err == nil && len(entries) > 0 {
+				index = tools.FormatIndex(entries)
+			}
+		}
+		opening = openingMessages(t, index)
+	}
+	req := buildRequest(kind, t, opening)
+
+	if a.testLLMWait != nil {
+		a.testLLMWait()
+	}
+	if err := a.llmSem.acquire(ctx); err != nil {
+		return
+	}
+	callCtx, cancel := context.WithCancel(ctx)
+	var (
+		last     *llm.Attempt
+		attempts int
+		dropped  bool
+	)
+	resp, err := a.model.Complete(callCtx, req, func(att llm.Attempt) {
+		attempts = att.Number
+		if !att.WillRetry {
+			last = &att
+			return
+		}
+		// Recorded now: a retry waits, and the log should show why.
+		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled("reason", att)))
+		if !ok {
+			dropped = true
+			cancel()
+			return
+		}
+		v = res.Version
+	})
+	cancel()
+	a.llmSem.release()
+	if dropped || ctx.Err() != nil {
+		return // the task moved, or the agent is stopping: nothing to record
+	}
+	var evs []eventlog.Event
+	if last != nil {
+		evs = append(evs, a.event(t.ID, cause, modelCalled("reason", *last)))
+	}
+	if err != nil {
+		a.fail(ctx, t, v, cause, "model_error",
+			fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err), evs...)
+		return
+	}
+	evs = append(evs, a.event(t.ID, cause, decide(t, opening, resp)))
+	a.appendTask(ctx, t, v, evs...)
+}
+
+// act is the acting stage: it runs the plan's current step. A tool call is
+// recorded as TOOL_CALL_STARTED (with its idempotency key), runs under the
+// tool semaphore with the per-call timeout, and is recorded as
+// TOOL_CALL_COMPLETED or TOOL_CALL_FAILED (after any TASK_NOTIFY it sent,
+// in the same append). A respond step completes with STEP_COMPLETED; when
+// it is the plan's last step and the plan has no tool call, the task
+// completes, and TASK_COMPLETED with the compiled result goes in the same
+// append, so that no crash can leave a completed task without its result.
+func (a *Agent) act(ctx context.Context, t *fsm.Task) {
+	step := t.Context.Plan.CurrentStep()
+	if step == nil {
+		return
+	}
+	v, cause := t.Version, t.LastEvent
+	switch step.ActionType {
+	case fsm.ActionToolCall:
+		a.runTool(ctx, t, step)
+	default: // respond, generate
+		text := step.ActionParams["text"]
+		evs := []eventlog.Event{a.event(t.ID, cause, &fsm.StepCompletedBody{StepIndex: step.Index, Result: text})}
+		if completesTask(t.Context.Plan, step) {
+			evs = append(evs, a.event(t.ID, cause, &fsm.TaskCompletedBody{Result: finalResult(t, step, text)}))
+		}
+		a.appendTask(ctx, t, v, evs...)
+	}
+}
+
+// completesTask reports whether finishing step completes the task: it is
+// the last step not done and the plan has no tool_call step (the fsm's
+// completion routing).
+func completesTask(p *fsm.Plan, step *fsm.PlanStep) bool {
+	if p.HasToolCall() {
+		return false
+	}
+	for i := range p.Steps {
+		if s := &p.Steps[i]; !s.Completed && s.Index != step.Index {
+			return false
+		}
+	}
+	return true
+}
+
+// finalResult compiles the result of a task whose last step, step, is
+// finishing with text: the earlier respond and generate results of the
+// plan (from the context), then text.
+func finalResult(t *fsm.Task, step *fsm.PlanStep, text string) string {
+	done := compileResult(t)
+	if done == "" {
+		return text
+	}
+	if text == "" {
+		return done
+	}
+	return done + "\n\n" + text
+}
+
+// IdempotencyKey is the key of the tool call of a step: the same every time
+// the step runs, including after a crash, and different for every step of
+// every iteration.
+func IdempotencyKey(taskID string, iteration, stepIndex int) string {
+	return fmt.Sprintf("%s:%d:%d", taskID, iteration, stepIndex)
+}
+
+func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
+	v, cause := t.Version, t.LastEvent
+	name := step.ActionParams["tool"]
+	callID := step.ActionParams["tool_call_id"]
+	args := step.ActionParams["arguments"]
+	key := IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
+	kind := a.kindOf(t)
+	result := func(res string, err error, dur time.Duration) *fsm.ToolCallResultBody {
+		b := &fsm.ToolCallResultBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, IdempotencyKey: key,
+			Result: res, DurationMS: dur.Milliseconds(), NewMessages: []fsm.Message{toolMessage(callID, res, err)}}
+		if err != nil {
+			b.Error = err.Error()
+			b.Result = ""
+		}
+		return b
+	}
+
+	// A tool outside the task's type fails the step without running.
+	if !kind.registry.Has(name) {
+		var err error
+		if a.all.Has(name) {
+			err = fmt.Errorf("tool %q is not available to %s tasks (available: %s)", name, kind.Name, strings.Join(kind.registry.Names(), ", "))
+		} else {
+			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
+		}
+		a.appendTask(ctx, t, v, a.event(t.ID, cause, result("", err, 0)))
+		return
+	}
+	tool, _ := kind.registry.Lookup(name)
+
+	started := &fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, Arguments: args, IdempotencyKey: key}
+	res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, started))
+	if !ok {
+		return
+	}
+	v, cause = res.Version, res.Events[0].ID
+
+	if a.testToolWait != nil {
+		a.testToolWait()
+	}
+	if err := a.toolSem.acquire(ctx); err != nil {
+		return
+	}
+	var (
+		notesMu sync.Mutex
+		notes   []string
+	)
+	call := tools.Call{
+		TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: key, Arguments: json.RawMessage(args),
+		Cause: cause, Correlation: a.correlation(t.ID),
+		Notify: func(msg string) { notesMu.Lock(); notes = append(notes, msg); notesMu.Unlock() },
+	}
+	begin := a.opts.Now()
+	out, err := a.callTool(ctx, tool, call)
+	dur := a.opts.Now().Sub(begin)
+	a.toolSem.release()
+	if ctx.Err() != nil {
+		// Suspended, cancelled or stopping: the outcome is not recorded.
+		// After a restart the call runs again with the same key.
+		return
+	}
+	var evs []eventlog.Event
+	notesMu.Lock()
+	defer notesMu.Unlock()
+	for _, n := range notes {
+		evs = append(evs, a.event(t.ID, cause, &fsm.TaskNotifyBody{Message: n}))
+	}
+	evs = append(evs, a.event(t.ID, cause, result(out, err, dur)))
+	a.appendTask(ctx, t, v, evs...)
+}
+
+// callTool runs one call with the per-call timeout. The tool runs on its
+// own goroutine so that a tool that ignores its context cannot hold the
+// task past the timeout (it is abandoned, and its late result ignored); a
+// panic becomes an error so that one bad tool cannot take the daemon down.
+func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
+	defer cancel()
+	type outcome struct {
+		out string
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- outcome{err: fmt.Errorf("tool %s panicked: %v", tool.Name(), p)}
+			}
+		}()
+		out, err := tool.Call(cctx, call)
+		done <- outcome{out, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			o.err = fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
+		}
+		return o.out, o.err
+	case <-cctx.Done():
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
+	}
+}

@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Input bounds.
+const (
+	MaxInputText     = 256 << 10 // bytes of an input or message text
+	MaxMetadataPairs = 64
+	MaxMetadataKey   = 128
+	MaxMetadataValue = 4096
+	MaxReasonText    = 1024
+)
+
+// Input is an external input that creates a task.
+type Input struct {
+	// Kind is MESSAGE_RECEIVED (the default), WEBHOOK_TRIGGERED or
+	// SCHEDULE_FIRED.
+	Kind fsm.EventType
+	Text string
+	// Source says where the input came from ("api", "cli",
+	// "webhook:NAME", "schedule:NAME"). The default value is "api".
+	Source string
+	// TaskType is the task's type. The default value is "general".
+	TaskType string
+	// Priority orders admission: lower values first. The default value is
+	// 0.
+	Priority int
+	Metadata map[string]string
+	// Name is the webhook's or the schedule's name.
+	Name string
+}
+
+// Submit creates a task from a message and returns its id once the input
+// that creates it is committed (and folded, so the task can be read at once).
+func (a *Agent) Submit(ctx context.Context, text, source, taskType string) (string, error) {
+	return a.SubmitInput(ctx, Input{Text: text, Source: source, TaskType: taskType})
+}
+
+// SubmitInput creates a task from an external input. The input event is
+// appended, in one synced commit, as the first event of a new stream: the
+// task exists from then on, in idle (the spec's TaskFSM.fromEvent), and its
+// id is the input's id. It waits in idle until an admission slot is free;
+// admission appends TASK_CREATED, caused by the input and correlated to it,
+// which starts the machine.
+func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
+	if in.Kind == "" {
+		in.Kind = fsm.MessageReceived
+	}
+	if in.Source == "" {
+		in.Source = "api"
+	}
+	if in.TaskType == "" {
+		in.TaskType = TypeGeneral
+	}
+	if err := a.checkInput(&in); err != nil {
+		return "", err
+	}
+	done, err := a.intake()
+	if err != nil {
+		return "", err
+	}
+	defer done()
+
+	inputID := a.log.NewID()
+	inData, err := fsm.Encode(&fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
+		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name})
+	if err != nil {
+		return "", err
+	}
+	taskID := inputID.String()
+	res, err := a.log.Append(ctx, taskID, eventlog.NoStream, eventlog.Event{
+		ID: inputID, Type: string(in.Kind), Correlation: inputID, Schema: fsm.SchemaVersion, Body: inData,
+	})
+	if err != nil {
+		return "", fmt.Errorf("agent: submit: %w", err)
+	}
+	a.corr.Store(taskID, inputID)
+	// Committed: the task exists and will run even if this wait ends
+	// early. Waiting for the hook means the task can be read, and is
+	// admitted or queued, when Submit returns.
+	_ = a.waitHooked(ctx, res.LastSeq)
+	return taskID, nil
+}
+
+func (a *Agent) checkInput(in *Input) error {
+	switch in.Kind {
+	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired:
+	default:
+		return fmt.Errorf("%w: input kind %q", ErrInvalidInput, in.Kind)
+	}
+	if _, ok := a.kinds[in.TaskType]; !ok {
+		return fmt.Errorf("%w %q (known: %s)", ErrUnknownTaskType, in.TaskType, strings.Join(a.TaskTypes(), ", "))
+	}
+	if len(in.Text) > MaxInputText {
+		return fmt.Errorf("%w: input text is %d bytes, more than %d", ErrInvalidInput, len(in.Text), MaxInputText)
+	}
+	if len(in.Source) > 200 || len(in.Name) > 200 {
+		return fmt.Errorf("%w: source and name are limited to 200 bytes", ErrInvalidInput)
+	}
+	if in.Priority < -1000000 || in.Priority > 1000000 {
+		return fmt.Errorf("%w: priority %d is out of range (-1000000 to 1000000)", ErrInvalidInput, in.Priority)
+	}
+	return checkMetadata(in.Metadata)
+}
+
+func checkMetadata(m map[string]string) error {
+	if len(m) > MaxMetadataPairs {
+		return fmt.Errorf("%w: %d metadata entries, more than %d", ErrInvalidInput, len(m), MaxMetadataPairs)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > MaxMetadataKey || len(v) > MaxMetadataValue {
+			return fmt.Errorf("%w: metadata keys are 1 to %d bytes and values at most %d", ErrInvalidInput, MaxMetadataKey, MaxMetadataValue)
+		}
+	}
+	return nil
+}
+
+// SendMessage answers a suspended task: MESSAGE_RECEIVED on the task's
+// stream moves it back to reasoning, with the text as a user message.
+func (a *Agent) SendMessage(ctx context.Context, id, text, source string) (fsm.Task, error) {
+	if len(text) > MaxInputText {
+		return fsm.Task{}, fmt.Errorf("%w: message text is %d bytes, more than %d", ErrInvalidInput, len(text), MaxInputText)
+	}
+	if source == "" {
+		source = "api"
+	}
+	return a.command(ctx, id, &fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: source})
+}
+
+// Suspend suspends a reasoning or acting task. Whatever stage runs for it
+// is cancelled; its outcome, if it arrives, is refused as a conflict.
+func (a *Agent) Suspend(ctx context.Context, id, reason string) (fsm.Task, error) {
+	if len(reason) > MaxReasonText {
+		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+	}
+	if reason == "" {
+		reason = "suspended by request"
+	}
+	return a.command(ctx, id, &fsm.TaskSuspendedBody{Reason: reason})
+}
+
+// Resume returns a suspended task to the state it was suspended in.
+func (a *Agent) Resume(ctx context.Context, id, reason string) (fsm.Task, error) {
+	if len(reason) > MaxReasonText {
+		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+	}
+	return a.command(ctx, id, &fsm.TaskResumedBody{Reason: reason})
+}
+
+// Cancel fails a task that is not finished, with reason "cancelled".
+func (a *Agent) Cancel(ctx context.Context, id, why string) (fsm.Task, error) {
+	if len(why) > MaxReasonText {
+		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+	}
+	msg := "cancelled"
+	if why != "" {
+		msg = "cancelled: " + why
+	}
+	return a.command(ctx, id, &fsm.TaskFailedBody{Reason: "cancelled", Error: msg})
+}
+
+// command appends an event that a user asked for to task id, checking
+// first that the machine accepts it in the task's current state (else a
+// *fsm.TransitionError, which wraps fsm.ErrInvalidTransition). It expects
+// the version it checked against: if the agent moved the task in between,
+// it waits for the fold to catch up and checks again. It returns the task
+// after the event is folded.
+func (a *Agent) command(ctx context.Context, id string, body fsm.Body) (fsm.Task, error) {
+	done, err := a.intake()
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	defer done()
+	et := body.EventType()
+	for attempt := 0; ; attempt++ {
+		t, err := a.view.Task(id)
+		if err != nil {
+			return t, err
+		}
+		if !t.CanTransition(et) {
+			return t, &fsm.TransitionError{From: t.State, Event: et}
+		}
+		if et == fsm.TaskResumed && !t.Context.SuspendedState.IsActive() {
+			return t, &fsm.TransitionError{From: t.State, Event: et}
+		}
+		res, err := a.log.Append(ctx, id, eventlog.Exactly(t.Version), a.event(id, t.LastEvent, body))
+		var conflict *eventlog.ConflictError
+		if errors.As(err, &conflict) && attempt < 20 {
+			// Wait until the fold has what the log has, then look again.
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, werr := a.WaitUntil(wctx, id, func(t *fsm.Task) bool { return t.Version >= conflict.Current })
+			cancel()
+			if werr != nil && ctx.Err() != nil {
+				return t, ctx.Err()
+			}
+			continue
+		}
+		if err != nil {
+			return t, fmt.Errorf("agent: %s: %w", et, err)
+		}
+		if err := a.waitHooked(ctx, res.LastSeq); err != nil {
+			return t, err
+		}
+		return a.view.Task(id)
+	}
+}
+
+// ---- notifications
+
+// NotificationType says what a notification is about.
+type NotificationType string
+
+// The three notification types of the spec.
+const (
+	NotifyCompleted NotificationType = "completed" // the task finished; Result is set
+	NotifyFailed    NotificationType = "failed"    // the task failed; Error is set
+	NotifyMessage   NotificationType = "notify"    // an interim message from the notify tool
+)
+
+// Notification is delivered to OnNotify subscribers when the fold records
+// a task's completion, failure or interim message.
+type Notification struct {
+	Type    NotificationType `json:"type"`
+	TaskID  string           `json:"task_id"`
+	Result  string           `json:"result,omitempty"`
+	Error   string           `json:"error,omitempty"`
+	Message string           `json:"message,omitempty"`
+	Seq     uint64           `json:"seq"`
+	Time    time.Time        `json:"time"`
+}
+
+// OnNotify registers fn for every notification from now on, and returns a
+// function that unregisters it. fn runs on the fold's goroutine, in log
+// order: it must return quickly (hand the notification to a channel or a
+// goroutine for anything slow).
+func (a *Agent) OnNotify(fn func(Notification)) (unregister func()) {
+	a.mu.Lock()
+	id := a.nextL
+	a.nextL++
+	a.listeners[id] = fn
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		delete(a.listeners, id)
+		a.mu.Unlock()
+	}
+}
+
+func (a *Agent) notify(n Notification) {
+	a.mu.Lock()
+	fns := make([]func(Notification), 0, len(a.listeners))
+	for _, fn := range a.listeners {
+		fns = append(fns, fn)
+	}
+	a.mu.Unlock()
+	for _, fn := range fns {
+		fn(n)
+	}
+}

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// eventJSON is a stored event as the API shows it: the envelope and the
+// decoded body.
+type eventJSON struct {
+	Seq         uint64            `json:"seq"`
+	ID          string            `json:"id"`
+	Stream      string            `json:"stream"`
+	Version     uint64            `json:"version"`
+	Type        string            `json:"type"`
+	Time        time.Time         `json:"time"`
+	Causation   string            `json:"causation,omitempty"`
+	Correlation string            `json:"correlation,omitempty"`
+	Metadata    map[string]string `json:"metadata,omitempty"`
+	Body        any               `json:"body"`
+	BodyError   string            `json:"body_error,omitempty"`
+}
+
+func idText(id ulid.ULID) string {
+	if id == (ulid.ULID{}) {
+		return ""
+	}
+	return id.String()
+}
+
+func toEventJSON(ev eventlog.Event) eventJSON {
+	j := eventJSON{Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
+		Time: ev.Time, Causation: idText(ev.Causation), Correlation: idText(ev.Correlation), Metadata: ev.Metadata}
+	fe, err := replay.Decode(ev)
+	switch {
+	case err != nil:
+		j.BodyError = err.Error()
+	case fe.Body != nil:
+		j.Body = fe.Body
+	case len(ev.Body) > 0:
+		// A $system event: small msgpack maps without a Go type.
+		var m map[string]any
+		if msgpack.Unmarshal(ev.Body, &m) == nil {
+			j.Body = m
+		}
+	}
+	return j
+}
+
+func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "after_seq", "limit")
+	if e != nil {
+		return e
+	}
+	after, err := strconv.ParseUint(q.Get("after_seq"), 10, 64)
+	if q.Get("after_seq") == "" {
+		after, err = 0, nil
+	}
+	if err != nil {
+		return errBadRequest("after_seq %q: give a sequence number", q.Get("after_seq"))
+	}
+	limit, e := intParam(q, "limit", 100, 1, 1000)
+	if e != nil {
+		return e
+	}
+	it := s.a.Log().Scan(after+1, eventlog.Forward)
+	defer it.Close()
+	evs := []eventJSON{}
+	next := after
+	for len(evs) < limit && it.Next() {
+		ev := it.Event()
+		evs = append(evs, toEventJSON(ev))
+		next = ev.Seq
+	}
+	if err := it.Err(); err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": evs, "next_after_seq": next, "head": s.a.Log().Head()})
+	return nil
+}
+
+// sseHeartbeat keeps idle event streams (and proxies) alive.
+const sseHeartbeat = 15 * time.Second
+
+// stream serves the log as Server-Sent Events: "id" is the sequence, so a
+// client that reconnects with Last-Event-ID resumes right after the last
+// event it saw. ?after_seq= starts a new stream elsewhere; ?stream= keeps
+// one stream (a task id, "$inputs", ...).
+func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "after_seq", "stream")
+	if e != nil {
+		return e
+	}
+	from := q.Get("after_seq")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		from = id
+	}
+	var after uint64
+	if from != "" {
+		n, err := strconv.ParseUint(from, 10, 64)
+		if err != nil {
+			return errBadRequest("Last-Event-ID or after_seq %q: give a sequence number", from)
+		}
+		after = n
+	}
+	only := q.Get("stream")
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	ctx := r.Context()
+	sub := s.a.Log().Subscribe(ctx, after+1)
+	defer sub.Close()
+
+	type next struct {
+		ev  eventlog.Event
+		err error
+	}
+	evs := make(chan next)
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			select {
+			case evs <- next{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	write := func(b []byte) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !write([]byte("retry: 2000\n\n")) {
+		return nil
+	}
+	tick := time.NewTicker(sseHeartbeat)
+	defer tick.Stop()
+	var buf bytes.Buffer
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if !write([]byte(": ping\n\n")) {
+				return nil
+			}
+		case n := <-evs:
+			if n.err != nil {
+				return nil
+			}
+			if only != "" && n.ev.Stream != only {
+				continue
+			}
+			data, err := json.Marshal(toEventJSON(n.ev))
+			if err != nil {
+				return nil
+			}
+			buf.Reset()
+			fmt.Fprintf(&buf, "id: %d\nevent: %s\ndata: %s\n\n", n.ev.Seq, n.ev.Type, data)
+			if !write(buf.Bytes()) {
+				return nil
+			}
+		}
+	}
+}
+
+func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
+	if _, e := query(r); e != nil {
+		return e
+	}
+	issues, n := s.a.View().Issues()
+	if issues == nil {
+		issues = []replay.Issue{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"tasks":   s.a.View().Stats(),
+		"runtime": s.a.Runtime(),
+		"log":     map[string]any{"head": s.a.Log().Head(), "folded": s.a.View().Seq(), "refused": n, "issues": issues},
+		"model":   s.a.Model().Name(),
+	})
+	return nil
+}
+
+// checkpoint writes a consistent copy of the data directory (the log and
+// the persisted projections) that pegasus-replay can open while the daemon
+// runs.
+func (s *server) checkpoint(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var b struct{}
+	if e := decodeBody(r, &b, true); e != nil {
+		return e
+	}
+	if err := os.MkdirAll(s.checkpointDir, 0o700); err != nil {
+		return s.fromError(err)
+	}
+	head := s.a.Log().Head()
+	dir := filepath.Join(s.checkpointDir, fmt.Sprintf("%s-seq%d", time.Now().UTC().Format("20060102T150405.000Z"), head))
+	if err := s.a.View().Checkpoint(r.Context()); err != nil {
+		return s.fromError(err)
+	}
+	if err := s.a.Log().Checkpoint(dir); err != nil {
+		return s.fromError(err)
+	}
+	abs, _ := filepath.Abs(dir)
+	writeJSON(w, http.StatusCreated, map[string]any{"path": abs, "seq": head})
+	return nil
+}

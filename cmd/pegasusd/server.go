@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync/atomic"
+
+	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// server is the HTTP API over one agent.
+type server struct {
+	a             *agent.Agent
+	log           *slog.Logger
+	token         *tokenCheck
+	maxBody       int64
+	checkpointDir string
+	// base is the context of every request; cancelled at shutdown so that
+	// event streams and long polls end instead of holding the stop.
+	base       context.Context
+	cancelBase context.CancelFunc
+	draining   atomic.Bool
+}
+
+func newServer(a *agent.Agent, logger *slog.Logger, cfg *config) *server {
+	s := &server{a: a, log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
+		maxBody: cfg.maxBody, checkpointDir: cfg.checkpointDir}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	return s
+}
+
+type handler func(w http.ResponseWriter, r *http.Request) *apiError
+
+// routes is the API. Each path also has a method-less pattern that answers
+// 405 in the JSON error envelope (ServeMux's own 405 is plain text).
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	route := func(path string, methods map[string]handler) {
+		var names []string
+		for m, h := range methods {
+			mux.Handle(m+" "+path, s.wrap(h))
+			names = append(names, m)
+		}
+		sort.Strings(names)
+		allow := strings.Join(names, ", ")
+		mux.Handle(path, s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {
+			w.Header().Set("Allow", allow)
+			return &apiError{status: http.StatusMethodNotAllowed, Code: codeMethodNotAllwd,
+				Message: fmt.Sprintf("%s %s is not supported; use %s", r.Method, path, allow)}
+		}))
+	}
+	route("/v1/tasks", map[string]handler{"POST": s.createTask, "GET": s.listTasks})
+	route("/v1/tasks/{id}", map[string]handler{"GET": s.getTask})
+	route("/v1/tasks/{id}/events", map[string]handler{"GET": s.taskEvents})
+	route("/v1/tasks/{id}/progress", map[string]handler{"GET": s.taskProgress})
+	route("/v1/tasks/{id}/messages", map[string]handler{"POST": s.postMessage})
+	route("/v1/tasks/{id}/suspend", map[string]handler{"POST": s.suspend})
+	route("/v1/tasks/{id}/resume", map[string]handler{"POST": s.resume})
+	route("/v1/tasks/{id}/cancel", map[string]handler{"POST": s.cancel})
+	route("/v1/webhooks/{name}", map[string]handler{"POST": s.webhook})
+	route("/v1/events", map[string]handler{"GET": s.events})
+	route("/v1/events/stream", map[string]handler{"GET": s.stream})
+	route("/v1/stats", map[string]handler{"GET": s.stats})
+	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	route("/healthz", map[string]handler{"GET": s.healthz})
+	route("/readyz", map[string]handler{"GET": s.readyz})
+	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {
+		return errNotFound("no route %s %s", r.Method, r.URL.Path)
+	}))
+	return s.middleware(mux)
+}
+
+// wrap turns a handler's error into the JSON envelope.
+func (s *server) wrap(h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e := h(w, r); e != nil {
+			writeError(w, e)
+		}
+	})
+}
+
+// middleware authenticates, bounds the body, recovers panics and logs.
+func (s *server) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
+				if rec.status == 0 {
+					writeError(rec, &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"})
+				}
+			}
+			logRequest(s.log, r, rec.status)
+		}()
+		if s.token != nil && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.token.ok(r) {
+			writeError(rec, &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,
+				Message: "missing or wrong bearer token (Authorization: Bearer ...)"})
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, s.maxBody)
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// fromError maps an error of the agent, the fold or the log to the API.
+func (s *server) fromError(err error) *apiError {
+	var te *fsm.TransitionError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te):
+		return errConflict("the task is %s: %s is not allowed in that state", te.From, te.Event)
+	case errors.Is(err, agent.ErrTaskNotFound):
+		return errNotFound("no such task")
+	case errors.Is(err, eventlog.ErrConflict):
+		return errConflict("the task changed meanwhile: %v", err)
+	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):
+		return errBadRequest("%v", err)
+	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
+		return errShuttingDown
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client went away or gave up: nobody reads this answer.
+		return &apiError{status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request cancelled"}
+	}
+	s.log.Error("request failed", "err", err)
+	return &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error: " + err.Error()}
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
+	if s.draining.Load() || !s.a.Accepting() {
+		return errShuttingDown
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+// mutating refuses new work while the daemon stops.
+func (s *server) mutating() *apiError {
+	if s.draining.Load() {
+		return errShuttingDown
+	}
+	return nil
+}

@@ -1,0 +1,396 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// taskJSON is a task as the API shows it.
+type taskJSON struct {
+	TaskID    string            `json:"task_id"`
+	Type      string            `json:"type"`
+	State     fsm.State         `json:"state"`
+	Queued    bool              `json:"queued"` // reasoning or acting, waiting for an admission slot
+	Priority  int               `json:"priority"`
+	Source    string            `json:"source"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Iteration int               `json:"iteration"`
+	Version   uint64            `json:"version"`
+	Input     string            `json:"input"`
+	Result    string            `json:"result,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	Question  string            `json:"question,omitempty"` // suspended: why (the model's question, or the suspend reason)
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Context   *fsm.Context      `json:"context,omitempty"`
+	Plan      *fsm.Plan         `json:"plan"`
+	History   []fsm.Transition  `json:"history"`
+}
+
+func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
+	j := taskJSON{
+		TaskID: t.ID, Type: t.Type, State: t.State, Queued: s.a.Queued(t.ID), Priority: t.Priority,
+		Source: t.Context.Source, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
+		Version: t.Version, Input: t.Context.InputText, Result: t.Context.FinalResult, Error: t.Context.Error,
+		Metadata: t.Context.InputMetadata, Plan: t.Context.Plan, History: t.History,
+	}
+	if t.State == fsm.StateSuspended {
+		j.Question = t.Context.SuspendReason
+	}
+	if full {
+		c := t.Context
+		j.Context = &c
+	}
+	if j.History == nil {
+		j.History = []fsm.Transition{}
+	}
+	return j
+}
+
+type createRequest struct {
+	Input    *string           `json:"input"`
+	Source   string            `json:"source"`
+	Type     string            `json:"type"`
+	Priority int               `json:"priority"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+type createdJSON struct {
+	TaskID string    `json:"task_id"`
+	State  fsm.State `json:"state"`
+	Queued bool      `json:"queued"`
+}
+
+func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var req createRequest
+	if e := decodeBody(r, &req, false); e != nil {
+		return e
+	}
+	if req.Input == nil {
+		return errBadRequest(`"input" is required`)
+	}
+	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata}
+	return s.submit(w, r, in)
+}
+
+func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) *apiError {
+	id, err := s.a.SubmitInput(r.Context(), in)
+	if err != nil {
+		return s.fromError(err)
+	}
+	out := createdJSON{TaskID: id, State: fsm.StateReasoning, Queued: s.a.Queued(id)}
+	if t, err := s.a.Task(id); err == nil {
+		out.State = t.State
+	}
+	w.Header().Set("Location", "/v1/tasks/"+id)
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// validID refuses what cannot be a task id before any lookup: task ids are
+// ULIDs.
+func validID(id string) bool {
+	if len(id) != ulid.EncodedSize {
+		return false
+	}
+	_, err := ulid.ParseStrict(id)
+	return err == nil
+}
+
+func (s *server) lookup(r *http.Request) (fsm.Task, *apiError) {
+	id := r.PathValue("id")
+	if !validID(id) {
+		return fsm.Task{}, errNotFound("no such task %q", id)
+	}
+	t, err := s.a.Task(id)
+	if err != nil {
+		return t, s.fromError(err)
+	}
+	return t, nil
+}
+
+// settled reports whether a task waits for nobody but the user: finished
+// or suspended.
+func settled(t *fsm.Task) bool { return agent.Done(t) || t.State == fsm.StateSuspended }
+
+// maxWait bounds ?wait= below the server's write timeout.
+const maxWait = 60 * time.Second
+
+func (s *server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "wait")
+	if e != nil {
+		return e
+	}
+	t, e := s.lookup(r)
+	if e != nil {
+		return e
+	}
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			return errBadRequest("wait %q: give a duration such as 30s", ws)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), min(d, maxWait))
+		defer cancel()
+		if nt, err := s.a.WaitUntil(ctx, t.ID, settled); err == nil || ctx.Err() != nil {
+			if err == nil {
+				t = nt
+			} else if cur, err := s.a.Task(t.ID); err == nil {
+				t = cur
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, s.taskJSON(&t, true))
+	return nil
+}
+
+// query parses the query string and refuses parameters the route does not
+// know, so that a misspelt filter is an error rather than ignored.
+func query(r *http.Request, known ...string) (url.Values, *apiError) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, errBadRequest("malformed query string: %v", err)
+	}
+	for k := range q {
+		ok := false
+		for _, kn := range known {
+			ok = ok || k == kn
+		}
+		if !ok {
+			return nil, errBadRequest("unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
+		}
+	}
+	return q, nil
+}
+
+func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
+	v := q.Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, errBadRequest("%s %q: give an integer from %d to %d", name, v, lo, hi)
+	}
+	return n, nil
+}
+
+func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "state", "type", "source", "limit", "cursor", "order")
+	if e != nil {
+		return e
+	}
+	limit, e := intParam(q, "limit", replay.DefaultLimit, 1, replay.MaxLimit)
+	if e != nil {
+		return e
+	}
+	rq := replay.Query{Limit: limit, Cursor: q.Get("cursor"), Desc: true}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		rq.Desc = false
+	default:
+		return errBadRequest("order %q: give asc or desc", q.Get("order"))
+	}
+	for _, st := range splitList(q.Get("state")) {
+		if !fsm.State(st).Valid() {
+			return errBadRequest("state %q: give one of idle, reasoning, acting, suspended, completed, failed", st)
+		}
+		rq.States = append(rq.States, fsm.State(st))
+	}
+	rq.Types = splitList(q.Get("type"))
+	rq.Sources = splitList(q.Get("source"))
+	page, err := s.a.View().Tasks(r.Context(), rq)
+	if err != nil {
+		return s.fromError(err)
+	}
+	type item struct {
+		projection.Summary
+		Queued bool `json:"queued"`
+	}
+	out := struct {
+		Tasks      []item `json:"tasks"`
+		NextCursor string `json:"next_cursor,omitempty"`
+	}{Tasks: make([]item, 0, len(page.Tasks)), NextCursor: page.Next}
+	for _, t := range page.Tasks {
+		out.Tasks = append(out.Tasks, item{Summary: t, Queued: s.a.Queued(t.ID)})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "after_version", "limit")
+	if e != nil {
+		return e
+	}
+	t, e := s.lookup(r)
+	if e != nil {
+		return e
+	}
+	after, e := intParam(q, "after_version", 0, 0, 1<<31)
+	if e != nil {
+		return e
+	}
+	limit, e := intParam(q, "limit", 1000, 1, 10000)
+	if e != nil {
+		return e
+	}
+	it := s.a.Log().ReadStream(t.ID, uint64(after)+1)
+	defer it.Close()
+	evs := []eventJSON{}
+	for len(evs) < limit && it.Next() {
+		evs = append(evs, toEventJSON(it.Event()))
+	}
+	if err := it.Err(); err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "events": evs})
+	return nil
+}
+
+func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError {
+	if _, e := query(r); e != nil {
+		return e
+	}
+	t, e := s.lookup(r)
+	if e != nil {
+		return e
+	}
+	p, err := s.a.View().Progress(t.ID)
+	if err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// ---- commands
+
+func (s *server) command(w http.ResponseWriter, r *http.Request, body any, do func(id string) (fsm.Task, error)) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	if e := decodeBody(r, body, body == nil || isOptional(body)); e != nil {
+		return e
+	}
+	id := r.PathValue("id")
+	if !validID(id) {
+		return errNotFound("no such task %q", id)
+	}
+	t, err := do(id)
+	if err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, s.taskJSON(&t, false))
+	return nil
+}
+
+type reasonBody struct {
+	Reason string `json:"reason"`
+}
+
+func isOptional(body any) bool { _, ok := body.(*reasonBody); return ok }
+
+func (s *server) postMessage(w http.ResponseWriter, r *http.Request) *apiError {
+	var b struct {
+		Text   *string `json:"text"`
+		Source string  `json:"source"`
+	}
+	return s.command(w, r, &b, func(id string) (fsm.Task, error) {
+		if b.Text == nil {
+			return fsm.Task{}, errMissingText
+		}
+		return s.a.SendMessage(r.Context(), id, *b.Text, b.Source)
+	})
+}
+
+var errMissingText = &inputError{`"text" is required`}
+
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string { return e.msg }
+func (e *inputError) Unwrap() error { return agent.ErrInvalidInput }
+
+func (s *server) suspend(w http.ResponseWriter, r *http.Request) *apiError {
+	var b reasonBody
+	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Suspend(r.Context(), id, b.Reason) })
+}
+
+func (s *server) resume(w http.ResponseWriter, r *http.Request) *apiError {
+	var b reasonBody
+	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Resume(r.Context(), id, b.Reason) })
+}
+
+func (s *server) cancel(w http.ResponseWriter, r *http.Request) *apiError {
+	var b reasonBody
+	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Cancel(r.Context(), id, b.Reason) })
+}
+
+// webhook creates a task from any body: the body, as text, is the input.
+func (s *server) webhook(w http.ResponseWriter, r *http.Request) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	q, e := query(r, "type", "priority")
+	if e != nil {
+		return e
+	}
+	name := r.PathValue("name")
+	if !nameRE.MatchString(name) {
+		return errBadRequest("webhook name %q: use letters, digits, '_', '.', '-' (at most 64)", name)
+	}
+	prio, e := intParam(q, "priority", 0, -1000000, 1000000)
+	if e != nil {
+		return e
+	}
+	data, err := io.ReadAll(r.Body)
+	if err != nil {
+		return bodyReadError(err)
+	}
+	in := agent.Input{Kind: fsm.WebhookTriggered, Name: name, Text: string(data), Source: "webhook:" + name,
+		TaskType: q.Get("type"), Priority: prio}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		in.Metadata = map[string]string{"content_type": truncateASCII(ct, 200)}
+	}
+	if !isText(data) {
+		return errBadRequest("the webhook body must be text (UTF-8)")
+	}
+	return s.submit(w, r, in)
+}
+
+func truncateASCII(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func isText(b []byte) bool {
+	return strings.ToValidUTF8(string(b), "\uFFFD") == string(b) && !strings.ContainsRune(string(b), 0)
+}
