@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/oklog/ulid/v2"
 )
 
 // opener opens a fresh, empty log for one subtest and arranges its closing.
@@ -490,5 +489,3 @@ func TestConformance(t *testing.T) {
 		})
 	})
 }
-
-var _ = ulid.ULID{}

@@ -3,7 +3,6 @@ package eventlog
 import (
 	"bytes"
 	"encoding/binary"
-	"math"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -178,5 +177,3 @@ func ValidateStream(name string) error {
 	}
 	return nil
 }
-
-var lastSeqKey = EventKey(math.MaxUint64)

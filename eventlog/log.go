@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -362,5 +361,3 @@ func (l *Log) closeDB() (err error) {
 	}()
 	return l.db.Close()
 }
-
-var _ io.Closer = (*Log)(nil)

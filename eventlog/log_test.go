@@ -493,3 +493,25 @@ func TestManyWritersWithConflicts(t *testing.T) {
 	mustVerify(t, l)
 	t.Logf("conflicts per stream: %v", conflicts)
 }
+
+func TestStreamVersionCacheEviction(t *testing.T) {
+	o := testOptions(vfs.NewMem())
+	o.StreamCacheSize = 2
+	l := mustOpen(t, "db", o)
+	defer closeLog(t, l)
+	for round := range 3 {
+		for s := range 5 {
+			res := mustAppend(t, l, fmt.Sprintf("s%d", s), Exactly(uint64(round)), ev("E", ""))
+			if res.Version != uint64(round+1) {
+				t.Fatalf("stream s%d round %d: version %d", s, round, res.Version)
+			}
+		}
+	}
+	if len(l.versions) > 2 {
+		t.Fatalf("cache holds %d streams, limit 2", len(l.versions))
+	}
+	st := l.Stats()
+	if st.Commits != 15 || st.Appends != 15 || st.Events != 15 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -174,5 +173,3 @@ func isLockConflict(err error) bool {
 	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
 		strings.Contains(err.Error(), "lock held by current process")
 }
-
-var _ = pebble.LockDirectory
