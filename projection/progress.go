@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -35,6 +36,20 @@ type Progress struct {
 	AwaitingTool *PendingTool `msgpack:"awaiting_tool" json:"awaiting_tool"`
 	Complete     bool         `msgpack:"complete" json:"complete"` // the task completed
 	UpdatedAt    time.Time    `msgpack:"updated_at" json:"updated_at"`
+}
+
+// MarshalJSON writes the step and tool lists as [] when they are empty,
+// never null, so that dashboards can iterate them without a check. The
+// fold itself keeps nil, which the canonical msgpack encoding needs.
+func (p Progress) MarshalJSON() ([]byte, error) {
+	type plain Progress // no methods: no recursion
+	q := plain(p)
+	for _, l := range []*[]string{&q.CompletedSteps, &q.NextSteps, &q.ToolsUsed} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	return json.Marshal(q)
 }
 
 // PendingTool is a tool call that started and has no outcome yet.

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -419,5 +420,21 @@ func TestIdentity(t *testing.T) {
 	}
 	if !strings.Contains(a, "shape/") || strings.Contains(a, "shape/ ") {
 		t.Fatalf("identity %q", a)
+	}
+}
+
+func TestProgressJSONListsAreNeverNull(t *testing.T) {
+	b, err := json.Marshal(Progress{TaskID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"completed_steps":[]`, `"next_steps":[]`, `"tools_used":[]`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("%s lacks %s", b, k)
+		}
+	}
+	b, _ = json.Marshal(Progress{NextSteps: []string{"call search"}})
+	if !strings.Contains(string(b), `"next_steps":["call search"]`) {
+		t.Errorf("a non-empty list is not kept: %s", b)
 	}
 }

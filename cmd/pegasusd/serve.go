@@ -223,13 +223,23 @@ func newModel(cfg *config) (llm.Model, error) {
 	})
 }
 
-// start opens the log, starts the agent (recovery), the HTTP server and
-// the schedules.
-func start(ctx context.Context, cfg *config, logger *slog.Logger) (*daemon, error) {
+// start binds the address, opens the log, starts the agent (recovery),
+// the HTTP server and the schedules. It binds first, so that an address
+// in use fails before anything is recovered or written to the log.
+func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, err error) {
 	model, err := newModel(cfg)
 	if err != nil {
 		return nil, err
 	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			ln.Close()
+		}
+	}()
 	if err := openDataDir(cfg.dataDir); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
@@ -249,7 +259,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (*daemon, erro
 	if err := a.Start(ctx); err != nil {
 		return nil, err // Start closes the log on failure
 	}
-	d := &daemon{cfg: cfg, log: logger, agent: a}
+	d = &daemon{cfg: cfg, log: logger, agent: a, ln: ln}
 	d.server = newServer(a, logger, cfg)
 	d.http = &http.Server{
 		Handler:           d.server.routes(),
@@ -260,11 +270,6 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (*daemon, erro
 		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return d.server.base },
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	d.ln, err = net.Listen("tcp", cfg.addr)
-	if err != nil {
-		_ = a.Stop(context.Background())
-		return nil, err
 	}
 	d.cron = cron.New(cron.WithParser(cronParser), cron.WithLocation(time.UTC))
 	for _, s := range cfg.schedules {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -548,5 +550,25 @@ func TestDaemonUsesTheConfiguredModel(t *testing.T) {
 	}
 	if r := td.do("GET", "/v1/stats", ""); !strings.Contains(string(r.body), `"model":"fake-9"`) {
 		t.Fatalf("stats: %s", r.body)
+	}
+}
+
+// An address in use fails the start before the data directory is created or
+// anything is recovered or written.
+func TestAddressInUseTouchesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := testConfig(t)
+	cfg.addr = ln.Addr().String()
+	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		d.http.Close()
+		t.Fatal("the daemon started on an address in use")
+	}
+	if _, err := os.Stat(cfg.dataDir); !os.IsNotExist(err) {
+		t.Fatalf("data directory %s exists after a failed start (%v)", cfg.dataDir, err)
 	}
 }
