@@ -44,7 +44,10 @@ func Decode(et EventType, schema uint16, data []byte) (Body, error) {
 	if schema != SchemaVersion {
 		return nil, fmt.Errorf("%w: %s schema %d (this build reads %d)", ErrSchema, et, schema, SchemaVersion)
 	}
-	if err := unmarshal(data, b); err != nil {
+	if err := checkShape(data); err != nil {
+		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
+	}
+	if err := decodeBody(data, b); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
 	switch in := b.(type) {

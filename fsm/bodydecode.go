@@ -1,0 +1,491 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// bodyReader decodes event bodies field by field with msgpack's own
+// primitives instead of its reflection-driven struct decoding. Replay
+// decodes every body of the log, and reflection (type lookups, a field map
+// per struct, a string per map key) was most of what a fold cost.
+//
+// It reads exactly what Encode writes: each struct as a map keyed by the
+// msgpack tags, in any order, unknown keys skipped, nil as the zero value.
+// A test decodes bodies with every field set both ways and requires equal
+// results, so a field added to a body without a case here fails it.
+type bodyReader struct {
+	d   *msgpack.Decoder
+	r   bytes.Reader
+	key []byte // scratch for map keys: compared, never kept
+}
+
+var bodyReaders = sync.Pool{New: func() any {
+	br := &bodyReader{key: make([]byte, 0, 64)}
+	br.d = msgpack.NewDecoder(&br.r)
+	return br
+}}
+
+// decodeBody decodes data, already checked by checkShape, into b.
+func decodeBody(data []byte, b Body) error {
+	r := bodyReaders.Get().(*bodyReader)
+	defer bodyReaders.Put(r)
+	r.r.Reset(data)
+	r.d.Reset(&r.r)
+	switch v := b.(type) {
+	case *Input:
+		return r.input(v)
+	case *TaskCreatedBody:
+		return r.taskCreated(v)
+	case *ReasonDoneBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "reasoning":
+				return true, r.reasoning(&v.Reasoning)
+			case "plan":
+				return true, r.plan(&v.Plan)
+			case "new_messages":
+				return true, list(r, &v.NewMessages, r.message)
+			}
+			return false, nil
+		})
+	case *NeedMoreInfoBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "reasoning":
+				return true, r.reasoning(&v.Reasoning)
+			case "new_messages":
+				return true, list(r, &v.NewMessages, r.message)
+			}
+			return false, nil
+		})
+	case *ToolCallStartedBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "step_index":
+				return true, r.int(&v.StepIndex)
+			case "tool":
+				return true, r.str(&v.Tool)
+			case "tool_call_id":
+				return true, r.str(&v.ToolCallID)
+			case "arguments":
+				return true, r.str(&v.Arguments)
+			case "idempotency_key":
+				return true, r.str(&v.IdempotencyKey)
+			}
+			return false, nil
+		})
+	case *ToolCallResultBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "step_index":
+				return true, r.int(&v.StepIndex)
+			case "tool":
+				return true, r.str(&v.Tool)
+			case "tool_call_id":
+				return true, r.str(&v.ToolCallID)
+			case "idempotency_key":
+				return true, r.str(&v.IdempotencyKey)
+			case "result":
+				return true, r.str(&v.Result)
+			case "error":
+				return true, r.str(&v.Error)
+			case "duration_ms":
+				return true, r.int64(&v.DurationMS)
+			case "new_messages":
+				return true, list(r, &v.NewMessages, r.message)
+			}
+			return false, nil
+		})
+	case *StepCompletedBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "step_index":
+				return true, r.int(&v.StepIndex)
+			case "result":
+				return true, r.str(&v.Result)
+			case "new_messages":
+				return true, list(r, &v.NewMessages, r.message)
+			}
+			return false, nil
+		})
+	case *TaskSuspendedBody:
+		return r.object(func(k []byte) (bool, error) {
+			if string(k) == "reason" {
+				return true, r.str(&v.Reason)
+			}
+			return false, nil
+		})
+	case *TaskResumedBody:
+		return r.object(func(k []byte) (bool, error) {
+			if string(k) == "reason" {
+				return true, r.str(&v.Reason)
+			}
+			return false, nil
+		})
+	case *TaskFailedBody:
+		return r.object(func(k []byte) (bool, error) {
+			switch string(k) {
+			case "error":
+				return true, r.str(&v.Error)
+			case "reason":
+				return true, r.str(&v.Reason)
+			}
+			return false, nil
+		})
+	case *TaskCompletedBody:
+		return r.object(func(k []byte) (bool, error) {
+			if string(k) == "result" {
+				return true, r.str(&v.Result)
+			}
+			return false, nil
+		})
+	case *ReflectionCompleteBody:
+		return r.object(func(k []byte) (bool, error) {
+			if string(k) == "reflection" {
+				return true, r.postReflection(&v.Reflection)
+			}
+			return false, nil
+		})
+	case *TaskNotifyBody:
+		return r.object(func(k []byte) (bool, error) {
+			if string(k) == "message" {
+				return true, r.str(&v.Message)
+			}
+			return false, nil
+		})
+	case *ModelCalledBody:
+		return r.modelCalled(v)
+	}
+	// A body type without a reader here: the reflection path is still right.
+	return r.d.Decode(b)
+}
+
+// object reads one map, calling field for each key; a key field does not
+// know (false) is skipped. k is valid only until field returns or decodes a
+// nested value.
+func (r *bodyReader) object(field func(k []byte) (bool, error)) error {
+	n, err := r.d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		l, err := r.d.DecodeBytesLen()
+		if err != nil {
+			return fmt.Errorf("map key: %w", err)
+		}
+		if l < 0 {
+			return fmt.Errorf("nil map key")
+		}
+		r.key = append(r.key[:0], make([]byte, l)...)
+		if err := r.d.ReadFull(r.key); err != nil {
+			return err
+		}
+		known, err := field(r.key)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.key, err)
+		}
+		if !known {
+			if err := r.d.Skip(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// list reads an array into *p with elem for each element; nil is a nil
+// slice. checkShape has bounded the length by the bytes left.
+func list[T any](r *bodyReader, p *[]T, elem func(*T) error) error {
+	n, err := r.d.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		*p = nil
+		return nil
+	}
+	s := make([]T, n)
+	for i := range s {
+		if err := elem(&s[i]); err != nil {
+			return err
+		}
+	}
+	*p = s
+	return nil
+}
+
+func (r *bodyReader) str(p *string) (err error) {
+	*p, err = r.d.DecodeString()
+	return err
+}
+
+func (r *bodyReader) int(p *int) (err error) {
+	*p, err = r.d.DecodeInt()
+	return err
+}
+
+func (r *bodyReader) int64(p *int64) (err error) {
+	*p, err = r.d.DecodeInt64()
+	return err
+}
+
+func (r *bodyReader) bool(p *bool) (err error) {
+	*p, err = r.d.DecodeBool()
+	return err
+}
+
+// isNil consumes a nil and reports true if the next value is one.
+func (r *bodyReader) isNil() (bool, error) {
+	c, err := r.d.PeekCode()
+	if err != nil || c != msgpcode.Nil {
+		return false, err
+	}
+	return true, r.d.DecodeNil()
+}
+
+func (r *bodyReader) strMap(p *map[string]string) error {
+	n, err := r.d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		*p = nil
+		return nil
+	}
+	m := make(map[string]string, n)
+	for i := 0; i < n; i++ {
+		k, err := r.d.DecodeString()
+		if err != nil {
+			return err
+		}
+		if m[k], err = r.d.DecodeString(); err != nil {
+			return err
+		}
+	}
+	*p = m
+	return nil
+}
+
+func (r *bodyReader) input(v *Input) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "kind":
+			var s string
+			err := r.str(&s)
+			v.Kind = EventType(s)
+			return true, err
+		case "text":
+			return true, r.str(&v.Text)
+		case "source":
+			return true, r.str(&v.Source)
+		case "task_type":
+			return true, r.str(&v.TaskType)
+		case "priority":
+			return true, r.int(&v.Priority)
+		case "metadata":
+			return true, r.strMap(&v.Metadata)
+		case "name":
+			return true, r.str(&v.Name)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "machine":
+			return true, r.object(func(k []byte) (bool, error) {
+				switch string(k) {
+				case "name":
+					return true, r.str(&v.Machine.Name)
+				case "version":
+					return true, r.int(&v.Machine.Version)
+				}
+				return false, nil
+			})
+		case "task_type":
+			return true, r.str(&v.TaskType)
+		case "input_text":
+			return true, r.str(&v.InputText)
+		case "input_metadata":
+			return true, r.strMap(&v.InputMetadata)
+		case "source":
+			return true, r.str(&v.Source)
+		case "priority":
+			return true, r.int(&v.Priority)
+		case "metadata":
+			return true, r.strMap(&v.Metadata)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) toolCall(v *ToolCall) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "id":
+			return true, r.str(&v.ID)
+		case "name":
+			return true, r.str(&v.Name)
+		case "arguments":
+			return true, r.str(&v.Arguments)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) message(v *Message) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "role":
+			return true, r.str(&v.Role)
+		case "content":
+			return true, r.str(&v.Content)
+		case "name":
+			return true, r.str(&v.Name)
+		case "tool_call_id":
+			return true, r.str(&v.ToolCallID)
+		case "tool_calls":
+			return true, list(r, &v.ToolCalls, r.toolCall)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) reasoning(v *Reasoning) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "text":
+			return true, r.str(&v.Text)
+		case "tool_calls":
+			return true, list(r, &v.ToolCalls, r.toolCall)
+		case "needs_clarification":
+			return true, r.bool(&v.NeedsClarification)
+		case "question":
+			return true, r.str(&v.Question)
+		case "model":
+			return true, r.str(&v.Model)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) plan(v *Plan) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "goal":
+			return true, r.str(&v.Goal)
+		case "steps":
+			return true, list(r, &v.Steps, r.planStep)
+		case "reasoning":
+			return true, r.str(&v.Reasoning)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) planStep(v *PlanStep) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "index":
+			return true, r.int(&v.Index)
+		case "description":
+			return true, r.str(&v.Description)
+		case "action_type":
+			var s string
+			err := r.str(&s)
+			v.ActionType = ActionType(s)
+			return true, err
+		case "action_params":
+			return true, r.strMap(&v.ActionParams)
+		case "completed":
+			return true, r.bool(&v.Completed)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) postReflection(v *PostTaskReflection) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "facts":
+			return true, list(r, &v.Facts, r.fact)
+		case "episode":
+			if isNil, err := r.isNil(); isNil || err != nil {
+				v.Episode = nil
+				return true, err
+			}
+			v.Episode = new(Episode)
+			return true, r.episode(v.Episode)
+		case "assessment":
+			return true, r.str(&v.Assessment)
+		case "tool_calls_count":
+			return true, r.int(&v.ToolCallsCount)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) fact(v *Fact) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "path":
+			return true, r.str(&v.Path)
+		case "content":
+			return true, r.str(&v.Content)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) episode(v *Episode) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "title":
+			return true, r.str(&v.Title)
+		case "summary":
+			return true, r.str(&v.Summary)
+		case "details":
+			return true, r.str(&v.Details)
+		case "lesson":
+			return true, r.str(&v.Lesson)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) modelCalled(v *ModelCalledBody) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "purpose":
+			return true, r.str(&v.Purpose)
+		case "attempt":
+			return true, r.int(&v.Attempt)
+		case "model":
+			return true, r.str(&v.Model)
+		case "latency_ms":
+			return true, r.int64(&v.LatencyMS)
+		case "status":
+			return true, r.int(&v.Status)
+		case "error":
+			return true, r.str(&v.Error)
+		case "prompt_tokens":
+			return true, r.int(&v.PromptTokens)
+		case "completion_tokens":
+			return true, r.int(&v.CompletionTokens)
+		case "content":
+			return true, r.str(&v.Content)
+		case "tool_calls":
+			return true, list(r, &v.ToolCalls, r.toolCall)
+		case "finish_reason":
+			return true, r.str(&v.FinishReason)
+		}
+		return false, nil
+	})
+}

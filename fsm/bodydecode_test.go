@@ -1,0 +1,112 @@
+package fsm
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// fill sets every field reachable from v to a non-zero value derived from
+// n: strings, numbers, bools, maps of one entry, slices of two elements and
+// pointers to filled values. Fields added to a body later are filled too.
+func fill(v reflect.Value, n int) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", n))
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(n*7 + 1))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k, n)
+		fill(e, n+1)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+	case reflect.Slice:
+		s := reflect.MakeSlice(v.Type(), 2, 2)
+		for i := 0; i < 2; i++ {
+			fill(s.Index(i), n*3+i)
+		}
+		v.Set(s)
+	case reflect.Pointer:
+		p := reflect.New(v.Type().Elem())
+		fill(p.Elem(), n+1)
+		v.Set(p)
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i), n*11+i)
+			}
+		}
+	case reflect.Array: // ulid.ULID
+		for i := 0; i < v.Len(); i++ {
+			v.Index(i).SetUint(uint64(n + i))
+		}
+	}
+}
+
+// TestBodyReaderMatchesReflection decodes every body type, with every field
+// set, and with only some fields set, both with the field-by-field reader
+// and with msgpack's reflection, and requires the same result.
+func TestBodyReaderMatchesReflection(t *testing.T) {
+	for _, et := range EventTypes {
+		for variant := 0; variant < 3; variant++ {
+			want, _ := newBody(et)
+			switch variant {
+			case 0:
+				fill(reflect.ValueOf(want).Elem(), 1)
+			case 1: // first field only: the others are omitted
+				fill(reflect.ValueOf(want).Elem().Field(0), 2)
+			}
+			if in, ok := want.(*Input); ok {
+				in.Kind = et
+			}
+			if r, ok := want.(*ToolCallResultBody); ok && et == ToolCallCompleted {
+				r.Error = ""
+			}
+			if r, ok := want.(*ToolCallResultBody); ok && et == ToolCallFailed && r.Error == "" {
+				r.Error = "boom"
+			}
+			data, err := Encode(want)
+			if err != nil {
+				t.Fatalf("%s: %v", et, err)
+			}
+			viaReflection, _ := newBody(et)
+			if err := msgpack.Unmarshal(data, viaReflection); err != nil {
+				t.Fatalf("%s: reflection: %v", et, err)
+			}
+			got, err := Decode(et, SchemaVersion, data)
+			if err != nil {
+				t.Fatalf("%s variant %d: %v", et, variant, err)
+			}
+			if !reflect.DeepEqual(got, viaReflection) {
+				t.Errorf("%s variant %d:\nreader     %+v\nreflection %+v", et, variant, got, viaReflection)
+			}
+			if variant == 0 && !reflect.DeepEqual(got, want) {
+				t.Errorf("%s: decoded %+v, encoded %+v", et, got, want)
+			}
+		}
+	}
+}
+
+// TestBodyReaderSkipsUnknownKeys: a body written by a newer build, with a
+// key this one does not know, still decodes (forward compatibility).
+func TestBodyReaderSkipsUnknownKeys(t *testing.T) {
+	data, err := msgpack.Marshal(map[string]any{
+		"message": "hi", "future": map[string]any{"nested": []any{1, "x", nil}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Decode(TaskNotify, SchemaVersion, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.(*TaskNotifyBody).Message != "hi" {
+		t.Fatalf("body = %+v", b)
+	}
+}
