@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// client talks to a running pegasusd over its HTTP API (docs/api.md). Events
+// come back in the export line format and are folded here, by replay, like
+// any other source.
+type client struct {
+	base  *url.URL
+	token string
+	http  *http.Client
+}
+
+// pageSize is how many events one GET /v1/events asks for.
+const pageSize = 1000
+
+func newClient(server, token string) (*client, error) {
+	if !strings.Contains(server, "://") {
+		server = "http://" + server
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, usagef("--server %q: want a URL like http://127.0.0.1:7070", server)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	// No overall timeout: a stream stays open as long as the user wants.
+	// Dial and header timeouts catch a server that is not there.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 30 * time.Second
+	return &client{base: u, token: token, http: &http.Client{Transport: tr}}, nil
+}
+
+// apiError is the daemon's error body: {"error": {"code": ..., "message": ...}}.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// get performs a GET and returns the response when its status is 200.
+func (c *client) get(ctx context.Context, path string, q url.Values, hdr http.Header) (*http.Response, error) {
+	u := *c.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, sourceErr(fmt.Errorf("cannot reach pegasusd at %s: %w", c.base, err))
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	msg := strings.TrimSpace(string(body))
+	var ae apiError
+	if json.Unmarshal(body, &ae) == nil && ae.Error.Message != "" {
+		msg = ae.Error.Code + ": " + ae.Error.Message
+	}
+	err = fmt.Errorf("pegasusd %s%s: %s: %s", c.base, path, resp.Status, msg)
+	switch resp.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return nil, sourceErr(fmt.Errorf("%w (check --token / PEGASUS_TOKEN)", err))
+	case http.StatusNotFound:
+		return nil, sourceErr(fmt.Errorf("%w (is this a pegasusd?)", err))
+	}
+	return nil, sourceErr(err)
+}
+
+// eventsPage is the body of GET /v1/events: events in the export line
+// format, oldest first.
+type eventsPage struct {
+	Events []json.RawMessage `json:"events"`
+	Head   uint64            `json:"head"`
+}
+
+// events fetches one page of events with Seq > after.
+func (c *client) events(ctx context.Context, after uint64, limit int) ([]eventlog.Event, uint64, error) {
+	q := url.Values{"after_seq": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}
+	resp, err := c.get(ctx, "/v1/events", q, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	var page eventsPage
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: bad response: %w", c.base, err))
+	}
+	evs := make([]eventlog.Event, 0, len(page.Events))
+	for _, raw := range page.Events {
+		ev, err := decodeAPIEvent(raw)
+		if err != nil {
+			return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: %w", c.base, err))
+		}
+		evs = append(evs, ev)
+	}
+	return evs, page.Head, nil
+}
+
+// exportHeaderLine lets one event line be read by replay's export reader,
+// so the CLI decodes the daemon's events with exactly the code that reads
+// export files.
+var exportHeaderLine = []byte(fmt.Sprintf(`{"format":%q,"version":%d}`+"\n", replay.ExportFormat, replay.ExportVersion))
+
+// decodeEventLine decodes one event in the export line format.
+func decodeEventLine(line []byte) (eventlog.Event, error) {
+	var b bytes.Buffer
+	b.Grow(len(exportHeaderLine) + len(line) + 1)
+	b.Write(exportHeaderLine)
+	b.Write(bytes.TrimSpace(line))
+	b.WriteByte('\n')
+	er, err := replay.NewExportReader(&b)
+	if err != nil {
+		return eventlog.Event{}, err
+	}
+	if !er.Next() {
+		if err := er.Err(); err != nil {
+			return eventlog.Event{}, err
+		}
+		return eventlog.Event{}, errors.New("empty event")
+	}
+	return er.Event(), nil
+}
+
+// apiEvent is an event as pegasusd's API shows it (GET /v1/events, the
+// event stream): the envelope and the decoded body, without the stored
+// bytes.
+type apiEvent struct {
+	Seq         uint64            `json:"seq"`
+	ID          string            `json:"id"`
+	Stream      string            `json:"stream"`
+	Version     uint64            `json:"version"`
+	Type        string            `json:"type"`
+	Time        time.Time         `json:"time"`
+	Causation   string            `json:"causation"`
+	Correlation string            `json:"correlation"`
+	Schema      uint16            `json:"schema"`
+	Metadata    map[string]string `json:"metadata"`
+	Body        json.RawMessage   `json:"body"`
+	Data        json.RawMessage   `json:"data"`
+	BodyError   string            `json:"body_error"`
+}
+
+// decodeAPIEvent decodes one event from the daemon. An event in the export
+// line format (stored body under "body" as base64, decoded under "data") is
+// read by replay's export reader, bytes for bytes. An event with only its
+// decoded body is re-encoded with the canonical codec the agent wrote it
+// with (fsm.Encode, projection.EncodeMemory), which gives the same bytes
+// for every body this build knows. A body the daemon could not decode
+// (body_error) cannot be rebuilt: it is folded as an event without a body,
+// and the fold refuses it as it refused the original.
+func decodeAPIEvent(raw []byte) (eventlog.Event, error) {
+	var a apiEvent
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return eventlog.Event{}, err
+	}
+	if len(a.Data) > 0 || bytes.HasPrefix(bytes.TrimSpace(a.Body), []byte(`"`)) {
+		return decodeEventLine(raw)
+	}
+	l := injectLine{ID: a.ID, Stream: a.Stream, Type: a.Type, Time: a.Time, Causation: a.Causation,
+		Correlation: a.Correlation, Schema: a.Schema, Metadata: a.Metadata}
+	reserved := false
+	switch projection.KindOf(a.Stream) {
+	case projection.KindSystem, projection.KindOther:
+		// No fold interprets these bodies; keep their content for display.
+		reserved = true
+		var m map[string]any
+		if json.Unmarshal(a.Body, &m) == nil && len(m) > 0 {
+			b, err := msgpack.Marshal(m)
+			if err != nil {
+				return eventlog.Event{}, err
+			}
+			l.Body = b
+		}
+	}
+	if a.BodyError == "" && !reserved {
+		l.Data = a.Body
+	}
+	ev, err := l.event()
+	if err != nil {
+		return ev, fmt.Errorf("event %d: %w", a.Seq, err)
+	}
+	if a.Seq == 0 || a.Version == 0 || a.Stream == "" || ev.ID == (ulid.ULID{}) {
+		return ev, fmt.Errorf("event %q: an event needs seq, id, stream and version", a.ID)
+	}
+	ev.Seq, ev.Version = a.Seq, a.Version
+	return ev, nil
+}
+
+// openServer fetches every event of a running daemon into memory. The fold
+// happens here, through replay, exactly as for a data directory.
+func openServer(ctx context.Context, std *stdio, g globals) (*source, error) {
+	c, err := newClient(g.server, g.token)
+	if err != nil {
+		return nil, err
+	}
+	var all []eventlog.Event
+	var bar *progress
+	after := uint64(0)
+	for {
+		evs, head, err := c.events(ctx, after, pageSize)
+		if err != nil {
+			return nil, err
+		}
+		if bar == nil && head > 0 {
+			bar = newProgress(std, head, "fetching")
+		}
+		all = append(all, evs...)
+		if len(evs) == 0 {
+			break
+		}
+		after = evs[len(evs)-1].Seq
+		bar.set(after)
+		if head != 0 && after >= head {
+			break
+		}
+	}
+	bar.done()
+	return memSource(fmt.Sprintf("pegasusd at %s", c.base), all)
+}
+
+// sseEvent is one Server-Sent Event.
+type sseEvent struct {
+	id    string
+	event string
+	data  []byte
+}
+
+// readSSE reads Server-Sent Events from r and calls fn for each, until r
+// ends (nil), fn returns an error, or ctx is done.
+func readSSE(ctx context.Context, r io.Reader, fn func(sseEvent) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<16), replay.MaxExportLine)
+	var cur sseEvent
+	var data [][]byte
+	for sc.Scan() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		line := sc.Bytes()
+		if len(line) == 0 { // dispatch
+			if len(data) > 0 {
+				cur.data = bytes.Join(data, []byte("\n"))
+				if err := fn(cur); err != nil {
+					return err
+				}
+			}
+			cur, data = sseEvent{}, nil
+			continue
+		}
+		if line[0] == ':' { // a comment: keep-alive
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "id":
+			cur.id = string(value)
+		case "event":
+			cur.event = string(value)
+		case "data":
+			data = append(data, append([]byte(nil), value...))
+		}
+	}
+	return sc.Err()
+}
