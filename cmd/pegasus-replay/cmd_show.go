@@ -28,20 +28,11 @@ func showCommand(std *stdio) *cli.Command {
 		},
 		BashComplete: completeTaskIDs(std),
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, "TASK"); err != nil {
-				return err
-			}
-			g := readGlobals(c)
-			b, err := parseAt(c.String("at"))
-			if err != nil {
-				return err
-			}
-			src, err := openSource(c.Context, std, g)
+			src, id, b, g, err := openTaskAt(c, std)
 			if err != nil {
 				return err
 			}
 			defer src.Close()
-			id := parseTaskID(c.Args().First())
 			tl, err := replay.Timeline(c.Context, src.reader, id, b)
 			if err != nil {
 				return taskErr(c.Context, src.reader, id, b, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oklog/ulid/v2"
+	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -143,6 +144,23 @@ func (s *source) view(ctx context.Context, std *stdio) (*replay.View, error) {
 		return nil, err
 	}
 	return v, nil
+}
+
+// openTaskAt reads the TASK argument and --at, and opens the source: how
+// every command that looks at one task as of a point starts. The caller
+// closes the source.
+func openTaskAt(c *cli.Context, std *stdio) (src *source, id string, b replay.Bound, g globals, err error) {
+	if err = exactArgs(c, "TASK"); err != nil {
+		return nil, "", b, g, err
+	}
+	g = readGlobals(c)
+	if b, err = parseAt(c.String("at")); err != nil {
+		return nil, "", b, g, err
+	}
+	if src, err = openSource(c.Context, std, g); err != nil {
+		return nil, "", b, g, err
+	}
+	return src, parseTaskID(c.Args().First()), b, g, nil
 }
 
 // parseTaskID normalises a task id argument. Task ids are ULIDs, printed in
