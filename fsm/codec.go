@@ -148,6 +148,19 @@ func DecodeTask(data []byte) (Task, error) {
 	return t, nil
 }
 
+// EncodeCanonical is the canonical msgpack encoding the project persists:
+// struct fields as maps keyed by their msgpack tags, map keys sorted, empty
+// fields omitted. Equal values encode to equal bytes. Bodies, tasks and the
+// read models of package projection all use it.
+func EncodeCanonical(v any) ([]byte, error) { return marshal(v) }
+
+// DecodeCanonical decodes exactly one msgpack value from data into v. It
+// first checks, without allocating, that every length the bytes declare
+// fits in the bytes that remain (see checkShape), so hostile or corrupt
+// bytes are an error, never an allocation sized by a forged length. Use it
+// for every msgpack value read back from storage.
+func DecodeCanonical(data []byte, v any) error { return unmarshal(data, v) }
+
 func marshal(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := msgpack.GetEncoder()

@@ -1,11 +1,10 @@
 package projection
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
 // ErrMalformed is returned by the Decode functions of this package for bytes
@@ -13,34 +12,23 @@ import (
 var ErrMalformed = errors.New("projection: malformed encoding")
 
 // marshal is the canonical encoding of every persisted read model and of the
-// memory event bodies: msgpack maps keyed by the msgpack tags, map keys
-// sorted, empty fields omitted. Equal values encode to equal bytes, which is
-// what lets verify compare a persisted projection with a fresh fold byte for
-// byte. It matches fsm's encoding of tasks and bodies.
+// memory event bodies, fsm's (fsm.EncodeCanonical): equal values encode to
+// equal bytes, which is what lets verify compare a persisted projection
+// with a fresh fold byte for byte.
 func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(&buf)
-	enc.SetSortMapKeys(true)
-	enc.SetOmitEmpty(true)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("projection: encode %T: %w", v, err)
+	b, err := fsm.EncodeCanonical(v)
+	if err != nil {
+		return nil, fmt.Errorf("projection: %w", err)
 	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
-// unmarshal decodes exactly one msgpack value; trailing bytes are an error.
+// unmarshal decodes exactly one msgpack value with fsm.DecodeCanonical,
+// which refuses forged lengths before the decoder can allocate for them: a
+// corrupt persisted record is reported, never a crash.
 func unmarshal(data []byte, v any) error {
-	r := bytes.NewReader(data)
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(r)
-	if err := dec.Decode(v); err != nil {
+	if err := fsm.DecodeCanonical(data, v); err != nil {
 		return fmt.Errorf("%w: %T: %v", ErrMalformed, v, err)
-	}
-	if r.Len() != 0 {
-		return fmt.Errorf("%w: %T: %d trailing bytes", ErrMalformed, v, r.Len())
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func (s *store) load(o projection.Options, identity string, head uint64) (*proje
 		return nil, "", fmt.Errorf("replay: reading projections: %w", err)
 	}
 	var m meta
-	if err := msgpack.Unmarshal(raw, &m); err != nil {
+	if err := fsm.DecodeCanonical(raw, &m); err != nil {
 		return nil, fmt.Sprintf("unreadable projection meta: %v", err), nil
 	}
 	switch {

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -68,7 +67,7 @@ func toEventJSON(ev eventlog.Event) eventJSON {
 	if dec.Body == nil && err == nil && len(ev.Body) > 0 {
 		// Reserved streams ($system) carry bodies no fold interprets.
 		var m map[string]any
-		if msgpack.Unmarshal(ev.Body, &m) == nil && len(m) > 0 {
+		if fsm.DecodeCanonical(ev.Body, &m) == nil && len(m) > 0 {
 			j.Body, j.Summary = m, describeMap(m)
 		}
 	}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -52,7 +52,7 @@ func toEventJSON(ev eventlog.Event) eventJSON {
 	case len(ev.Body) > 0:
 		// A $system event: small msgpack maps without a Go type.
 		var m map[string]any
-		if msgpack.Unmarshal(ev.Body, &m) == nil {
+		if fsm.DecodeCanonical(ev.Body, &m) == nil {
 			j.Body = m
 		}
 	}
