@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,10 +14,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -130,34 +127,10 @@ func (c *client) events(ctx context.Context, after uint64, limit int) ([]eventlo
 	return evs, page.Head, nil
 }
 
-// exportHeaderLine lets one event line be read by replay's export reader,
-// so the CLI decodes the daemon's events with exactly the code that reads
-// export files.
-var exportHeaderLine = []byte(fmt.Sprintf(`{"format":%q,"version":%d}`+"\n", replay.ExportFormat, replay.ExportVersion))
-
-// decodeEventLine decodes one event in the export line format.
-func decodeEventLine(line []byte) (eventlog.Event, error) {
-	var b bytes.Buffer
-	b.Grow(len(exportHeaderLine) + len(line) + 1)
-	b.Write(exportHeaderLine)
-	b.Write(bytes.TrimSpace(line))
-	b.WriteByte('\n')
-	er, err := replay.NewExportReader(&b)
-	if err != nil {
-		return eventlog.Event{}, err
-	}
-	if !er.Next() {
-		if err := er.Err(); err != nil {
-			return eventlog.Event{}, err
-		}
-		return eventlog.Event{}, errors.New("empty event")
-	}
-	return er.Event(), nil
-}
-
 // apiEvent is an event as pegasusd's API shows it (GET /v1/events, the
-// event stream): the envelope and the decoded body, without the stored
-// bytes.
+// event stream). The CLI reads the envelope and raw_body, the bytes the
+// daemon stored, so it folds exactly what ran; the decoded body is for
+// people and not read here.
 type apiEvent struct {
 	Seq         uint64            `json:"seq"`
 	ID          string            `json:"id"`
@@ -169,54 +142,35 @@ type apiEvent struct {
 	Correlation string            `json:"correlation"`
 	Schema      uint16            `json:"schema"`
 	Metadata    map[string]string `json:"metadata"`
-	Body        json.RawMessage   `json:"body"`
-	Data        json.RawMessage   `json:"data"`
-	BodyError   string            `json:"body_error"`
+	RawBody     []byte            `json:"raw_body"`
 }
 
-// decodeAPIEvent decodes one event from the daemon. An event in the export
-// line format (stored body under "body" as base64, decoded under "data") is
-// read by replay's export reader, bytes for bytes. An event with only its
-// decoded body is re-encoded with the canonical codec the agent wrote it
-// with (fsm.Encode, projection.EncodeMemory), which gives the same bytes
-// for every body this build knows. A body the daemon could not decode
-// (body_error) cannot be rebuilt: it is folded as an event without a body,
-// and the fold refuses it as it refused the original.
+// decodeAPIEvent decodes one event from the daemon.
 func decodeAPIEvent(raw []byte) (eventlog.Event, error) {
 	var a apiEvent
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return eventlog.Event{}, err
 	}
-	if len(a.Data) > 0 || bytes.HasPrefix(bytes.TrimSpace(a.Body), []byte(`"`)) {
-		return decodeEventLine(raw)
+	if a.Seq == 0 || a.Version == 0 || a.Stream == "" || a.Type == "" {
+		return eventlog.Event{}, fmt.Errorf("event %q: an event needs seq, id, stream, version and type", a.ID)
 	}
-	l := injectLine{ID: a.ID, Stream: a.Stream, Type: a.Type, Time: a.Time, Causation: a.Causation,
-		Correlation: a.Correlation, Schema: a.Schema, Metadata: a.Metadata}
-	reserved := false
-	switch projection.KindOf(a.Stream) {
-	case projection.KindSystem, projection.KindOther:
-		// No fold interprets these bodies; keep their content for display.
-		reserved = true
-		var m map[string]any
-		if json.Unmarshal(a.Body, &m) == nil && len(m) > 0 {
-			b, err := msgpack.Marshal(m)
-			if err != nil {
-				return eventlog.Event{}, err
-			}
-			l.Body = b
+	ev := eventlog.Event{Seq: a.Seq, Stream: a.Stream, Version: a.Version, Type: a.Type, Time: a.Time.UTC(),
+		Schema: a.Schema, Metadata: a.Metadata, Body: a.RawBody}
+	var err error
+	if ev.ID, err = ulid.ParseStrict(a.ID); err != nil {
+		return ev, fmt.Errorf("event %d: id %q: %w", a.Seq, a.ID, err)
+	}
+	for _, f := range []struct {
+		text string
+		dst  *ulid.ULID
+	}{{a.Causation, &ev.Causation}, {a.Correlation, &ev.Correlation}} {
+		if f.text == "" {
+			continue
+		}
+		if *f.dst, err = ulid.ParseStrict(f.text); err != nil {
+			return ev, fmt.Errorf("event %d: %q: %w", a.Seq, f.text, err)
 		}
 	}
-	if a.BodyError == "" && !reserved {
-		l.Data = a.Body
-	}
-	ev, err := l.event()
-	if err != nil {
-		return ev, fmt.Errorf("event %d: %w", a.Seq, err)
-	}
-	if a.Seq == 0 || a.Version == 0 || a.Stream == "" || ev.ID == (ulid.ULID{}) {
-		return ev, fmt.Errorf("event %q: an event needs seq, id, stream and version", a.ID)
-	}
-	ev.Seq, ev.Version = a.Seq, a.Version
 	return ev, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ type fakeDaemon struct {
 // daemonEvent is pegasusd's event JSON.
 func daemonEvent(ev eventlog.Event) map[string]any {
 	j := map[string]any{"seq": ev.Seq, "id": ev.ID.String(), "stream": ev.Stream, "version": ev.Version,
-		"type": ev.Type, "time": ev.Time}
+		"type": ev.Type, "time": ev.Time, "schema": ev.Schema, "raw_body": ev.Body, "metadata": ev.Metadata}
 	if ev.Causation != (ulid.ULID{}) {
 		j["causation"] = ev.Causation.String()
 	}
@@ -238,5 +239,36 @@ func TestTailFromNow(t *testing.T) {
 	r := <-done
 	if r.code != 0 || r.stdout != "" || resume != "43" {
 		t.Errorf("tail from now: exit %d, printed %q, Last-Event-ID %q (want 43)", r.code, r.stdout, resume)
+	}
+}
+
+// TestAPIEventsAreTheStoredEvents: an event read from the daemon's API is
+// the stored event, byte for byte, including a body the daemon could not
+// decode (which a decoded body alone could never rebuild) and $system
+// bodies.
+func TestAPIEventsAreTheStoredEvents(t *testing.T) {
+	good, _ := genHistory(t)
+	for _, evs := range [][]eventlog.Event{good, genCorrupt(t)} {
+		for _, ev := range evs {
+			raw, err := json.Marshal(daemonEvent(ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := decodeAPIEvent(raw)
+			if err != nil {
+				t.Fatalf("seq %d: %v", ev.Seq, err)
+			}
+			want := ev
+			want.Time = want.Time.UTC()
+			if len(want.Metadata) == 0 {
+				want.Metadata, got.Metadata = nil, nil
+			}
+			if len(want.Body) == 0 {
+				want.Body, got.Body = nil, nil
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("seq %d %s:\n got %+v\nwant %+v", ev.Seq, ev.Type, got, want)
+			}
+		}
 	}
 }

@@ -17,8 +17,10 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// eventJSON is a stored event as the API shows it: the envelope and the
-// decoded body.
+// eventJSON is a stored event as the API shows it: the envelope, the
+// decoded body for people, and the stored bytes (raw_body, base64 msgpack,
+// with their schema) so that a client such as pegasus-replay --server folds
+// exactly what the daemon stored.
 type eventJSON struct {
 	Seq         uint64            `json:"seq"`
 	ID          string            `json:"id"`
@@ -29,8 +31,10 @@ type eventJSON struct {
 	Causation   string            `json:"causation,omitempty"`
 	Correlation string            `json:"correlation,omitempty"`
 	Metadata    map[string]string `json:"metadata,omitempty"`
+	Schema      uint16            `json:"schema"`
 	Body        any               `json:"body"`
 	BodyError   string            `json:"body_error,omitempty"`
+	RawBody     []byte            `json:"raw_body,omitempty"`
 }
 
 func idText(id ulid.ULID) string {
@@ -42,7 +46,8 @@ func idText(id ulid.ULID) string {
 
 func toEventJSON(ev eventlog.Event) eventJSON {
 	j := eventJSON{Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
-		Time: ev.Time, Causation: idText(ev.Causation), Correlation: idText(ev.Correlation), Metadata: ev.Metadata}
+		Time: ev.Time, Causation: idText(ev.Causation), Correlation: idText(ev.Correlation), Metadata: ev.Metadata,
+		Schema: ev.Schema, RawBody: ev.Body}
 	fe, err := replay.Decode(ev)
 	switch {
 	case err != nil:
