@@ -351,12 +351,11 @@ func TestLLMSemaphoreHolds(t *testing.T) {
 // gateTool blocks every call until released and counts concurrency and
 // the idempotency keys it saw.
 type gateTool struct {
-	mu       sync.Mutex
-	in, max  int
-	keys     []string
-	arrived  chan struct{}
-	release  chan struct{}
-	blocking bool
+	mu      sync.Mutex
+	in, max int
+	keys    []string
+	arrived chan struct{}
+	release chan struct{}
 }
 
 func (g *gateTool) Name() string                { return "gate" }

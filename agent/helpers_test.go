@@ -186,14 +186,6 @@ func (r *chatReq) firstUser() string {
 	return ""
 }
 
-func (r *chatReq) tools() []string {
-	var n []string
-	for _, t := range r.Tools {
-		n = append(n, t.Function.Name)
-	}
-	return n
-}
-
 type reply struct {
 	status  int
 	content string

@@ -83,7 +83,6 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("agent: submit: %w", err)
 	}
-	a.corr.Store(taskID, inputID)
 	// Committed: the task exists and will run even if this wait ends
 	// early. Waiting for the hook means the task can be read, and is
 	// admitted or queued, when Submit returns.

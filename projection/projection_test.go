@@ -17,9 +17,7 @@ var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // script builds the events of one task, keeping seq and versions right.
 type script struct {
-	id    string
 	seq   uint64
-	ver   uint64
 	at    time.Time
 	tasks map[string]uint64
 }

@@ -97,8 +97,8 @@ func (c *client) get(ctx context.Context, path string, q url.Values, hdr http.He
 	return nil, sourceErr(err)
 }
 
-// eventsPage is the body of GET /v1/events: events in the export line
-// format, oldest first.
+// eventsPage is the body of GET /v1/events: events as the API shows them
+// (see apiEvent), oldest first.
 type eventsPage struct {
 	Events []json.RawMessage `json:"events"`
 	Head   uint64            `json:"head"`
