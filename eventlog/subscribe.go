@@ -167,9 +167,7 @@ func (s *Subscription) unregister() {
 		return
 	}
 	s.l.subMu.Lock()
-	if _, ok := s.l.subs[s]; ok {
-		delete(s.l.subs, s)
-	}
+	delete(s.l.subs, s)
 	s.l.subMu.Unlock()
 	s.live = nil
 }
