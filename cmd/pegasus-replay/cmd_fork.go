@@ -292,19 +292,8 @@ func (l *injectLine) event() (eventlog.Event, error) {
 	if l.Time.IsZero() {
 		ev.Time = time.Time{}
 	}
-	for _, f := range []struct {
-		name string
-		s    string
-		dst  *ulid.ULID
-	}{{"id", l.ID, &ev.ID}, {"causation", l.Causation, &ev.Causation}, {"correlation", l.Correlation, &ev.Correlation}} {
-		if f.s == "" {
-			continue
-		}
-		id, err := ulid.ParseStrict(f.s)
-		if err != nil {
-			return ev, fmt.Errorf("%s %q: %v", f.name, f.s, err)
-		}
-		*f.dst = id
+	if err := parseIDs(&ev, l.ID, l.Causation, l.Correlation); err != nil {
+		return ev, err
 	}
 	memory := projection.KindOf(l.Stream) == projection.KindMemory
 	if ev.Schema == 0 {
@@ -325,6 +314,26 @@ func (l *injectLine) event() (eventlog.Event, error) {
 	}
 	ev.Body = body
 	return ev, nil
+}
+
+// parseIDs sets ev's id, causation and correlation from their text; an
+// empty text leaves the zero id.
+func parseIDs(ev *eventlog.Event, id, causation, correlation string) error {
+	for _, f := range []struct {
+		name string
+		s    string
+		dst  *ulid.ULID
+	}{{"id", id, &ev.ID}, {"causation", causation, &ev.Causation}, {"correlation", correlation, &ev.Correlation}} {
+		if f.s == "" {
+			continue
+		}
+		v, err := ulid.ParseStrict(f.s)
+		if err != nil {
+			return fmt.Errorf("%s %q: %v", f.name, f.s, err)
+		}
+		*f.dst = v
+	}
+	return nil
 }
 
 // encodeData turns a decoded body (the "data" of an export line) into the

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -156,20 +154,11 @@ func decodeAPIEvent(raw []byte) (eventlog.Event, error) {
 	}
 	ev := eventlog.Event{Seq: a.Seq, Stream: a.Stream, Version: a.Version, Type: a.Type, Time: a.Time.UTC(),
 		Schema: a.Schema, Metadata: a.Metadata, Body: a.RawBody}
-	var err error
-	if ev.ID, err = ulid.ParseStrict(a.ID); err != nil {
-		return ev, fmt.Errorf("event %d: id %q: %w", a.Seq, a.ID, err)
+	if a.ID == "" {
+		return ev, fmt.Errorf("event %d has no id", a.Seq)
 	}
-	for _, f := range []struct {
-		text string
-		dst  *ulid.ULID
-	}{{a.Causation, &ev.Causation}, {a.Correlation, &ev.Correlation}} {
-		if f.text == "" {
-			continue
-		}
-		if *f.dst, err = ulid.ParseStrict(f.text); err != nil {
-			return ev, fmt.Errorf("event %d: %q: %w", a.Seq, f.text, err)
-		}
+	if err := parseIDs(&ev, a.ID, a.Causation, a.Correlation); err != nil {
+		return ev, fmt.Errorf("event %d: %w", a.Seq, err)
 	}
 	return ev, nil
 }
