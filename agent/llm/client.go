@@ -51,8 +51,16 @@ type Options struct {
 	// Local servers usually need none. The default value is empty.
 	APIKey Secret
 	// HTTPClient sends the requests. The default value is a client with no
-	// overall timeout (Timeout below bounds each attempt).
+	// overall timeout (Timeout below bounds each attempt) whose transport
+	// keeps MaxConns idle connections to the server, so that every call
+	// that may run at once finds a warm connection instead of opening one
+	// (a TLS handshake per call against a hosted model).
 	HTTPClient *http.Client
+	// MaxConns is the number of calls that may run at once, the size of
+	// the default HTTPClient's connection pool. The daemon sets it to its
+	// model-call concurrency. Ignored when HTTPClient is set. The default
+	// value is 16.
+	MaxConns int
 	// Timeout bounds one attempt, from sending the request to reading the
 	// whole response. The default value is 120s.
 	Timeout time.Duration
@@ -85,8 +93,11 @@ type Options struct {
 
 // EnsureDefaults fills in every unset field with its default value.
 func (o *Options) EnsureDefaults() {
+	if o.MaxConns <= 0 {
+		o.MaxConns = 16
+	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{}
+		o.HTTPClient = &http.Client{Transport: pooledTransport(o.MaxConns)}
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 120 * time.Second
@@ -131,6 +142,17 @@ func (o *Options) Validate() error {
 		return errors.New("llm: model is required")
 	}
 	return nil
+}
+
+// pooledTransport is http.DefaultTransport's configuration with an idle
+// pool sized to n connections per host. The default transport keeps two,
+// so with more calls in flight most of them would open a new connection
+// and close it again after the response.
+func pooledTransport(n int) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = max(t.MaxIdleConns, n)
+	t.MaxIdleConnsPerHost = n
+	return t
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

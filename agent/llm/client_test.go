@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,5 +367,59 @@ func TestValidate(t *testing.T) {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)
 		}
+	}
+}
+
+// TestPoolKeepsConnectionsForEveryConcurrentCall runs many calls, n at a
+// time, against a fake model that counts the connections it accepts. With
+// Go's default transport (two idle connections per host) most calls would
+// open a connection of their own; the client's pool keeps one per call
+// that may run at once.
+func TestPoolKeepsConnectionsForEveryConcurrentCall(t *testing.T) {
+	const n, calls = 8, 200
+	var opened atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = io.WriteString(w, okText)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c, err := New(Options{BaseURL: srv.URL + "/v1", Model: "m", MaxConns: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.opts.HTTPClient.CloseIdleConnections()
+	work := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			for range work {
+				if _, err := c.Complete(context.Background(), Request{Messages: []fsm.Message{{Role: "user", Content: "hi"}}}, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for range calls {
+		work <- struct{}{}
+	}
+	close(work)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// A call may finish a moment before its connection is back in the
+	// pool, so the next call dials; the pool then keeps both. Allow that
+	// slack, far below the one-connection-per-call of an unsized pool.
+	if got := opened.Load(); got > 2*n {
+		t.Fatalf("%d calls, %d at a time, opened %d connections; want at most %d", calls, n, got, 2*n)
 	}
 }

@@ -220,6 +220,7 @@ func newModel(cfg *config) (llm.Model, error) {
 	return llm.New(llm.Options{
 		BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
 		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts,
+		MaxConns: cfg.maxLLM,
 	})
 }
 
