@@ -73,6 +73,9 @@ func newApp(c *client) *cli.App {
 		Reader:      stdin,
 		Writer:      stdout,
 		ErrWriter:   stderr,
+		// A schedule's input may hold commas: --schedule is repeated, never
+		// split.
+		DisableSliceFlagSeparator: true,
 		// Without a command, pegasusd serves: `pegasusd --addr ...` works
 		// like `pegasusd serve --addr ...`.
 		Flags:  serveFlags(),

@@ -38,6 +38,23 @@ func parseScheduleFlag(s string) (schedule, error) {
 	return sc, sc.check()
 }
 
+// scheduleSpecs returns the --schedule flags or, when none is given, the
+// lines of $PEGASUS_SCHEDULE. The variable is not bound to the flag, which
+// would split it on commas and so break an input that holds one; a line
+// break cannot occur in a schedule, so it separates them.
+func scheduleSpecs(flags []string, env string) []string {
+	if len(flags) > 0 {
+		return flags
+	}
+	var specs []string
+	for line := range strings.Lines(env) {
+		if line = strings.TrimRight(line, "\r\n"); strings.TrimSpace(line) != "" {
+			specs = append(specs, line)
+		}
+	}
+	return specs
+}
+
 // loadSchedules reads a JSON file {"schedules": [{"name", "cron", "input",
 // "type", "priority"}]}.
 func loadSchedules(path string) ([]schedule, error) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/urfave/cli/v2"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,5 +95,31 @@ func TestConfigValidation(t *testing.T) {
 		if code := run(args, nil, &stderr, &stderr); code == 0 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, %q (want %q)", c.args, code, stderr.String(), c.want)
 		}
+	}
+}
+
+// TestScheduleEnvironmentKeepsCommas reads $PEGASUS_SCHEDULE through the
+// daemon's own flag parsing: one schedule per line, so an input with a
+// comma stays whole, and a --schedule flag replaces the variable.
+func TestScheduleEnvironmentKeepsCommas(t *testing.T) {
+	t.Setenv("PEGASUS_SCHEDULE", "digest|@daily|summarize a, b and c\r\n\nping|@every 90s|ping\n")
+	var cfg *config
+	app := newApp(&client{stdout: io.Discard, stderr: io.Discard})
+	app.Commands = nil
+	app.Action = func(cc *cli.Context) (err error) {
+		cfg, err = configFrom(cc)
+		return err
+	}
+	if err := app.Run([]string{"pegasusd"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.schedules) != 2 || cfg.schedules[0].Input != "summarize a, b and c" || cfg.schedules[1].Name != "ping" {
+		t.Fatalf("schedules from the environment = %+v", cfg.schedules)
+	}
+	if err := app.Run([]string{"pegasusd", "--schedule", "only|@hourly|x, y"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.schedules) != 1 || cfg.schedules[0].Name != "only" || cfg.schedules[0].Input != "x, y" {
+		t.Fatalf("a flag must replace the variable: %+v", cfg.schedules)
 	}
 }

@@ -41,7 +41,7 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "tool-timeout", Value: 60 * time.Second, EnvVars: env("TOOL_TIMEOUT"), Usage: "timeout of one tool call"},
 		&cli.IntFlag{Name: "max-iterations", Value: 10, EnvVars: env("MAX_ITERATIONS"), Usage: "reason/act iterations before a task fails"},
 		&cli.BoolFlag{Name: "no-reflection", EnvVars: env("NO_REFLECTION"), Usage: "turn post-task reflection off"},
-		&cli.StringSliceFlag{Name: "schedule", EnvVars: env("SCHEDULE"), Usage: "a recurring task, NAME|CRON|INPUT (repeatable), e.g. 'hourly|@hourly|what time is it?'"},
+		&cli.StringSliceFlag{Name: "schedule", Usage: "a recurring task, NAME|CRON|INPUT (repeatable), e.g. 'hourly|@hourly|what time is it?'; $PEGASUS_SCHEDULE holds one per line"},
 		&cli.StringFlag{Name: "schedules-file", EnvVars: env("SCHEDULES_FILE"), Usage: `JSON file {"schedules":[{"name","cron","input","type","priority"}]}`},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: 1 << 20, EnvVars: env("MAX_BODY_BYTES"), Usage: "largest request body accepted"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("SHUTDOWN_TIMEOUT"), Usage: "how long running stages may take to finish at stop"},
@@ -82,7 +82,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 	if cc.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments (got %q)", cc.Args().First())}
 	}
-	for _, s := range cc.StringSlice("schedule") {
+	for _, s := range scheduleSpecs(cc.StringSlice("schedule"), os.Getenv("PEGASUS_SCHEDULE")) {
 		sc, err := parseScheduleFlag(s)
 		if err != nil {
 			return nil, err
