@@ -13,6 +13,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -67,7 +68,7 @@ func toEventJSON(ev eventlog.Event) eventJSON {
 	if dec.Body == nil && err == nil && len(ev.Body) > 0 {
 		// Reserved streams ($system) carry bodies no fold interprets.
 		var m map[string]any
-		if fsm.DecodeCanonical(ev.Body, &m) == nil && len(m) > 0 {
+		if codec.Decode(ev.Body, &m) == nil && len(m) > 0 {
 			j.Body, j.Summary = m, describeMap(m)
 		}
 	}

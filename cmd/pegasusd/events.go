@@ -13,7 +13,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -57,7 +57,7 @@ func toEventJSON(ev eventlog.Event) eventJSON {
 	case len(ev.Body) > 0:
 		// A $system event: small msgpack maps without a Go type.
 		var m map[string]any
-		if fsm.DecodeCanonical(ev.Body, &m) == nil {
+		if codec.Decode(ev.Body, &m) == nil {
 			j.Body = m
 		}
 	}
