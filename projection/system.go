@@ -37,8 +37,8 @@ type SystemBody struct {
 	Model string `msgpack:"model,omitempty" json:"model,omitempty"`
 	// Head is the log's head sequence when the event was written.
 	Head uint64 `msgpack:"head" json:"head"`
-	// Resumed and Suspended count the tasks resumed at start and
-	// suspended at stop.
+	// Resumed and Suspended count, on SYSTEM_STARTED, the tasks resumed
+	// (they were reasoning or acting) and those found suspended.
 	Resumed   int `msgpack:"resumed,omitempty" json:"resumed,omitempty"`
 	Suspended int `msgpack:"suspended,omitempty" json:"suspended,omitempty"`
 	// Clean is set on SYSTEM_STOPPED when every stage drained before the
