@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -139,17 +140,21 @@ func ParseEvent(b []byte) (eventlog.Event, error) {
 // JSON form with every field optional but type, so that any event printed
 // by the tools can be injected as is and a hand-written one needs only
 // what matters. seq and version are read but not returned (the log
-// assigns them); stream, causation and time are left empty for the caller
-// to default; schema defaults to the current schema of the stream's body
+// assigns them); stream, causation and time, when absent, are left empty
+// for the caller to default; schema defaults to the current schema of the stream's body
 // kind; and when "body" is absent, data (the decoded body) is encoded into
-// one (EncodeData). "body":"" is an empty body, whatever data says. Unknown fields are refused, so a misspelt field is an
-// error rather than silently dropped.
+// one (EncodeData). "body":"" is an empty body, whatever data says.
+// Unknown fields are refused, so a misspelt field is an error rather than
+// silently dropped.
 func ParseDraft(b []byte) (eventlog.Event, error) {
 	var j EventJSON
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&j); err != nil {
 		return eventlog.Event{}, fmt.Errorf("%w: %v", ErrEventJSON, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return eventlog.Event{}, fmt.Errorf("%w: more than one JSON value on the line", ErrEventJSON)
 	}
 	if j.Type == "" {
 		return eventlog.Event{}, fmt.Errorf(`%w: an event needs a "type"`, ErrEventJSON)

@@ -115,6 +115,7 @@ func TestParseDraft(t *testing.T) {
 	for _, bad := range []string{
 		`{"data":{}}`, `{"type":"STEP_COMPLETED","dat":{}}`, `{"type":"STEP_COMPLETED","data":{"step":1}}`,
 		`{"type":"NOT_A_TYPE","data":{"x":1}}`, `{"type":"STEP_COMPLETED","id":"nope"}`, `not json`,
+		`{"type":"STEP_COMPLETED"} {"type":"STEP_COMPLETED"}`,
 	} {
 		if _, err := ParseDraft([]byte(bad)); err == nil {
 			t.Errorf("%s: parsed", bad)
@@ -174,4 +175,32 @@ func TestReadHeaderlessEvents(t *testing.T) {
 	if _, _, err := ReadExport(strings.NewReader(`{"hello":1}` + "\n")); !errors.Is(err, ErrExportFormat) {
 		t.Fatalf("neither header nor event: %v", err)
 	}
+}
+
+// BenchmarkEventJSON measures the one encoder and parser per event on a
+// generated history (what export, --file and --server pay per event).
+func BenchmarkEventJSON(b *testing.B) {
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 50, Finish: true})
+	lines := make([][]byte, len(evs))
+	size := 0
+	for i, ev := range evs {
+		lines[i], _ = MarshalEvent(ev)
+		size += len(lines[i])
+	}
+	b.Run("marshal", func(b *testing.B) {
+		b.SetBytes(int64(size / len(evs)))
+		for i := 0; b.Loop(); i++ {
+			if _, err := MarshalEvent(evs[i%len(evs)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parse", func(b *testing.B) {
+		b.SetBytes(int64(size / len(evs)))
+		for i := 0; b.Loop(); i++ {
+			if _, err := ParseEvent(lines[i%len(lines)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
