@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -203,4 +204,36 @@ func BenchmarkEventJSON(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestDecodeSystemBodies: $system bodies decode to projection.SystemBody
+// (empty is the zero body); bytes that are not one are an error, which the
+// fold records as a refusal; a type this build does not know carries no
+// body and no error.
+func TestDecodeSystemBodies(t *testing.T) {
+	sys := func(typ string, body []byte) eventlog.Event {
+		return eventlog.Event{Stream: projection.SystemStream, Type: typ, Schema: projection.SystemSchemaVersion, Body: body, Seq: 1, Version: 1}
+	}
+	good, _ := projection.EncodeSystem(&projection.SystemBody{Head: 7, Clean: true})
+	fe, err := Decode(sys("SYSTEM_STOPPED", good))
+	if b, ok := fe.Body.(*projection.SystemBody); err != nil || !ok || b.Head != 7 || !b.Clean || b.EventType() != projection.SystemStopped {
+		t.Fatalf("good body: %#v %v", fe.Body, err)
+	}
+	if fe, err := Decode(sys("SYSTEM_STARTED", nil)); err != nil || fe.Body.(*projection.SystemBody).Head != 0 {
+		t.Fatalf("empty body: %#v %v", fe.Body, err)
+	}
+	if _, err := Decode(sys("SYSTEM_STARTED", []byte{0xc1})); !errors.Is(err, projection.ErrMalformed) {
+		t.Fatalf("bad body: %v", err)
+	}
+	if fe, err := Decode(sys("SYSTEM_UPGRADED", []byte{0xc1})); err != nil || fe.Body != nil {
+		t.Fatalf("unknown type: %#v %v", fe.Body, err)
+	}
+	v, err := NewView(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Fold(context.Background(), v, mustMem(t, []eventlog.Event{sys("SYSTEM_STARTED", []byte{0xc1})}), FoldOptions{})
+	if err != nil || res.Refused != 1 {
+		t.Fatalf("a bad system body folds as %+v, %v; want one refusal", res, err)
+	}
 }
