@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/tools"
@@ -33,22 +32,12 @@ var (
 	ErrTaskNotFound = projection.ErrTaskNotFound
 )
 
-// System event types, appended to the "$system" stream.
-//
-// Persisted: never change an existing value.
+// System event types, appended to the "$system" stream (their bodies are
+// projection.SystemBody).
 const (
-	SystemStarted = "SYSTEM_STARTED"
-	SystemStopped = "SYSTEM_STOPPED"
+	SystemStarted = string(projection.SystemStarted)
+	SystemStopped = string(projection.SystemStopped)
 )
-
-// systemBody is the body of SYSTEM_STARTED and SYSTEM_STOPPED.
-type systemBody struct {
-	Model     string `msgpack:"model,omitempty"`
-	Head      uint64 `msgpack:"head"`
-	Resumed   int    `msgpack:"resumed,omitempty"`
-	Suspended int    `msgpack:"suspended,omitempty"`
-	Clean     bool   `msgpack:"clean,omitempty"` // SYSTEM_STOPPED: every stage drained before the deadline
-}
 
 const (
 	stateNew = iota
@@ -199,7 +188,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.state = stateRunning
 	a.mu.Unlock()
 
-	if _, err := a.appendSystem(ctx, SystemStarted, systemBody{
+	if _, err := a.appendSystem(ctx, SystemStarted, projection.SystemBody{
 		Model: a.model.Name(), Head: rec.Head, Resumed: len(rec.InFlight), Suspended: len(rec.Suspended),
 	}); err != nil {
 		_ = a.Stop(ctx)
@@ -255,7 +244,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		// Record the stop with a fresh context: ctx may be spent, and the
 		// record is one synced append.
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if res, err := a.appendSystem(sctx, SystemStopped, systemBody{Head: a.log.Head(), Clean: clean}); err != nil {
+		if res, err := a.appendSystem(sctx, SystemStopped, projection.SystemBody{Head: a.log.Head(), Clean: clean}); err != nil {
 			errs = append(errs, fmt.Errorf("agent: recording stop: %w", err))
 		} else if err := a.view.WaitFor(sctx, res); err != nil {
 			errs = append(errs, fmt.Errorf("agent: waiting for the fold: %w", err))
@@ -280,12 +269,13 @@ func (a *Agent) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (a *Agent) appendSystem(ctx context.Context, typ string, body systemBody) (uint64, error) {
-	data, err := msgpack.Marshal(&body)
+func (a *Agent) appendSystem(ctx context.Context, typ string, body projection.SystemBody) (uint64, error) {
+	data, err := projection.EncodeSystem(&body)
 	if err != nil {
 		return 0, err
 	}
-	res, err := a.log.Append(ctx, projection.SystemStream, eventlog.Any, eventlog.Event{Type: typ, Schema: 1, Body: data})
+	res, err := a.log.Append(ctx, projection.SystemStream, eventlog.Any,
+		eventlog.Event{Type: typ, Schema: projection.SystemSchemaVersion, Body: data})
 	if err != nil {
 		return 0, err
 	}

@@ -30,7 +30,7 @@ var bodyReaders = sync.Pool{New: func() any {
 	return br
 }}
 
-// decodeBody decodes data, already checked by checkShape, into b.
+// decodeBody decodes data, already checked by codec.CheckShape, into b.
 func decodeBody(data []byte, b Body) error {
 	r := bodyReaders.Get().(*bodyReader)
 	defer bodyReaders.Put(r)
@@ -199,7 +199,7 @@ func (r *bodyReader) object(field func(k []byte) (bool, error)) error {
 }
 
 // list reads an array into *p with elem for each element; nil is a nil
-// slice. checkShape has bounded the length by the bytes left.
+// slice. codec.CheckShape has bounded the length by the bytes left.
 func list[T any](r *bodyReader, p *[]T, elem func(*T) error) error {
 	n, err := r.d.DecodeArrayLen()
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/internal/codec"
 )
 
 // sampleBodies returns a populated body of every event type.
@@ -271,8 +273,8 @@ func TestDecodeHostileLengths(t *testing.T) {
 		}
 	}
 	// Nesting up to the bound still decodes (unknown fields are skipped).
-	ok := body([]byte{0x81}, key("zzz"), bytes.Repeat([]byte{0x91}, maxDepth-1), []byte{0xc0})
+	ok := body([]byte{0x81}, key("zzz"), bytes.Repeat([]byte{0x91}, codec.MaxDepth-1), []byte{0xc0})
 	if _, err := Decode(TaskSuspended, SchemaVersion, ok); err != nil {
-		t.Errorf("nesting %d: %v", maxDepth, err)
+		t.Errorf("nesting %d: %v", codec.MaxDepth, err)
 	}
 }

@@ -61,9 +61,12 @@ func (s State) Valid() bool {
 // existing value. Add new types with new names.
 type EventType string
 
-// External inputs. They are appended to the inputs stream and each creates a
-// task (whose TASK_CREATED is caused by the input). MESSAGE_RECEIVED appended
-// to a task's own stream answers a suspended task.
+// External inputs. Each creates a task: appended as the first event of the
+// new task's own stream (the task id is the input's event id), it creates
+// the task in idle, and the TASK_CREATED that admits it is caused by it.
+// (An input may also sit on the "$inputs" stream, with the task's stream
+// starting at TASK_CREATED.) MESSAGE_RECEIVED appended later to a task's
+// stream answers a suspended task.
 const (
 	MessageReceived  EventType = "MESSAGE_RECEIVED"
 	WebhookTriggered EventType = "WEBHOOK_TRIGGERED"

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 )
 
 // ErrMalformed is returned by the Decode functions of this package for bytes
@@ -12,22 +12,22 @@ import (
 var ErrMalformed = errors.New("projection: malformed encoding")
 
 // marshal is the canonical encoding of every persisted read model and of the
-// memory event bodies, fsm's (fsm.EncodeCanonical): equal values encode to
+// memory and system event bodies (internal/codec): equal values encode to
 // equal bytes, which is what lets verify compare a persisted projection
 // with a fresh fold byte for byte.
 func marshal(v any) ([]byte, error) {
-	b, err := fsm.EncodeCanonical(v)
+	b, err := codec.Encode(v)
 	if err != nil {
 		return nil, fmt.Errorf("projection: %w", err)
 	}
 	return b, nil
 }
 
-// unmarshal decodes exactly one msgpack value with fsm.DecodeCanonical,
-// which refuses forged lengths before the decoder can allocate for them: a
+// unmarshal decodes exactly one msgpack value with codec.Decode, which
+// refuses forged lengths before the decoder can allocate for them: a
 // corrupt persisted record is reported, never a crash.
 func unmarshal(data []byte, v any) error {
-	if err := fsm.DecodeCanonical(data, v); err != nil {
+	if err := codec.Decode(data, v); err != nil {
 		return fmt.Errorf("%w: %T: %v", ErrMalformed, v, err)
 	}
 	return nil

@@ -15,12 +15,11 @@ import (
 // Persisted: compared with the version stored beside the projections.
 const Version = 1
 
-// The streams that are not tasks. Every stream whose name starts with "$"
-// is reserved; a task's stream is named by its id.
-const (
-	InputsStream = "$inputs" // external inputs that create tasks
-	SystemStream = "$system" // daemon lifecycle: SYSTEM_STARTED, SYSTEM_STOPPED
-)
+// InputsStream holds external inputs that create tasks. It is one of the
+// streams that are not tasks (with MemoryStream and SystemStream): every
+// stream whose name starts with "$" is reserved; a task's stream is named
+// by its id.
+const InputsStream = "$inputs"
 
 // StreamKind says which read models an event feeds.
 type StreamKind uint8

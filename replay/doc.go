@@ -64,6 +64,9 @@
 //	replay.Ancestors / replay.Descendants  // trace EVENT_ID
 //	replay.Verify(ctx, l, nil)             // verify: Report.OK, Report.FirstProblem
 //	replay.Export / replay.Import          // NDJSON (docs/export.md)
+//	replay.MarshalEvent / replay.ParseEvent / replay.ParseDraft
+//	                                       // the one JSON form of an event (docs/events.md):
+//	                                       // the API, the event stream, export, --json, --inject
 //	fork: m := MemLog of the prefix; m.Append(injected...); Fold into NewView
 //
 // # Persistence

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -17,15 +16,15 @@ import (
 )
 
 // The NDJSON export format (docs/export.md): one JSON object per line. The
-// first line is a header; every other line is one event, in increasing
-// sequence order.
+// first line is a header; every other line is one event in the JSON form
+// of docs/events.md (EventJSON), in increasing sequence order:
 //
 //	{"format":"pegasus-export","version":1,"head":1234,"complete":true}
-//	{"seq":1,"id":"01J...","stream":"$inputs","version":1,"type":"MESSAGE_RECEIVED",
-//	 "time":"2025-01-02T03:04:05.123456789Z","schema":1,"body":"<base64>","data":{...}}
+//	{"id":"01J...","seq":1,"stream":"$inputs","version":1,"type":"MESSAGE_RECEIVED","schema":1,
+//	 "time":"2025-01-02T03:04:05.123456789Z","body":"<base64>","data":{...},"summary":"..."}
 //
-// body (standard base64 of the stored msgpack bytes) is the truth; data is
-// the decoded body for humans and is ignored on import.
+// body (the stored msgpack bytes) is the truth; data and summary are for
+// people and are ignored on reading.
 const (
 	ExportFormat  = "pegasus-export"
 	ExportVersion = 1
@@ -62,22 +61,6 @@ type ExportFilter struct {
 
 func (f *ExportFilter) isZero() bool { return len(f.Tasks) == 0 && f.From == 0 && f.To == 0 }
 
-// exportLine is one event line.
-type exportLine struct {
-	Seq         uint64            `json:"seq"`
-	ID          string            `json:"id"`
-	Stream      string            `json:"stream"`
-	Version     uint64            `json:"version"`
-	Type        string            `json:"type"`
-	Time        time.Time         `json:"time"`
-	Causation   string            `json:"causation,omitempty"`
-	Correlation string            `json:"correlation,omitempty"`
-	Schema      uint16            `json:"schema"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	Body        []byte            `json:"body"`
-	Data        json.RawMessage   `json:"data,omitempty"`
-}
-
 // Exporter writes an NDJSON export.
 type Exporter struct {
 	w   *bufio.Writer
@@ -101,32 +84,12 @@ func NewExporter(w io.Writer, h ExportHeader) (*Exporter, error) {
 	return e, nil
 }
 
-func idString(id ulid.ULID) string {
-	if id == (ulid.ULID{}) {
-		return ""
-	}
-	return id.String()
-}
-
-// Write writes one event. The decoded data is added when the body decodes.
+// Write writes one event, in the JSON form (MarshalEvent).
 func (e *Exporter) Write(ev eventlog.Event) error {
 	if e.err != nil {
 		return e.err
 	}
-	line := exportLine{
-		Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
-		Time: ev.Time.UTC(), Causation: idString(ev.Causation), Correlation: idString(ev.Correlation),
-		Schema: ev.Schema, Metadata: ev.Metadata, Body: ev.Body,
-	}
-	if line.Body == nil {
-		line.Body = []byte{}
-	}
-	if fe, err := Decode(ev); err == nil && fe.Body != nil {
-		if data, err := json.Marshal(fe.Body); err == nil {
-			line.Data = data
-		}
-	}
-	b, err := json.Marshal(&line)
+	b, err := MarshalEvent(ev)
 	if err != nil {
 		e.err = err
 		return err
@@ -247,12 +210,18 @@ func Export(ctx context.Context, r Reader, w io.Writer, f ExportFilter) (int, er
 
 // ExportReader reads an NDJSON export. It is an Iterator over the events;
 // Header returns the header line.
+//
+// A file of events in the JSON form without a header (the events of an API
+// response, tail --json output) reads too, as a partial export: its header
+// is implied, with Complete false.
 type ExportReader struct {
 	sc     *bufio.Scanner
 	header ExportHeader
 	line   int
 	ev     eventlog.Event
-	err    error
+	// first is set when the first line was an event: Next returns it.
+	first bool
+	err   error
 }
 
 // ErrExportFormat is returned for a file that is not a Pegasus export or
@@ -264,20 +233,29 @@ func NewExportReader(r io.Reader) (*ExportReader, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<16), MaxExportLine)
 	er := &ExportReader{sc: sc}
-	if !sc.Scan() {
-		if err := sc.Err(); err != nil {
-			return nil, err
+	var first []byte
+	for len(first) == 0 {
+		if !sc.Scan() {
+			if err := sc.Err(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: empty file", ErrExportFormat)
 		}
-		return nil, fmt.Errorf("%w: empty file", ErrExportFormat)
+		er.line++
+		first = bytes.TrimSpace(sc.Bytes())
 	}
-	er.line = 1
-	dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-	if err := dec.Decode(&er.header); err != nil || er.header.Format != ExportFormat {
-		return nil, fmt.Errorf("%w: the first line is not an export header", ErrExportFormat)
+	if json.Unmarshal(first, &er.header) == nil && er.header.Format == ExportFormat {
+		if er.header.Version > ExportVersion {
+			return nil, fmt.Errorf("%w: export version %d is newer than this build's %d", ErrExportFormat, er.header.Version, ExportVersion)
+		}
+		return er, nil
 	}
-	if er.header.Version > ExportVersion {
-		return nil, fmt.Errorf("%w: export version %d is newer than this build's %d", ErrExportFormat, er.header.Version, ExportVersion)
+	ev, err := ParseEvent(first)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the first line is neither an export header nor an event", ErrExportFormat)
 	}
+	er.header = ExportHeader{Format: ExportFormat, Version: ExportVersion}
+	er.ev, er.first = ev, true
 	return er, nil
 }
 
@@ -289,13 +267,17 @@ func (er *ExportReader) Next() bool {
 	if er.err != nil {
 		return false
 	}
+	if er.first {
+		er.first = false
+		return true
+	}
 	for er.sc.Scan() {
 		er.line++
 		b := bytes.TrimSpace(er.sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		ev, err := parseLine(b)
+		ev, err := ParseEvent(b)
 		if err != nil {
 			er.err = fmt.Errorf("replay: export line %d: %w", er.line, err)
 			return false
@@ -305,42 +287,6 @@ func (er *ExportReader) Next() bool {
 	}
 	er.err = er.sc.Err()
 	return false
-}
-
-func parseLine(b []byte) (eventlog.Event, error) {
-	var l exportLine
-	if err := json.Unmarshal(b, &l); err != nil {
-		return eventlog.Event{}, err
-	}
-	ev := eventlog.Event{
-		Seq: l.Seq, Stream: l.Stream, Version: l.Version, Type: l.Type, Time: l.Time.UTC(),
-		Schema: l.Schema, Metadata: l.Metadata, Body: l.Body,
-	}
-	if len(ev.Metadata) == 0 {
-		ev.Metadata = nil
-	}
-	if len(ev.Body) == 0 {
-		ev.Body = nil
-	}
-	var err error
-	if ev.ID, err = ulid.ParseStrict(l.ID); err != nil {
-		return ev, fmt.Errorf("id: %w", err)
-	}
-	for _, p := range []struct {
-		s   string
-		dst *ulid.ULID
-	}{{l.Causation, &ev.Causation}, {l.Correlation, &ev.Correlation}} {
-		if p.s == "" {
-			continue
-		}
-		if *p.dst, err = ulid.ParseStrict(p.s); err != nil {
-			return ev, fmt.Errorf("%q: %w", p.s, err)
-		}
-	}
-	if ev.Seq == 0 || ev.Stream == "" || ev.Type == "" || ev.Version == 0 {
-		return ev, fmt.Errorf("an event needs seq, stream, version and type")
-	}
-	return ev, nil
 }
 
 func (er *ExportReader) Event() eventlog.Event { return er.ev }

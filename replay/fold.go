@@ -142,10 +142,11 @@ var ErrBusy = errors.New("replay: another fold is running on this view")
 
 // Decode turns a stored event into the event the fsm and the projections
 // fold: the envelope plus the decoded body. Memory events decode with
-// projection.DecodeMemory, everything else with fsm.Decode. Event types
-// this build has no body for are an error on task, inputs and memory
-// streams, and carry no body on $system and other reserved streams (they
-// are counted, never interpreted). On error the envelope is still filled
+// projection.DecodeMemory, system events with projection.DecodeSystem,
+// everything else with fsm.Decode. Event types this build has no body for
+// are an error on task, inputs and memory streams, and carry no body on
+// $system and other reserved streams (they are counted, never
+// interpreted). On error the envelope is still filled
 // in, so the fold can record the refusal where it happened.
 func Decode(ev eventlog.Event) (fsm.Event, error) {
 	fe := fsm.Event{
@@ -156,7 +157,14 @@ func Decode(ev eventlog.Event) (fsm.Event, error) {
 	switch projection.KindOf(ev.Stream) {
 	case projection.KindMemory:
 		fe.Body, err = projection.DecodeMemory(fe.Type, ev.Schema, ev.Body)
-	case projection.KindSystem, projection.KindOther:
+	case projection.KindSystem:
+		var b *projection.SystemBody
+		if b, err = projection.DecodeSystem(fe.Type, ev.Schema, ev.Body); err == nil {
+			fe.Body = b
+		} else if errors.Is(err, fsm.ErrUnknownEvent) {
+			err = nil
+		}
+	case projection.KindOther:
 		fe.Body, err = fsm.Decode(fe.Type, ev.Schema, ev.Body)
 		if errors.Is(err, fsm.ErrUnknownEvent) {
 			fe.Body, err = nil, nil

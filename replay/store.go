@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/vmihailenco/msgpack/v5"
-
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -84,7 +83,7 @@ func (s *store) load(o projection.Options, identity string, head uint64) (*proje
 		return nil, "", fmt.Errorf("replay: reading projections: %w", err)
 	}
 	var m meta
-	if err := fsm.DecodeCanonical(raw, &m); err != nil {
+	if err := codec.Decode(raw, &m); err != nil {
 		return nil, fmt.Sprintf("unreadable projection meta: %v", err), nil
 	}
 	switch {
@@ -275,7 +274,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		sets = append(sets, kv{episodeKey(p.Episodes[i].Seq), b})
 	}
-	mb, err := msgpack.Marshal(&meta{Format: FormatVersion, Identity: identity, Seq: p.Seq})
+	mb, err := codec.Encode(&meta{Format: FormatVersion, Identity: identity, Seq: p.Seq})
 	if err != nil {
 		return err
 	}

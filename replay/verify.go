@@ -11,6 +11,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -172,7 +173,7 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 		rep.ProjectionsNote = "no persisted projections"
 	case err != nil:
 		return nil, err
-	case fsm.DecodeCanonical(raw, &m) != nil:
+	case codec.Decode(raw, &m) != nil:
 		rep.add(Problem{Kind: ProblemProjection, Key: quoteKey(keyMeta), Reason: "projection meta does not decode"})
 	case m.Format != FormatVersion || m.Identity != projection.Identity(o.setOptions(true)):
 		rep.ProjectionsNote = fmt.Sprintf("persisted projections built by %q (layout %d) are not this build's; not compared (the daemon rebuilds them at start)", m.Identity, m.Format)

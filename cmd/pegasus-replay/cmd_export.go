@@ -19,9 +19,10 @@ func exportCommand(std *stdio) *cli.Command {
 		Name:  "export",
 		Usage: "write events as NDJSON (a post-mortem bundle), all or filtered by task and range",
 		Description: "The format is replay's export format (docs/export.md): a header line, then one event per\n" +
-			"line with its envelope, its stored body (base64 msgpack, the truth) and the decoded body\n" +
-			"under \"data\" for humans. --task keeps the task's stream plus the inputs that caused it, so\n" +
-			"why still reaches the root. Read it back with --file, or import it into a data directory.\n\n" +
+			"line in the JSON form of docs/events.md (the API's): its envelope, its stored body (base64\n" +
+			"msgpack, the truth), and the decoded body under \"data\" with a one-line \"summary\" for humans.\n" +
+			"--task keeps the task's stream plus the inputs that caused it, so why still reaches the root.\n" +
+			"Read it back with --file, or import it into a data directory.\n\n" +
 			"   pegasus-replay -d ./pegasus-data export --task 01JD3Q0W6Y8M3V7Q9K2T5N4B1C -o bundle.ndjson\n" +
 			"   pegasus-replay -d ./pegasus-data export --from 1000 --to 2000 > slice.ndjson",
 		Flags: []cli.Flag{

@@ -7,14 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/oklog/ulid/v2"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -27,10 +25,11 @@ func forkCommand(std *stdio) *cli.Command {
 			"written anywhere), folds the result through the same replay code as everything else, and\n" +
 			"prints the new timeline (injected rows marked *), the task it ends in, and the events the\n" +
 			"machine would accept next. Without --inject it shows the task at --at and what it accepts.\n\n" +
-			"--inject takes NDJSON in the export format (docs/export.md). For hand-written events every\n" +
-			"field but \"type\" is optional: \"stream\" defaults to TASK, \"causation\" to the event before,\n" +
-			"\"time\" to the time of the event before, and the body may be given decoded under \"data\"\n" +
-			"(the JSON that export prints there) instead of \"body\". seq and version are always assigned.\n\n" +
+			"--inject takes NDJSON events in their JSON form (docs/events.md), as export, tail --json and\n" +
+			"the API print them. For hand-written events every field but \"type\" is optional: \"stream\"\n" +
+			"defaults to TASK, \"causation\" to the event before, \"time\" to the time of the event before,\n" +
+			"and the body may be given decoded under \"data\" instead of \"body\". seq and version are\n" +
+			"always assigned.\n\n" +
 			"   pegasus-replay -d ./pegasus-data fork 01JD3Q0W6Y8M3V7Q9K2T5N4B1C --at 57 --inject other-answer.ndjson\n\n" +
 			"with other-answer.ndjson holding, say (one event per line; the first is wrapped here):\n\n" +
 			"   {\"type\":\"REASON_DONE\",\"data\":{\"reasoning\":{\"text\":\"answer directly\"},\n" +
@@ -229,26 +228,11 @@ func (r *fallbackReader) Get(ctx context.Context, id ulid.ULID) (eventlog.Event,
 	return ev, nil
 }
 
-// injectLine is one line of an --inject file: the export format with every
-// field optional but type, and the body also accepted decoded under data.
-// An export's header line (it has "format") is skipped, so an export can be
-// injected as is.
-type injectLine struct {
-	Seq         uint64            `json:"seq"`     // ignored: assigned after the fork point
-	Version     uint64            `json:"version"` // ignored: assigned
-	ID          string            `json:"id"`
-	Stream      string            `json:"stream"`
-	Type        string            `json:"type"`
-	Time        time.Time         `json:"time"`
-	Causation   string            `json:"causation"`
-	Correlation string            `json:"correlation"`
-	Schema      uint16            `json:"schema"`
-	Metadata    map[string]string `json:"metadata"`
-	Body        []byte            `json:"body"`
-	Data        json.RawMessage   `json:"data"`
-}
-
-// readInjected parses an --inject file.
+// readInjected parses an --inject file: one event per line in the JSON
+// form (docs/events.md), read by replay.ParseDraft, so that every field but
+// "type" is optional and the body may be given decoded under "data". An
+// export's header line (it has "format") is skipped, so an export can be
+// injected as is; so are blank lines and lines starting with #.
 func readInjected(r io.Reader) ([]eventlog.Event, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<16), replay.MaxExportLine)
@@ -264,13 +248,7 @@ func readInjected(r io.Reader) ([]eventlog.Event, error) {
 		if json.Unmarshal(line, &hdr) == nil && hdr.Format != "" {
 			continue // an export's header: an export can be injected as is
 		}
-		var l injectLine
-		dec := json.NewDecoder(bytes.NewReader(line))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
-			return nil, fmt.Errorf("line %d: %v", n, err)
-		}
-		ev, err := l.event()
+		ev, err := replay.ParseDraft(line)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %v", n, err)
 		}
@@ -280,86 +258,4 @@ func readInjected(r io.Reader) ([]eventlog.Event, error) {
 		return nil, err
 	}
 	return out, nil
-}
-
-func (l *injectLine) event() (eventlog.Event, error) {
-	if l.Type == "" {
-		return eventlog.Event{}, fmt.Errorf(`an event needs a "type"`)
-	}
-	ev := eventlog.Event{
-		Stream: l.Stream, Type: l.Type, Time: l.Time.UTC(), Schema: l.Schema, Metadata: l.Metadata, Body: l.Body,
-	}
-	if l.Time.IsZero() {
-		ev.Time = time.Time{}
-	}
-	if err := parseIDs(&ev, l.ID, l.Causation, l.Correlation); err != nil {
-		return ev, err
-	}
-	memory := projection.KindOf(l.Stream) == projection.KindMemory
-	if ev.Schema == 0 {
-		ev.Schema = fsm.SchemaVersion
-		if memory {
-			ev.Schema = projection.MemorySchemaVersion
-		}
-	}
-	if len(ev.Body) > 0 || len(l.Data) == 0 || string(l.Data) == "null" {
-		if len(ev.Body) == 0 {
-			ev.Body = nil
-		}
-		return ev, nil
-	}
-	body, err := encodeData(ev, l.Data, memory)
-	if err != nil {
-		return ev, err
-	}
-	ev.Body = body
-	return ev, nil
-}
-
-// parseIDs sets ev's id, causation and correlation from their text; an
-// empty text leaves the zero id.
-func parseIDs(ev *eventlog.Event, id, causation, correlation string) error {
-	for _, f := range []struct {
-		name string
-		s    string
-		dst  *ulid.ULID
-	}{{"id", id, &ev.ID}, {"causation", causation, &ev.Causation}, {"correlation", correlation, &ev.Correlation}} {
-		if f.s == "" {
-			continue
-		}
-		v, err := ulid.ParseStrict(f.s)
-		if err != nil {
-			return fmt.Errorf("%s %q: %v", f.name, f.s, err)
-		}
-		*f.dst = v
-	}
-	return nil
-}
-
-// encodeData turns a decoded body (the "data" of an export line) into the
-// stored msgpack body. The body type is found by decoding an empty msgpack
-// map with the event's type through replay.Decode, the decoder the fold
-// uses, so this never disagrees with it about which type goes with which
-// event.
-func encodeData(ev eventlog.Event, data json.RawMessage, memory bool) ([]byte, error) {
-	probe := ev
-	probe.Body = []byte{0x80} // an empty msgpack map
-	if fsm.EventType(ev.Type) == fsm.ToolCallFailed {
-		// The result body's own type follows its error field, empty here.
-		probe.Type = string(fsm.ToolCallCompleted)
-	}
-	dec, err := replay.Decode(probe)
-	if err != nil || dec.Body == nil {
-		return nil, fmt.Errorf("type %s: cannot build its body from \"data\": %v", ev.Type, err)
-	}
-	body := dec.Body
-	jd := json.NewDecoder(bytes.NewReader(data))
-	jd.DisallowUnknownFields()
-	if err := jd.Decode(body); err != nil {
-		return nil, fmt.Errorf("type %s: data: %v", ev.Type, err)
-	}
-	if memory {
-		return projection.EncodeMemory(body)
-	}
-	return fsm.Encode(body)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 func tailCommand(std *stdio) *cli.Command {
@@ -20,7 +20,7 @@ func tailCommand(std *stdio) *cli.Command {
 		Name:  "tail",
 		Usage: "follow live events from a running pegasusd (Server-Sent Events), resuming after drops",
 		Description: "Prints each event as it commits: sequence, time, stream, type and a one-line summary\n" +
-			"(with --json: one JSON object per line, the same shape as the events of show --json).\n" +
+			"(with --json: one event per line in the JSON form of docs/events.md, which --file reads back).\n" +
 			"If the connection drops, tail reconnects with Last-Event-ID set to the last sequence it\n" +
 			"printed, so no event is missed or printed twice. Stop it with Ctrl-C.\n\n" +
 			"   pegasus-replay --server http://127.0.0.1:7070 tail\n" +
@@ -173,7 +173,7 @@ func (t *tailer) stream(ctx context.Context) error {
 	}
 	defer resp.Body.Close()
 	err = readSSE(ctx, resp.Body, func(e sseEvent) error {
-		ev, err := decodeAPIEvent(e.data)
+		ev, err := replay.ParseEvent(e.data)
 		if err != nil {
 			t.warn("pegasus-replay: skipping an event the server sent that does not decode: %v\n", err)
 			return nil
@@ -206,15 +206,15 @@ func (t *tailer) match(ev eventlog.Event) bool {
 }
 
 func (t *tailer) print(ev eventlog.Event) error {
-	j := toEventJSON(ev)
 	if t.p.json {
-		b, err := json.Marshal(j)
+		b, err := replay.MarshalEvent(ev)
 		if err != nil {
 			return err
 		}
 		t.p.Printf("%s\n", b)
 		return nil
 	}
+	j := toEventJSON(ev)
 	t.p.Printf("%-8d %s  %-16s %s %s\n", ev.Seq, fmtTime(ev.Time), streamLabel(ev.Stream),
 		t.p.paint(typeColour(ev.Type), fmt.Sprintf("%-20s", ev.Type)), sanitize(j.Summary))
 	return nil

@@ -2,43 +2,26 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
-	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // eventJSON is how every command shows one event in --json output (show,
-// why, trace, fork, tail). Stable: fields are only ever added.
-type eventJSON struct {
-	Seq         uint64            `json:"seq"`
-	ID          string            `json:"event_id"`
-	Stream      string            `json:"stream"`
-	Version     uint64            `json:"version"`
-	Type        string            `json:"type"`
-	Time        time.Time         `json:"time"`
-	Causation   string            `json:"causation,omitempty"`
-	Correlation string            `json:"correlation,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	// Summary is fsm.DescribeEvent without the leading type: the one line a
-	// human reads.
-	Summary string `json:"summary"`
-	// Body is the decoded body: the fsm (or memory) body type's JSON, or
-	// for "$system" events the small msgpack map they carry; absent when
-	// the body does not decode or there is none.
-	Body any `json:"body,omitempty"`
-	// DecodeError says why the body did not decode.
-	DecodeError string `json:"decode_error,omitempty"`
-}
+// why, trace, fork, tail): the one JSON form of an event (docs/events.md),
+// the same as the daemon's API and an export line, so any of them reads
+// back with --file or fork --inject.
+type eventJSON = replay.EventJSON
+
+// toEventJSON is the one encoder of the form: it decodes ev through
+// replay.Decode (the decoder the fold uses) and summarizes it with
+// replay.Summarize (fsm.DescribeEvent, what the fsm tests print).
+func toEventJSON(ev eventlog.Event) eventJSON { return replay.NewEventJSON(ev) }
 
 // idString prints a ULID, "" for the zero id.
 func idString(id ulid.ULID) string {
@@ -46,93 +29,6 @@ func idString(id ulid.ULID) string {
 		return ""
 	}
 	return id.String()
-}
-
-// toEventJSON decodes ev through replay.Decode (the decoder the fold uses)
-// and describes it with fsm.DescribeEvent (what the fsm tests print).
-func toEventJSON(ev eventlog.Event) eventJSON {
-	j := eventJSON{
-		Seq: ev.Seq, ID: idString(ev.ID), Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
-		Time: ev.Time.UTC(), Causation: idString(ev.Causation), Correlation: idString(ev.Correlation),
-		Metadata: ev.Metadata,
-	}
-	dec, err := replay.Decode(ev)
-	if err != nil {
-		j.DecodeError = err.Error()
-	}
-	if dec.Body != nil {
-		j.Body = dec.Body
-	}
-	j.Summary = summarize(dec, err)
-	if dec.Body == nil && err == nil && len(ev.Body) > 0 {
-		// Reserved streams ($system) carry bodies no fold interprets.
-		var m map[string]any
-		if fsm.DecodeCanonical(ev.Body, &m) == nil && len(m) > 0 {
-			j.Body, j.Summary = m, describeMap(m)
-		}
-	}
-	return j
-}
-
-// describeMap renders a generic body as sorted key=value pairs.
-func describeMap(m map[string]any) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		v := fmt.Sprint(m[k])
-		if s, ok := m[k].(string); ok {
-			v = quoteText(s)
-		}
-		parts[i] = k + "=" + v
-	}
-	return strings.Join(parts, " ")
-}
-
-// summarize is fsm.DescribeEvent without the event type it starts with
-// (the type has its own column).
-func summarize(dec fsm.Event, decodeErr error) string {
-	if decodeErr != nil && dec.Body == nil {
-		return "(body does not decode: " + decodeErr.Error() + ")"
-	}
-	if s, ok := describeMemory(dec.Body); ok {
-		return s
-	}
-	s := fsm.DescribeEvent(dec)
-	s = strings.TrimPrefix(s, string(dec.Type))
-	return strings.TrimSpace(s)
-}
-
-// describeMemory renders the bodies of memory events, which belong to
-// package projection and which fsm.DescribeEvent does not know, in the same
-// key=value style.
-func describeMemory(b fsm.Body) (string, bool) {
-	switch x := b.(type) {
-	case *projection.MemoryWrittenBody:
-		return fmt.Sprintf("path=%s content=%s", x.Path, quoteText(x.Content)), true
-	case *projection.MemoryAppendedBody:
-		return fmt.Sprintf("path=%s appended=%s", x.Path, quoteText(x.Content)), true
-	case *projection.MemoryPatchedBody:
-		return fmt.Sprintf("path=%s old=%s new=%s", x.Path, quoteText(x.Old), quoteText(x.New)), true
-	case *projection.EpisodeRecordedBody:
-		s := "title=" + quoteText(x.Title)
-		if x.TaskID != "" {
-			s += " task=" + x.TaskID
-		}
-		return s, true
-	}
-	return "", false
-}
-
-// quoteText quotes a free text cut to 72 runes, as fsm's descriptions do.
-func quoteText(s string) string {
-	if utf8.RuneCountInString(s) > 72 {
-		s = string([]rune(s)[:72]) + "…"
-	}
-	return strconv.Quote(s)
 }
 
 // shortID shows the last 8 characters of a ULID (its random part), enough

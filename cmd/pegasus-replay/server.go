@@ -18,8 +18,9 @@ import (
 )
 
 // client talks to a running pegasusd over its HTTP API (docs/api.md). Events
-// come back in the export line format and are folded here, by replay, like
-// any other source.
+// come back in the one JSON form of an event (docs/events.md), are parsed by
+// replay.ParseEvent into the stored events, bytes and all, and are folded
+// here, by replay, like any other source.
 type client struct {
 	base  *url.URL
 	token string
@@ -95,8 +96,8 @@ func (c *client) get(ctx context.Context, path string, q url.Values, hdr http.He
 	return nil, sourceErr(err)
 }
 
-// eventsPage is the body of GET /v1/events: events as the API shows them
-// (see apiEvent), oldest first.
+// eventsPage is the body of GET /v1/events: events in their JSON form,
+// oldest first.
 type eventsPage struct {
 	Events []json.RawMessage `json:"events"`
 	Head   uint64            `json:"head"`
@@ -116,51 +117,13 @@ func (c *client) events(ctx context.Context, after uint64, limit int) ([]eventlo
 	}
 	evs := make([]eventlog.Event, 0, len(page.Events))
 	for _, raw := range page.Events {
-		ev, err := decodeAPIEvent(raw)
+		ev, err := replay.ParseEvent(raw)
 		if err != nil {
 			return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: %w", c.base, err))
 		}
 		evs = append(evs, ev)
 	}
 	return evs, page.Head, nil
-}
-
-// apiEvent is an event as pegasusd's API shows it (GET /v1/events, the
-// event stream). The CLI reads the envelope and raw_body, the bytes the
-// daemon stored, so it folds exactly what ran; the decoded body is for
-// people and not read here.
-type apiEvent struct {
-	Seq         uint64            `json:"seq"`
-	ID          string            `json:"id"`
-	Stream      string            `json:"stream"`
-	Version     uint64            `json:"version"`
-	Type        string            `json:"type"`
-	Time        time.Time         `json:"time"`
-	Causation   string            `json:"causation"`
-	Correlation string            `json:"correlation"`
-	Schema      uint16            `json:"schema"`
-	Metadata    map[string]string `json:"metadata"`
-	RawBody     []byte            `json:"raw_body"`
-}
-
-// decodeAPIEvent decodes one event from the daemon.
-func decodeAPIEvent(raw []byte) (eventlog.Event, error) {
-	var a apiEvent
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return eventlog.Event{}, err
-	}
-	if a.Seq == 0 || a.Version == 0 || a.Stream == "" || a.Type == "" {
-		return eventlog.Event{}, fmt.Errorf("event %q: an event needs seq, id, stream, version and type", a.ID)
-	}
-	ev := eventlog.Event{Seq: a.Seq, Stream: a.Stream, Version: a.Version, Type: a.Type, Time: a.Time.UTC(),
-		Schema: a.Schema, Metadata: a.Metadata, Body: a.RawBody}
-	if a.ID == "" {
-		return ev, fmt.Errorf("event %d has no id", a.Seq)
-	}
-	if err := parseIDs(&ev, a.ID, a.Causation, a.Correlation); err != nil {
-		return ev, fmt.Errorf("event %d: %w", a.Seq, err)
-	}
-	return ev, nil
 }
 
 // openServer fetches every event of a running daemon into memory. The fold

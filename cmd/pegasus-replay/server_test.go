@@ -13,15 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
 // fakeDaemon serves GET /v1/events and /v1/events/stream the way pegasusd
-// does (cmd/pegasusd/events.go): events with their envelope and decoded
-// body, SSE ids that are sequences, resumption with Last-Event-ID.
+// does (cmd/pegasusd/events.go): events in their one JSON form, written by
+// the same encoder (replay.NewEventJSON), SSE ids that are sequences,
+// resumption with Last-Event-ID.
 type fakeDaemon struct {
 	evs   []eventlog.Event
 	token string
@@ -36,28 +36,6 @@ type fakeDaemon struct {
 	connected chan string
 }
 
-// daemonEvent is pegasusd's event JSON.
-func daemonEvent(ev eventlog.Event) map[string]any {
-	j := map[string]any{"seq": ev.Seq, "id": ev.ID.String(), "stream": ev.Stream, "version": ev.Version,
-		"type": ev.Type, "time": ev.Time, "schema": ev.Schema, "raw_body": ev.Body, "metadata": ev.Metadata}
-	if ev.Causation != (ulid.ULID{}) {
-		j["causation"] = ev.Causation.String()
-	}
-	if ev.Correlation != (ulid.ULID{}) {
-		j["correlation"] = ev.Correlation.String()
-	}
-	fe, err := replay.Decode(ev)
-	switch {
-	case err != nil:
-		j["body_error"] = err.Error()
-	case fe.Body != nil:
-		j["body"] = fe.Body
-	default:
-		j["body"] = nil
-	}
-	return j
-}
-
 func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.token != "" && r.Header.Get("Authorization") != "Bearer "+d.token {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -68,10 +46,10 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/v1/events":
 		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
-		out := []map[string]any{}
+		out := []replay.EventJSON{}
 		for _, ev := range d.evs {
 			if ev.Seq > after && len(out) < limit {
-				out = append(out, daemonEvent(ev))
+				out = append(out, replay.NewEventJSON(ev))
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]any{"events": out, "head": d.evs[len(d.evs)-1].Seq})
@@ -97,7 +75,7 @@ func (d *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if d.dropAfter > 0 && sent == d.dropAfter {
 				return // the connection drops
 			}
-			data, _ := json.Marshal(daemonEvent(ev))
+			data, _ := replay.MarshalEvent(ev)
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data)
 			w.(http.Flusher).Flush()
 			sent++
@@ -180,11 +158,8 @@ func TestTailResumes(t *testing.T) {
 		t.Fatalf("%d events printed, want 43:\n%s", len(lines), r.stdout)
 	}
 	for i, line := range lines {
-		var ev eventJSON
-		if err := json.Unmarshal([]byte(line), &struct {
-			Seq *uint64 `json:"seq"`
-			ID  *string `json:"event_id"`
-		}{&ev.Seq, &ev.ID}); err != nil || ev.Seq != uint64(i+1) {
+		ev, err := replay.ParseEvent([]byte(line))
+		if err != nil || ev.Seq != uint64(i+1) {
 			t.Fatalf("line %d: seq %d (%v), want %d", i, ev.Seq, err, i+1)
 		}
 	}
@@ -242,32 +217,57 @@ func TestTailFromNow(t *testing.T) {
 	}
 }
 
-// TestAPIEventsAreTheStoredEvents: an event read from the daemon's API is
-// the stored event, byte for byte, including a body the daemon could not
-// decode (which a decoded body alone could never rebuild) and $system
-// bodies.
-func TestAPIEventsAreTheStoredEvents(t *testing.T) {
+// TestCLIEventsAreTheStoredEvents: what the CLI prints for an event (tail
+// --json, the steps of show --json, export) is the one JSON form, and reads
+// back as the stored event, byte for byte: tail --json output is a source
+// for --file and an input for fork --inject. Bodies that do not decode and
+// $system bodies included.
+func TestCLIEventsAreTheStoredEvents(t *testing.T) {
 	good, _ := genHistory(t)
-	for _, evs := range [][]eventlog.Event{good, genCorrupt(t)} {
+	for _, evs := range [][]eventlog.Event{good, genCorrupt(t), replaytest.Oddities()} {
+		url := newFakeDaemon(t, &fakeDaemon{evs: evs})
+		tail := runTail(t, "--server", url, "tail", "--from-start", "--count", strconv.Itoa(len(evs)), "--json")
+		lines := strings.Split(strings.TrimSpace(tail.stdout), "\n")
+		if tail.code != 0 || len(lines) != len(evs) {
+			t.Fatalf("tail: exit %d, %d lines: %s", tail.code, len(lines), tail.stderr)
+		}
+		for i, ev := range evs {
+			want, _ := replay.MarshalEvent(ev)
+			if lines[i] != string(want) {
+				t.Errorf("tail --json seq %d:\n got %s\nwant %s", ev.Seq, lines[i], want)
+			}
+			got, err := replay.ParseEvent([]byte(lines[i]))
+			if err != nil || !reflect.DeepEqual(got, replaytest.Stored(ev)) {
+				t.Errorf("seq %d: %v\n got %+v\nwant %+v", ev.Seq, err, got, replaytest.Stored(ev))
+			}
+		}
+		// tail's output, without an export header, is a source.
+		want := runCLI(t, termOpts{}, "--server", url, "tasks", "--json")
+		got := runCLI(t, termOpts{stdin: tail.stdout}, "-f", "-", "tasks", "--json")
+		if got.code != 0 || got.stdout != want.stdout {
+			t.Errorf("tail --json | --file -: exit %d %s\n%s\nwant\n%s", got.code, got.stderr, got.stdout, want.stdout)
+		}
+		// The steps of show --json carry the form, with the timeline's fields.
+		task := ""
 		for _, ev := range evs {
-			raw, err := json.Marshal(daemonEvent(ev))
+			if ev.Type == "TASK_CREATED" {
+				task = ev.Stream
+			}
+		}
+		show := runCLI(t, termOpts{}, "--server", url, "show", task, "--json")
+		var tl struct {
+			Steps []json.RawMessage `json:"steps"`
+		}
+		if err := json.Unmarshal([]byte(show.stdout), &tl); err != nil || len(tl.Steps) == 0 {
+			t.Fatalf("show --json: %v %s", err, show.stderr)
+		}
+		for _, raw := range tl.Steps {
+			got, err := replay.ParseEvent(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := decodeAPIEvent(raw)
-			if err != nil {
-				t.Fatalf("seq %d: %v", ev.Seq, err)
-			}
-			want := ev
-			want.Time = want.Time.UTC()
-			if len(want.Metadata) == 0 {
-				want.Metadata, got.Metadata = nil, nil
-			}
-			if len(want.Body) == 0 {
-				want.Body, got.Body = nil, nil
-			}
-			if !reflect.DeepEqual(got, want) {
-				t.Errorf("seq %d %s:\n got %+v\nwant %+v", ev.Seq, ev.Type, got, want)
+			if want := replaytest.Stored(evs[got.Seq-1]); !reflect.DeepEqual(got, want) {
+				t.Errorf("show --json seq %d:\n got %+v\nwant %+v", got.Seq, got, want)
 			}
 		}
 	}

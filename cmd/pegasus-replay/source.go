@@ -78,7 +78,9 @@ func openDataDir(dir string) (*source, error) {
 }
 
 // openFile loads an NDJSON export (replay's format, docs/export.md) into
-// memory; "-" reads stdin.
+// memory; "-" reads stdin. Lines of events in their JSON form without an
+// export header (an API response's events, tail --json) load too, as a
+// partial export.
 func openFile(ctx context.Context, std *stdio, name string) (*source, error) {
 	r, closeIn, err := openInput(std, name)
 	if err != nil {
@@ -218,7 +220,7 @@ func hint(err error) string {
 	case errors.Is(err, eventlog.ErrFormat):
 		return "--data-dir wants a pegasusd data directory or a checkpoint copy; if it was written by a newer Pegasus, use a newer pegasus-replay"
 	case errors.Is(err, replay.ErrExportFormat):
-		return "--file wants an NDJSON export written by pegasus-replay export (docs/export.md)"
+		return "--file wants an NDJSON export written by pegasus-replay export (docs/export.md), or events in their JSON form one per line (docs/events.md)"
 	case eventlog.IsCorruption(err):
 		return "run pegasus-replay verify to list every bad position"
 	case errors.Is(err, projection.ErrTaskNotFound):

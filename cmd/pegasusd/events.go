@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,59 +9,15 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// eventJSON is a stored event as the API shows it: the envelope, the
-// decoded body for people, and the stored bytes (raw_body, base64 msgpack,
-// with their schema) so that a client such as pegasus-replay --server folds
-// exactly what the daemon stored.
-type eventJSON struct {
-	Seq         uint64            `json:"seq"`
-	ID          string            `json:"id"`
-	Stream      string            `json:"stream"`
-	Version     uint64            `json:"version"`
-	Type        string            `json:"type"`
-	Time        time.Time         `json:"time"`
-	Causation   string            `json:"causation,omitempty"`
-	Correlation string            `json:"correlation,omitempty"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	Schema      uint16            `json:"schema"`
-	Body        any               `json:"body"`
-	BodyError   string            `json:"body_error,omitempty"`
-	RawBody     []byte            `json:"raw_body,omitempty"`
-}
+// eventJSON is an event as the API shows it: the one JSON form of an event
+// (docs/events.md), with its one encoder.
+type eventJSON = replay.EventJSON
 
-func idText(id ulid.ULID) string {
-	if id == (ulid.ULID{}) {
-		return ""
-	}
-	return id.String()
-}
-
-func toEventJSON(ev eventlog.Event) eventJSON {
-	j := eventJSON{Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
-		Time: ev.Time, Causation: idText(ev.Causation), Correlation: idText(ev.Correlation), Metadata: ev.Metadata,
-		Schema: ev.Schema, RawBody: ev.Body}
-	fe, err := replay.Decode(ev)
-	switch {
-	case err != nil:
-		j.BodyError = err.Error()
-	case fe.Body != nil:
-		j.Body = fe.Body
-	case len(ev.Body) > 0:
-		// A $system event: small msgpack maps without a Go type.
-		var m map[string]any
-		if fsm.DecodeCanonical(ev.Body, &m) == nil {
-			j.Body = m
-		}
-	}
-	return j
-}
+func toEventJSON(ev eventlog.Event) eventJSON { return replay.NewEventJSON(ev) }
 
 func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	q, e := query(r, "after_seq", "limit")
@@ -176,7 +131,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 			if only != "" && n.ev.Stream != only {
 				continue
 			}
-			data, err := json.Marshal(toEventJSON(n.ev))
+			data, err := replay.MarshalEvent(n.ev)
 			if err != nil {
 				return nil
 			}

@@ -43,40 +43,57 @@ var rules = []rule{
 	}},
 	{dir: "replay", forbidden: []string{module + "agent", module + "cmd/"}},
 	{dir: "agent", forbidden: []string{module + "cmd/"}},
+	// The canonical codec sits under everything: it imports nothing of the
+	// module, so every layer can use it.
+	{dir: "internal/codec", pure: true, forbidden: append([]string{module}, impure...)},
 }
 
+// root is the module's root, from this package's directory.
+var root = filepath.Join("..", "..")
+
 func TestImportDirectionAndPurity(t *testing.T) {
-	root := filepath.Join("..", "..")
 	for _, r := range rules {
 		base := filepath.Join(root, r.dir)
 		if _, err := os.Stat(base); os.IsNotExist(err) {
 			continue
 		}
-		err := filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() {
-				if d.Name() == "testdata" {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return nil
-			}
-			problems, err := checkFile(r, path)
-			if err != nil {
-				return err
-			}
-			for _, p := range problems {
-				t.Error(p)
+		walkSources(t, base, func(path, _ string) ([]string, error) { return checkFile(r, path) })
+	}
+}
+
+// walkSources calls check on every non-test Go file under dir (skipping
+// testdata and hidden directories) with its path and its path relative to
+// the module root, and reports each problem it returns.
+func walkSources(t *testing.T, dir string, check func(path, rel string) ([]string, error)) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == "testdata" || (strings.HasPrefix(n, ".") && path != dir) {
+				return filepath.SkipDir
 			}
 			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
 		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		problems, err := check(path, filepath.ToSlash(rel))
+		if err != nil {
+			return err
+		}
+		for _, p := range problems {
+			t.Error(p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
