@@ -625,6 +625,8 @@ type RuntimeStats struct {
 	Queued         int `json:"queued"`           // tasks waiting for a slot
 	LLMInUse       int `json:"llm_in_use"`       // model calls running
 	ToolsInUse     int `json:"tools_in_use"`     // tool calls running
+	MaxLLM         int `json:"max_llm"`          // --max-concurrent-llm
+	MaxTools       int `json:"max_tools"`        // --max-concurrent-tools
 }
 
 // Runtime returns the scheduling counters.
@@ -632,7 +634,7 @@ func (a *Agent) Runtime() RuntimeStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return RuntimeStats{ActiveSlots: a.active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: a.queue.Len(),
-		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem)}
+		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem), MaxLLM: cap(a.llmSem), MaxTools: cap(a.toolSem)}
 }
 
 // ---- appending
