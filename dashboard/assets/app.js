@@ -24,6 +24,11 @@ function h(tag, attrs, ...kids) {
   }
   return el;
 }
+// set replaces el's children, skipping null, undefined and false (the
+// DOM's replaceChildren would write them out as text).
+function set(el, ...kids) {
+  el.replaceChildren(...kids.flat(Infinity).filter(k => k !== undefined && k !== null && k !== false));
+}
 const svgNS = "http://www.w3.org/2000/svg";
 function s(tag, attrs, ...kids) {
   const el = document.createElementNS(svgNS, tag);
@@ -93,15 +98,22 @@ function askToken(message) {
   return promise;
 }
 
+// refused handles a 401 for a call made with token sent (null: none): it
+// asks for a token, unless another call stored a new one meanwhile.
+async function refused(sent) {
+  if (sessionStorage.getItem(TOKEN_KEY) !== sent) return;
+  sessionStorage.removeItem(TOKEN_KEY);
+  await askToken(sent ? "That token was refused. Try again." : "");
+}
+
 async function api(method, path, body) {
-  for (let attempt = 0; ; attempt++) {
+  for (;;) {
     const opts = { method, headers: authHeaders(body !== undefined ? { "Content-Type": "application/json" } : {}) };
     if (body !== undefined) opts.body = JSON.stringify(body);
+    const sent = sessionStorage.getItem(TOKEN_KEY);
     const res = await fetch(path, opts);
     if (res.status === 401) {
-      const had = sessionStorage.getItem(TOKEN_KEY);
-      sessionStorage.removeItem(TOKEN_KEY);
-      await askToken(had ? "That token was refused. Try again." : "");
+      await refused(sent);
       continue;
     }
     const data = await res.json().catch(() => null);
@@ -121,8 +133,13 @@ async function stream(path, after, onEvent, signal) {
   while (!signal.aborted) {
     try {
       const sep = path.includes("?") ? "&" : "?";
+      const sent = sessionStorage.getItem(TOKEN_KEY);
       const res = await fetch(path + sep + "after_seq=" + last, { headers: authHeaders(), signal });
-      if (res.status === 401) { setLive(false); sessionStorage.removeItem(TOKEN_KEY); await askToken(); continue; }
+      if (res.status === 401) {
+        setLive(false);
+        await refused(sent);
+        continue;
+      }
       if (!res.ok || !res.body) throw new Error("stream: " + res.status);
       setLive(true);
       const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -164,7 +181,7 @@ function debounce(fn, ms) {
 }
 
 function showError(where, err) {
-  where.replaceChildren(h("p", { class: "error", role: "alert" }, err.code ? err.code + ": " + err.message : String(err.message || err)));
+  set(where, h("p", { class: "error", role: "alert" }, err.code ? err.code + ": " + err.message : String(err.message || err)));
 }
 
 // ---- views. Each returns a cleanup function; the router calls it when
@@ -200,7 +217,7 @@ views.overview = async function (signal) {
       location.hash = "#/tasks/" + r.task_id;
     } catch (e) { submitErr.textContent = e.code + ": " + e.message; }
   });
-  main.replaceChildren(
+  set(main, 
     h("h1", {}, "Overview"),
     counts,
     charts,
@@ -218,7 +235,7 @@ views.overview = async function (signal) {
     if (signal.aborted) return st;
     renderCounts(counts, st);
     renderCharts(charts, st);
-    recent.replaceChildren(...list.tasks.map(t => {
+    set(recent, ...list.tasks.map(t => {
       const tr = taskRow(t);
       if (!first && !seen.has(t.task_id)) tr.classList.add("new");
       seen.add(t.task_id);
@@ -239,7 +256,7 @@ function renderCounts(el, st) {
   const t = st.tasks;
   const cell = (label, n, state, href) => h("a", { class: "count", "data-state": state || "", href: href || "#/tasks" + (state ? "?state=" + state : "") },
     h("span", { class: "n", "data-count": state || label }, n), h("span", { class: "l" }, label));
-  el.replaceChildren(
+  set(el, 
     cell("all tasks", t.tasks, ""),
     ...STATES.map(s => cell(s, (t.by_state && t.by_state[s]) || 0, s)));
 }
@@ -271,9 +288,9 @@ function renderCharts(el, st) {
 
   const d = t.duration_ms || {}, cd = t.completed_duration_ms || {}, fd = t.failed_duration_ms || {};
   const lat = h("section", { class: "card", "aria-labelledby": "lat-h" }, h("h2", { id: "lat-h" }, "Task duration (input to end)"),
-    h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
+    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
       h("tbody", {}, [["all", d], ["completed", cd], ["failed", fd]].map(([k, r]) =>
-        h("tr", {}, h("th", {}, k), h("td", {}, r.count || 0), h("td", {}, fmtMs(r.p50)), h("td", {}, fmtMs(r.p90)), h("td", {}, fmtMs(r.p99)), h("td", {}, fmtMs(r.max)))))));
+        h("tr", {}, h("th", {}, k), h("td", { class: "num" }, r.count || 0), ...[r.p50, r.p90, r.p99, r.max].map(v => h("td", { class: "num" }, r.count ? fmtMs(v) : "—"))))))));
 
   const reasons = t.top_failure_reasons || [];
   const fail = h("section", { class: "card", "aria-labelledby": "fail-h" }, h("h2", { id: "fail-h" }, "Failure reasons"),
@@ -294,7 +311,7 @@ function renderCharts(el, st) {
       h("dt", {}, "fold lag"), h("dd", {}, `${lg.head - lg.folded} events`),
       h("dt", {}, "refused events"), h("dd", {}, lg.refused),
       h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
-  el.replaceChildren(thr, lat, fail, runtime);
+  set(el, thr, lat, fail, runtime);
 }
 
 function taskRow(t) {
@@ -338,7 +355,7 @@ views.tasks = async function (signal, params) {
     location.hash = "#/tasks" + (p.toString() ? "?" + p : "");
   });
   [state, order].forEach(el => el.addEventListener("change", () => filters.requestSubmit()));
-  main.replaceChildren(h("h1", {}, "Tasks"), filters,
+  set(main, h("h1", {}, "Tasks"), filters,
     h("section", { class: "card wide" }, h("div", { class: "tablewrap" }, h("table", { id: "tasks" },
       h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
         h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Input"))), body)), status, pager));
@@ -359,11 +376,11 @@ views.tasks = async function (signal, params) {
     let ts = r.tasks;
     if (needle) ts = ts.filter(t => (t.input || "").toLowerCase().includes(needle) || t.task_id.toLowerCase().includes(needle));
     if (q.get("order") === "queue") ts = ts.slice().sort((a, b) => (b.queued - a.queued) || (a.priority - b.priority) || (a.task_id < b.task_id ? -1 : 1));
-    body.replaceChildren(...ts.map(taskRow));
+    set(body, ...ts.map(taskRow));
     if (!ts.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No task matches.")));
     status.textContent = `${ts.length} task${ts.length === 1 ? "" : "s"} on this page` + (needle ? ` (search over the ${r.tasks.length} newest that match the filters)` : "");
     cursors[page + 1] = r.next_cursor || "";
-    pager.replaceChildren(
+    set(pager, 
       h("button", { type: "button", class: "quiet", disabled: page === 0, onclick: () => { page--; load(); } }, "← Previous"),
       h("span", { class: "muted" }, "page " + (page + 1)),
       h("button", { type: "button", class: "quiet", disabled: !r.next_cursor || !!needle, onclick: () => { page++; load(); } }, "Next →"));
@@ -386,7 +403,7 @@ views.task = async function (signal, params, id) {
   const timeline = h("section", { class: "card wide", id: "timeline-card", "aria-labelledby": "tl-h" });
   const tree = h("section", { class: "card wide", id: "tree-card", "aria-labelledby": "tree-h" });
   const at = h("section", { class: "card wide", id: "at-card", "aria-labelledby": "at-h" });
-  main.replaceChildren(h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head,
+  set(main, h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head,
     h("div", { class: "grid" }, plan, hist), at, timeline, tree);
 
   let events = [];
@@ -417,7 +434,7 @@ views.task = async function (signal, params, id) {
         "aria-label": "Fold the task up to this event" });
       out = h("div", { id: "at-state", class: "at", "aria-live": "polite" });
       const label = h("p", { id: "at-label" });
-      el.replaceChildren(h("h2", { id: "at-h" }, "State at…"),
+      set(el, h("h2", { id: "at-h" }, "State at…"),
         h("p", { class: "muted" }, "Drag (or use the arrow keys) to fold the task's events up to any one of them, as ",
           h("code", {}, "pegasus-replay state --at"), " does."), slider, label, out);
       const show = debounce(async () => {
@@ -441,7 +458,7 @@ views.task = async function (signal, params, id) {
   function renderAtState(el, r) {
     const t = r.task;
     const steps = (t.plan && t.plan.steps) || [];
-    el.replaceChildren(h("dl", { class: "kv" },
+    set(el, h("dl", { class: "kv" },
       h("dt", {}, "at"), h("dd", {}, r.at),
       h("dt", {}, "state"), h("dd", { id: "at-state-value" }, stateBadge(t.state)),
       h("dt", {}, "iteration"), h("dd", {}, t.iteration),
@@ -468,7 +485,7 @@ views.task = async function (signal, params, id) {
         h("input", { id: "answer-text", type: "text", required: true, placeholder: "your answer to the task's question" })),
       h("button", { type: "submit" }, "Send answer"));
     answer.addEventListener("submit", (ev) => { ev.preventDefault(); act("messages", { text: answer.querySelector("input").value, source: "dashboard" }); });
-    actionsEl.replaceChildren(
+    set(actionsEl, 
       running ? h("button", { type: "button", class: "quiet", id: "suspend-btn", onclick: () => act("suspend", { reason: "from the dashboard" }) }, "Suspend") : null,
       t.state === "suspended" ? h("button", { type: "button", class: "quiet", id: "resume-btn", onclick: () => act("resume", { reason: "from the dashboard" }) }, "Resume") : null,
       !finished ? h("button", { type: "button", class: "danger", id: "cancel-btn", onclick: (ev) => {
@@ -477,7 +494,7 @@ views.task = async function (signal, params, id) {
         if (b.dataset.armed) act("cancel", { reason: "cancelled from the dashboard" });
         else { b.dataset.armed = "1"; b.textContent = "Press again to cancel the task"; }
       } }, "Cancel") : null);
-    el.replaceChildren(
+    set(el, 
       h("div", { class: "row" }, h("span", { id: "task-state" }, stateBadge(t.state)), t.queued ? h("span", { class: "queued" }, "waiting for a slot") : null),
       h("dl", { class: "kv" },
         h("dt", {}, "input"), h("dd", {}, t.input || "(empty)"),
@@ -509,7 +526,7 @@ views.task = async function (signal, params, id) {
 function renderPlan(el, t, prog) {
   const steps = (t.plan && t.plan.steps) || [];
   let next = steps.findIndex(s => !s.completed);
-  el.replaceChildren(h("h2", { id: "plan-h" }, "Plan"),
+  set(el, h("h2", { id: "plan-h" }, "Plan"),
     t.plan && t.plan.goal ? h("p", {}, h("span", { class: "muted" }, "goal: "), t.plan.goal) : null,
     steps.length ? h("ol", { class: "steps" }, steps.map((s, i) => h("li", { class: s.completed ? "done" : i === next ? "next" : "todo" },
       s.description, s.action_type ? h("span", { class: "muted" }, ` (${s.action_type})`) : null)))
@@ -522,7 +539,7 @@ function renderPlan(el, t, prog) {
 
 function renderHistory(el, t) {
   const hs = t.history || [];
-  el.replaceChildren(h("h2", { id: "hist-h" }, "Transitions"),
+  set(el, h("h2", { id: "hist-h" }, "Transitions"),
     hs.length ? h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "time"), h("th", {}, "from → to"), h("th", {}, "event"))),
       h("tbody", {}, hs.map(x => h("tr", {}, h("td", { class: "mono" }, fmtTime(x.timestamp).slice(11)),
         h("td", {}, stateBadge(x.from), " → ", stateBadge(x.to)), h("td", { class: "etype" }, x.event))))))
@@ -531,7 +548,7 @@ function renderHistory(el, t) {
 
 function renderTimeline(el, evs) {
   const open = new Set([...el.querySelectorAll("details[open]")].map(d => d.dataset.seq));
-  el.replaceChildren(h("h2", { id: "tl-h" }, `Event timeline (${evs.length})`),
+  set(el, h("h2", { id: "tl-h" }, `Event timeline (${evs.length})`),
     h("ol", { class: "timeline", id: "timeline" }, evs.map(e => h("li", { "data-type": e.type },
       h("details", { "data-seq": String(e.seq), open: open.has(String(e.seq)) },
         h("summary", {}, h("span", { class: "etype" }, e.type), " ",
@@ -542,18 +559,25 @@ function renderTimeline(el, evs) {
 }
 
 function renderTree(el, why, taskID) {
-  const node = (n) => h("li", { "data-type": n.type },
-    h("span", { class: n.stream === taskID ? "" : "other" },
-      h("span", { class: "etype" + (n.id === taskID ? " mark" : "") }, n.type),
-      h("span", { class: "muted" }, ` seq ${n.seq}` + (n.stream !== taskID ? ` · on ${n.stream}` : ""))),
-    n.children && n.children.length ? h("ul", {}, n.children.map(node)) : null);
+  // As in pegasus-replay why: a single consequence continues at the same
+  // indentation; several branch, one level deeper.
+  const items = (n, cont) => {
+    const li = h("li", { "data-type": n.type, class: cont ? "cont" : "" },
+      h("span", { class: n.stream === taskID ? "" : "other" },
+        h("span", { class: "etype" + (n.id === taskID ? " mark" : "") }, n.type),
+        h("span", { class: "muted" }, ` seq ${n.seq}` + (n.stream !== taskID ? ` · on ${n.stream}` : ""))));
+    const kids = n.children || [];
+    if (kids.length === 1) return [li, ...items(kids[0], true)];
+    if (kids.length > 1) li.append(h("ul", {}, kids.map(k => h("li", { class: "branch" }, h("ul", { class: "chain" }, items(k, false))))));
+    return [li];
+  };
   const chain = why.chain || [];
-  el.replaceChildren(h("h2", { id: "tree-h" }, "Why: causation"),
+  set(el, h("h2", { id: "tree-h" }, "Why: causation"),
     h("p", {}, "Started by ", chain.length ? h("span", { class: "etype" }, chain[chain.length - 1].type) : "?",
       chain.length && chain[chain.length - 1].body && chain[chain.length - 1].body.source ? h("span", { class: "muted" }, ` from ${chain[chain.length - 1].body.source}`) : null,
       why.missing ? h("span", { class: "error" }, ` (cause ${why.missing} missing from the log)`) : null),
     h("p", { class: "muted" }, "Everything that followed from it; events on other streams (memory, …) are greyed."),
-    why.tree ? h("ul", { class: "tree", id: "tree" }, node(why.tree)) : null,
+    why.tree ? h("ul", { class: "tree", id: "tree" }, items(why.tree, false)) : null,
     why.truncated ? h("p", { class: "muted" }, "… cut at 500 events.") : null);
 }
 
