@@ -326,7 +326,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 	if ch.Err != nil {
 		// The fold refused an event: someone appended around the machine,
 		// or a bug. The task is unchanged; verify reports it.
-		a.opts.Logger.Warn("fold refused an event", "task", id, "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
+		a.opts.Logger.Warn("fold refused an event", taskIDAttr(id), machineAttr(&ch.Before), eventIDAttr(ch.Raw.ID), "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
 		return nil
 	}
 	ev, after := &ch.Event, &ch.After
@@ -498,7 +498,7 @@ func (a *Agent) loop(id string) {
 			if t, err := a.view.Task(id); err == nil {
 				a.stage(ctx, &t)
 			} else {
-				a.opts.Logger.Error("task missing from the view", "task", id, "err", err)
+				a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)
 			}
 		}
 		cancel()
@@ -676,12 +676,12 @@ func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...ev
 	case err == nil:
 		return res, true
 	case errors.Is(err, eventlog.ErrConflict):
-		a.opts.Logger.Debug("stale stage outcome dropped", "task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+		a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
 	case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
-		a.opts.Logger.Debug("stage outcome not recorded: stopping", "task", t.ID, "type", evs[len(evs)-1].Type)
+		a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
 	default:
 		a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
-			"task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+			taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
 	}
 	return res, false
 }
