@@ -3,6 +3,8 @@ package metrics
 import (
 	"context"
 	"fmt"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -102,6 +104,29 @@ func TestLint(t *testing.T) {
 		"pegasus_eventlog_wal_fsync_duration_seconds", "pegasus_task_duration_seconds"} {
 		if !got[name] {
 			t.Errorf("no %s after three tasks", name)
+		}
+	}
+
+	// docs/metrics.md lists every series, and nothing else.
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(pegasus_[a-z_]+)` \\|").FindAllSubmatch(doc, -1) {
+		listed[string(m[1])] = true
+	}
+	for name := range got {
+		if !listed[name] {
+			t.Errorf("docs/metrics.md does not list %s", name)
+		}
+	}
+	// Series that need HTTP requests or a failed task to appear.
+	later := map[string]bool{"pegasus_http_requests_total": true, "pegasus_http_request_duration_seconds": true,
+		"pegasus_task_failures_total": true}
+	for name := range listed {
+		if !got[name] && !later[name] {
+			t.Errorf("docs/metrics.md lists %s, which the registry does not expose", name)
 		}
 	}
 }
