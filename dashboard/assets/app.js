@@ -231,10 +231,14 @@ views.overview = async function (signal) {
   const seen = new Set();
   let first = true;
   async function refresh() {
-    const [st, list] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/tasks?limit=15")]);
+    const [st, list, waiting] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/tasks?limit=15"),
+      api("GET", "/v1/tasks?state=idle,reasoning,acting&order=asc&limit=200")]);
     if (signal.aborted) return st;
+    // The oldest task waiting for an admission slot (among the 200 oldest
+    // unfinished ones).
+    const oldest = waiting.tasks.find(t => t.queued);
     renderCounts(counts, st);
-    renderCharts(charts, st);
+    renderCharts(charts, st, oldest);
     set(recent, ...list.tasks.map(t => {
       const tr = taskRow(t);
       if (!first && !seen.has(t.task_id)) tr.classList.add("new");
@@ -261,7 +265,7 @@ function renderCounts(el, st) {
     ...STATES.map(s => cell(s, (t.by_state && t.by_state[s]) || 0, s)));
 }
 
-function renderCharts(el, st) {
+function renderCharts(el, st, oldest) {
   const t = st.tasks, rt = st.runtime, lg = st.log;
   // Throughput: tasks created, completed and failed per minute.
   const mins = t.per_minute || [];
@@ -307,11 +311,18 @@ function renderCharts(el, st) {
     rt.max_tools !== undefined ? slot("tool calls", rt.tools_in_use, rt.max_tools) : h("p", {}, `tool calls running: ${rt.tools_in_use}`),
     h("dl", { class: "kv" },
       h("dt", {}, "queue depth"), h("dd", { id: "queue-depth" }, rt.queued),
+      h("dt", {}, "oldest waiting"), h("dd", {}, oldest ? h("a", { href: "#/tasks/" + oldest.task_id }, ago(oldest.created_at).replace(" ago", "")) : "—"),
       h("dt", {}, "log head"), h("dd", {}, lg.head),
       h("dt", {}, "fold lag"), h("dd", {}, `${lg.head - lg.folded} events`),
       h("dt", {}, "refused events"), h("dd", {}, lg.refused),
       h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
-  set(el, thr, lat, fail, runtime);
+  // Counts by machine once the stats carry them (the machines work), and by
+  // type and source.
+  const table = (title, m) => h("section", { class: "card" }, h("h2", {}, title),
+    Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1]).slice(0, 10)
+      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "num" }, n))))) : h("p", { class: "muted" }, "none yet"));
+  set(el, thr, lat, fail, runtime, t.by_machine ? table("Tasks by machine", t.by_machine) : null,
+    table("Tasks by type", t.by_type), table("Tasks by source", t.by_source));
 }
 
 function taskRow(t) {
