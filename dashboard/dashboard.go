@@ -17,6 +17,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed assets
@@ -37,8 +38,12 @@ func Handler() http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Cache-Control", "no-cache")
-		if r.URL.Path == "/" {
+		switch {
+		case r.URL.Path == "/":
 			http.ServeFileFS(w, r, sub, "index.html")
+			return
+		case strings.HasSuffix(r.URL.Path, "/"):
+			http.NotFound(w, r) // no directory listings
 			return
 		}
 		files.ServeHTTP(w, r)

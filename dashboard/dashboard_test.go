@@ -33,8 +33,10 @@ func TestServes(t *testing.T) {
 			t.Errorf("GET %s: Content-Security-Policy %q", c.path, csp)
 		}
 	}
-	if res, _ := get(t, "/ui/missing.js"); res.StatusCode != 404 {
-		t.Errorf("GET /ui/missing.js: %d", res.StatusCode)
+	for _, p := range []string{"/ui/missing.js", "/ui/"} {
+		if res, _ := get(t, p); res.StatusCode != 404 {
+			t.Errorf("GET %s: %d, want 404", p, res.StatusCode)
+		}
 	}
 }
 
