@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -41,61 +39,6 @@ func findChromium(t *testing.T) string {
 	}
 	t.Skip("no Chromium (set PEGASUS_CHROMIUM or install chromium); CI runs this test")
 	return ""
-}
-
-// tokenClient calls a token-protected daemon from the test.
-type tokenClient struct {
-	t          *testing.T
-	url, token string
-}
-
-func (c tokenClient) call(method, path, body string, out any) int {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			c.t.Fatalf("%s %s: %v: %s", method, path, err, data)
-		}
-	}
-	return resp.StatusCode
-}
-
-func (c tokenClient) submit(input string) string {
-	c.t.Helper()
-	var r createdJSON
-	if st := c.call("POST", "/v1/tasks", fmt.Sprintf(`{"input":%q}`, input), &r); st != 201 {
-		c.t.Fatalf("submit: %d", st)
-	}
-	return r.TaskID
-}
-
-func (c tokenClient) settle(id string) taskJSON {
-	c.t.Helper()
-	for range 20 {
-		var tj taskJSON
-		c.call("GET", "/v1/tasks/"+id+"?wait=10s", "", &tj)
-		if tj.State == "failed" || tj.State == "suspended" || tj.State == "completed" && tj.Result != "" {
-			return tj
-		}
-	}
-	c.t.Fatalf("task %s never settled", id)
-	return taskJSON{}
 }
 
 // browser is one headless Chromium tab.
@@ -203,12 +146,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	const token = "dashboard-s3cret"
 	p := startProc(t, bin, filepath.Join(t.TempDir(), "data"), "--token", token, "--no-reflection")
 	defer p.stop(t)
-	c := tokenClient{t: t, url: p.url, token: token}
+	c := &testDaemon{t: t, url: p.url, token: token}
 	for _, in := range []string{"what time is it?", "hello", "what time is it?"} {
-		c.settle(c.submit(in))
+		c.waitTask(c.submit(in))
 	}
 	suspended := c.submit("?") // the offline model asks what to do
-	if tj := c.settle(suspended); tj.State != "suspended" {
+	if tj := c.waitTask(suspended); tj.State != "suspended" {
 		t.Fatalf("the task %q is %s, want suspended", "?", tj.State)
 	}
 
@@ -235,7 +178,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			ByState map[string]int64 `json:"by_state"`
 		} `json:"tasks"`
 	}
-	c.call("GET", "/v1/stats", "", &stats)
+	c.do("GET", "/v1/stats", "").json(t, &stats)
 	b.until("the counts", `document.querySelector('#counts [data-count="completed"]') !== null && document.getElementById("live").classList.contains("on")`)
 	for _, st := range []string{"idle", "reasoning", "acting", "suspended", "completed", "failed"} {
 		got := eval[string](b, fmt.Sprintf(`document.querySelector('#counts [data-count=%q]').textContent`, st))
@@ -266,7 +209,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until("the completed count moves", `document.querySelector('#counts [data-count="completed"]').textContent === "4"`)
 
 	// The task's detail: timeline and causation tree.
-	tj := c.settle(id)
+	tj := c.waitTask(id)
 	b.do("open the task", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#recent a[href="#/tasks/%s"]`, id))))
 	b.until("the timeline", fmt.Sprintf(`document.querySelectorAll("#timeline > li").length === %d`, tj.Version))
 	b.until("the causation tree", `document.querySelector('#tree > li[data-type="MESSAGE_RECEIVED"] + li[data-type="TASK_CREATED"]') !== null`)
@@ -298,7 +241,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("confirm", chromedp.Click(chromedp.ID("cancel-btn")))
 	b.until("cancelled", `document.querySelector("#task-state .state").textContent === "failed"`)
 	var after taskJSON
-	c.call("GET", "/v1/tasks/"+suspended, "", &after)
+	c.do("GET", "/v1/tasks/"+suspended, "").json(t, &after)
 	if after.State != "failed" || !strings.HasPrefix(after.Error, "cancelled") {
 		t.Errorf("after cancel: %s %q", after.State, after.Error)
 	}
