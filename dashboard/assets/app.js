@@ -629,4 +629,7 @@ document.getElementById("token-btn").addEventListener("click", () => {
   askToken("Enter a new token.").then(route);
 });
 if (sessionStorage.getItem(TOKEN_KEY)) document.getElementById("token-btn").hidden = false;
+// Escape would close the token dialog and leave every view waiting for a
+// token that never comes: the dialog stays until a token is given.
+document.getElementById("token-dialog").addEventListener("cancel", (ev) => ev.preventDefault());
 route();
