@@ -316,7 +316,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 	if ch.Err != nil {
 		// The fold refused an event: someone appended around the machine,
 		// or a bug. The task is unchanged; verify reports it.
-		a.opts.Logger.Warn("fold refused an event", "task", id, "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
+		a.opts.Logger.Warn("fold refused an event", taskIDAttr(id), machineAttr(&ch.Before), eventIDAttr(ch.Raw.ID), "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
 		return nil
 	}
 	ev, after := &ch.Event, &ch.After
@@ -488,7 +488,7 @@ func (a *Agent) loop(id string) {
 			if t, err := a.view.Task(id); err == nil {
 				a.stage(ctx, &t)
 			} else {
-				a.opts.Logger.Error("task missing from the view", "task", id, "err", err)
+				a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)
 			}
 		}
 		cancel()
@@ -615,6 +615,8 @@ type RuntimeStats struct {
 	Queued         int `json:"queued"`           // tasks waiting for a slot
 	LLMInUse       int `json:"llm_in_use"`       // model calls running
 	ToolsInUse     int `json:"tools_in_use"`     // tool calls running
+	MaxLLM         int `json:"max_llm"`          // --max-concurrent-llm
+	MaxTools       int `json:"max_tools"`        // --max-concurrent-tools
 }
 
 // Runtime returns the scheduling counters.
@@ -622,7 +624,7 @@ func (a *Agent) Runtime() RuntimeStats {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return RuntimeStats{ActiveSlots: a.active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: a.queue.Len(),
-		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem)}
+		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem), MaxLLM: cap(a.llmSem), MaxTools: cap(a.toolSem)}
 }
 
 // ---- appending
@@ -664,12 +666,12 @@ func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...ev
 	case err == nil:
 		return res, true
 	case errors.Is(err, eventlog.ErrConflict):
-		a.opts.Logger.Debug("stale stage outcome dropped", "task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+		a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
 	case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
-		a.opts.Logger.Debug("stage outcome not recorded: stopping", "task", t.ID, "type", evs[len(evs)-1].Type)
+		a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
 	default:
 		a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
-			"task", t.ID, "type", evs[len(evs)-1].Type, "err", err)
+			taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
 	}
 	return res, false
 }

@@ -40,7 +40,7 @@ func (a *Agent) maybeReflect(t *fsm.Task) {
 	go func() {
 		defer a.stages.Done()
 		if err := a.reflect(a.runCtx, &task); err != nil && a.runCtx.Err() == nil {
-			a.opts.Logger.Warn("post-task reflection failed (the task's outcome is unchanged)", "task", task.ID, "err", err)
+			a.opts.Logger.Warn("post-task reflection failed (the task's outcome is unchanged)", taskIDAttr(task.ID), machineAttr(&task), "err", err)
 		}
 	}()
 }

@@ -56,7 +56,7 @@ var listeningRE = regexp.MustCompile(`pegasusd listening.* url=(http://\S+)`)
 
 func startProc(t *testing.T, bin, data string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--log-level", "info"}, extra...)
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--log-level", "info", "--log-format", "text"}, extra...)
 	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {

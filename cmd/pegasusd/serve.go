@@ -47,7 +47,8 @@ func serveFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("SHUTDOWN_TIMEOUT"), Usage: "how long running stages may take to finish at stop"},
 		&cli.StringFlag{Name: "checkpoint-dir", EnvVars: env("CHECKPOINT_DIR"), Usage: "where POST /v1/admin/checkpoint writes copies (default: DATA_DIR-checkpoints)"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("LOG_LEVEL"), Usage: "debug, info, warn or error"},
-		&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: env("LOG_FORMAT"), Usage: "text or json"},
+		&cli.StringFlag{Name: "log-format", EnvVars: env("LOG_FORMAT"), Usage: "text or json (default: text on a terminal, json otherwise)"},
+		&cli.StringFlag{Name: "metrics-addr", EnvVars: env("METRICS_ADDR"), Usage: "serve /metrics on this loopback address, without the token, instead of on --addr behind it"},
 	}
 }
 
@@ -66,6 +67,7 @@ type config struct {
 	maxBody                             int64
 	shutdownTimeout                     time.Duration
 	logLevel, logFormat                 string
+	metricsAddr                         string
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -77,7 +79,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 		maxActive: cc.Int("max-active-tasks"), maxLLM: cc.Int("max-concurrent-llm"), maxTools: cc.Int("max-concurrent-tools"),
 		toolTimeout: cc.Duration("tool-timeout"), maxIterations: cc.Int("max-iterations"), noReflection: cc.Bool("no-reflection"),
 		maxBody: cc.Int64("max-body-bytes"), shutdownTimeout: cc.Duration("shutdown-timeout"),
-		logLevel: cc.String("log-level"), logFormat: cc.String("log-format"),
+		logLevel: cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
 	}
 	if cc.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments (got %q)", cc.Args().First())}
@@ -159,7 +161,7 @@ func serveAction(cc *cli.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(stderr, cfg.logLevel, cfg.logFormat)
+	logger, err := newLogger(stderr, cfg.logLevel, defaultLogFormat(cfg.logFormat, stderr))
 	if err != nil {
 		return err
 	}
@@ -180,6 +182,7 @@ type daemon struct {
 	http   *http.Server
 	ln     net.Listener
 	cron   *cron.Cron
+	web    *web // dashboard and metrics (web.go)
 }
 
 func openDataDir(dir string) error {
@@ -236,9 +239,17 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	metricsLn, err := listenMetrics(cfg.metricsAddr)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			ln.Close()
+			if metricsLn != nil {
+				metricsLn.Close()
+			}
 		}
 	}()
 	if err := openDataDir(cfg.dataDir); err != nil {
@@ -263,7 +274,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	d = &daemon{cfg: cfg, log: logger, agent: a, ln: ln}
 	d.server = newServer(a, logger, cfg)
 	d.http = &http.Server{
-		Handler:           d.server.routes(),
+		Handler:           d.startWeb(metricsLn),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      75 * time.Second, // above the longest ?wait=; SSE extends its own deadline
@@ -295,7 +306,7 @@ func (d *daemon) scheduleJob(s schedule) cron.FuncJob {
 			d.log.Warn("schedule did not fire", "schedule", s.Name, "err", err)
 			return
 		}
-		d.log.Info("schedule fired", "schedule", s.Name, "task", id)
+		d.log.Info("schedule fired", "schedule", s.Name, "task_id", id)
 	}
 }
 
@@ -312,6 +323,7 @@ func (d *daemon) shutdown() error {
 	if herr != nil {
 		d.http.Close()
 	}
+	d.web.stop(ctx)
 	aerr := d.agent.Stop(ctx)
 	return errors.Join(aerr)
 }

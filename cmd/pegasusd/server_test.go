@@ -36,9 +36,10 @@ func testConfig(t *testing.T) *config {
 
 // testDaemon runs a daemon in-process on a random loopback port.
 type testDaemon struct {
-	t   *testing.T
-	d   *daemon
-	url string
+	t     *testing.T
+	d     *daemon // nil for a subprocess
+	url   string
+	token string // sent as a bearer token on every request, if set
 }
 
 func startDaemon(t *testing.T, cfg *config) *testDaemon {
@@ -98,6 +99,9 @@ func (td *testDaemon) do(method, path, body string, header ...string) response {
 	req, err := http.NewRequestWithContext(ctx, method, td.url+path, rd)
 	if err != nil {
 		td.t.Fatal(err)
+	}
+	if td.token != "" {
+		req.Header.Set("Authorization", "Bearer "+td.token)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])

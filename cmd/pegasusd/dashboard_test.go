@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// findChromium returns the browser of the dashboard test: $PEGASUS_CHROMIUM,
+// /usr/bin/chromium, or chromium, chromium-browser or google-chrome on the
+// PATH. Without one the test fails in CI (CI=true: .ci/run installs
+// Debian's chromium) and is skipped elsewhere.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	cands := []string{os.Getenv("PEGASUS_CHROMIUM"), "/usr/bin/chromium"}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			cands = append(cands, p)
+		}
+	}
+	for _, c := range cands {
+		if c == "" {
+			continue
+		}
+		if st, err := os.Stat(c); err == nil && !st.IsDir() {
+			return c
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no Chromium: install Debian's chromium (.ci/run does) or set PEGASUS_CHROMIUM")
+	}
+	t.Skip("no Chromium (set PEGASUS_CHROMIUM or install chromium); CI runs this test")
+	return ""
+}
+
+// browser is one headless Chromium tab.
+type browser struct {
+	t     *testing.T
+	ctx   context.Context
+	shots string
+	n     int
+}
+
+func newBrowser(t *testing.T, exe string) *browser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 800),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("no-first-run", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelTab(); cancelAlloc() })
+	shots := os.Getenv("PEGASUS_SCREENSHOTS")
+	if shots == "" {
+		var err error
+		if shots, err = os.MkdirTemp("", "pegasus-dashboard-"); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.MkdirAll(shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The first action starts the browser: no timeout on it (a timeout
+	// would stop the browser with it).
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	return &browser{t: t, ctx: ctx, shots: shots}
+}
+
+// do runs actions within the test timeout.
+func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, testTimeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		b.fail(what, err)
+	}
+}
+
+// until waits for a JavaScript predicate to hold in the page.
+func (b *browser) until(what, predicate string) {
+	b.t.Helper()
+	b.do(what, chromedp.Steps(func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		_, err := chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingTimeout(20*time.Second))(ctx, t)
+		return chromedp.Void{}, err
+	}))
+}
+
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, testTimeout)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.fail(expr, err)
+	}
+	return v
+}
+
+func (b *browser) fail(what string, err error) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	path := b.shot("failure")
+	b.t.Fatalf("%s: %v\npage text:\n%s\nscreenshot: %s", what, err, text, path)
+}
+
+// shot saves a full-page screenshot and prints its path.
+func (b *browser) shot(name string) string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, testTimeout)
+	defer cancel()
+	// From the top, so that the sticky header is where a reader expects it.
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`)); err != nil {
+		b.t.Errorf("scroll: %v", err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Errorf("screenshot %s: %v", name, err)
+		return ""
+	}
+	b.n++
+	path := filepath.Join(b.shots, fmt.Sprintf("%02d-%s.png", b.n, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+	return path
+}
+
+// TestDashboardInBrowser drives the dashboard of a real, token-protected
+// pegasusd in headless Chromium.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := findChromium(t)
+	bin := buildDaemon(t)
+	const token = "dashboard-s3cret"
+	p := startProc(t, bin, filepath.Join(t.TempDir(), "data"), "--token", token, "--no-reflection")
+	defer p.stop(t)
+	c := &testDaemon{t: t, url: p.url, token: token}
+	for _, in := range []string{"what time is it?", "hello", "what time is it?"} {
+		c.waitTask(c.submit(in))
+	}
+	suspended := c.submit("?") // the offline model asks what to do
+	if tj := c.waitTask(suspended); tj.State != "suspended" {
+		t.Fatalf("the task %q is %s, want suspended", "?", tj.State)
+	}
+
+	b := newBrowser(t, exe)
+	b.do("open the dashboard", chromedp.Navigate(p.url+"/"))
+
+	// Without the token the page's API calls are refused: it asks for it.
+	b.until("the token dialog", `document.getElementById("token-dialog").open`)
+	if st := eval[int](b, `fetch("/v1/stats").then(r => r.status)`); st != http.StatusUnauthorized {
+		t.Errorf("the page's API call without the token answered %d, want 401", st)
+	}
+	if n := eval[int](b, `document.querySelectorAll("#counts .count").length`); n != 0 {
+		t.Errorf("the overview shows %d counts before the token", n)
+	}
+	b.shot("token")
+	b.do("a wrong token", chromedp.SendKeys(chromedp.ID("token-input"), "wrong"), chromedp.Click(chromedp.ID("token-ok")))
+	b.until("the token refused", `document.getElementById("token-dialog").open && document.getElementById("token-error").textContent.includes("refused")`)
+	b.do("the token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-ok")))
+
+	// The overview's counts are the stats'.
+	var stats struct {
+		Tasks struct {
+			Tasks   int64            `json:"tasks"`
+			ByState map[string]int64 `json:"by_state"`
+		} `json:"tasks"`
+	}
+	c.do("GET", "/v1/stats", "").json(t, &stats)
+	b.until("the counts", `document.querySelector('#counts [data-count="completed"]') !== null && document.getElementById("live").classList.contains("on")`)
+	for _, st := range []string{"idle", "reasoning", "acting", "suspended", "completed", "failed"} {
+		got := eval[string](b, fmt.Sprintf(`document.querySelector('#counts [data-count=%q]').textContent`, st))
+		if want := fmt.Sprint(stats.Tasks.ByState[st]); got != want {
+			t.Errorf("overview: %s = %s, want %s", st, got, want)
+		}
+	}
+	if got := eval[string](b, `document.querySelector('#counts [data-count="all tasks"]').textContent`); got != "4" {
+		t.Errorf("overview: all tasks = %s, want 4", got)
+	}
+	// The token lives in the tab's sessionStorage, never in the URL.
+	if got := eval[string](b, `sessionStorage.getItem("pegasus.token") || ""`); got != token {
+		t.Errorf("sessionStorage token = %q", got)
+	}
+	if u := eval[string](b, `location.href`); strings.Contains(u, token) {
+		t.Errorf("the token is in the URL %s", u)
+	}
+	b.shot("overview")
+
+	// A task submitted elsewhere appears live and completes without a
+	// reload.
+	eval[bool](b, `window.noReload = true`)
+	id := c.submit("what time is it?")
+	b.until("the new task completes on the overview", fmt.Sprintf(`document.querySelector('#recent tr[data-id=%q][data-state="completed"]') !== null`, id))
+	if !eval[bool](b, `window.noReload === true`) {
+		t.Error("the page reloaded")
+	}
+	b.until("the completed count moves", `document.querySelector('#counts [data-count="completed"]').textContent === "4"`)
+
+	// The task's detail: timeline and causation tree.
+	tj := c.waitTask(id)
+	b.do("open the task", chromedp.Click(chromedp.CSS(fmt.Sprintf(`#recent a[href="#/tasks/%s"]`, id))))
+	b.until("the timeline", fmt.Sprintf(`document.querySelectorAll("#timeline > li").length === %d`, tj.Version))
+	b.until("the causation tree", `document.querySelector('#tree > li[data-type="MESSAGE_RECEIVED"] + li[data-type="TASK_CREATED"]') !== null`)
+	if got := eval[string](b, `document.querySelector("#task-state .state").textContent`); got != "completed" {
+		t.Errorf("detail state = %q", got)
+	}
+	if got := eval[int](b, `document.querySelectorAll("#tree li[data-type]").length`); got < int(tj.Version) {
+		t.Errorf("the causation tree has %d events, the task %d", got, tj.Version)
+	}
+	b.until("the state-at view", `document.getElementById("at-state-value") !== null`)
+	b.shot("task")
+
+	// The "state at" slider folds to an earlier event: at the task's
+	// second event (TASK_CREATED) it was reasoning.
+	b.do("move the slider", chromedp.Focus(chromedp.ID("at-slider")))
+	eval[bool](b, `(() => { const s = document.getElementById("at-slider"); s.value = 2; s.dispatchEvent(new Event("input")); return true; })()`)
+	b.until("the earlier state", `document.querySelector('#at-state-value .state').textContent === "reasoning" && document.getElementById("at-label").textContent.includes("TASK_CREATED")`)
+	if got := eval[string](b, `document.querySelector("#task-state .state").textContent`); got != "completed" {
+		t.Errorf("the header changed with the slider: %q", got)
+	}
+	b.shot("state-at")
+
+	// Cancel the suspended task.
+	b.do("open the suspended task", chromedp.Navigate(p.url+"/#/tasks/"+suspended))
+	b.until("the question", `document.getElementById("task-question") !== null && document.getElementById("cancel-btn") !== null && document.getElementById("at-state-value") !== null`)
+	b.shot("suspended")
+	b.do("cancel", chromedp.Click(chromedp.ID("cancel-btn")))
+	b.until("armed", `document.getElementById("cancel-btn").textContent.includes("again")`)
+	b.do("confirm", chromedp.Click(chromedp.ID("cancel-btn")))
+	b.until("cancelled", `document.querySelector("#task-state .state").textContent === "failed"`)
+	var after taskJSON
+	c.do("GET", "/v1/tasks/"+suspended, "").json(t, &after)
+	if after.State != "failed" || !strings.HasPrefix(after.Error, "cancelled") {
+		t.Errorf("after cancel: %s %q", after.State, after.Error)
+	}
+	b.shot("cancelled")
+
+	// An action the state refuses shows the API's error: the task page
+	// has no cancel button once finished, so call it from the page.
+	if st := eval[int](b, fmt.Sprintf(`fetch("/v1/tasks/%s/cancel", {method: "POST", headers: {Authorization: "Bearer " + sessionStorage.getItem("pegasus.token")}}).then(r => r.status)`, suspended)); st != http.StatusConflict {
+		t.Errorf("cancelling a failed task: %d, want 409", st)
+	}
+
+	// The task list, filtered.
+	b.do("the list", chromedp.Navigate(p.url+"/#/tasks?state=completed"))
+	b.until("completed tasks", `document.querySelectorAll('#tasks tbody tr[data-state="completed"]').length === 4`)
+	b.shot("tasks")
+
+	// A phone's width.
+	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))
+	b.until("the narrow overview", `document.querySelector('#counts [data-count="failed"]') !== null && document.querySelector('#counts [data-count="failed"]').textContent === "1"`)
+	b.shot("phone")
+}

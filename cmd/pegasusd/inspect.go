@@ -1,0 +1,85 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// taskState serves GET /v1/tasks/{id}/state?at=: the task as it was at a
+// sequence, an event id or an RFC 3339 time, folded by replay.StateAt as
+// `pegasus-replay state --at` does. Without at, the task now.
+func (s *server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "at")
+	if e != nil {
+		return e
+	}
+	t, e := s.lookup(r)
+	if e != nil {
+		return e
+	}
+	var b replay.Bound
+	if at := q.Get("at"); at != "" {
+		var err error
+		if b, err = replay.ParseBound(at); err != nil {
+			return errBadRequest("at %q: give a sequence, an event id or an RFC 3339 time", at)
+		}
+	}
+	past, err := replay.StateAt(r.Context(), replay.FromLog(s.a.Log()), t.ID, b)
+	if err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"at": b.String(), "task": s.taskJSON(&past, true)})
+	return nil
+}
+
+// whyNode is one event of a causation tree: its envelope, without bodies.
+type whyNode struct {
+	Seq      uint64     `json:"seq"`
+	ID       string     `json:"id"`
+	Stream   string     `json:"stream"`
+	Type     string     `json:"type"`
+	Time     time.Time  `json:"time"`
+	Children []*whyNode `json:"children,omitempty"`
+}
+
+func toWhyNode(n *replay.Node) *whyNode {
+	if n == nil {
+		return nil
+	}
+	out := &whyNode{Seq: n.Event.Seq, ID: n.Event.ID.String(), Stream: n.Event.Stream, Type: n.Event.Type, Time: n.Event.Time}
+	for _, c := range n.Children {
+		out.Children = append(out.Children, toWhyNode(c))
+	}
+	return out
+}
+
+// taskWhy serves GET /v1/tasks/{id}/why?max_nodes=: the causal chain from
+// the task's creation up to its root input, and the tree of everything that
+// root led to, as `pegasus-replay why` shows them.
+func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
+	q, e := query(r, "max_nodes")
+	if e != nil {
+		return e
+	}
+	t, e := s.lookup(r)
+	if e != nil {
+		return e
+	}
+	maxNodes, e := intParam(q, "max_nodes", 1000, 1, replay.DefaultMaxNodes)
+	if e != nil {
+		return e
+	}
+	why, err := replay.Explain(r.Context(), replay.FromLog(s.a.Log()), t.ID, maxNodes)
+	if err != nil {
+		return s.fromError(err)
+	}
+	chain := make([]eventJSON, 0, len(why.Chain))
+	for _, ev := range why.Chain {
+		chain = append(chain, toEventJSON(ev))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "chain": chain, "missing": idText(why.Missing),
+		"tree": toWhyNode(why.Tree), "truncated": why.Truncated})
+	return nil
+}

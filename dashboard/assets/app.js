@@ -1,0 +1,635 @@
+// Pegasus dashboard: plain JavaScript over the daemon's HTTP API (docs/api.md).
+// Every view is rebuilt from the API; the live event stream only says when
+// to fetch again. No framework, no build step, no third-party request.
+"use strict";
+
+const STATES = ["idle", "reasoning", "acting", "suspended", "completed", "failed"];
+const TOKEN_KEY = "pegasus.token";
+const main = document.getElementById("main");
+const liveEl = document.getElementById("live");
+
+// ---- DOM helpers: text is always set as text, never parsed as HTML.
+
+function h(tag, attrs, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const k of kids.flat()) {
+    if (k === undefined || k === null || k === false) continue;
+    el.append(k instanceof Node ? k : String(k));
+  }
+  return el;
+}
+// set replaces el's children, skipping null, undefined and false (the
+// DOM's replaceChildren would write them out as text).
+function set(el, ...kids) {
+  el.replaceChildren(...kids.flat(Infinity).filter(k => k !== undefined && k !== null && k !== false));
+}
+const svgNS = "http://www.w3.org/2000/svg";
+function s(tag, attrs, ...kids) {
+  const el = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
+  for (const k of kids) el.append(k instanceof Node ? k : String(k));
+  return el;
+}
+function stateBadge(st) { return h("span", { class: "state " + st, "data-state": st }, st || "none"); }
+function fmtTime(t) {
+  if (!t || t.startsWith("0001")) return "—";
+  const d = new Date(t);
+  return d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+function fmtMs(ms) {
+  if (ms === undefined || ms === null) return "—";
+  if (ms < 1000) return ms + " ms";
+  if (ms < 120000) return (ms / 1000).toFixed(1) + " s";
+  return (ms / 60000).toFixed(1) + " min";
+}
+function ago(t) {
+  const s = Math.max(0, (Date.now() - new Date(t).getTime()) / 1000);
+  if (s < 60) return Math.floor(s) + "s ago";
+  if (s < 3600) return Math.floor(s / 60) + "m ago";
+  if (s < 86400) return Math.floor(s / 3600) + "h ago";
+  return Math.floor(s / 86400) + "d ago";
+}
+
+// ---- the API, with the token kept in this tab's sessionStorage.
+
+class APIError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+function authHeaders(extra) {
+  const hd = Object.assign({}, extra || {});
+  const tok = sessionStorage.getItem(TOKEN_KEY);
+  if (tok) hd["Authorization"] = "Bearer " + tok;
+  return hd;
+}
+
+let tokenWaiters = null;
+// askToken shows the token dialog once, however many calls were refused.
+function askToken(message) {
+  if (tokenWaiters) return tokenWaiters.promise;
+  let resolve;
+  const promise = new Promise(r => { resolve = r; });
+  tokenWaiters = { promise };
+  const dlg = document.getElementById("token-dialog");
+  const input = document.getElementById("token-input");
+  document.getElementById("token-error").textContent = message || "";
+  input.value = "";
+  const form = document.getElementById("token-form");
+  const done = (ev) => {
+    ev.preventDefault();
+    const v = input.value.trim();
+    if (!v) return;
+    sessionStorage.setItem(TOKEN_KEY, v);
+    form.removeEventListener("submit", done);
+    dlg.close();
+    document.getElementById("token-btn").hidden = false;
+    tokenWaiters = null;
+    resolve();
+  };
+  form.addEventListener("submit", done);
+  if (!dlg.open) dlg.showModal();
+  input.focus();
+  return promise;
+}
+
+// refused handles a 401 for a call made with token sent (null: none): it
+// asks for a token, unless another call stored a new one meanwhile.
+async function refused(sent) {
+  if (sessionStorage.getItem(TOKEN_KEY) !== sent) return;
+  sessionStorage.removeItem(TOKEN_KEY);
+  await askToken(sent ? "That token was refused. Try again." : "");
+}
+
+async function api(method, path, body) {
+  for (;;) {
+    const opts = { method, headers: authHeaders(body !== undefined ? { "Content-Type": "application/json" } : {}) };
+    if (body !== undefined) opts.body = JSON.stringify(body);
+    const sent = sessionStorage.getItem(TOKEN_KEY);
+    const res = await fetch(path, opts);
+    if (res.status === 401) {
+      await refused(sent);
+      continue;
+    }
+    const data = await res.json().catch(() => null);
+    if (!res.ok) {
+      const e = (data && data.error) || {};
+      throw new APIError(res.status, e.code || "http_" + res.status, e.message || res.statusText);
+    }
+    return data;
+  }
+}
+
+// stream reads the daemon's Server-Sent Events with fetch (EventSource
+// cannot send the Authorization header) and calls onEvent for each event,
+// reconnecting after the last one seen until signal aborts.
+async function stream(path, after, onEvent, signal) {
+  let last = after;
+  while (!signal.aborted) {
+    try {
+      const sep = path.includes("?") ? "&" : "?";
+      const sent = sessionStorage.getItem(TOKEN_KEY);
+      const res = await fetch(path + sep + "after_seq=" + last, { headers: authHeaders(), signal });
+      if (res.status === 401) {
+        setLive(false);
+        await refused(sent);
+        continue;
+      }
+      if (!res.ok || !res.body) throw new Error("stream: " + res.status);
+      setLive(true);
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let data = "", id = null;
+          for (const line of block.split("\n")) {
+            if (line.startsWith("data: ")) data += line.slice(6);
+            else if (line.startsWith("id: ")) id = line.slice(4);
+          }
+          if (id !== null) last = Number(id);
+          if (data) onEvent(JSON.parse(data));
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    setLive(false);
+    await new Promise(r => setTimeout(r, 2000));
+  }
+}
+
+function setLive(on) {
+  liveEl.textContent = on ? "live" : "reconnecting…";
+  liveEl.className = "live " + (on ? "on" : "off");
+}
+
+// debounce coalesces bursts of events into one refresh.
+function debounce(fn, ms) {
+  let t = null;
+  return () => { clearTimeout(t); t = setTimeout(fn, ms); };
+}
+
+function showError(where, err) {
+  set(where, h("p", { class: "error", role: "alert" }, err.code ? err.code + ": " + err.message : String(err.message || err)));
+}
+
+// ---- views. Each returns a cleanup function; the router calls it when
+// the view changes.
+
+const views = {};
+
+views.overview = async function (signal) {
+  document.title = "Overview · Pegasus";
+  const counts = h("div", { class: "counts", id: "counts", "aria-label": "Tasks by state" });
+  const recent = h("tbody");
+  const charts = h("div", { class: "grid" });
+  const submitErr = h("p", { class: "error", role: "alert", id: "submit-error" });
+  const input = h("textarea", { id: "submit-input", name: "input", required: true, placeholder: "what time is it?", "aria-label": "Task input" });
+  const typeSel = h("select", { id: "submit-type", "aria-label": "Task type" }, ["general", "explore", "plan"].map(t => h("option", { value: t }, t)));
+  const prio = h("input", { id: "submit-priority", type: "number", value: "0", "aria-label": "Priority", min: -1000000, max: 1000000 });
+  const form = h("form", { class: "card wide", id: "submit-form" },
+    h("h2", {}, "Submit a task"),
+    h("div", { class: "row" },
+      h("div", { class: "field grow" }, h("label", { for: "submit-input" }, "Input"), input),
+    ),
+    h("div", { class: "row" },
+      h("div", { class: "field" }, h("label", { for: "submit-type" }, "Type"), typeSel),
+      h("div", { class: "field" }, h("label", { for: "submit-priority" }, "Priority (lower first)"), prio),
+      h("button", { type: "submit", id: "submit-btn" }, "Submit")),
+    submitErr);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    submitErr.textContent = "";
+    try {
+      const r = await api("POST", "/v1/tasks", { input: input.value, type: typeSel.value, priority: Number(prio.value || 0), source: "dashboard" });
+      input.value = "";
+      location.hash = "#/tasks/" + r.task_id;
+    } catch (e) { submitErr.textContent = e.code + ": " + e.message; }
+  });
+  set(main, 
+    h("h1", {}, "Overview"),
+    counts,
+    charts,
+    h("section", { class: "card wide", "aria-labelledby": "recent-h" },
+      h("h2", { id: "recent-h" }, "Most recent tasks ", h("a", { href: "#/tasks", class: "muted" }, "(all tasks)")),
+      h("div", { class: "tablewrap" }, h("table", { id: "recent" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
+          h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Input"))), recent))),
+    h("div", { class: "grid" }, form));
+
+  const seen = new Set();
+  let first = true;
+  async function refresh() {
+    const [st, list, waiting] = await Promise.all([api("GET", "/v1/stats"), api("GET", "/v1/tasks?limit=15"),
+      api("GET", "/v1/tasks?state=idle,reasoning,acting&order=asc&limit=200")]);
+    if (signal.aborted) return st;
+    // The oldest task waiting for an admission slot (among the 200 oldest
+    // unfinished ones).
+    const oldest = waiting.tasks.find(t => t.queued);
+    renderCounts(counts, st);
+    renderCharts(charts, st, oldest);
+    set(recent, ...list.tasks.map(t => {
+      const tr = taskRow(t);
+      if (!first && !seen.has(t.task_id)) tr.classList.add("new");
+      seen.add(t.task_id);
+      return tr;
+    }));
+    if (list.tasks.length === 0) recent.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No tasks yet: submit one below.")));
+    first = false;
+    return st;
+  }
+  try {
+    const st = await refresh();
+    const again = debounce(() => refresh().catch(() => {}), 250);
+    stream("/v1/events/stream", st.log.head, () => again(), signal);
+  } catch (e) { showError(main, e); }
+};
+
+function renderCounts(el, st) {
+  const t = st.tasks;
+  const cell = (label, n, state, href) => h("a", { class: "count", "data-state": state || "", href: href || "#/tasks" + (state ? "?state=" + state : "") },
+    h("span", { class: "n", "data-count": state || label }, n), h("span", { class: "l" }, label));
+  set(el, 
+    cell("all tasks", t.tasks, ""),
+    ...STATES.map(s => cell(s, (t.by_state && t.by_state[s]) || 0, s)));
+}
+
+function renderCharts(el, st, oldest) {
+  const t = st.tasks, rt = st.runtime, lg = st.log;
+  // Throughput: tasks created, completed and failed per minute.
+  const mins = t.per_minute || [];
+  const W = 600, H = 150, pad = 22;
+  const max = Math.max(1, ...mins.map(m => Math.max(m.created, m.completed + m.failed)));
+  const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Tasks per minute" });
+  svg.append(s("line", { class: "axis", x1: pad, y1: H - pad, x2: W, y2: H - pad }));
+  const n = Math.max(mins.length, 10), bw = (W - pad) / n;
+  mins.forEach((m, i) => {
+    const x = pad + i * bw, y0 = H - pad, sc = (H - 2 * pad) / max;
+    svg.append(s("rect", { class: "created", x: x + 1, width: Math.max(1, bw / 2 - 2), y: y0 - m.created * sc, height: m.created * sc },
+      s("title", {}, `${fmtTime(m.time)}: ${m.created} created`)));
+    svg.append(s("rect", { class: "completed", x: x + bw / 2, width: Math.max(1, bw / 2 - 2), y: y0 - m.completed * sc, height: m.completed * sc },
+      s("title", {}, `${m.completed} completed`)));
+    svg.append(s("rect", { class: "failed", x: x + bw / 2, width: Math.max(1, bw / 2 - 2), y: y0 - (m.completed + m.failed) * sc, height: m.failed * sc },
+      s("title", {}, `${m.failed} failed`)));
+  });
+  svg.append(s("text", { x: 0, y: pad }, max), s("text", { x: 0, y: H - pad }, "0"));
+  if (mins.length) svg.append(s("text", { x: pad, y: H - 6 }, fmtTime(mins[0].time).slice(11, 16)),
+    s("text", { x: W - 40, y: H - 6 }, fmtTime(mins[mins.length - 1].time).slice(11, 16)));
+  const thr = h("section", { class: "card", "aria-labelledby": "thr-h" },
+    h("h2", { id: "thr-h" }, "Throughput (per minute, UTC)"), h("div", { class: "chart" }, svg),
+    h("div", { class: "legend" }, h("span", { class: "created" }, "created"), h("span", { class: "completed" }, "completed"), h("span", { class: "failed" }, "failed")));
+
+  const d = t.duration_ms || {}, cd = t.completed_duration_ms || {}, fd = t.failed_duration_ms || {};
+  const lat = h("section", { class: "card", "aria-labelledby": "lat-h" }, h("h2", { id: "lat-h" }, "Task duration (input to end)"),
+    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
+      h("tbody", {}, [["all", d], ["completed", cd], ["failed", fd]].map(([k, r]) =>
+        h("tr", {}, h("th", {}, k), h("td", { class: "num" }, r.count || 0), ...[r.p50, r.p90, r.p99, r.max].map(v => h("td", { class: "num" }, r.count ? fmtMs(v) : "—"))))))));
+
+  const reasons = t.top_failure_reasons || [];
+  const fail = h("section", { class: "card", "aria-labelledby": "fail-h" }, h("h2", { id: "fail-h" }, "Failure reasons"),
+    reasons.length ? h("table", {}, h("tbody", {}, reasons.map(r => h("tr", {}, h("td", { class: "mono" }, r.reason), h("td", {}, r.count)))))
+      : h("p", { class: "muted" }, "No task has failed."));
+
+  const slot = (label, used, total) => h("div", { class: "field" },
+    h("span", {}, `${label}: ${used} of ${total}`),
+    h("div", { class: "bar", role: "meter", "aria-valuenow": used, "aria-valuemin": 0, "aria-valuemax": total, "aria-label": label },
+      (() => { const b = h("span"); b.style.width = (total ? Math.min(100, 100 * used / total) : 0) + "%"; return b; })()));
+  const runtime = h("section", { class: "card", "aria-labelledby": "rt-h" }, h("h2", { id: "rt-h" }, "Runtime"),
+    slot("active tasks", rt.active_slots, rt.max_active_tasks),
+    rt.max_llm !== undefined ? slot("model calls", rt.llm_in_use, rt.max_llm) : h("p", {}, `model calls running: ${rt.llm_in_use}`),
+    rt.max_tools !== undefined ? slot("tool calls", rt.tools_in_use, rt.max_tools) : h("p", {}, `tool calls running: ${rt.tools_in_use}`),
+    h("dl", { class: "kv" },
+      h("dt", {}, "queue depth"), h("dd", { id: "queue-depth" }, rt.queued),
+      h("dt", {}, "oldest waiting"), h("dd", {}, oldest ? h("a", { href: "#/tasks/" + oldest.task_id }, ago(oldest.created_at).replace(" ago", "")) : "—"),
+      h("dt", {}, "log head"), h("dd", {}, lg.head),
+      h("dt", {}, "fold lag"), h("dd", {}, `${lg.head - lg.folded} events`),
+      h("dt", {}, "refused events"), h("dd", {}, lg.refused),
+      h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
+  // Counts by machine once the stats carry them (the machines work), and by
+  // type and source.
+  const table = (title, m) => h("section", { class: "card" }, h("h2", {}, title),
+    Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1]).slice(0, 10)
+      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "num" }, n))))) : h("p", { class: "muted" }, "none yet"));
+  set(el, thr, lat, fail, runtime, t.by_machine ? table("Tasks by machine", t.by_machine) : null,
+    table("Tasks by type", t.by_type), table("Tasks by source", t.by_source));
+}
+
+function taskRow(t) {
+  return h("tr", { "data-id": t.task_id, "data-state": t.state },
+    h("td", { class: "mono" }, h("a", { href: "#/tasks/" + t.task_id }, t.task_id)),
+    h("td", {}, stateBadge(t.state), t.queued ? h("span", { class: "queued" }, " queued") : null),
+    h("td", { class: "hide-narrow" }, t.type),
+    h("td", { class: "hide-narrow", title: fmtTime(t.created_at) }, ago(t.created_at)),
+    h("td", { class: "input", title: t.input }, t.input));
+}
+
+views.tasks = async function (signal, params) {
+  document.title = "Tasks · Pegasus";
+  const q = new URLSearchParams(params || "");
+  const state = h("select", { id: "f-state", "aria-label": "State" }, h("option", { value: "" }, "any state"),
+    STATES.map(s => h("option", { value: s, selected: q.get("state") === s }, s)));
+  const type = h("input", { id: "f-type", type: "text", placeholder: "general, plan…", value: q.get("type") || "" });
+  const source = h("input", { id: "f-source", type: "text", placeholder: "api, cli, webhook:…", value: q.get("source") || "" });
+  const text = h("input", { id: "f-text", type: "search", placeholder: "text in the input", value: q.get("q") || "" });
+  const order = h("select", { id: "f-order", "aria-label": "Order" },
+    [["desc", "newest first"], ["asc", "oldest first"], ["queue", "queue order (priority, then age)"]].map(([v, l]) =>
+      h("option", { value: v, selected: (q.get("order") || "desc") === v }, l)));
+  const body = h("tbody");
+  const status = h("p", { class: "muted", id: "list-status" });
+  const pager = h("div", { class: "pager" });
+  const filters = h("form", { class: "filters card wide", role: "search" },
+    h("div", { class: "field" }, h("label", { for: "f-state" }, "State"), state),
+    h("div", { class: "field" }, h("label", { for: "f-type" }, "Type"), type),
+    h("div", { class: "field" }, h("label", { for: "f-source" }, "Source"), source),
+    h("div", { class: "field grow" }, h("label", { for: "f-text" }, "Search (press / to focus)"), text),
+    h("div", { class: "field" }, h("label", { for: "f-order" }, "Order"), order),
+    h("button", { type: "submit" }, "Apply"));
+  filters.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (state.value) p.set("state", state.value);
+    if (type.value.trim()) p.set("type", type.value.trim());
+    if (source.value.trim()) p.set("source", source.value.trim());
+    if (text.value.trim()) p.set("q", text.value.trim());
+    if (order.value !== "desc") p.set("order", order.value);
+    location.hash = "#/tasks" + (p.toString() ? "?" + p : "");
+  });
+  [state, order].forEach(el => el.addEventListener("change", () => filters.requestSubmit()));
+  set(main, h("h1", {}, "Tasks"), filters,
+    h("section", { class: "card wide" }, h("div", { class: "tablewrap" }, h("table", { id: "tasks" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
+        h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Input"))), body)), status, pager));
+
+  const cursors = [""];
+  let page = 0;
+  const needle = (q.get("q") || "").toLowerCase();
+  async function load() {
+    const p = new URLSearchParams();
+    for (const k of ["state", "type", "source"]) if (q.get(k)) p.set(k, q.get(k));
+    // A text search reads the 1000 tasks the other filters allow and
+    // filters their input here: the API has no text index.
+    p.set("limit", needle ? "1000" : "50");
+    if (q.get("order") === "asc") p.set("order", "asc");
+    if (cursors[page] && !needle) p.set("cursor", cursors[page]);
+    const r = await api("GET", "/v1/tasks?" + p);
+    if (signal.aborted) return;
+    let ts = r.tasks;
+    if (needle) ts = ts.filter(t => (t.input || "").toLowerCase().includes(needle) || t.task_id.toLowerCase().includes(needle));
+    if (q.get("order") === "queue") ts = ts.slice().sort((a, b) => (b.queued - a.queued) || (a.priority - b.priority) || (a.task_id < b.task_id ? -1 : 1));
+    set(body, ...ts.map(taskRow));
+    if (!ts.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No task matches.")));
+    status.textContent = `${ts.length} task${ts.length === 1 ? "" : "s"} on this page` + (needle ? ` (search over the ${r.tasks.length} newest that match the filters)` : "");
+    cursors[page + 1] = r.next_cursor || "";
+    set(pager, 
+      h("button", { type: "button", class: "quiet", disabled: page === 0, onclick: () => { page--; load(); } }, "← Previous"),
+      h("span", { class: "muted" }, "page " + (page + 1)),
+      h("button", { type: "button", class: "quiet", disabled: !r.next_cursor || !!needle, onclick: () => { page++; load(); } }, "Next →"));
+  }
+  try {
+    await load();
+    const st = await api("GET", "/v1/stats");
+    const again = debounce(() => load().catch(() => {}), 400);
+    stream("/v1/events/stream", st.log.head, () => again(), signal);
+  } catch (e) { showError(main, e); }
+};
+
+views.task = async function (signal, params, id) {
+  document.title = id.slice(-8) + " · Pegasus";
+  const head = h("section", { class: "card wide", id: "task-head" });
+  const actions = h("div", { class: "actions", id: "actions" });
+  const actionErr = h("p", { class: "error", role: "alert", id: "action-error" });
+  const plan = h("section", { class: "card", id: "plan", "aria-labelledby": "plan-h" });
+  const hist = h("section", { class: "card", id: "history", "aria-labelledby": "hist-h" });
+  const timeline = h("section", { class: "card wide", id: "timeline-card", "aria-labelledby": "tl-h" });
+  const tree = h("section", { class: "card wide", id: "tree-card", "aria-labelledby": "tree-h" });
+  const at = h("section", { class: "card wide", id: "at-card", "aria-labelledby": "at-h" });
+  set(main, h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head,
+    h("div", { class: "grid" }, plan, hist), at, timeline, tree);
+
+  let events = [];
+  let atIndex = null; // the slider's position; null: follow the head
+  async function refresh() {
+    const [t, ev, prog, why] = await Promise.all([
+      api("GET", "/v1/tasks/" + id), api("GET", "/v1/tasks/" + id + "/events?limit=10000"),
+      api("GET", "/v1/tasks/" + id + "/progress").catch(() => null), api("GET", "/v1/tasks/" + id + "/why?max_nodes=500")]);
+    if (signal.aborted) return null;
+    events = ev.events;
+    renderHead(head, actions, actionErr, t, events);
+    renderPlan(plan, t, prog);
+    renderHistory(hist, t);
+    renderTimeline(timeline, events);
+    renderTree(tree, why, id);
+    renderAt(at, events);
+    return t;
+  }
+
+  function renderAt(el, evs) {
+    if (!evs.length) return;
+    const max = evs.length;
+    const pos = atIndex === null ? max : Math.min(atIndex, max);
+    let out = el.querySelector("#at-state");
+    let slider = el.querySelector("#at-slider");
+    if (!slider) {
+      slider = h("input", { id: "at-slider", class: "slider", type: "range", min: 1, max, value: pos, step: 1,
+        "aria-label": "Fold the task up to this event" });
+      out = h("div", { id: "at-state", class: "at", "aria-live": "polite" });
+      const label = h("p", { id: "at-label" });
+      set(el, h("h2", { id: "at-h" }, "State at…"),
+        h("p", { class: "muted" }, "Drag (or use the arrow keys) to fold the task's events up to any one of them, as ",
+          h("code", {}, "pegasus-replay state --at"), " does."), slider, label, out);
+      const show = debounce(async () => {
+        const i = Number(slider.value);
+        atIndex = i === events.length ? null : i;
+        const e = events[i - 1];
+        label.textContent = `event ${i} of ${events.length}: ${e.type} (seq ${e.seq}, ${fmtTime(e.time)})`;
+        try {
+          const r = await api("GET", `/v1/tasks/${id}/state?at=${e.seq}`);
+          renderAtState(out, r);
+        } catch (err) { showError(out, err); }
+      }, 120);
+      slider.addEventListener("input", show);
+      show();
+    } else {
+      slider.max = max;
+      if (atIndex === null) { slider.value = max; slider.dispatchEvent(new Event("input")); }
+    }
+  }
+
+  function renderAtState(el, r) {
+    const t = r.task;
+    const steps = (t.plan && t.plan.steps) || [];
+    set(el, h("dl", { class: "kv" },
+      h("dt", {}, "at"), h("dd", {}, r.at),
+      h("dt", {}, "state"), h("dd", { id: "at-state-value" }, stateBadge(t.state)),
+      h("dt", {}, "iteration"), h("dd", {}, t.iteration),
+      h("dt", {}, "version"), h("dd", {}, t.version),
+      h("dt", {}, "plan"), h("dd", {}, steps.length ? steps.map(s => (s.completed ? "✓ " : "· ") + s.description).join("; ") : "—"),
+      t.result ? [h("dt", {}, "result"), h("dd", {}, t.result)] : null,
+      t.error ? [h("dt", {}, "error"), h("dd", {}, t.error)] : null));
+  }
+
+  async function act(path, body) {
+    actionErr.textContent = "";
+    try { await api("POST", `/v1/tasks/${id}/${path}`, body); await refresh(); }
+    catch (e) { actionErr.textContent = e.code + ": " + e.message; }
+  }
+
+  function renderHead(el, actionsEl, errEl, t, evs) {
+    const created = evs.find(e => e.type === "TASK_CREATED");
+    const m = created && created.body && created.body.machine;
+    const machine = m && m.name ? `${m.name}/v${m.version}` : (created ? "pegasus.task (current)" : "— (not started)");
+    const running = t.state === "reasoning" || t.state === "acting";
+    const finished = t.state === "completed" || t.state === "failed";
+    const answer = h("form", { class: "inline", id: "answer-form" },
+      h("div", { class: "field grow" }, h("label", { for: "answer-text" }, "Answer"),
+        h("input", { id: "answer-text", type: "text", required: true, placeholder: "your answer to the task's question" })),
+      h("button", { type: "submit" }, "Send answer"));
+    answer.addEventListener("submit", (ev) => { ev.preventDefault(); act("messages", { text: answer.querySelector("input").value, source: "dashboard" }); });
+    set(actionsEl, 
+      running ? h("button", { type: "button", class: "quiet", id: "suspend-btn", onclick: () => act("suspend", { reason: "from the dashboard" }) }, "Suspend") : null,
+      t.state === "suspended" ? h("button", { type: "button", class: "quiet", id: "resume-btn", onclick: () => act("resume", { reason: "from the dashboard" }) }, "Resume") : null,
+      !finished ? h("button", { type: "button", class: "danger", id: "cancel-btn", onclick: (ev) => {
+        // Two steps instead of confirm(): the second press cancels.
+        const b = ev.currentTarget;
+        if (b.dataset.armed) act("cancel", { reason: "cancelled from the dashboard" });
+        else { b.dataset.armed = "1"; b.textContent = "Press again to cancel the task"; }
+      } }, "Cancel") : null);
+    set(el, 
+      h("div", { class: "row" }, h("span", { id: "task-state" }, stateBadge(t.state)), t.queued ? h("span", { class: "queued" }, "waiting for a slot") : null),
+      h("dl", { class: "kv" },
+        h("dt", {}, "input"), h("dd", {}, t.input || "(empty)"),
+        h("dt", {}, "machine"), h("dd", { class: "mono", id: "task-machine" }, machine),
+        h("dt", {}, "type"), h("dd", {}, t.type),
+        h("dt", {}, "priority"), h("dd", {}, t.priority),
+        h("dt", {}, "source"), h("dd", {}, t.source),
+        h("dt", {}, "created"), h("dd", {}, fmtTime(t.created_at)),
+        h("dt", {}, "updated"), h("dd", {}, fmtTime(t.updated_at)),
+        h("dt", {}, "iteration"), h("dd", {}, t.iteration),
+        h("dt", {}, "events"), h("dd", {}, t.version)),
+      t.question ? h("div", {}, h("h2", {}, "Question"), h("p", { class: "result", id: "task-question" }, t.question)) : null,
+      t.result ? h("div", {}, h("h2", {}, "Result"), h("p", { class: "result", id: "task-result" }, t.result)) : null,
+      t.error ? h("div", {}, h("h2", {}, "Error"), h("p", { class: "result error", id: "task-error" }, t.error)) : null,
+      actionsEl, t.state === "suspended" ? answer : null, errEl);
+  }
+
+  try {
+    const t = await refresh();
+    if (!t) return;
+    const st = await api("GET", "/v1/stats");
+    const again = debounce(() => refresh().catch(() => {}), 150);
+    stream("/v1/events/stream?stream=" + encodeURIComponent(id), st.log.head, () => again(), signal);
+  } catch (e) {
+    showError(main, e);
+  }
+};
+
+function renderPlan(el, t, prog) {
+  const steps = (t.plan && t.plan.steps) || [];
+  let next = steps.findIndex(s => !s.completed);
+  set(el, h("h2", { id: "plan-h" }, "Plan"),
+    t.plan && t.plan.goal ? h("p", {}, h("span", { class: "muted" }, "goal: "), t.plan.goal) : null,
+    steps.length ? h("ol", { class: "steps" }, steps.map((s, i) => h("li", { class: s.completed ? "done" : i === next ? "next" : "todo" },
+      s.description, s.action_type ? h("span", { class: "muted" }, ` (${s.action_type})`) : null)))
+      : h("p", { class: "muted" }, "No plan yet."),
+    prog && prog.awaiting_tool ? h("p", { id: "awaiting" }, "Waiting for tool ", h("code", {}, prog.awaiting_tool.tool || JSON.stringify(prog.awaiting_tool))) : null,
+    prog ? h("dl", { class: "kv" },
+      h("dt", {}, "steps done"), h("dd", {}, `${prog.step_count} (${prog.failed_steps} failed)`),
+      h("dt", {}, "tools used"), h("dd", {}, (prog.tools_used || []).join(", ") || "none")) : null);
+}
+
+function renderHistory(el, t) {
+  const hs = t.history || [];
+  set(el, h("h2", { id: "hist-h" }, "Transitions"),
+    hs.length ? h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "time"), h("th", {}, "from → to"), h("th", {}, "event"))),
+      h("tbody", {}, hs.map(x => h("tr", {}, h("td", { class: "mono" }, fmtTime(x.timestamp).slice(11)),
+        h("td", {}, stateBadge(x.from), " → ", stateBadge(x.to)), h("td", { class: "etype" }, x.event))))))
+      : h("p", { class: "muted" }, "No transition yet: the task waits in idle."));
+}
+
+function renderTimeline(el, evs) {
+  const open = new Set([...el.querySelectorAll("details[open]")].map(d => d.dataset.seq));
+  set(el, h("h2", { id: "tl-h" }, `Event timeline (${evs.length})`),
+    h("ol", { class: "timeline", id: "timeline" }, evs.map(e => h("li", { "data-type": e.type },
+      h("details", { "data-seq": String(e.seq), open: open.has(String(e.seq)) },
+        h("summary", {}, h("span", { class: "etype" }, e.type), " ",
+          h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`)),
+        h("dl", { class: "kv" }, h("dt", {}, "id"), h("dd", { class: "mono" }, e.id),
+          h("dt", {}, "caused by"), h("dd", { class: "mono" }, e.causation || "— (external input)")),
+        h("pre", {}, e.body_error ? "body not decodable: " + e.body_error : JSON.stringify(e.body, null, 2)))))));
+}
+
+function renderTree(el, why, taskID) {
+  // As in pegasus-replay why: a single consequence continues at the same
+  // indentation; several branch, one level deeper.
+  const items = (n, cont) => {
+    const li = h("li", { "data-type": n.type, class: cont ? "cont" : "" },
+      h("span", { class: n.stream === taskID ? "" : "other" },
+        h("span", { class: "etype" + (n.id === taskID ? " mark" : "") }, n.type),
+        h("span", { class: "muted" }, ` seq ${n.seq}` + (n.stream !== taskID ? ` · on ${n.stream}` : ""))));
+    const kids = n.children || [];
+    if (kids.length === 1) return [li, ...items(kids[0], true)];
+    if (kids.length > 1) li.append(h("ul", {}, kids.map(k => h("li", { class: "branch" }, h("ul", { class: "chain" }, items(k, false))))));
+    return [li];
+  };
+  const chain = why.chain || [];
+  set(el, h("h2", { id: "tree-h" }, "Why: causation"),
+    h("p", {}, "Started by ", chain.length ? h("span", { class: "etype" }, chain[chain.length - 1].type) : "?",
+      chain.length && chain[chain.length - 1].body && chain[chain.length - 1].body.source ? h("span", { class: "muted" }, ` from ${chain[chain.length - 1].body.source}`) : null,
+      why.missing ? h("span", { class: "error" }, ` (cause ${why.missing} missing from the log)`) : null),
+    h("p", { class: "muted" }, "Everything that followed from it; events on other streams (memory, …) are greyed."),
+    why.tree ? h("ul", { class: "tree", id: "tree" }, items(why.tree, false)) : null,
+    why.truncated ? h("p", { class: "muted" }, "… cut at 500 events.") : null);
+}
+
+// views.broker: the broker (broker/, dispatch.task) has not landed. When it
+// does, its page goes here: workers with capabilities, load, last seen and
+// draining; the DLQ with requeue of one task or of every task matching a
+// filter, and search by error text; all through the broker's HTTP routes.
+
+// ---- router
+
+let cleanup = null;
+async function route() {
+  if (cleanup) cleanup.abort();
+  cleanup = new AbortController();
+  const raw = location.hash.replace(/^#/, "") || "/";
+  const [path, params] = raw.split("?");
+  const parts = path.split("/").filter(Boolean);
+  let name = "overview";
+  if (parts[0] === "tasks" && parts[1]) { name = "task"; views.task(cleanup.signal, params, parts[1]); }
+  else if (parts[0] === "tasks") { name = "tasks"; views.tasks(cleanup.signal, params); }
+  else views.overview(cleanup.signal);
+  for (const a of document.querySelectorAll("[data-nav]")) {
+    if (a.dataset.nav === (name === "task" ? "tasks" : name)) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  main.focus({ preventScroll: true });
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("keydown", (ev) => {
+  if (ev.key === "/" && !["INPUT", "TEXTAREA", "SELECT"].includes(document.activeElement.tagName)) {
+    const f = document.getElementById("f-text");
+    if (f) { ev.preventDefault(); f.focus(); }
+  }
+});
+document.getElementById("token-btn").addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  askToken("Enter a new token.").then(route);
+});
+if (sessionStorage.getItem(TOKEN_KEY)) document.getElementById("token-btn").hidden = false;
+// Escape would close the token dialog and leave every view waiting for a
+// token that never comes: the dialog stays until a token is given.
+document.getElementById("token-dialog").addEventListener("cancel", (ev) => ev.preventDefault());
+route();
