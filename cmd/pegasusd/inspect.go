@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -79,7 +80,11 @@ func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 	for _, ev := range why.Chain {
 		chain = append(chain, toEventJSON(ev))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "chain": chain, "missing": idText(why.Missing),
+	missing := ""
+	if why.Missing != (ulid.ULID{}) {
+		missing = why.Missing.String()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "chain": chain, "missing": missing,
 		"tree": toWhyNode(why.Tree), "truncated": why.Truncated})
 	return nil
 }

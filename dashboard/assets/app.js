@@ -487,7 +487,7 @@ views.task = async function (signal, params, id) {
 
   function renderHead(el, actionsEl, errEl, t, evs) {
     const created = evs.find(e => e.type === "TASK_CREATED");
-    const m = created && created.body && created.body.machine;
+    const m = created && created.data && created.data.machine;
     const machine = m && m.name ? `${m.name}/v${m.version}` : (created ? "pegasus.task (current)" : "— (not started)");
     const running = t.state === "reasoning" || t.state === "acting";
     const finished = t.state === "completed" || t.state === "failed";
@@ -566,7 +566,7 @@ function renderTimeline(el, evs) {
           h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`)),
         h("dl", { class: "kv" }, h("dt", {}, "id"), h("dd", { class: "mono" }, e.id),
           h("dt", {}, "caused by"), h("dd", { class: "mono" }, e.causation || "— (external input)")),
-        h("pre", {}, e.body_error ? "body not decodable: " + e.body_error : JSON.stringify(e.body, null, 2)))))));
+        h("pre", {}, e.decode_error ? "body not decodable: " + e.decode_error : JSON.stringify(e.data, null, 2)))))));
 }
 
 function renderTree(el, why, taskID) {
@@ -585,7 +585,7 @@ function renderTree(el, why, taskID) {
   const chain = why.chain || [];
   set(el, h("h2", { id: "tree-h" }, "Why: causation"),
     h("p", {}, "Started by ", chain.length ? h("span", { class: "etype" }, chain[chain.length - 1].type) : "?",
-      chain.length && chain[chain.length - 1].body && chain[chain.length - 1].body.source ? h("span", { class: "muted" }, ` from ${chain[chain.length - 1].body.source}`) : null,
+      chain.length && chain[chain.length - 1].data && chain[chain.length - 1].data.source ? h("span", { class: "muted" }, ` from ${chain[chain.length - 1].data.source}`) : null,
       why.missing ? h("span", { class: "error" }, ` (cause ${why.missing} missing from the log)`) : null),
     h("p", { class: "muted" }, "Everything that followed from it; events on other streams (memory, …) are greyed."),
     why.tree ? h("ul", { class: "tree", id: "tree" }, items(why.tree, false)) : null,
