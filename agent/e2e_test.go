@@ -233,7 +233,7 @@ func TestStaleOutcomeIsDroppedAsAConflict(t *testing.T) {
 	close(m.release)
 	// Run a reasoning stage on the snapshot taken before the suspend, with
 	// a context nobody cancels: its outcome must be refused by the log.
-	h.a.reason(context.Background(), &stale)
+	h.a.stage(context.Background(), &stale)
 	h.stop()
 	h.start()
 	if got := types(h.events(id)); got != "MESSAGE_RECEIVED TASK_CREATED TASK_SUSPENDED" {

@@ -38,8 +38,8 @@ const (
 	// its outcome as the end of step Action.Step.
 	ActWaitTask
 	// ActWaitUntil: nothing to do before Action.At (a deadline, a retry's
-	// not-before time). The machine says when; the loop's clock only wakes
-	// the task at that time.
+	// not-before time); then the loop records Action.Done (see StepDone).
+	// The machine says when; the loop's clock only wakes the task then.
 	ActWaitUntil
 )
 
@@ -90,8 +90,9 @@ type Action struct {
 	// StepType is the kind of that step (ActRunStep).
 	StepType ActionType
 	// Done is the event type that records a non-tool step's completion
-	// (ActRunStep of a respond, generate or sub_task step): STEP_COMPLETED
-	// or ACT_DONE. Build its body with StepDone.
+	// (ActRunStep of a respond, generate or sub_task step; ActWaitTask):
+	// STEP_COMPLETED or ACT_DONE; for ActWaitUntil, the event due at At.
+	// Build its body with StepDone.
 	Done EventType
 	// Task is the child task waited for (ActWaitTask).
 	Task string
@@ -221,17 +222,23 @@ func IsCommand(et EventType) bool {
 	return false
 }
 
-// StepDone returns the body that records the completion of the non-tool
-// step a is due for (a respond or generate step with its result text; a
-// sub_task step with its child's outcome), of type a.Done. failed says the
-// step failed (a child task that failed), with result as the error.
+// StepDone returns the body of type a.Done that records the end of the
+// work a is due for: a respond or generate step with its result text, a
+// sub_task step with its child's outcome (failed: the child failed, and
+// result is its error), or the event a machine names for the time an
+// ActWaitUntil waits for (an empty body: the envelope's time says when).
+// It returns nil when a names no event this package knows.
 func StepDone(a Action, result string, failed bool) Body {
-	if a.Done == ActDone {
+	switch a.Done {
+	case ActDone:
 		b := &ActDoneBody{StepIndex: a.Step, Result: result, SubTask: a.Task}
 		if failed {
 			b.Result, b.Error = "", result
 		}
 		return b
+	case StepCompleted:
+		return &StepCompletedBody{StepIndex: a.Step, Result: result}
 	}
-	return &StepCompletedBody{StepIndex: a.Step, Result: result}
+	b, _ := newBody(a.Done)
+	return b
 }
