@@ -85,6 +85,7 @@ func TestToolLoopAgainstChatCompletions(t *testing.T) {
 	}
 	h.assertNoKeyInLog("sk-fake-key-123456")
 	h.assertNoIssues()
+	h.verify()
 }
 
 func (h *harness) waitReflected(id string) fsm.Task {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 var v0 = fsm.MachineRef{Name: fsm.MachineName, Version: 0}
@@ -128,6 +129,23 @@ func TestVersion0ReplanAndSubTask(t *testing.T) {
 		t.Fatalf("child input caused by %s (want the SUB_TASK_CREATED %s), correlated to %s", cevs[0].Causation, evs[8].ID, cevs[0].Correlation)
 	}
 	h.assertNoIssues()
+	h.verify()
+}
+
+// verify stops the agent and audits its log: every event legal, and every
+// event the agent appended answering the work that was due.
+func (h *harness) verify() {
+	h.t.Helper()
+	h.stop()
+	l := openLog(h.t, h.fs)
+	defer l.Close()
+	rep, err := replay.Verify(testCtx(h.t), l, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if !rep.OK() {
+		h.t.Fatalf("verify: %v", rep.Problems)
+	}
 }
 
 // A version 0 task and a version 1 task fold side by side in one log, and
@@ -145,4 +163,5 @@ func TestBothMachinesSideBySide(t *testing.T) {
 		t.Fatalf("machines %s %s, after restart %s %s", ta.Machine, tb.Machine, ra.Machine, rb.Machine)
 	}
 	h.assertNoIssues()
+	h.verify()
 }

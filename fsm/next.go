@@ -141,18 +141,19 @@ func (a Action) String() string {
 	return b.String()
 }
 
-// The event types that answer each kind of work. Never modified.
+// The event types that answer each kind of work. A working stage may send
+// interim messages (TASK_NOTIFY). Never modified.
 var (
 	answersStart    = []EventType{TaskCreated}
-	answersReason   = []EventType{ModelCalled, ReasonDone, NeedMoreInfo}
-	answersPerceive = []EventType{ModelCalled, PerceiveDone}
-	answersThink    = []EventType{ModelCalled, ThinkDone, NeedMoreInfo}
-	answersPlan     = []EventType{ModelCalled, PlanDone}
-	answersReflect  = []EventType{ModelCalled, ReflectDone}
+	answersReason   = []EventType{ModelCalled, ReasonDone, NeedMoreInfo, TaskNotify}
+	answersPerceive = []EventType{ModelCalled, PerceiveDone, TaskNotify}
+	answersThink    = []EventType{ModelCalled, ThinkDone, NeedMoreInfo, TaskNotify}
+	answersPlan     = []EventType{ModelCalled, PlanDone, TaskNotify}
+	answersReflect  = []EventType{ModelCalled, ReflectDone, TaskNotify}
 	answersTool     = []EventType{ToolCallStarted, TaskNotify, ToolCallCompleted, ToolCallFailed}
-	answersStep     = []EventType{StepCompleted}
-	answersActDone  = []EventType{ActDone}
-	answersSubTask  = []EventType{SubTaskCreated}
+	answersStep     = []EventType{StepCompleted, TaskNotify}
+	answersActDone  = []EventType{ActDone, TaskNotify}
+	answersSubTask  = []EventType{SubTaskCreated, TaskNotify}
 	answersCompile  = []EventType{TaskCompleted}
 	answersPostRefl = []EventType{ModelCalled, ReflectionComplete}
 )

@@ -30,6 +30,9 @@ func randomEvent(rng *rand.Rand, s *stepper, m Machine, t Task) Event {
 	switch r := rng.Intn(10); {
 	case r < 7 && len(legal) > 0:
 		et = legal[rng.Intn(len(legal))]
+		for i := 0; i < 3 && (et == TaskFailed || et == TaskSuspended); i++ {
+			et = legal[rng.Intn(len(legal))] // most walks should live long enough to finish
+		}
 	case r == 9:
 		et = "NOT_AN_EVENT"
 	default:
