@@ -90,9 +90,10 @@ func (s State) Valid() bool {
 // existing value. Add new types with new names.
 type EventType string
 
-// External inputs. They are appended to the inputs stream and each creates a
-// task (whose TASK_CREATED is caused by the input). MESSAGE_RECEIVED appended
-// to a task's own stream answers a suspended task.
+// External inputs. Each is the first event of a new stream, named by the
+// input's id: it creates the task there, in idle (TASK_CREATED, caused by
+// the input, starts it later). MESSAGE_RECEIVED appended to an existing
+// task's stream answers a suspended task.
 const (
 	MessageReceived  EventType = "MESSAGE_RECEIVED"
 	WebhookTriggered EventType = "WEBHOOK_TRIGGERED"
