@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -161,6 +165,99 @@ func TestBothMachinesSideBySide(t *testing.T) {
 	if ta.Machine != v0 || tb.Machine != fsm.CurrentMachine || ra.Machine != v0 || rb.Machine != fsm.CurrentMachine ||
 		path(ra) != path(ta) || path(rb) != path(tb) {
 		t.Fatalf("machines %s %s, after restart %s %s", ta.Machine, tb.Machine, ra.Machine, rb.Machine)
+	}
+	h.assertNoIssues()
+	h.verify()
+}
+
+// A restart while the child of a sub_task step runs: the parent, recovered
+// waiting for its child, holds no slot (one slot here); the child resumes,
+// and its end completes the parent's step.
+func TestSubTaskSurvivesARestart(t *testing.T) {
+	block := make(chan struct{})
+	arrived := make(chan struct{}, 1)
+	fake := newFakeModel(t, func(r *chatReq) reply {
+		if r.firstUser() == "child question" && strings.Contains(*r.Messages[0].Content, "perception stage") {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			<-block
+		}
+		return legacyScript(r)
+	})
+	at := time.Date(2025, 6, 7, 8, 9, 10, 0, time.UTC)
+	h := newHarness(t, Options{Model: fake.client(t, nil), Now: func() time.Time { return at }, MaxActiveTasks: 1})
+	id := h.submitV0("what time is it, and ask a child")
+	<-arrived // the child is perceiving; the parent waits for it
+	parent, _ := h.a.Task(id)
+	if act := fsm.Next(&parent); act.Kind != fsm.ActWaitTask {
+		t.Fatalf("parent's due work = %s", act)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // stop at once: the child's model call is cancelled, not recorded
+	if err := h.a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(block)
+	h.a = nil
+	h.start()
+	task := h.wait(id)
+	if task.State != fsm.StateCompleted || task.Context.FinalResult != "It is 2025-06-07T08:09:10Z." {
+		t.Fatalf("parent %s %q", path(task), task.Context.FinalResult)
+	}
+	if a := task.Context.ActionsDone[0]; a.ActionType != fsm.ActionSubTask || !a.Success || a.Result != "child answer" {
+		t.Fatalf("sub_task step = %+v", a)
+	}
+	h.assertNoIssues()
+	h.verify()
+}
+
+// A crash between SUB_TASK_CREATED and the child's input: at the next
+// start the parent, waiting for a child that does not exist, creates it
+// (with the recorded id), and the task completes.
+func TestMissingChildIsCreatedAtStart(t *testing.T) {
+	h := &harness{t: t, fs: vfs.NewMem()}
+	l := openLog(t, h.fs)
+	ctx := testCtx(t)
+	inputID := l.NewID()
+	id := inputID.String()
+	childID := l.NewID().String()
+	m := v0
+	bodies := []fsm.Body{
+		&fsm.Input{Kind: fsm.MessageReceived, Text: "delegate this", Source: "test", TaskType: TypeGeneral, Machine: &m},
+		&fsm.TaskCreatedBody{Machine: v0, TaskType: TypeGeneral, InputText: "delegate this", Source: "test"},
+		&fsm.PerceiveDoneBody{Perception: fsm.Perception{Text: "p"}, NewMessages: []fsm.Message{{Role: "user", Content: "delegate this"}}},
+		&fsm.ThinkDoneBody{Reasoning: fsm.Reasoning{Text: "t"}},
+		&fsm.PlanDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{{ActionType: fsm.ActionSubTask, ActionParams: map[string]string{"input": "hello child"}}}}},
+		&fsm.SubTaskCreatedBody{TaskID: childID, Input: "hello child"},
+	}
+	for i, b := range bodies {
+		data, err := fsm.Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := eventlog.Event{Type: string(b.EventType()), Schema: fsm.SchemaVersion, Body: data, Correlation: inputID}
+		exp := eventlog.Exactly(uint64(i))
+		if i == 0 {
+			ev.ID, exp = inputID, eventlog.NoStream
+		}
+		if _, err := l.Append(ctx, id, exp, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	t.Cleanup(h.stop)
+	task := h.wait(id)
+	if task.State != fsm.StateCompleted || len(task.Context.ActionsDone) != 1 || !task.Context.ActionsDone[0].Success {
+		t.Fatalf("parent %s %+v", path(task), task.Context.ActionsDone)
+	}
+	child, err := h.a.Task(childID)
+	if err != nil || child.ParentID != id || !Done(&child) || !strings.Contains(task.Context.ActionsDone[0].Result, "hello child") {
+		t.Fatalf("child %+v, %v; parent's step %+v", child, err, task.Context.ActionsDone[0])
 	}
 	h.assertNoIssues()
 	h.verify()
