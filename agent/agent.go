@@ -75,8 +75,9 @@ type Agent struct {
 	waiters   map[string]chan struct{}
 	listeners map[int]func(Notification)
 	nextL     int
-	hooked    uint64        // the last sequence the hook has dispatched
-	hookedCh  chan struct{} // closed when hooked moves, if someone waits
+	timers    map[string]*time.Timer // tasks waiting until a time the machine named
+	hooked    uint64                 // the last sequence the hook has dispatched
+	hookedCh  chan struct{}          // closed when hooked moves, if someone waits
 
 	stages    sync.WaitGroup // task loops and reflections
 	runCtx    context.Context
@@ -120,6 +121,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 		runs:      map[string]*taskRun{},
 		waiters:   map[string]chan struct{}{},
 		listeners: map[int]func(Notification){},
+		timers:    map[string]*time.Timer{},
 	}
 	a.memory = &logMemory{a: a}
 	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
@@ -221,6 +223,10 @@ func (a *Agent) Stop(ctx context.Context) error {
 	}
 	started := a.state == stateRunning
 	a.state = stateDraining
+	for id, tm := range a.timers {
+		tm.Stop()
+		delete(a.timers, id)
+	}
 	a.mu.Unlock()
 
 	// Wait for intake already past the state check.
@@ -330,28 +336,72 @@ func (a *Agent) hook(ch *replay.Change) error {
 	case fsm.TaskCompleted:
 		a.corr.Delete(id)
 		a.notify(Notification{Type: NotifyCompleted, TaskID: id, Result: after.Context.FinalResult, Seq: ev.Seq, Time: ev.Time})
-		a.maybeReflect(after)
 	case fsm.TaskFailed:
 		a.corr.Delete(id)
 		a.notify(Notification{Type: NotifyFailed, TaskID: id, Error: after.Context.Error, Seq: ev.Seq, Time: ev.Time})
 	}
-	if ch.Before.State == fsm.StateNone && after.State == fsm.StateIdle {
-		// An input created the task: it waits in idle for a slot.
-		a.schedule(id, after.Priority)
-		return nil
+	was, now := fsm.Next(&ch.Before), fsm.Next(after)
+	if now == was && len(after.History) == len(ch.Before.History) {
+		return nil // a fact that leaves the same work due: its stage still runs
 	}
-	if len(after.History) == len(ch.Before.History) {
-		return nil // a fact: the state did not move, nothing new is due
-	}
-	switch after.State {
-	case fsm.StateReasoning, fsm.StateActing:
-		a.schedule(id, after.Priority)
-	case fsm.StateCompleted:
-		a.release(id, false)
-	default: // suspended or failed: stop whatever still runs for it
-		a.release(id, true)
+	a.dispatch(after, now)
+	if after.ParentID != "" && Done(after) && !Done(&ch.Before) {
+		a.wakeParent(after)
 	}
 	return nil
+}
+
+// dispatch acts on the work the machine says is due for t, which just
+// changed: a stage to run takes (or keeps) an admission slot; anything
+// else gives the slot up. Waiting for input or for nothing also cancels a
+// stage still running for the task (its outcome would be refused as a
+// conflict anyway).
+func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
+	switch {
+	case act.Kind.NeedsSlot():
+		a.schedule(t.ID, t.Priority)
+	case act.Kind == fsm.ActReflect:
+		a.release(t.ID, false)
+		a.maybeReflect(t)
+	case act.Kind == fsm.ActWaitTask:
+		a.release(t.ID, false)
+	case act.Kind == fsm.ActWaitUntil:
+		a.release(t.ID, false)
+		a.wakeAt(t.ID, t.Priority, act.At)
+	default: // wait for input, or nothing
+		a.release(t.ID, true)
+	}
+}
+
+// wakeParent schedules the parent of child, which just ended, if the
+// parent waits for it: the parent's stage records the child's outcome.
+func (a *Agent) wakeParent(child *fsm.Task) {
+	p, err := a.view.Task(child.ParentID)
+	if err != nil {
+		return
+	}
+	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID {
+		a.schedule(p.ID, p.Priority)
+	}
+}
+
+// wakeAt schedules task id at time at (by the agent's clock): the machine
+// said nothing is due before. A later wake for the same task replaces it.
+func (a *Agent) wakeAt(id string, priority int, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != stateRunning {
+		return
+	}
+	if old := a.timers[id]; old != nil {
+		old.Stop()
+	}
+	a.timers[id] = time.AfterFunc(max(at.Sub(a.opts.Now()), 0), func() {
+		a.mu.Lock()
+		delete(a.timers, id)
+		a.mu.Unlock()
+		a.schedule(id, priority)
+	})
 }
 
 // markHooked records that the hook has dispatched seq.
@@ -509,15 +559,23 @@ func (a *Agent) loop(id string) {
 	}
 }
 
-// stage runs what t's state calls for.
+// stage does the work the machine says is due for t (fsm.Next): the
+// agent dispatches on the action, never on a machine's state.
 func (a *Agent) stage(ctx context.Context, t *fsm.Task) {
-	switch t.State {
-	case fsm.StateIdle:
+	act := fsm.Next(t)
+	switch act.Kind {
+	case fsm.ActStart:
 		a.admit(ctx, t)
-	case fsm.StateReasoning:
-		a.reason(ctx, t)
-	case fsm.StateActing:
-		a.act(ctx, t)
+	case fsm.ActCallModel:
+		a.callModel(ctx, t, act)
+	case fsm.ActRunStep:
+		a.runStep(ctx, t, act)
+	case fsm.ActCompile:
+		a.outcome(ctx, t, t.Version, t.LastEvent, &fsm.TaskCompletedBody{Result: compileResult(t)})
+	case fsm.ActWaitTask:
+		a.awaitChild(ctx, t, act)
+	case fsm.ActWaitUntil:
+		a.wakeUp(ctx, t, act)
 	}
 }
 
@@ -562,9 +620,9 @@ func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) b
 }
 
 // Done reports whether a task is finished: failed, or completed with its
-// result recorded.
+// result recorded (terminal, with no result left to compile).
 func Done(t *fsm.Task) bool {
-	return t.State == fsm.StateFailed || (t.State == fsm.StateCompleted && t.Context.ResultRecorded)
+	return t.IsTerminal() && fsm.Next(t).Kind != fsm.ActCompile
 }
 
 // WaitForTask blocks until task id is finished (see Done) or ctx ends.
@@ -655,6 +713,31 @@ func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Ev
 		Type: string(body.EventType()), Causation: cause, Correlation: a.correlation(taskID),
 		Schema: fsm.SchemaVersion, Body: data,
 	}
+}
+
+// outcome appends the events that record the outcome of t's stage, built
+// from bodies, expecting t's stream at version v. If the machine says
+// that, once they are folded, the result is due (the task completed), it
+// appends TASK_COMPLETED with the compiled result in the same commit, so
+// that no crash can leave a completed task without its result. The agent
+// learns this from the pure core (Apply, then Next on a copy), never from
+// a routing rule of its own.
+func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
+	evs := make([]eventlog.Event, 0, len(bodies)+1)
+	pred := t.Clone()
+	ok := true
+	for _, b := range bodies {
+		evs = append(evs, a.event(t.ID, cause, b))
+		if ok {
+			var err error
+			pred, err = fsm.Apply(pred, fsm.Event{Type: b.EventType(), Stream: t.ID, Version: pred.Version + 1, Body: b})
+			ok = err == nil
+		}
+	}
+	if ok && fsm.Next(&pred).Kind == fsm.ActCompile {
+		evs = append(evs, a.event(t.ID, cause, &fsm.TaskCompletedBody{Result: compileResult(&pred)}))
+	}
+	return a.appendTask(ctx, t, v, evs...)
 }
 
 // appendTask appends events to task t's stream expecting it at version

@@ -85,6 +85,7 @@ func TestToolLoopAgainstChatCompletions(t *testing.T) {
 	}
 	h.assertNoKeyInLog("sk-fake-key-123456")
 	h.assertNoIssues()
+	h.verify()
 }
 
 func (h *harness) waitReflected(id string) fsm.Task {
@@ -233,7 +234,7 @@ func TestStaleOutcomeIsDroppedAsAConflict(t *testing.T) {
 	close(m.release)
 	// Run a reasoning stage on the snapshot taken before the suspend, with
 	// a context nobody cancels: its outcome must be refused by the log.
-	h.a.reason(context.Background(), &stale)
+	h.a.stage(context.Background(), &stale)
 	h.stop()
 	h.start()
 	if got := types(h.events(id)); got != "MESSAGE_RECEIVED TASK_CREATED TASK_SUSPENDED" {

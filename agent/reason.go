@@ -141,8 +141,27 @@ func toolMessage(callID, result string, err error) fsm.Message {
 }
 
 // compileResult is the task's final result: the text of the respond and
-// generate steps of the last plan, in order.
+// generate steps of the last plan, in order; for a plan without one (a
+// version 0 plan of tool calls and sub tasks), the last reflection's
+// assessment, else the last successful step's result.
 func compileResult(t *fsm.Task) string {
+	if r := stepResults(t); r != "" {
+		return r
+	}
+	if n := len(t.Context.Reflections); n > 0 && t.Context.Reflections[n-1].Assessment != "" {
+		return t.Context.Reflections[n-1].Assessment
+	}
+	for i := len(t.Context.ActionsDone) - 1; i >= 0; i-- {
+		if ad := t.Context.ActionsDone[i]; ad.Success {
+			return ad.Result
+		}
+	}
+	return ""
+}
+
+// stepResults joins the text of the respond and generate steps of t's
+// last plan, in order.
+func stepResults(t *fsm.Task) string {
 	p := t.Context.Plan
 	if p == nil {
 		return ""

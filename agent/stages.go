@@ -36,35 +36,31 @@ func (a *Agent) fail(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID
 // input that created the task, with the input copied into its body.
 func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
 	a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
-		Machine: fsm.CurrentMachine, TaskType: t.Type, InputText: t.Context.InputText,
+		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
+		ParentTaskID: t.ParentID,
 	}))
 }
 
-// reason is the reasoning stage: the iteration guard, the memory index on
-// the first iteration, one model call under the LLM semaphore (each attempt
-// recorded as MODEL_CALLED), the planner, then NEED_MORE_INFO or
-// REASON_DONE. Failed attempts that will be retried are recorded as they
-// happen; the final attempt is recorded in the same append as the outcome.
-func (a *Agent) reason(ctx context.Context, t *fsm.Task) {
+// callModel is a model-call stage (act.Stage: reason for version 1;
+// perceive, think, plan or reflect for version 0): the iteration guard,
+// one model call under the LLM semaphore (each attempt recorded as
+// MODEL_CALLED), then the stage's outcome event. Failed attempts that will
+// be retried are recorded as they happen; the final attempt is recorded in
+// the same append as the outcome.
+func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	v, cause := t.Version, t.LastEvent
 	if t.Context.Iteration > a.opts.MaxIterations {
 		a.fail(ctx, t, v, cause, "max_iterations",
 			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", a.opts.MaxIterations))
 		return
 	}
-	kind := a.kindOf(t)
-	var opening []fsm.Message
-	if firstReasoning(t) {
-		index := ""
-		if t.Context.Iteration == 1 && kind.registry.Has(tools.MemoryList) {
-			if entries, err := a.memory.List(ctx); err == nil && len(entries) > 0 {
-				index = tools.FormatIndex(entries)
-			}
-		}
-		opening = openingMessages(t, index)
+	req, decide, err := a.stageRequest(ctx, t, act.Stage)
+	if err != nil {
+		a.fail(ctx, t, v, cause, "unknown_stage", err.Error())
+		return
 	}
-	req := buildRequest(kind, t, opening)
+	purpose := req.Purpose
 
 	if a.testLLMWait != nil {
 		a.testLLMWait()
@@ -85,7 +81,7 @@ func (a *Agent) reason(ctx context.Context, t *fsm.Task) {
 			return
 		}
 		// Recorded now: a retry waits, and the log should show why.
-		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled("reason", att)))
+		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled(purpose, att)))
 		if !ok {
 			dropped = true
 			cancel()
@@ -98,73 +94,82 @@ func (a *Agent) reason(ctx context.Context, t *fsm.Task) {
 	if dropped || ctx.Err() != nil {
 		return // the task moved, or the agent is stopping: nothing to record
 	}
-	var evs []eventlog.Event
+	var bodies []fsm.Body
 	if last != nil {
-		evs = append(evs, a.event(t.ID, cause, modelCalled("reason", *last)))
+		bodies = append(bodies, modelCalled(purpose, *last))
 	}
 	if err != nil {
-		a.fail(ctx, t, v, cause, "model_error",
-			fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err), evs...)
+		bodies = append(bodies, &fsm.TaskFailedBody{Reason: "model_error",
+			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err)})
+		a.outcome(ctx, t, v, cause, bodies...)
 		return
 	}
-	evs = append(evs, a.event(t.ID, cause, decide(t, opening, resp)))
-	a.appendTask(ctx, t, v, evs...)
+	a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
 }
 
-// act is the acting stage: it runs the plan's current step. A tool call is
-// recorded as TOOL_CALL_STARTED (with its idempotency key), runs under the
-// tool semaphore with the per-call timeout, and is recorded as
-// TOOL_CALL_COMPLETED or TOOL_CALL_FAILED (after any TASK_NOTIFY it sent,
-// in the same append). A respond step completes with STEP_COMPLETED; when
-// it is the plan's last step and the plan has no tool call, the task
-// completes, and TASK_COMPLETED with the compiled result goes in the same
-// append, so that no crash can leave a completed task without its result.
-func (a *Agent) act(ctx context.Context, t *fsm.Task) {
+// stageRequest builds the model request of a model-call stage and the
+// function that turns the reply into the stage's outcome body.
+func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, stage fsm.Stage) (llm.Request, func(llm.Response) fsm.Body, error) {
+	kind := a.kindOf(t)
+	if stage == fsm.StageReason {
+		var opening []fsm.Message
+		if firstReasoning(t) {
+			opening = openingMessages(t, a.memoryIndex(ctx, t, kind))
+		}
+		return buildRequest(kind, t, opening), func(r llm.Response) fsm.Body { return decide(t, opening, r) }, nil
+	}
+	return a.legacyRequest(ctx, t, kind, stage)
+}
+
+// memoryIndex is the long-term memory index a task's first model call
+// sees, if its type may list memory ("" otherwise).
+func (a *Agent) memoryIndex(ctx context.Context, t *fsm.Task, kind *taskKind) string {
+	if t.Context.Iteration != 1 || !kind.registry.Has(tools.MemoryList) {
+		return ""
+	}
+	if entries, err := a.memory.List(ctx); err == nil && len(entries) > 0 {
+		return tools.FormatIndex(entries)
+	}
+	return ""
+}
+
+// runStep is the acting stage: it runs the plan step the machine says is
+// due. A tool call is recorded as TOOL_CALL_STARTED (with its idempotency
+// key), runs under the tool semaphore with the per-call timeout, and is
+// recorded as TOOL_CALL_COMPLETED or TOOL_CALL_FAILED (after any
+// TASK_NOTIFY it sent, in the same append). A sub_task step creates its
+// child task. Any other step completes with its text, in the event the
+// machine names (act.Done); when that completes the task, TASK_COMPLETED
+// goes in the same append (see outcome).
+func (a *Agent) runStep(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	step := t.Context.Plan.CurrentStep()
-	if step == nil {
+	if step == nil || step.Index != act.Step {
 		return
 	}
-	v, cause := t.Version, t.LastEvent
-	switch step.ActionType {
+	switch act.StepType {
 	case fsm.ActionToolCall:
 		a.runTool(ctx, t, step)
+	case fsm.ActionSubTask:
+		a.startSubTask(ctx, t, step)
 	default: // respond, generate
-		text := step.ActionParams["text"]
-		evs := []eventlog.Event{a.event(t.ID, cause, &fsm.StepCompletedBody{StepIndex: step.Index, Result: text})}
-		if completesTask(t.Context.Plan, step) {
-			evs = append(evs, a.event(t.ID, cause, &fsm.TaskCompletedBody{Result: finalResult(t, step, text)}))
-		}
-		a.appendTask(ctx, t, v, evs...)
+		a.outcome(ctx, t, t.Version, t.LastEvent, fsm.StepDone(act, step.ActionParams["text"], false))
 	}
 }
 
-// completesTask reports whether finishing step completes the task: it is
-// the last step not done and the plan has no tool_call step (the fsm's
-// completion routing).
-func completesTask(p *fsm.Plan, step *fsm.PlanStep) bool {
-	if p.HasToolCall() {
-		return false
+// wakeUp runs when the time a task waited for (act.At) may have come: if
+// it has, it records the event the machine named (act.Done); if not, it
+// gives the slot back and waits again.
+func (a *Agent) wakeUp(ctx context.Context, t *fsm.Task, act fsm.Action) {
+	b := fsm.StepDone(act, "", false)
+	switch {
+	case b == nil:
+		a.release(t.ID, false) // nothing to record: something else moves the task
+	case a.opts.Now().Before(act.At):
+		a.release(t.ID, false)
+		a.wakeAt(t.ID, t.Priority, act.At)
+	default:
+		a.outcome(ctx, t, t.Version, t.LastEvent, b)
 	}
-	for i := range p.Steps {
-		if s := &p.Steps[i]; !s.Completed && s.Index != step.Index {
-			return false
-		}
-	}
-	return true
-}
-
-// finalResult compiles the result of a task whose last step, step, is
-// finishing with text: the earlier respond and generate results of the
-// plan (from the context), then text.
-func finalResult(t *fsm.Task, step *fsm.PlanStep, text string) string {
-	done := compileResult(t)
-	if done == "" {
-		return text
-	}
-	if text == "" {
-		return done
-	}
-	return done + "\n\n" + text
 }
 
 // IdempotencyKey is the key of the tool call of a step: the same every time

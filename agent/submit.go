@@ -37,6 +37,10 @@ type Input struct {
 	Metadata map[string]string
 	// Name is the webhook's or the schedule's name.
 	Name string
+	// Machine is the task machine the task runs under, for its whole life
+	// (fsm.ParseMachineRef reads "pegasus.task@0"). The default value, the
+	// zero MachineRef, is fsm.CurrentMachine.
+	Machine fsm.MachineRef
 }
 
 // Submit creates a task from a message and returns its id once the input
@@ -71,8 +75,12 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	defer done()
 
 	inputID := a.log.NewID()
-	inData, err := fsm.Encode(&fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
-		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name})
+	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
+		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name}
+	if in.Machine != (fsm.MachineRef{}) {
+		body.Machine = &in.Machine
+	}
+	inData, err := fsm.Encode(body)
 	if err != nil {
 		return "", err
 	}
@@ -104,6 +112,11 @@ func (a *Agent) checkInput(in *Input) error {
 	}
 	if len(in.Source) > 200 || len(in.Name) > 200 {
 		return fmt.Errorf("%w: source and name are limited to 200 bytes", ErrInvalidInput)
+	}
+	if in.Machine != (fsm.MachineRef{}) {
+		if _, err := fsm.MachineFor(in.Machine); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+		}
 	}
 	if in.Priority < -1000000 || in.Priority > 1000000 {
 		return fmt.Errorf("%w: priority %d is out of range (-1000000 to 1000000)", ErrInvalidInput, in.Priority)

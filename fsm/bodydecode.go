@@ -291,6 +291,26 @@ func (r *bodyReader) input(v *Input) error {
 			return true, r.strMap(&v.Metadata)
 		case "name":
 			return true, r.str(&v.Name)
+		case "machine":
+			if null, err := r.isNil(); null || err != nil {
+				return true, err
+			}
+			v.Machine = &MachineRef{}
+			return true, r.machineRef(v.Machine)
+		case "parent_task_id":
+			return true, r.str(&v.ParentTaskID)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) machineRef(m *MachineRef) error {
+	return r.object(func(k []byte) (bool, error) {
+		switch string(k) {
+		case "name":
+			return true, r.str(&m.Name)
+		case "version":
+			return true, r.int(&m.Version)
 		}
 		return false, nil
 	})
@@ -300,15 +320,9 @@ func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
 	return r.object(func(k []byte) (bool, error) {
 		switch string(k) {
 		case "machine":
-			return true, r.object(func(k []byte) (bool, error) {
-				switch string(k) {
-				case "name":
-					return true, r.str(&v.Machine.Name)
-				case "version":
-					return true, r.int(&v.Machine.Version)
-				}
-				return false, nil
-			})
+			return true, r.machineRef(&v.Machine)
+		case "parent_task_id":
+			return true, r.str(&v.ParentTaskID)
 		case "task_type":
 			return true, r.str(&v.TaskType)
 		case "input_text":

@@ -97,6 +97,18 @@ func newBody(et EventType) (Body, bool) {
 		return &TaskNotifyBody{}, true
 	case ModelCalled:
 		return &ModelCalledBody{}, true
+	case PerceiveDone:
+		return &PerceiveDoneBody{}, true
+	case ThinkDone:
+		return &ThinkDoneBody{}, true
+	case PlanDone:
+		return &PlanDoneBody{}, true
+	case ActDone:
+		return &ActDoneBody{}, true
+	case ReflectDone:
+		return &ReflectDoneBody{}, true
+	case SubTaskCreated:
+		return &SubTaskCreatedBody{}, true
 	}
 	return nil, false
 }
@@ -108,6 +120,7 @@ var EventTypes = []EventType{
 	TaskCreated, ReasonDone, NeedMoreInfo, ToolCallCompleted, ToolCallFailed, StepCompleted,
 	TaskSuspended, TaskResumed, TaskFailed,
 	ToolCallStarted, ModelCalled, TaskNotify, TaskCompleted, ReflectionComplete,
+	PerceiveDone, ThinkDone, PlanDone, ActDone, ReflectDone, SubTaskCreated,
 }
 
 // isNilBody reports whether b is a typed nil pointer, on which some

@@ -29,7 +29,11 @@ func Describe(t Task) string {
 	if t.Type != "" {
 		fmt.Fprintf(&b, " type=%s", t.Type)
 	}
-	fmt.Fprintf(&b, " priority=%d\n", t.Priority)
+	fmt.Fprintf(&b, " priority=%d", t.Priority)
+	if t.ParentID != "" {
+		fmt.Fprintf(&b, " parent=%s", t.ParentID)
+	}
+	b.WriteByte('\n')
 	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
 	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {
 		fmt.Fprintf(&b, "created=%s updated=%s\n", stamp(t.CreatedAt), stamp(t.UpdatedAt))
@@ -42,6 +46,9 @@ func Describe(t Task) string {
 	}
 	if len(t.Metadata) > 0 {
 		fmt.Fprintf(&b, "metadata: %s\n", pairs(t.Metadata))
+	}
+	if p := c.Perception; p != nil {
+		fmt.Fprintf(&b, "perception: %s\n", text(p.Text))
 	}
 	if r := c.Reasoning; r != nil {
 		fmt.Fprintf(&b, "reasoning: %s", text(r.Text))
@@ -119,6 +126,22 @@ func Describe(t Task) string {
 			b.WriteByte('\n')
 		}
 	}
+	if ps := c.PendingSubTask; ps != nil {
+		fmt.Fprintf(&b, "pending sub task: step=%d task=%s\n", ps.StepIndex, orDash(ps.TaskID))
+	}
+	if len(c.Reflections) > 0 {
+		b.WriteString("reflections:\n")
+		for _, r := range c.Reflections {
+			fmt.Fprintf(&b, "  %s %s", orDash(r.Verdict), text(r.Assessment))
+			if len(r.Lessons) > 0 {
+				fmt.Fprintf(&b, " lessons=%d", len(r.Lessons))
+			}
+			if r.NextFocus != "" {
+				fmt.Fprintf(&b, " next=%s", text(r.NextFocus))
+			}
+			b.WriteByte('\n')
+		}
+	}
 	if pc := c.PendingCall; pc != nil {
 		fmt.Fprintf(&b, "pending call: step=%d tool=%s key=%s\n", pc.StepIndex, orDash(pc.Tool), orDash(pc.IdempotencyKey))
 	}
@@ -168,29 +191,50 @@ func DescribeEvent(ev Event) string {
 		if x.TaskType != "" {
 			w("task_type=%s", x.TaskType)
 		}
+		if x.Machine != nil {
+			w("machine=%s/v%d", x.Machine.Name, x.Machine.Version)
+		}
+		if x.ParentTaskID != "" {
+			w("parent=%s", x.ParentTaskID)
+		}
 	case *TaskCreatedBody:
 		m := x.Machine
 		if m == (MachineRef{}) {
 			m = CurrentMachine
 		}
 		w("machine=%s/v%d", m.Name, m.Version)
+		if x.ParentTaskID != "" {
+			w("parent=%s", x.ParentTaskID)
+		}
 		if x.TaskType != "" {
 			w("type=%s", x.TaskType)
 		}
 		w("source=%s input=%s", orDash(x.Source), text(x.InputText))
 	case *ReasonDoneBody:
-		kinds := make([]string, len(x.Plan.Steps))
-		for i := range x.Plan.Steps {
-			s := &x.Plan.Steps[i]
-			kinds[i] = string(s.ActionType)
-			if s.ActionType == ActionToolCall {
-				kinds[i] += ":" + s.Tool()
-			}
-		}
-		w("plan=%d steps [%s]", len(x.Plan.Steps), strings.Join(kinds, " "))
+		w("%s", planSummary(&x.Plan))
 		if len(x.NewMessages) > 0 {
 			w("messages=+%d", len(x.NewMessages))
 		}
+	case *PlanDoneBody:
+		w("%s", planSummary(&x.Plan))
+	case *PerceiveDoneBody:
+		w("perception=%s", text(x.Perception.Text))
+	case *ThinkDoneBody:
+		w("reasoning=%s", text(x.Reasoning.Text))
+	case *ActDoneBody:
+		w("step=%d", x.StepIndex)
+		if x.SubTask != "" {
+			w("sub_task=%s", x.SubTask)
+		}
+		if x.Error != "" {
+			w("failed error=%s", text(x.Error))
+		} else {
+			w("result=%s", text(x.Result))
+		}
+	case *ReflectDoneBody:
+		w("verdict=%s assessment=%s", orDash(x.Reflection.Verdict), text(x.Reflection.Assessment))
+	case *SubTaskCreatedBody:
+		w("step=%d task=%s input=%s", x.StepIndex, orDash(x.TaskID), text(x.Input))
 	case *NeedMoreInfoBody:
 		w("question=%s", text(x.Reasoning.Question))
 	case *ToolCallStartedBody:
@@ -241,6 +285,19 @@ func DescribeEvent(ev Event) string {
 		w("(%T)", ev.Body)
 	}
 	return b.String()
+}
+
+// planSummary renders a plan's size and step kinds (with each tool).
+func planSummary(p *Plan) string {
+	kinds := make([]string, len(p.Steps))
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		kinds[i] = string(s.ActionType)
+		if s.ActionType == ActionToolCall {
+			kinds[i] += ":" + s.Tool()
+		}
+	}
+	return fmt.Sprintf("plan=%d steps [%s]", len(p.Steps), strings.Join(kinds, " "))
 }
 
 // text quotes s on one line, cut to maxText runes.

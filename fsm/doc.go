@@ -3,7 +3,21 @@
 // a task stream's events with Apply gives. Recovery, the live agent, replay
 // and audit all call the same Apply, like etcd raft's Step.
 //
-// The machine (pegasus.task version 1) has six states. A task is created
+// Two machines live side by side, and a task keeps the one it was created
+// with for life (Task.Machine, recorded from its creating event): the
+// current pegasus.task version 1, described below, and the legacy
+// nine-state pegasus.task version 0 (perceive, think, plan, act, reflect;
+// see task_machine_v0.go and docs/fsm.md). Apply and Next pick the task's
+// machine.
+//
+// Beside Apply, every machine says what work is due for a task as data:
+// Next returns an Action (start, call the model for a stage, run plan step
+// i, compile the result, reflect, wait for input, a child task or a time,
+// nothing), and the event types that answer it. The agent dispatches on
+// it, never on state names, and verify checks that every event the agent
+// appended answered the work that was due.
+//
+// The current machine (pegasus.task version 1) has six states. A task is created
 // from the zero Task (StateNone) by an external input on its own stream,
 // which leaves it in idle waiting for admission (the spec's fromEvent), or by
 // TASK_CREATED, which creates and starts it at once. Its legal edges:

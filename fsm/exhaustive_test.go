@@ -24,6 +24,12 @@ import (
 // Column "none" is the zero Task (StateNone): no event applied yet.
 const referenceTable = `
 event                none       idle       reasoning  acting     suspended  completed    failed
+PERCEIVE_DONE        -          -          -          -          -          -            -
+THINK_DONE           -          -          -          -          -          -            -
+PLAN_DONE            -          -          -          -          -          -            -
+ACT_DONE             -          -          -          -          -          -            -
+REFLECT_DONE         -          -          -          -          -          -            -
+SUB_TASK_CREATED     -          -          -          -          -          -            -
 TASK_CREATED         reasoning  reasoning  -          -          -          -            -
 REASON_DONE          -          -          acting     -          -          -            -
 NEED_MORE_INFO       -          -          suspended  -          -          -            -
@@ -44,9 +50,49 @@ REFLECTION_COMPLETE  -          -          -          -          -          once
 NOT_AN_EVENT         -          -          -          -          -          -            -
 `
 
-func parseReference(t *testing.T) (types []EventType, cell map[State]map[EventType]string) {
+// referenceTableV0 is the legacy machine (version 0) written down by hand
+// from the static, dynamic and special tables of
+// pegasus-task-fsm-v1.zh.md, in the cells of referenceTable, plus:
+//
+//	act        ACT_DONE: for a generate step, or a sub_task step whose
+//	           child exists, -> reflecting; else *EventError
+//	fact-sub   SUB_TASK_CREATED: a fact for a current sub_task step with
+//	           no child yet, else *EventError
+//	verdict    REFLECT_DONE with verdict complete -> completed (the
+//	           continue and replan rows are in the scripts)
+//
+// Its tool cell routes: more steps -> acting, else reflecting.
+const referenceTableV0 = `
+event                none        idle        perceiving  thinking    planning    acting      reflecting  suspended   completed    failed
+TASK_CREATED         perceiving  perceiving  -           -           -           -           -           -           -            -
+PERCEIVE_DONE        -           -           thinking    -           -           -           -           -           -            -
+THINK_DONE           -           -           -           planning    -           -           -           -           -            -
+NEED_MORE_INFO       -           -           -           suspended   -           -           -           -           -            -
+PLAN_DONE            -           -           -           -           acting      -           -           -           -            -
+ACT_DONE             -           -           -           -           -           act         -           -           -            -
+TOOL_CALL_COMPLETED  -           -           -           -           -           tool        -           -           -            -
+TOOL_CALL_FAILED     -           -           -           -           -           tool        -           -           -            -
+REFLECT_DONE         -           -           -           -           -           -           verdict     -           -            -
+MESSAGE_RECEIVED     new-idle    -           -           -           -           -           -           thinking    -            -
+WEBHOOK_TRIGGERED    new-idle    -           -           -           -           -           -           -           -            -
+SCHEDULE_FIRED       new-idle    -           -           -           -           -           -           -           -            -
+TASK_SUSPENDED       -           -           suspended   suspended   suspended   suspended   suspended   -           -            -
+TASK_RESUMED         -           -           -           -           -           -           -           saved       -            -
+TASK_FAILED          -           failed      failed      failed      failed      failed      failed      failed      -            -
+TOOL_CALL_STARTED    -           -           -           -           -           fact-tool   -           -           -            -
+SUB_TASK_CREATED     -           -           -           -           -           fact-sub    -           -           -            -
+MODEL_CALLED         -           -           fact        fact        fact        -           fact        -           -            -
+TASK_NOTIFY          -           -           fact        fact        fact        fact        fact        -           -            -
+TASK_COMPLETED       -           -           -           -           -           -           -           -           once-result  -
+REASON_DONE          -           -           -           -           -           -           -           -           -            -
+STEP_COMPLETED       -           -           -           -           -           -           -           -           -            -
+REFLECTION_COMPLETE  -           -           -           -           -           -           -           -           -            -
+NOT_AN_EVENT         -           -           -           -           -           -           -           -           -            -
+`
+
+func parseReference(t *testing.T, table string) (types []EventType, cell map[State]map[EventType]string) {
 	t.Helper()
-	lines := strings.Split(strings.TrimSpace(referenceTable), "\n")
+	lines := strings.Split(strings.TrimSpace(table), "\n")
 	header := strings.Fields(lines[0])[1:]
 	cell = map[State]map[EventType]string{}
 	for i, h := range header {
@@ -86,9 +132,12 @@ func (s shape) String() string {
 	return "[" + strings.Join(parts, ",") + "]"
 }
 
-func shapes() []shape {
-	const T, R, G = ActionToolCall, ActionRespond, ActionGenerate
+func shapes(version int) []shape {
+	const T, R, G, S = ActionToolCall, ActionRespond, ActionGenerate, ActionSubTask
 	kindSets := [][]ActionType{{T}, {R}, {G}, {T, R}, {R, T}, {G, G}, {T, T}, {R, G}, {G, T, R}}
+	if version == 0 {
+		kindSets = [][]ActionType{{T}, {G}, {S}, {T, G}, {G, T}, {S, T}, {T, T}, {T, S, G}}
+	}
 	var out []shape
 	for _, ks := range kindSets {
 		for d := 0; d <= len(ks); d++ {
@@ -101,15 +150,17 @@ func shapes() []shape {
 // variant is one task in a given state: plan shape, saved state when
 // suspended, recorded facts when completed.
 type variant struct {
+	machine        Machine
 	state          State
 	shape          shape
 	saved          State
 	resultRecorded bool
 	reflected      bool
+	child          bool // version 0: the current sub_task step has its child
 }
 
 func (v variant) String() string {
-	return fmt.Sprintf("%s plan=%s saved=%s result=%v refl=%v", v.state, v.shape, v.saved, v.resultRecorded, v.reflected)
+	return fmt.Sprintf("%s %s plan=%s saved=%s result=%v refl=%v child=%v", v.machine.Ref(), v.state, v.shape, v.saved, v.resultRecorded, v.reflected, v.child)
 }
 
 // build makes the task directly, without Apply, so the check does not
@@ -119,7 +170,7 @@ func (v variant) build() Task {
 	case StateNone:
 		return Task{}
 	case StateIdle:
-		return Task{ID: "task-1", Machine: CurrentMachine, State: StateIdle, Version: 1, Context: Context{InputText: "queued"}}
+		return Task{ID: "task-1", Machine: v.machine.Ref(), State: StateIdle, Version: 1, Context: Context{InputText: "queued"}}
 	}
 	p := &Plan{Goal: "g"}
 	for i, k := range v.shape.kinds {
@@ -129,16 +180,20 @@ func (v variant) build() Task {
 		}
 		p.Steps = append(p.Steps, st)
 	}
+	first := v.machine.States()[1]
 	t := Task{
 		ID:      "task-1",
-		Machine: CurrentMachine,
+		Machine: v.machine.Ref(),
 		State:   v.state,
 		Version: 5,
 		Context: Context{Plan: p, Iteration: 3, SuspendedState: v.saved, ResultRecorded: v.resultRecorded},
-		History: []Transition{{From: StateIdle, To: StateReasoning, Event: TaskCreated}},
+		History: []Transition{{From: StateIdle, To: first, Event: TaskCreated}},
 	}
-	if v.state != StateReasoning {
-		t.History = append(t.History, Transition{From: StateReasoning, To: v.state, Event: "X"})
+	if v.state != first {
+		t.History = append(t.History, Transition{From: first, To: v.state, Event: "X"})
+	}
+	if v.child {
+		t.Context.PendingSubTask = &SubTaskCreatedBody{StepIndex: v.shape.done, TaskID: "child-1"}
 	}
 	if v.reflected {
 		t.Context.PostReflection = &PostTaskReflection{Assessment: "a"}
@@ -146,25 +201,34 @@ func (v variant) build() Task {
 	return t
 }
 
-func variants() []variant {
+func variants(m Machine) []variant {
 	var out []variant
-	for _, s := range append([]State{StateNone}, States...) {
+	for _, s := range append([]State{StateNone}, m.States()...) {
 		if s == StateNone || s == StateIdle {
-			out = append(out, variant{state: s})
+			out = append(out, variant{machine: m, state: s})
 			continue
 		}
-		for _, sh := range shapes() {
+		for _, sh := range shapes(m.Ref().Version) {
 			switch s {
 			case StateSuspended:
-				out = append(out, variant{state: s, shape: sh, saved: StateReasoning}, variant{state: s, shape: sh, saved: StateActing})
+				for _, saved := range m.States() {
+					if saved.IsActive() {
+						out = append(out, variant{machine: m, state: s, shape: sh, saved: saved})
+					}
+				}
 			case StateCompleted:
 				for _, rr := range []bool{false, true} {
 					for _, rf := range []bool{false, true} {
-						out = append(out, variant{state: s, shape: sh, resultRecorded: rr, reflected: rf})
+						out = append(out, variant{machine: m, state: s, shape: sh, resultRecorded: rr, reflected: rf})
 					}
 				}
+			case StateActing:
+				out = append(out, variant{machine: m, state: s, shape: sh})
+				if sh.done < len(sh.kinds) && sh.kinds[sh.done] == ActionSubTask {
+					out = append(out, variant{machine: m, state: s, shape: sh, child: true})
+				}
 			default:
-				out = append(out, variant{state: s, shape: sh})
+				out = append(out, variant{machine: m, state: s, shape: sh})
 			}
 		}
 	}
@@ -176,16 +240,39 @@ func variants() []variant {
 // referenceTable, including the completion route, the iteration rule and
 // the History rule.
 func TestExhaustive(t *testing.T) {
-	types, ref := parseReference(t)
+	for _, m := range Machines() {
+		t.Run(m.Ref().String(), func(t *testing.T) {
+			table := referenceTable
+			if m.Ref().Version == 0 {
+				table = referenceTableV0
+			}
+			exhaustive(t, m, table)
+		})
+	}
+}
+
+func exhaustive(t *testing.T, m Machine, table string) {
+	types, ref := parseReference(t, table)
 	if len(types) != len(EventTypes)+1 {
 		t.Fatalf("reference has %d rows, the package %d event types (+1 unknown)", len(types), len(EventTypes))
 	}
+	v0 := m.Ref().Version == 0
 	checked := 0
-	for _, v := range variants() {
+	for _, v := range variants(m) {
 		for _, et := range types {
 			task := v.build()
 			s := stepper{n: 50}
 			ev := s.envelope(task, et, mustBody(t, task, et))
+			if v.state == StateNone && v0 {
+				// The creating event names the machine.
+				ref := m.Ref()
+				switch b := ev.Body.(type) {
+				case *TaskCreatedBody:
+					b.Machine = ref
+				case *Input:
+					b.Machine = &ref
+				}
+			}
 			got, err := Apply(task, ev)
 
 			cellv := ref[v.state][et]
@@ -199,11 +286,25 @@ func TestExhaustive(t *testing.T) {
 			case "-":
 			case "tool", "step":
 				ok := cur >= 0 && ((cellv == "tool") == (curKind == ActionToolCall))
-				if !ok {
+				switch {
+				case !ok:
 					wantEventErr = true
-				} else {
+				case v0:
+					want = refRouteV0(v.shape)
+				default:
 					want = refRoute(v.shape)
 				}
+			case "act":
+				if cur >= 0 && (curKind == ActionGenerate || (curKind == ActionSubTask && v.child)) {
+					want = string(StateReflecting)
+				} else {
+					wantEventErr = true
+				}
+			case "fact-sub":
+				wantEventErr = cur < 0 || curKind != ActionSubTask || v.child
+				want, isFact = string(v.state), true
+			case "verdict":
+				want = string(StateCompleted)
 			case "saved":
 				want = string(v.saved)
 			case "fact":
@@ -224,7 +325,7 @@ func TestExhaustive(t *testing.T) {
 			}
 			name := fmt.Sprintf("%s / %s", v, et)
 
-			if can := CanTransition(v.state, et); can != (cellv != "-") {
+			if can := m.CanTransition(v.state, et); can != (cellv != "-") {
 				t.Errorf("%s: CanTransition=%v, reference %q", name, can, cellv)
 			}
 			var te *TransitionError
@@ -259,7 +360,7 @@ func TestExhaustive(t *testing.T) {
 					wantIter = 1
 				} else if cellv == "new-idle" {
 					wantIter = 0
-				} else if et == MessageReceived || (got.State == StateReasoning && v.state == StateActing) {
+				} else if et == MessageReceived || (!v0 && got.State == StateReasoning && v.state == StateActing) {
 					wantIter++
 				}
 				if got.Context.Iteration != wantIter {
@@ -275,6 +376,15 @@ func TestExhaustive(t *testing.T) {
 		}
 	}
 	t.Logf("checked %d (state, plan shape, event type) combinations", checked)
+}
+
+// refRouteV0 is version 0's routing after a tool call: more steps ->
+// acting, else reflecting.
+func refRouteV0(s shape) string {
+	if s.done+1 < len(s.kinds) {
+		return "acting"
+	}
+	return "reflecting"
 }
 
 // refRoute is the completion routing, written from the spec: after the

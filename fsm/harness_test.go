@@ -181,21 +181,29 @@ func scriptBody(t Task, a *args) (Body, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Input{Kind: EventType(a.str("kind", string(a.et))), Text: a.str("text", "hello"), Source: a.str("source", "user"),
-			Name: a.str("name", ""), TaskType: a.str("type", ""), Priority: prio}, nil
+		in := &Input{Kind: EventType(a.str("kind", string(a.et))), Text: a.str("text", "hello"), Source: a.str("source", "user"),
+			Name: a.str("name", ""), TaskType: a.str("type", ""), Priority: prio, ParentTaskID: a.str("parent", "")}
+		if m := a.str("machine", ""); m != "" {
+			ref, err := scriptMachine(m)
+			if err != nil {
+				return nil, err
+			}
+			in.Machine = &ref
+		}
+		return in, nil
 	case TaskCreated:
 		prio, err := a.num("priority", 0)
 		if err != nil {
 			return nil, err
 		}
-		b := &TaskCreatedBody{TaskType: a.str("type", "general"), InputText: a.str("text", "find papers on event sourcing"), Source: a.str("source", "user"), Priority: prio}
+		b := &TaskCreatedBody{TaskType: a.str("type", "general"), InputText: a.str("text", "find papers on event sourcing"), Source: a.str("source", "user"),
+			Priority: prio, ParentTaskID: a.str("parent", "")}
 		if m := a.str("machine", ""); m != "" {
-			name, ver, _ := strings.Cut(m, "/")
-			v, err := strconv.Atoi(ver)
-			if err != nil {
-				return nil, fmt.Errorf("machine=%q: want name/version", m)
+			if b.Machine, err = scriptMachine(m); err != nil {
+				return nil, err
 			}
-			b.Machine = MachineRef{Name: name, Version: v}
+		} else if t.State == StateIdle {
+			b.Machine = t.Machine // as the agent does: the input chose it
 		}
 		if md := a.str("meta", ""); md != "" {
 			b.Metadata = map[string]string{}
@@ -272,15 +280,58 @@ func scriptBody(t Task, a *args) (Body, error) {
 		return &TaskNotifyBody{Message: a.str("message", "working on it")}, nil
 	case ModelCalled:
 		return &ModelCalledBody{Purpose: a.str("purpose", "reason"), Attempt: 1, Model: "test-model", LatencyMS: int64(ms), PromptTokens: 100, CompletionTokens: 20, Status: 200, FinishReason: "stop"}, nil
+
+	// Version 0.
+	case PerceiveDone:
+		text := a.str("text", "the user wants papers")
+		return &PerceiveDoneBody{Perception: Perception{Text: text, Model: "test-model"},
+			NewMessages: []Message{{Role: "user", Content: t.Context.InputText}}}, nil
+	case ThinkDone:
+		text := a.str("text", "search, then summarise")
+		return &ThinkDoneBody{Reasoning: Reasoning{Text: text}, NewMessages: []Message{{Role: "assistant", Content: text}}}, nil
+	case PlanDone:
+		plan, err := scriptPlan(a)
+		if err != nil {
+			return nil, err
+		}
+		return &PlanDoneBody{Plan: plan}, nil
+	case ActDone:
+		child := ""
+		if pc := t.Context.PendingSubTask; pc != nil {
+			child = pc.TaskID
+		}
+		return &ActDoneBody{StepIndex: step, Result: a.str("result", "done"), Error: a.str("error", ""), SubTask: a.str("sub", child)}, nil
+	case ReflectDone:
+		r := Reflection{Verdict: a.str("verdict", VerdictComplete), Assessment: a.str("assessment", "good enough"), NextFocus: a.str("next", "")}
+		if l := a.str("lessons", ""); l != "" {
+			r.Lessons = strings.Split(l, ",")
+		}
+		return &ReflectDoneBody{Reflection: r}, nil
+	case SubTaskCreated:
+		return &SubTaskCreatedBody{StepIndex: step, TaskID: a.str("task", "child-1"), Input: a.str("input", "sub question")}, nil
 	}
 	return nil, nil // unknown type: no body
+}
+
+// scriptMachine reads machine=NAME/VERSION.
+func scriptMachine(m string) (MachineRef, error) {
+	name, ver, _ := strings.Cut(m, "/")
+	v, err := strconv.Atoi(ver)
+	if err != nil {
+		return MachineRef{}, fmt.Errorf("machine=%q: want name/version", m)
+	}
+	return MachineRef{Name: name, Version: v}, nil
 }
 
 // scriptPlan parses plan=KIND[:TOOL][+],... (+ marks a step completed) and
 // indices=i,j,... (overrides the step indices).
 func scriptPlan(a *args) (Plan, error) {
 	p := Plan{Goal: a.str("goal", "answer the user"), Reasoning: "because"}
-	spec := a.str("plan", "respond")
+	def := "respond"
+	if a.et == PlanDone {
+		def = "generate"
+	}
+	spec := a.str("plan", def)
 	if spec != "" {
 		for i, f := range strings.Split(spec, ",") {
 			s := PlanStep{Index: i}
@@ -291,9 +342,12 @@ func scriptPlan(a *args) (Plan, error) {
 			kind, tool, hasTool := strings.Cut(f, ":")
 			s.ActionType = ActionType(kind)
 			s.Description = kind
-			if hasTool {
+			switch {
+			case hasTool:
 				s.ActionParams = map[string]string{"tool": tool, "arguments": "{}", "tool_call_id": fmt.Sprintf("call_%d", i)}
 				s.Description = "call " + tool
+			case s.ActionType == ActionSubTask:
+				s.ActionParams = map[string]string{"input": "sub question"}
 			}
 			p.Steps = append(p.Steps, s)
 		}

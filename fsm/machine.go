@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // MachineName is the name of the task machine this package implements.
 //
@@ -35,13 +39,43 @@ type Machine interface {
 	CanTransition(s State, et EventType) bool
 	// Legal lists the event types legal in s, in a stable order.
 	Legal(s State) []EventType
+	// States lists the machine's states in a stable order.
+	States() []State
+	// Next returns the work due for t, a task of this machine: what the
+	// loop that drives it must do next. Pure, like Apply.
+	Next(t *Task) Action
 }
 
 // machines holds every machine this build can fold. It is never modified
 // after package initialisation.
 var machines = map[MachineRef]Machine{
-	CurrentMachine: taskMachineV1{},
+	CurrentMachine:        taskMachineV1{},
+	taskMachineV0{}.Ref(): taskMachineV0{},
 }
+
+// Machines lists every machine this build can fold, oldest version first.
+func Machines() []Machine { return []Machine{taskMachineV0{}, taskMachineV1{}} }
+
+// ParseMachineRef reads a machine reference written as NAME@VERSION
+// ("pegasus.task@0") or NAME/vVERSION, and checks that this build has it.
+func ParseMachineRef(s string) (MachineRef, error) {
+	name, ver, ok := strings.Cut(s, "@")
+	if !ok {
+		name, ver, ok = strings.Cut(s, "/v")
+	}
+	n, err := strconv.Atoi(ver)
+	if !ok || err != nil || name == "" {
+		return MachineRef{}, fmt.Errorf("%w: %q: want NAME@VERSION, for example %s", ErrUnknownMachine, s, CurrentMachine)
+	}
+	ref := MachineRef{Name: name, Version: n}
+	if _, err := MachineFor(ref); err != nil {
+		return MachineRef{}, err
+	}
+	return ref, nil
+}
+
+// String renders r as NAME@VERSION, the form ParseMachineRef reads.
+func (r MachineRef) String() string { return r.Name + "@" + strconv.Itoa(r.Version) }
 
 // MachineFor returns the machine named by ref. The empty ref is not resolved
 // here: only a TASK_CREATED body may leave it empty (meaning CurrentMachine).
@@ -89,7 +123,7 @@ func Apply(t Task, ev Event) (Task, error) {
 		// The common case, without copying the task through an interface
 		// call: replay folds millions of events.
 		n := t
-		if err := v1.apply(&n, &ev); err != nil {
+		if err := applyEvent(v1, &n, &ev); err != nil {
 			return t, err
 		}
 		return n, nil
@@ -100,10 +134,22 @@ func Apply(t Task, ev Event) (Task, error) {
 // machineOf picks the machine that applies ev to t.
 func machineOf(t Task, ev Event) (Machine, error) {
 	if t.State == StateNone {
-		// Not created yet. The creating event names the machine; anything
-		// else is refused by the default machine as a transition from idle.
-		if b, ok := ev.Body.(*TaskCreatedBody); ok && b != nil && ev.Type == TaskCreated && b.Machine != (MachineRef{}) {
-			if m, err := MachineFor(b.Machine); err == nil {
+		// Not created yet. The creating event names the machine (TASK_CREATED
+		// in its body, an input in its Machine field); anything else is
+		// refused by the default machine as a transition from idle.
+		var ref MachineRef
+		switch b := ev.Body.(type) {
+		case *TaskCreatedBody:
+			if b != nil && ev.Type == TaskCreated {
+				ref = b.Machine
+			}
+		case *Input:
+			if b != nil && b.Machine != nil {
+				ref = *b.Machine
+			}
+		}
+		if ref != (MachineRef{}) {
+			if m, err := MachineFor(ref); err == nil {
 				return m, nil
 			}
 			// Let the default machine refuse it with an *EventError.

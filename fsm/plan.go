@@ -37,10 +37,10 @@ func (p *Plan) HasToolCall() bool {
 // Tool is the tool a tool_call step invokes (its "tool" action parameter).
 func (s *PlanStep) Tool() string { return s.ActionParams["tool"] }
 
-// Valid reports whether a is one of the three step kinds.
+// Valid reports whether a is a step kind of some machine.
 func (a ActionType) Valid() bool {
 	switch a {
-	case ActionToolCall, ActionRespond, ActionGenerate:
+	case ActionToolCall, ActionRespond, ActionGenerate, ActionSubTask:
 		return true
 	}
 	return false

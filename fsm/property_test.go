@@ -24,20 +24,29 @@ func testSeed(t *testing.T) int64 {
 // randomEvent returns a mostly well-formed event for t, legal in its state
 // more often than not, with occasional defects: a wrong step, a wrong tool,
 // a missing or mismatched body, a bad version, a wrong stream, a bad plan.
-func randomEvent(rng *rand.Rand, s *stepper, t Task) Event {
+func randomEvent(rng *rand.Rand, s *stepper, m Machine, t Task) Event {
 	var et EventType
-	legal := DefaultMachine().Legal(t.State)
+	legal := m.Legal(t.State)
 	switch r := rng.Intn(10); {
 	case r < 7 && len(legal) > 0:
 		et = legal[rng.Intn(len(legal))]
+		for i := 0; i < 3 && (et == TaskFailed || et == TaskSuspended); i++ {
+			et = legal[rng.Intn(len(legal))] // most walks should live long enough to finish
+		}
 	case r == 9:
 		et = "NOT_AN_EVENT"
 	default:
 		et = EventTypes[rng.Intn(len(EventTypes))]
 	}
 	a := &args{et: et, kv: map[string]string{}, used: map[string]bool{}}
-	if et == ReasonDone {
+	if t.State == StateNone && rng.Intn(20) != 0 {
+		a.kv["machine"] = fmt.Sprintf("%s/%d", m.Ref().Name, m.Ref().Version)
+	}
+	if et == ReasonDone || et == PlanDone {
 		kinds := []string{"tool_call:search", "tool_call:fetch", "respond", "generate"}
+		if et == PlanDone {
+			kinds = []string{"tool_call:search", "tool_call:fetch", "sub_task", "generate"}
+		}
 		n := 1 + rng.Intn(4)
 		spec := ""
 		for i := range n {
@@ -56,6 +65,9 @@ func randomEvent(rng *rand.Rand, s *stepper, t Task) Event {
 	}
 	if rng.Intn(20) == 0 {
 		a.kv["tool"] = "other"
+	}
+	if et == ReflectDone {
+		a.kv["verdict"] = []string{VerdictComplete, VerdictContinue, VerdictReplan, "maybe"}[rng.Intn(4)]
 	}
 	body, _ := scriptBody(t, a)
 	switch rng.Intn(40) {
@@ -88,7 +100,14 @@ func randomEvent(rng *rand.Rand, s *stepper, t Task) Event {
 // events again (from zero, from a decoded snapshot, and on a clone) gives
 // byte-identical encodings.
 func TestPropertyRandomWalks(t *testing.T) {
-	rng := rand.New(rand.NewSource(testSeed(t)))
+	seed := testSeed(t)
+	for _, m := range Machines() {
+		t.Run(m.Ref().String(), func(t *testing.T) { randomWalks(t, m, seed) })
+	}
+}
+
+func randomWalks(t *testing.T, m Machine, seed int64) {
+	rng := rand.New(rand.NewSource(seed))
 	walks, length := 400, 80
 	if testing.Short() {
 		walks = 50
@@ -110,12 +129,12 @@ func TestPropertyRandomWalks(t *testing.T) {
 				fork = task.Clone()
 				forkAt = len(accepted)
 			}
-			ev := randomEvent(rng, &s, task)
+			ev := randomEvent(rng, &s, m, task)
 			before := mustEncode(t, task)
 			next, err := Apply(task, ev)
 			where := fmt.Sprintf("walk %d event %d (%s in %s)", w, i, ev.Type, task.State)
 			from := task.State
-			can := CanTransition(from, ev.Type)
+			can := task.CanTransition(ev.Type)
 			var te *TransitionError
 			isTE := errors.As(err, &te)
 			if isTE != !can {
@@ -146,6 +165,11 @@ func TestPropertyRandomWalks(t *testing.T) {
 			}
 			_ = Describe(next)
 			_ = DescribeEvent(ev)
+			if act := Next(&next); act.Kind == ActRunStep {
+				if st := next.Context.Plan.CurrentStep(); st == nil || st.Index != act.Step || st.ActionType != act.StepType {
+					t.Fatalf("%s: Next %s is not the current step", where, act)
+				}
+			}
 			task = next
 			accepted = append(accepted, ev)
 			reached[task.State]++
@@ -172,7 +196,7 @@ func TestPropertyRandomWalks(t *testing.T) {
 			t.Fatalf("walk %d: EncodeTask/DecodeTask round trip differs (%v)", w, err)
 		}
 	}
-	for _, st := range States[1:] {
+	for _, st := range m.States()[1:] {
 		if reached[st] == 0 && walks >= 50 {
 			t.Errorf("no walk reached %s: the generator is too weak", st)
 		}

@@ -17,7 +17,11 @@ import (
 //	           event, its version, DescribeEvent and the transition, "fact"
 //	           or the error
 //	describe   prints Describe of the task
-//	legal      prints the legal event types of every state
+//	reset      forgets the task: the next apply starts a new one
+//	next       prints Next of the task: the work due, and the event types
+//	           that answer it
+//	legal      prints the legal event types of every state of the current
+//	           machine, or of machine=NAME@VERSION
 //
 // Regenerate the expected output after a deliberate change with
 //
@@ -80,11 +84,27 @@ func TestScripts(t *testing.T) {
 				return out.String()
 			case "describe":
 				return Describe(task)
+			case "reset":
+				task = Task{}
+				return ""
+			case "next":
+				return Next(&task).String() + "\n"
 			case "legal":
 				var out strings.Builder
-				for _, st := range States {
+				m := DefaultMachine()
+				for _, arg := range d.CmdArgs {
+					if arg.Key != "machine" || len(arg.Vals) != 1 {
+						d.Fatalf(t, "legal: unknown argument %s", arg)
+					}
+					ref, err := ParseMachineRef(arg.Vals[0])
+					if err != nil {
+						d.Fatalf(t, "%v", err)
+					}
+					m, _ = MachineFor(ref)
+				}
+				for _, st := range m.States() {
 					fmt.Fprintf(&out, "%s:", st)
-					for _, et := range DefaultMachine().Legal(st) {
+					for _, et := range m.Legal(st) {
 						fmt.Fprintf(&out, " %s", et)
 					}
 					out.WriteByte('\n')

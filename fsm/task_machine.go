@@ -1,5 +1,10 @@
 package fsm
 
+import (
+	"slices"
+	"strings"
+)
+
 // taskMachineV1 is pegasus.task version 1, the six-state machine of the
 // Pegasus task spec. Its legal edges:
 //
@@ -58,29 +63,87 @@ func legalV1(s State) []EventType {
 
 func (taskMachineV1) Legal(s State) []EventType { return cloneSlice(legalV1(s)) }
 
-func (taskMachineV1) CanTransition(s State, et EventType) bool {
-	for _, l := range legalV1(s) {
-		if l == et {
-			return true
+func (taskMachineV1) States() []State { return cloneSlice(States) }
+
+// Next implements Machine:
+//
+//	idle:      start
+//	reasoning: call the model (reason)
+//	acting:    run the current step (respond and generate steps end with STEP_COMPLETED)
+//	suspended: wait for input
+//	completed: compile the result until TASK_COMPLETED, then reflect until REFLECTION_COMPLETE
+//	failed:    nothing
+func (taskMachineV1) Next(t *Task) Action {
+	switch t.State {
+	case StateIdle:
+		return Action{Kind: ActStart}
+	case StateReasoning:
+		return Action{Kind: ActCallModel, Stage: StageReason}
+	case StateActing:
+		return runStep(t, StepCompleted)
+	case StateSuspended:
+		return Action{Kind: ActWaitInput}
+	case StateCompleted:
+		switch {
+		case !t.Context.ResultRecorded:
+			return Action{Kind: ActCompile}
+		case t.Context.PostReflection == nil:
+			return Action{Kind: ActReflect}
 		}
 	}
-	return false
+	return Action{}
+}
+
+func (taskMachineV1) CanTransition(s State, et EventType) bool {
+	return slices.Contains(legalV1(s), et)
 }
 
 // Apply implements Machine.
-func (m taskMachineV1) Apply(t Task, ev Event) (Task, error) {
+func (m taskMachineV1) Apply(t Task, ev Event) (Task, error) { return applyCopy(m, t, ev) }
+
+// applyCopy folds ev into a copy of t: t is returned unchanged on error.
+func applyCopy(m rules, t Task, ev Event) (Task, error) {
 	n := t
-	if err := m.apply(&n, &ev); err != nil {
+	if err := applyEvent(m, &n, &ev); err != nil {
 		return t, err
 	}
 	return n, nil
 }
 
-// apply folds ev into n in place. It checks, in order: the transition (else
-// a *TransitionError), the envelope (version, stream), the body type, then
-// what the body says; only then does it write to n. So on error n is
+// runStep is the work due in acting: the current step, a non-tool step
+// ending with done; nothing if the plan is done (unreachable: the last
+// step's end leaves acting).
+func runStep(t *Task, done EventType) Action {
+	s := t.Context.Plan.CurrentStep()
+	if s == nil {
+		return Action{}
+	}
+	a := Action{Kind: ActRunStep, Step: s.Index, StepType: s.ActionType}
+	if s.ActionType != ActionToolCall {
+		a.Done = done
+	}
+	return a
+}
+
+func (taskMachineV1) firstState() State { return StateReasoning }
+
+// rules is what one version of the task machine decides; applyEvent does
+// the checks and the bookkeeping every version shares.
+type rules interface {
+	Ref() MachineRef
+	CanTransition(s State, et EventType) bool
+	// firstState is where TASK_CREATED takes a task.
+	firstState() State
+	// step applies every event but the creating ones; its type is legal
+	// in from. On error n is unchanged.
+	step(n *Task, from State, ev *Event) error
+}
+
+// applyEvent folds ev into n in place. It checks, in order: the transition
+// (else a *TransitionError), the envelope (version, stream), the body type,
+// then what the body says; only then does it write to n. So on error n is
 // unchanged, and a caller that passed a copy still holds the original.
-func (m taskMachineV1) apply(n *Task, ev *Event) error {
+func applyEvent(m rules, n *Task, ev *Event) error {
 	from := n.State
 	if !m.CanTransition(from, ev.Type) {
 		return &TransitionError{From: from, Event: ev.Type}
@@ -91,13 +154,13 @@ func (m taskMachineV1) apply(n *Task, ev *Event) error {
 	var err error
 	switch {
 	case from == StateNone && ev.Type == TaskCreated:
-		err = m.create(n, ev)
+		err = create(m, n, ev)
 	case from == StateNone:
-		err = m.createIdle(n, ev)
+		err = createIdle(m, n, ev)
 	case ev.Stream != n.ID:
 		err = eventErr(from, ev.Type, "stream %q is not task %q", ev.Stream, n.ID)
 	case ev.Type == TaskCreated:
-		err = m.start(n, ev)
+		err = start(m, n, ev)
 	default:
 		err = m.step(n, from, ev)
 	}
@@ -112,16 +175,20 @@ func (m taskMachineV1) apply(n *Task, ev *Event) error {
 }
 
 // createdBody returns ev's TASK_CREATED body after checking that it names
-// this machine (or none) and that the stream names the task.
-func (m taskMachineV1) createdBody(from State, ev *Event) (*TaskCreatedBody, error) {
+// m and that the stream names the task. No machine means the current one
+// for a new task, and the task's own for one waiting in idle (its input
+// chose it).
+func createdBody(m rules, from State, ev *Event) (*TaskCreatedBody, error) {
 	b, err := bodyAs[TaskCreatedBody](from, ev)
 	if err != nil {
 		return nil, err
 	}
-	if b.Machine != (MachineRef{}) && b.Machine != m.Ref() {
-		e := eventErr(from, ev.Type, "machine %q version %d is not known", b.Machine.Name, b.Machine.Version)
-		e.Err = ErrUnknownMachine
-		return nil, e
+	ref := b.Machine
+	if ref == (MachineRef{}) && from == StateIdle {
+		ref = m.Ref()
+	}
+	if err := checkMachine(m, from, ev, ref); err != nil {
+		return nil, err
 	}
 	if ev.Stream == "" {
 		return nil, eventErr(from, ev.Type, "empty stream: the stream name is the task id")
@@ -129,12 +196,36 @@ func (m taskMachineV1) createdBody(from State, ev *Event) (*TaskCreatedBody, err
 	return b, nil
 }
 
+// checkMachine refuses a creating event that names a machine other than m
+// (the empty ref means CurrentMachine).
+func checkMachine(m rules, from State, ev *Event, ref MachineRef) error {
+	if ref == (MachineRef{}) {
+		ref = CurrentMachine
+	}
+	if ref != m.Ref() {
+		if _, err := MachineFor(ref); err == nil {
+			return eventErr(from, ev.Type, "machine %s is not the task's machine %s: a task keeps its machine for life", ref, m.Ref())
+		}
+		e := eventErr(from, ev.Type, "machine %q version %d is not known", ref.Name, ref.Version)
+		e.Err = ErrUnknownMachine
+		return e
+	}
+	return nil
+}
+
 // createIdle applies an external input to the zero task: the task exists,
 // in idle, waiting for admission. This is not a transition and adds no
 // History; TASK_CREATED starts the machine later.
-func (m taskMachineV1) createIdle(n *Task, ev *Event) error {
+func createIdle(m rules, n *Task, ev *Event) error {
 	b, err := bodyAs[Input](StateNone, ev)
 	if err != nil {
+		return err
+	}
+	var ref MachineRef
+	if b.Machine != nil {
+		ref = *b.Machine
+	}
+	if err := checkMachine(m, StateNone, ev, ref); err != nil {
 		return err
 	}
 	if ev.Stream == "" {
@@ -147,6 +238,7 @@ func (m taskMachineV1) createIdle(n *Task, ev *Event) error {
 		State:     StateIdle,
 		CreatedAt: ev.Time.UTC(),
 		Priority:  b.Priority,
+		ParentID:  b.ParentTaskID,
 		Context: Context{
 			InputText:     b.Text,
 			InputMetadata: b.Metadata,
@@ -156,48 +248,51 @@ func (m taskMachineV1) createIdle(n *Task, ev *Event) error {
 	return nil
 }
 
-// start applies TASK_CREATED to a task waiting in idle: idle -> reasoning.
-// The body is authoritative for the task's input, type, priority and
-// metadata (the agent copies them from the input); the creation time stays
-// the input's.
-func (m taskMachineV1) start(n *Task, ev *Event) error {
-	b, err := m.createdBody(StateIdle, ev)
+// start applies TASK_CREATED to a task waiting in idle: idle -> the
+// machine's first state. The body is authoritative for the task's input,
+// type, priority, metadata and parent (the agent copies them from the
+// input); the creation time stays the input's.
+func start(m rules, n *Task, ev *Event) error {
+	b, err := createdBody(m, StateIdle, ev)
 	if err != nil {
 		return err
 	}
 	n.Type = b.TaskType
 	n.Priority = b.Priority
 	n.Metadata = b.Metadata
+	n.ParentID = b.ParentTaskID
 	n.Context.InputText = b.InputText
 	n.Context.InputMetadata = b.InputMetadata
 	n.Context.Source = b.Source
 	n.Context.Iteration = 1
-	moveTo(n, StateIdle, StateReasoning, ev)
+	moveTo(n, StateIdle, m.firstState(), ev)
 	return nil
 }
 
 // create applies TASK_CREATED to the zero task: it creates the task and
-// starts it, idle -> reasoning, in one event.
-func (m taskMachineV1) create(n *Task, ev *Event) error {
-	b, err := m.createdBody(StateNone, ev)
+// starts it, idle -> the machine's first state, in one event.
+func create(m rules, n *Task, ev *Event) error {
+	b, err := createdBody(m, StateNone, ev)
 	if err != nil {
 		return err
 	}
+	first := m.firstState()
 	*n = Task{
 		ID:        ev.Stream,
 		Machine:   m.Ref(),
 		Type:      b.TaskType,
-		State:     StateReasoning,
+		State:     first,
 		CreatedAt: ev.Time.UTC(),
 		Priority:  b.Priority,
 		Metadata:  b.Metadata,
+		ParentID:  b.ParentTaskID,
 		Context: Context{
 			InputText:     b.InputText,
 			InputMetadata: b.InputMetadata,
 			Source:        b.Source,
 			Iteration:     1,
 		},
-		History: []Transition{transition(StateIdle, StateReasoning, ev)},
+		History: []Transition{transition(StateIdle, first, ev)},
 	}
 	return nil
 }
@@ -212,18 +307,66 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		if reason := checkPlan(&b.Plan); reason != "" {
+		if reason := checkPlan(&b.Plan, ActionToolCall, ActionRespond, ActionGenerate); reason != "" {
 			return eventErr(from, ev.Type, "%s", reason)
 		}
-		p := b.Plan
-		p.Steps = append([]PlanStep(nil), p.Steps...) // the fold marks steps done, never in the event's body
+		setPlan(n, &b.Plan)
 		n.Context.Reasoning = &b.Reasoning
-		n.Context.Plan = &p
-		n.Context.PendingCall = nil
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
 		moveTo(n, from, StateActing, ev)
 		return nil
 
+	case StepCompleted:
+		b, err := bodyAs[StepCompletedBody](from, ev)
+		if err != nil {
+			return err
+		}
+		step, err := currentStep(n, from, ev.Type, b.StepIndex, ActionRespond, ActionGenerate)
+		if err != nil {
+			return err
+		}
+		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+			StepIndex:  step.Index,
+			ActionType: step.ActionType,
+			Success:    true,
+			Result:     b.Result,
+			EventID:    ev.ID,
+		})
+		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		m.finishStep(n, from, ev)
+		return nil
+
+	case ReflectionComplete:
+		b, err := bodyAs[ReflectionCompleteBody](from, ev)
+		if err != nil {
+			return err
+		}
+		if n.Context.PostReflection != nil {
+			return eventErr(from, ev.Type, "post-task reflection already recorded")
+		}
+		n.Context.PostReflection = &b.Reflection
+		return nil
+	}
+	return sharedStep(n, from, ev, StateReasoning, m.finishStep)
+}
+
+// setPlan installs a new plan: a copy of p's steps, which the fold marks
+// done (never in the event's body), and no call or child pending.
+func setPlan(n *Task, p *Plan) {
+	c := *p
+	c.Steps = append([]PlanStep(nil), p.Steps...)
+	n.Context.Plan = &c
+	n.Context.PendingCall = nil
+	n.Context.PendingSubTask = nil
+}
+
+// sharedStep applies the events whose rules every version shares:
+// NEED_MORE_INFO (suspends, to come back to from), MESSAGE_RECEIVED (to
+// answered), the tool call results (recorded, then routed by finish),
+// suspend, resume, fail and the facts TOOL_CALL_STARTED, MODEL_CALLED,
+// TASK_NOTIFY and TASK_COMPLETED.
+func sharedStep(n *Task, from State, ev *Event, answered State, finish func(n *Task, from State, ev *Event)) error {
+	switch ev.Type {
 	case NeedMoreInfo:
 		b, err := bodyAs[NeedMoreInfoBody](from, ev)
 		if err != nil {
@@ -231,7 +374,7 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		}
 		n.Context.Reasoning = &b.Reasoning
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
-		n.Context.SuspendedState = StateReasoning
+		n.Context.SuspendedState = from
 		n.Context.SuspendReason = b.Reasoning.Question
 		if n.Context.SuspendReason == "" {
 			n.Context.SuspendReason = b.Reasoning.Text
@@ -247,9 +390,10 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		n.Context.Messages = append(n.Context.Messages, Message{Role: "user", Content: b.Text})
 		n.Context.SuspendedState = ""
 		n.Context.SuspendReason = ""
-		n.Context.PendingCall = nil // an unfinished plan is superseded by the next REASON_DONE
+		n.Context.PendingCall = nil // an unfinished plan is superseded by the next one
+		n.Context.PendingSubTask = nil
 		n.Context.Iteration++
-		moveTo(n, from, StateReasoning, ev)
+		moveTo(n, from, answered, ev)
 		return nil
 
 	case ToolCallCompleted, ToolCallFailed:
@@ -277,27 +421,7 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		})
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
 		n.Context.PendingCall = nil
-		m.finishStep(n, from, ev)
-		return nil
-
-	case StepCompleted:
-		b, err := bodyAs[StepCompletedBody](from, ev)
-		if err != nil {
-			return err
-		}
-		step, err := currentStep(n, from, ev.Type, b.StepIndex, "")
-		if err != nil {
-			return err
-		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
-			StepIndex:  step.Index,
-			ActionType: step.ActionType,
-			Success:    true,
-			Result:     b.Result,
-			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
-		m.finishStep(n, from, ev)
+		finish(n, from, ev)
 		return nil
 
 	case TaskSuspended:
@@ -354,16 +478,12 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		return nil
 
 	case ModelCalled:
-		if _, err := bodyAs[ModelCalledBody](from, ev); err != nil {
-			return err
-		}
-		return nil
+		_, err := bodyAs[ModelCalledBody](from, ev)
+		return err
 
 	case TaskNotify:
-		if _, err := bodyAs[TaskNotifyBody](from, ev); err != nil {
-			return err
-		}
-		return nil
+		_, err := bodyAs[TaskNotifyBody](from, ev)
+		return err
 
 	case TaskCompleted:
 		b, err := bodyAs[TaskCompletedBody](from, ev)
@@ -376,19 +496,9 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		n.Context.FinalResult = b.Result
 		n.Context.ResultRecorded = true
 		return nil
-
-	case ReflectionComplete:
-		b, err := bodyAs[ReflectionCompleteBody](from, ev)
-		if err != nil {
-			return err
-		}
-		if n.Context.PostReflection != nil {
-			return eventErr(from, ev.Type, "post-task reflection already recorded")
-		}
-		n.Context.PostReflection = &b.Reflection
-		return nil
 	}
-	// Unreachable while legalV1 and this switch agree; a test checks they do.
+	// Unreachable while each machine's legal lists and its step agree; a
+	// test checks they do.
 	return eventErr(from, ev.Type, "no rule for this event")
 }
 
@@ -401,10 +511,8 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 // The plan is copied before the step is marked, so the task the caller
 // passed to Apply keeps its own plan.
 func (taskMachineV1) finishStep(n *Task, from State, ev *Event) {
-	p := *n.Context.Plan
-	p.Steps = append([]PlanStep(nil), p.Steps...)
-	p.CurrentStep().Completed = true
-	n.Context.Plan = &p
+	markStepDone(n)
+	p := n.Context.Plan
 	switch {
 	case p.HasMoreSteps():
 		moveTo(n, from, StateActing, ev)
@@ -416,10 +524,9 @@ func (taskMachineV1) finishStep(n *Task, from State, ev *Event) {
 	}
 }
 
-// currentStep returns the current step of t's plan if it has index idx and,
-// when kind is set, that action type; an empty kind means a respond or
-// generate step.
-func currentStep(t *Task, from State, et EventType, idx int, kind ActionType) (*PlanStep, error) {
+// currentStep returns the current step of t's plan if it has index idx and
+// one of the given action types.
+func currentStep(t *Task, from State, et EventType, idx int, kinds ...ActionType) (*PlanStep, error) {
 	step := t.Context.Plan.CurrentStep()
 	if step == nil {
 		return nil, eventErr(from, et, "no current step: the plan is missing or done")
@@ -427,17 +534,21 @@ func currentStep(t *Task, from State, et EventType, idx int, kind ActionType) (*
 	if idx != step.Index {
 		return nil, eventErr(from, et, "step %d is not the current step %d", idx, step.Index)
 	}
-	switch {
-	case kind == ActionToolCall && step.ActionType != ActionToolCall:
-		return nil, eventErr(from, et, "step %d is a %s step, not a tool_call step", idx, step.ActionType)
-	case kind == "" && step.ActionType != ActionRespond && step.ActionType != ActionGenerate:
-		return nil, eventErr(from, et, "step %d is a %s step: only respond and generate steps complete with STEP_COMPLETED", idx, step.ActionType)
+	for _, k := range kinds {
+		if step.ActionType == k {
+			return step, nil
+		}
 	}
-	return step, nil
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return nil, eventErr(from, et, "step %d is a %s step: %s completes only %s steps", idx, step.ActionType, et, strings.Join(names, " and "))
 }
 
-// checkPlan says what is wrong with a plan carried by REASON_DONE, or "".
-func checkPlan(p *Plan) string {
+// checkPlan says what is wrong with a new plan (REASON_DONE, PLAN_DONE)
+// whose steps may be of the given kinds, or "".
+func checkPlan(p *Plan, kinds ...ActionType) string {
 	if len(p.Steps) == 0 {
 		return "empty plan: a plan has at least one step"
 	}
@@ -447,8 +558,8 @@ func checkPlan(p *Plan) string {
 			return sprintf("step %d has index %d: indices are 0..n-1 in order", i, s.Index)
 		case s.Completed:
 			return sprintf("step %d is already completed in a new plan", i)
-		case !s.ActionType.Valid():
-			return sprintf("step %d has unknown action type %q", i, s.ActionType)
+		case !slices.Contains(kinds, s.ActionType):
+			return sprintf("step %d has action type %q: this machine's steps are %v", i, s.ActionType, kinds)
 		case s.ActionType == ActionToolCall && s.ActionParams["tool"] == "":
 			return sprintf("tool_call step %d has no \"tool\" parameter", i)
 		}

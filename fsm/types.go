@@ -12,8 +12,8 @@ import (
 // change an existing value.
 type State string
 
-// The six states of the task machine. Completed and Failed are terminal;
-// only Reasoning and Acting are active (suspendable).
+// The six states of the current task machine (version 1). Completed and
+// Failed are terminal; only Reasoning and Acting are active (suspendable).
 const (
 	StateIdle      State = "idle"      // created, waiting for TASK_CREATED to start the machine
 	StateReasoning State = "reasoning" // one LLM call: understand, think, choose tools, plan
@@ -23,20 +23,48 @@ const (
 	StateFailed    State = "failed"    // terminal: finished with an error
 )
 
+// The states only the legacy machine (version 0) has; it shares idle,
+// acting, suspended, completed and failed with version 1. Its five active
+// states are perceiving, thinking, planning, acting and reflecting.
+const (
+	StatePerceiving State = "perceiving" // one model call: read the input
+	StateThinking   State = "thinking"   // one model call: reason about it
+	StatePlanning   State = "planning"   // one model call: choose the steps
+	StateReflecting State = "reflecting" // one model call: judge the result, with a verdict
+)
+
 // StateNone is the state of the zero Task: no event applied yet. It is not
 // one of the six states and is never stored; it accepts only the events that
 // create a task (TASK_CREATED, or an external input that creates the task in
 // idle to wait for admission).
 const StateNone State = ""
 
-// States lists every state in a stable order (for tests, docs and tables).
+// States lists the states of the current machine in a stable order (for
+// tests, docs and tables).
 var States = []State{StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed}
+
+// AllStates lists the states of every machine this build has, in a stable
+// order: the current machine's, then those only older machines have.
+var AllStates = []State{StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed,
+	StatePerceiving, StateThinking, StatePlanning, StateReflecting}
+
+// ActiveStates lists the active (suspendable, working) states of every
+// machine: a task in one of them has a stage to run or resume.
+var ActiveStates = []State{StateReasoning, StateActing, StatePerceiving, StateThinking, StatePlanning, StateReflecting}
 
 // IsTerminal reports whether no further transition is accepted in s.
 func (s State) IsTerminal() bool { return s == StateCompleted || s == StateFailed }
 
-// IsActive reports whether s is an active, suspendable state.
-func (s State) IsActive() bool { return s == StateReasoning || s == StateActing }
+// IsActive reports whether s is an active, suspendable state of some
+// machine (reasoning and acting; perceiving, thinking, planning, acting and
+// reflecting).
+func (s State) IsActive() bool {
+	switch s {
+	case StateReasoning, StateActing, StatePerceiving, StateThinking, StatePlanning, StateReflecting:
+		return true
+	}
+	return false
+}
 
 // String returns the state's name; the zero task's StateNone prints as "none".
 func (s State) String() string {
@@ -46,10 +74,11 @@ func (s State) String() string {
 	return string(s)
 }
 
-// Valid reports whether s is one of the six states.
+// Valid reports whether s is a state of some machine (AllStates).
 func (s State) Valid() bool {
 	switch s {
-	case StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed:
+	case StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed,
+		StatePerceiving, StateThinking, StatePlanning, StateReflecting:
 		return true
 	}
 	return false
@@ -96,18 +125,34 @@ const (
 	ReflectionComplete EventType = "REFLECTION_COMPLETE" // completed, once: post-task reflection finished
 )
 
+// Events of the legacy machine (pegasus.task version 0). It also uses
+// TASK_CREATED, NEED_MORE_INFO, TOOL_CALL_*, TASK_SUSPENDED, TASK_RESUMED,
+// TASK_FAILED, MESSAGE_RECEIVED, MODEL_CALLED, TASK_NOTIFY and
+// TASK_COMPLETED.
+const (
+	PerceiveDone   EventType = "PERCEIVE_DONE"    // perceiving -> thinking
+	ThinkDone      EventType = "THINK_DONE"       // thinking -> planning
+	PlanDone       EventType = "PLAN_DONE"        // planning -> acting
+	ActDone        EventType = "ACT_DONE"         // acting -> reflecting: a generate or sub_task step is done
+	ReflectDone    EventType = "REFLECT_DONE"     // reflecting -> completed | thinking | planning, by verdict
+	SubTaskCreated EventType = "SUB_TASK_CREATED" // acting, fact: the current sub_task step created its child task
+)
+
 // ActionType is the kind of a plan step.
 //
 // Persisted: never change an existing value.
 type ActionType string
 
-// The three step kinds. A plan that contains any ToolCall step goes back to
-// Reasoning when all its steps are done; a plan without one (only Respond
-// and Generate steps) completes the task.
+// The step kinds. In version 1 (tool_call, respond, generate) a plan that
+// contains any ToolCall step goes back to Reasoning when all its steps are
+// done; a plan without one completes the task. Version 0 plans have
+// tool_call, generate and sub_task steps (a sub_task step runs a child
+// task and ends when the child ends).
 const (
 	ActionToolCall ActionType = "tool_call"
 	ActionRespond  ActionType = "respond"
 	ActionGenerate ActionType = "generate"
+	ActionSubTask  ActionType = "sub_task"
 )
 
 // MachineRef names the machine a task was created under and its version.
@@ -155,6 +200,8 @@ type Task struct {
 	Version   uint64            `msgpack:"version" json:"version"` // stream version of the last applied event
 	Seq       uint64            `msgpack:"seq" json:"seq"`         // global sequence of the last applied event
 	LastEvent ulid.ULID         `msgpack:"last_event" json:"last_event"`
+	// ParentID is the task whose sub_task step created this one, or "".
+	ParentID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
 }
 
 // Transition records one state transition (the StateTransition of the spec).
@@ -175,10 +222,11 @@ type Context struct {
 	Source        string            `msgpack:"source" json:"source"`
 
 	// Cognitive stage outputs.
+	Perception     *Perception         `msgpack:"perception" json:"perception,omitempty"` // version 0: the perceive stage's output
 	Reasoning      *Reasoning          `msgpack:"reasoning" json:"reasoning"`
 	Plan           *Plan               `msgpack:"plan" json:"plan"`
 	ActionsDone    []ActionResult      `msgpack:"actions_done" json:"actions_done"`
-	Reflections    []Reflection        `msgpack:"reflections" json:"reflections"` // legacy, kept for compatibility; never written by this machine
+	Reflections    []Reflection        `msgpack:"reflections" json:"reflections"` // version 0: one per REFLECT_DONE; never written by version 1
 	PostReflection *PostTaskReflection `msgpack:"post_reflection" json:"post_reflection"`
 
 	// Loop control.
@@ -189,6 +237,10 @@ type Context struct {
 	// TOOL_CALL_FAILED clears it. After a crash the agent finds here the
 	// idempotency key to retry the call with.
 	PendingCall *ToolCallStartedBody `msgpack:"pending_call" json:"pending_call,omitempty"`
+
+	// PendingSubTask is the SUB_TASK_CREATED of the current sub_task step
+	// (version 0) until the step's ACT_DONE: the child task it waits for.
+	PendingSubTask *SubTaskCreatedBody `msgpack:"pending_sub_task" json:"pending_sub_task,omitempty"`
 
 	// Result.
 	FinalResult string `msgpack:"final_result" json:"final_result"`
@@ -258,12 +310,28 @@ type ActionResult struct {
 	EventID    ulid.ULID  `msgpack:"event_id" json:"event_id"` // the event that recorded it
 }
 
-// Reflection is the legacy per-iteration reflection verdict of the 9-state
-// design. This machine never produces one; the field exists so old contexts
-// keep their shape.
+// Reflection is the per-iteration reflection of the legacy machine
+// (version 0): its verdict chooses where the task goes after reflecting.
 type Reflection struct {
-	Verdict    string `msgpack:"verdict" json:"verdict"`
-	Assessment string `msgpack:"assessment" json:"assessment"`
+	Verdict    string   `msgpack:"verdict" json:"verdict"` // complete, continue or replan
+	Assessment string   `msgpack:"assessment" json:"assessment"`
+	Lessons    []string `msgpack:"lessons" json:"lessons,omitempty"`
+	NextFocus  string   `msgpack:"next_focus" json:"next_focus,omitempty"`
+}
+
+// The reflection verdicts of version 0.
+//
+// Persisted: never change an existing value.
+const (
+	VerdictComplete = "complete" // reflecting -> completed
+	VerdictContinue = "continue" // reflecting -> thinking (next iteration)
+	VerdictReplan   = "replan"   // reflecting -> planning (next iteration)
+)
+
+// Perception is the output of the perceive stage (version 0).
+type Perception struct {
+	Text  string `msgpack:"text" json:"text"` // the model's reading of the input
+	Model string `msgpack:"model" json:"model,omitempty"`
 }
 
 // PostTaskReflection is what the asynchronous post-task reflector produced.
@@ -304,6 +372,10 @@ type Input struct {
 	Priority int               `msgpack:"priority" json:"priority"`
 	Metadata map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
 	Name     string            `msgpack:"name" json:"name,omitempty"` // webhook or schedule name
+	// Machine is the machine the task runs under; nil means CurrentMachine.
+	Machine *MachineRef `msgpack:"machine" json:"machine,omitempty"`
+	// ParentTaskID is the task whose sub_task step this input comes from.
+	ParentTaskID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
 }
 
 // TaskCreatedBody starts the machine: idle -(TASK_CREATED)-> reasoning.
@@ -315,6 +387,7 @@ type TaskCreatedBody struct {
 	Source        string            `msgpack:"source" json:"source"`
 	Priority      int               `msgpack:"priority" json:"priority"`
 	Metadata      map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+	ParentTaskID  string            `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
 }
 
 // ReasonDoneBody carries the reasoning, the plan and the new messages:
@@ -407,6 +480,59 @@ type ModelCalledBody struct {
 	ToolCalls        []ToolCall `msgpack:"tool_calls" json:"tool_calls,omitempty"`
 	FinishReason     string     `msgpack:"finish_reason" json:"finish_reason,omitempty"`
 }
+
+// ---- Bodies of the legacy machine (version 0).
+
+// PerceiveDoneBody: perceiving -(PERCEIVE_DONE)-> thinking.
+type PerceiveDoneBody struct {
+	Perception  Perception `msgpack:"perception" json:"perception"`
+	NewMessages []Message  `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// ThinkDoneBody: thinking -(THINK_DONE)-> planning.
+type ThinkDoneBody struct {
+	Reasoning   Reasoning `msgpack:"reasoning" json:"reasoning"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// PlanDoneBody: planning -(PLAN_DONE)-> acting, with the new plan.
+type PlanDoneBody struct {
+	Plan        Plan      `msgpack:"plan" json:"plan"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// ActDoneBody completes the current generate or sub_task step:
+// acting -(ACT_DONE)-> reflecting. For a sub_task step SubTask names the
+// child and Result (or Error, if the child failed) is its outcome.
+type ActDoneBody struct {
+	StepIndex   int       `msgpack:"step_index" json:"step_index"`
+	Result      string    `msgpack:"result" json:"result,omitempty"`
+	Error       string    `msgpack:"error" json:"error,omitempty"`
+	SubTask     string    `msgpack:"sub_task" json:"sub_task,omitempty"`
+	NewMessages []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// ReflectDoneBody: reflecting -(REFLECT_DONE)-> completed | thinking |
+// planning, as its verdict says.
+type ReflectDoneBody struct {
+	Reflection  Reflection `msgpack:"reflection" json:"reflection"`
+	NewMessages []Message  `msgpack:"new_messages" json:"new_messages,omitempty"`
+}
+
+// SubTaskCreatedBody is a fact: the current sub_task step created its
+// child task, TaskID, with Input as the child's input text.
+type SubTaskCreatedBody struct {
+	StepIndex int    `msgpack:"step_index" json:"step_index"`
+	TaskID    string `msgpack:"task_id" json:"task_id"`
+	Input     string `msgpack:"input" json:"input,omitempty"`
+}
+
+func (*PerceiveDoneBody) EventType() EventType   { return PerceiveDone }
+func (*ThinkDoneBody) EventType() EventType      { return ThinkDone }
+func (*PlanDoneBody) EventType() EventType       { return PlanDone }
+func (*ActDoneBody) EventType() EventType        { return ActDone }
+func (*ReflectDoneBody) EventType() EventType    { return ReflectDone }
+func (*SubTaskCreatedBody) EventType() EventType { return SubTaskCreated }
 
 func (*TaskCreatedBody) EventType() EventType        { return TaskCreated }
 func (*ReasonDoneBody) EventType() EventType         { return ReasonDone }

@@ -42,24 +42,23 @@ type slot struct {
 	dirty    bool // changed since the last Flushed
 }
 
-// stateIndex orders the states for per-state counters.
-var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended, fsm.StateCompleted, fsm.StateFailed}
+// stateIndex orders the states of every machine for per-state counters:
+// the non-terminal ones first (slots 0 to nonTerminal-1).
+var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended,
+	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting, fsm.StateCompleted, fsm.StateFailed}
+
+const nonTerminal = 8
 
 func stateSlot(s fsm.State) int {
-	switch s {
-	case fsm.StateIdle, "":
+	if s == "" {
 		return 0
-	case fsm.StateReasoning:
-		return 1
-	case fsm.StateActing:
-		return 2
-	case fsm.StateSuspended:
-		return 3
-	case fsm.StateCompleted:
-		return 4
-	default:
-		return 5
 	}
+	for i, x := range stateIndex {
+		if x == s {
+			return i
+		}
+	}
+	return len(stateIndex) - 1
 }
 
 // NewRegistry returns an empty registry.
@@ -189,7 +188,11 @@ func (r *Registry) CleanupTerminal() []string {
 
 // ActiveCount returns the number of non-terminal tasks.
 func (r *Registry) ActiveCount() int {
-	return r.byState[0] + r.byState[1] + r.byState[2] + r.byState[3]
+	n := 0
+	for _, c := range r.byState[:nonTerminal] {
+		n += c
+	}
+	return n
 }
 
 // Count returns the number of tasks in memory in state s.

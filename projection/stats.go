@@ -412,6 +412,11 @@ func (st *Stats) Report() StatsReport {
 	for _, state := range fsm.States {
 		r.ByState[state] = s.ByState[state]
 	}
+	for state, n := range s.ByState {
+		if n != 0 {
+			r.ByState[state] = n // the states of older machines, when some task is in one
+		}
+	}
 	for _, m := range s.Minutes {
 		r.PerMinute = append(r.PerMinute, MinuteReport{
 			Time: time.Unix(m.Minute*60, 0).UTC(), Created: m.Created, Completed: m.Completed, Failed: m.Failed,

@@ -14,6 +14,7 @@ type Summary struct {
 	ID        string    `msgpack:"id" json:"task_id"`
 	Type      string    `msgpack:"type" json:"type"`
 	State     fsm.State `msgpack:"state" json:"state"`
+	Machine   string    `msgpack:"machine" json:"machine"` // NAME@VERSION, for the task's whole life
 	Source    string    `msgpack:"source" json:"source"`
 	Priority  int       `msgpack:"priority" json:"priority"`
 	CreatedAt time.Time `msgpack:"created_at" json:"created_at"`
@@ -31,7 +32,7 @@ const MaxSummaryText = 120
 // Summarize returns the summary of a task.
 func Summarize(t *fsm.Task) Summary {
 	return Summary{
-		ID: t.ID, Type: t.Type, State: t.State, Source: t.Context.Source, Priority: t.Priority,
+		ID: t.ID, Type: t.Type, State: t.State, Machine: t.Machine.String(), Source: t.Context.Source, Priority: t.Priority,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
 		Events: t.Version, Seq: t.Seq,
 		Input: cut(t.Context.InputText, MaxSummaryText), Error: cut(t.Context.Error, MaxSummaryText),

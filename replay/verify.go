@@ -28,6 +28,7 @@ const (
 	ProblemTransition ProblemKind = "transition" // an event the task machine refuses
 	ProblemMemory     ProblemKind = "memory"     // a memory event refused or inconsistent
 	ProblemTaskID     ProblemKind = "task_id"    // a task stream not named by the id of its first (creating) event
+	ProblemUndue      ProblemKind = "undue"      // an event the loop appended that answered no work due (fsm.Next)
 	ProblemProjection ProblemKind = "projection" // persisted projections disagree with a fresh fold
 	ProblemSnapshot   ProblemKind = "snapshot"   // a persisted snapshot disagrees with a fresh fold
 )
@@ -262,6 +263,7 @@ type foldVerifier struct {
 	vo        *VerifyOptions
 	versions  map[string]uint64 // last version of each reserved stream
 	refusedAt map[string]uint64 // first refused event of each task stream
+	undue     map[string]bool   // task streams with an event that answered no due work, reported once
 	holes     map[string]bool   // task streams with a hole, reported once
 	missing   map[string]bool   // of which the hole is a missing or unreadable record
 	unread    int               // records the fold could not read
@@ -269,7 +271,7 @@ type foldVerifier struct {
 
 func newFoldVerifier(rep *Report, vo *VerifyOptions) *foldVerifier {
 	return &foldVerifier{rep: rep, vo: vo, versions: map[string]uint64{}, refusedAt: map[string]uint64{},
-		holes: map[string]bool{}, missing: map[string]bool{}}
+		holes: map[string]bool{}, missing: map[string]bool{}, undue: map[string]bool{}}
 }
 
 // fold runs Fold to b, recording problems, and steps over unreadable
@@ -356,6 +358,19 @@ func (fv *foldVerifier) check(ch *Change) error {
 	}
 	if ch.Kind == projection.KindTask && ch.Err == nil && ch.Before.State == fsm.StateNone && ev.Stream != ev.ID.String() {
 		at(ProblemTaskID, "task stream %q is not named by the id %s of its first event %s", ev.Stream, ev.ID, ev.Type)
+	}
+	if ch.Kind == projection.KindTask && ch.Err == nil && !fv.undue[ev.Stream] {
+		// Every event the loop appended answers the work the machine said
+		// was due just before it (fsm.Next); inputs and commands (messages,
+		// suspend, resume, cancel) come from outside and answer nothing.
+		// Legal is not enough: a TASK_COMPLETED in completed is legal once,
+		// but due only while the result is not recorded.
+		if before := &ch.Before; before.State != fsm.StateNone && !fsm.IsCommand(ch.Event.Type) {
+			if due := fsm.Next(before); !due.Answered(ch.Event.Type) {
+				fv.undue[ev.Stream] = true
+				at(ProblemUndue, "the task's first event that answers no due work: %s was due (%s)", due.Kind, due)
+			}
+		}
 	}
 	if ch.Kind == projection.KindTask && ch.Err == nil && fv.snaps != nil {
 		k := snapKey(ch.After.ID, ch.After.Version)

@@ -314,7 +314,8 @@ type Recovery struct {
 	Head    uint64
 	Folded  int
 	Refused int
-	// InFlight are the tasks that were reasoning or acting: the agent
+	// InFlight are the tasks that were in an active state (reasoning or
+	// acting; perceiving ... reflecting for version 0): the agent
 	// resumes them. Suspended wait for a message or a resume; Idle (if the
 	// agent uses it) wait for admission. Each is ordered by priority then
 	// age.
@@ -373,7 +374,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 		return nil, nil, err
 	}
 	rec.Head, rec.Folded, rec.Refused = v.Seq(), res.Events, res.Refused
-	rec.InFlight = v.InState(fsm.StateReasoning, fsm.StateActing)
+	rec.InFlight = v.InState(fsm.ActiveStates...)
 	rec.Suspended = v.InState(fsm.StateSuspended)
 	rec.Idle = v.InState(fsm.StateIdle)
 	rec.Duration = time.Since(start)

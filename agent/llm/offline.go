@@ -19,6 +19,10 @@ const OfflineModelName = "pegasus-offline-demo"
 //
 //   - asked for a reflection (Purpose "reflect"), it says there is nothing
 //     worth remembering and calls no tool;
+//   - for the stages of the legacy machine: "perceive" restates the input,
+//     "think" says it will look for a tool (or asks, as below), and
+//     "reflect_verdict" calls verdict with "complete" and the tool results
+//     (or the fixed sentence) as assessment; "plan" answers as below;
 //   - after tool results, it answers with them ("The current time is ...");
 //   - for a user message that is empty or "?", it asks for clarification
 //     through the ask_user tool;
@@ -81,11 +85,27 @@ func (Offline) answer(req Request) Response {
 		return say("There is nothing to answer.")
 	}
 	last := req.Messages[len(req.Messages)-1]
+	text := strings.TrimSpace(lastUserText(req.Messages))
+	lower := strings.ToLower(text)
+	// The stages of the legacy machine (pegasus.task version 0).
+	switch req.Purpose {
+	case "perceive":
+		return say(fmt.Sprintf("The user says %q.", text))
+	case "think":
+		if (text == "" || text == "?") && offered["ask_user"] {
+			return call("ask_user", map[string]string{"question": "What would you like me to do?"})
+		}
+		return say(fmt.Sprintf("I will see whether a tool helps with %q.", text))
+	case "reflect_verdict":
+		assessment := fmt.Sprintf("Offline demo model: I received %q. Configure a model (PEGASUS_LLM_BASE_URL, PEGASUS_LLM_MODEL) for real answers.", text)
+		if summary := lastToolResults(req.Messages); summary != "" {
+			assessment = summary
+		}
+		return call("verdict", map[string]string{"verdict": "complete", "assessment": assessment})
+	}
 	if last.Role == "tool" {
 		return say(summarizeToolResults(req.Messages))
 	}
-	text := strings.TrimSpace(lastUserText(req.Messages))
-	lower := strings.ToLower(text)
 	switch {
 	case (text == "" || text == "?") && offered["ask_user"]:
 		return call("ask_user", map[string]string{"question": "What would you like me to do?"})
@@ -125,6 +145,24 @@ func mentionsTime(lower string) bool {
 		}
 	}
 	return false
+}
+
+// lastToolResults summarizes the tool results that answer the last
+// assistant message with tool calls, or "" when there are none.
+func lastToolResults(msgs []fsm.Message) string {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == "assistant" && len(msgs[i].ToolCalls) > 0 {
+			j := i + 1
+			for j < len(msgs) && msgs[j].Role == "tool" {
+				j++
+			}
+			if j == i+1 {
+				return ""
+			}
+			return summarizeToolResults(msgs[:j])
+		}
+	}
+	return ""
 }
 
 // summarizeToolResults answers with the tool results that follow the last

@@ -186,6 +186,7 @@ func newApp(std *stdio) *cli.App {
 		importCommand(std),
 		forkCommand(std),
 		statsCommand(std),
+		diffMachinesCommand(std),
 		tailCommand(std),
 		completionCommand(std),
 	}

@@ -96,7 +96,7 @@ func printTimeline(ctx context.Context, p *printer, r replay.Reader, tl *replay.
 		return p.JSON(toTimelineJSON(tl, b, injectedFrom))
 	}
 	t := &tl.Task
-	p.Printf("task %s  type=%s priority=%d  state=%s  events=%d", tl.TaskID, orDash(t.Type), t.Priority,
+	p.Printf("task %s  machine=%s  type=%s priority=%d  state=%s  events=%d", tl.TaskID, t.Machine, orDash(t.Type), t.Priority,
 		p.paint(stateColour(string(t.State)), string(t.State)), len(tl.Steps))
 	if !b.IsZero() {
 		p.Printf("  at %s", b)

@@ -56,7 +56,7 @@ func printStats(p *printer, st projection.StatsReport) {
 
 	section("by state")
 	bs := newTable()
-	for _, s := range fsm.States {
+	for _, s := range fsm.AllStates {
 		if n := st.ByState[s]; n > 0 {
 			bs.rowc(cell{text: "  " + string(s), c: stateColour(string(s))}, cell{text: strconv.FormatInt(n, 10)})
 		}

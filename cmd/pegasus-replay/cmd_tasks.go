@@ -23,7 +23,7 @@ func tasksCommand(std *stdio) *cli.Command {
 			"   pegasus-replay -d ./pegasus-data tasks --since 2026-01-02T15:00:00Z --type explore --desc",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "state", EnvVars: env("tasks", "state"),
-				Usage: "only tasks in `STATE` (idle, reasoning, acting, suspended, completed, failed)"},
+				Usage: "only tasks in `STATE` (idle, reasoning, acting, suspended, completed, failed; version 0: perceiving, thinking, planning, reflecting)"},
 			&cli.StringSliceFlag{Name: "type", EnvVars: env("tasks", "type"), Usage: "only tasks of `TYPE` (general, explore, plan)"},
 			&cli.StringSliceFlag{Name: "source", EnvVars: env("tasks", "source"), Usage: "only tasks from `SOURCE`"},
 			&cli.StringFlag{Name: "since", EnvVars: env("tasks", "since"), Usage: "only tasks created at or after `TIME` (RFC 3339, or a duration ago like 2h)"},
@@ -150,7 +150,7 @@ func printTasks(p *printer, page replay.Page, now time.Time) error {
 		p.Printf("no tasks\n")
 		return nil
 	}
-	t := newTable("TASK", "STATE", "TYPE", "PRI", "AGE", "ITER", "EVENTS", "SOURCE", "INPUT")
+	t := newTable("TASK", "STATE", "MACHINE", "TYPE", "PRI", "AGE", "ITER", "EVENTS", "SOURCE", "INPUT")
 	for _, s := range page.Tasks {
 		input := s.Input
 		if s.Error != "" {
@@ -159,6 +159,7 @@ func printTasks(p *printer, page replay.Page, now time.Time) error {
 		t.rowc(
 			cell{text: s.ID},
 			cell{text: string(s.State), c: stateColour(string(s.State))},
+			cell{text: orDash(s.Machine)},
 			cell{text: orDash(s.Type)},
 			cell{text: strconv.Itoa(s.Priority)},
 			cell{text: fmtAge(now, s.CreatedAt)},

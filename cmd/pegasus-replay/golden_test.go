@@ -193,6 +193,8 @@ var goldenCases = []struct {
 	{"stats", []string{"-d", "{D}", "stats"}, 0},
 	{"stats.json", []string{"-d", "{D}", "stats", "--json"}, 0},
 	{"export-task", []string{"-d", "{D}", "export", "--task", "{F}"}, 0},
+	{"diff-machines", []string{"-d", "{D}", "diff-machines", "--from", "pegasus.task@0", "--to", "pegasus.task@1"}, 0},
+	{"diff-machines-same.json", []string{"-d", "{D}", "diff-machines", "--from", "pegasus.task@1", "--to", "pegasus.task@1", "{S}", "--json"}, 0},
 	{"completion-bash", []string{"completion", "bash"}, 0},
 	{"help", []string{"--help"}, 0},
 
@@ -211,6 +213,7 @@ var goldenCases = []struct {
 	{"err-not-a-log", []string{"-d", "testdata", "tasks"}, exitSource},
 	{"err-no-dir", []string{"-d", "testdata/nonexistent", "tasks"}, exitSource},
 	{"err-not-an-export", []string{"-f", "testdata/inject-respond.ndjson", "tasks"}, exitSource},
+	{"err-unknown-machine", []string{"-d", "{D}", "diff-machines", "--from", "pegasus.task@7", "--to", "pegasus.task@1"}, exitUsage},
 }
 
 func TestGolden(t *testing.T) {

@@ -103,6 +103,7 @@ func newApp(c *client) *cli.App {
 					&cli.StringFlag{Name: "type", Value: "general", Usage: "task type: general, explore or plan"},
 					&cli.IntFlag{Name: "priority", Usage: "admission priority, lower first"},
 					&cli.StringFlag{Name: "source", Value: "cli", Usage: "where the input comes from"},
+					&cli.StringFlag{Name: "machine", Usage: "task machine NAME@VERSION, for example pegasus.task@0 (default: the current one)"},
 					&cli.BoolFlag{Name: "no-wait", Usage: "print the task id and return at once"},
 					&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up waiting after this long"},
 				),

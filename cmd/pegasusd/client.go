@@ -128,9 +128,13 @@ func (c *client) submit(cc *cli.Context) error {
 	defer cancel()
 	text := strings.Join(cc.Args().Slice(), " ")
 	var created createdJSON
-	err = api.call(ctx, "POST", "/v1/tasks", map[string]any{
+	req := map[string]any{
 		"input": text, "type": cc.String("type"), "priority": cc.Int("priority"), "source": cc.String("source"),
-	}, &created)
+	}
+	if m := cc.String("machine"); m != "" {
+		req["machine"] = m
+	}
+	err = api.call(ctx, "POST", "/v1/tasks", req, &created)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,8 @@ type taskJSON struct {
 	TaskID    string            `json:"task_id"`
 	Type      string            `json:"type"`
 	State     fsm.State         `json:"state"`
-	Queued    bool              `json:"queued"` // reasoning or acting, waiting for an admission slot
+	Machine   string            `json:"machine"` // NAME@VERSION, for the task's whole life
+	Queued    bool              `json:"queued"`  // reasoning or acting, waiting for an admission slot
 	Priority  int               `json:"priority"`
 	Source    string            `json:"source"`
 	CreatedAt time.Time         `json:"created_at"`
@@ -41,7 +42,7 @@ type taskJSON struct {
 
 func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
 	j := taskJSON{
-		TaskID: t.ID, Type: t.Type, State: t.State, Queued: s.a.Queued(t.ID), Priority: t.Priority,
+		TaskID: t.ID, Type: t.Type, State: t.State, Machine: t.Machine.String(), Queued: s.a.Queued(t.ID), Priority: t.Priority,
 		Source: t.Context.Source, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
 		Version: t.Version, Input: t.Context.InputText, Result: t.Context.FinalResult, Error: t.Context.Error,
 		Metadata: t.Context.InputMetadata, Plan: t.Context.Plan, History: t.History,
@@ -65,6 +66,7 @@ type createRequest struct {
 	Type     string            `json:"type"`
 	Priority int               `json:"priority"`
 	Metadata map[string]string `json:"metadata"`
+	Machine  string            `json:"machine"` // NAME@VERSION; empty: the current machine
 }
 
 type createdJSON struct {
@@ -85,6 +87,13 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 		return errBadRequest(`"input" is required`)
 	}
 	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata}
+	if req.Machine != "" {
+		ref, err := fsm.ParseMachineRef(req.Machine)
+		if err != nil {
+			return errBadRequest(`"machine": %v`, err)
+		}
+		in.Machine = ref
+	}
 	return s.submit(w, r, in)
 }
 

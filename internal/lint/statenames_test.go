@@ -1,0 +1,89 @@
+package lint
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// loops lists the packages that drive tasks: they do what fsm.Next says is
+// due and never switch on a machine's states, so a new machine needs no new
+// loop. Their non-test files must not name an fsm.State* constant.
+var loops = []string{"agent"}
+
+func TestLoopsNameNoState(t *testing.T) {
+	root := filepath.Join("..", "..")
+	for _, dir := range loops {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			problems, err := stateNames(path)
+			for _, p := range problems {
+				t.Error(p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stateNames returns one line for each fsm.State* constant the file at
+// path names.
+func stateNames(path string) ([]string, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return nil, err
+	}
+	local := ""
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == module+"fsm" {
+			local = "fsm"
+			if imp.Name != nil {
+				local = imp.Name.Name
+			}
+		}
+	}
+	if local == "" {
+		return nil, nil
+	}
+	var problems []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == local && strings.HasPrefix(sel.Sel.Name, "State") {
+				problems = append(problems, fmt.Sprintf("%s: %s.%s: a loop dispatches on fsm.Next, never on a machine's state", fset.Position(sel.Pos()), local, sel.Sel.Name))
+			}
+		}
+		return true
+	})
+	return problems, nil
+}
+
+// TestStateNamesCatchesViolations proves the check is not vacuous, alias
+// included.
+func TestStateNamesCatchesViolations(t *testing.T) {
+	src := `package agent
+import m "github.com/pegasus-engine/pegasus/fsm"
+func f(t m.Task) bool { return t.State == m.StateReasoning || t.State == m.StateFailed || m.Next(&t).Kind == m.ActNone }
+`
+	path := filepath.Join(t.TempDir(), "bad.go")
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := stateNames(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 2 || !strings.Contains(problems[0], "m.StateReasoning") || !strings.Contains(problems[1], "m.StateFailed") {
+		t.Fatalf("problems = %q", problems)
+	}
+}
