@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -193,6 +197,27 @@ func TestIdempotencyKeySurvivesRestarts(t *testing.T) {
 	}
 }
 
+// postKeyed creates a task with a key from any goroutine: the status and
+// the task id, or 0 and "" when the request failed.
+func postKeyed(ctx context.Context, url, body, key string) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, testTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		return 0, ""
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	var c createdJSON
+	data, _ := io.ReadAll(resp.Body)
+	_ = json.Unmarshal(data, &c)
+	return resp.StatusCode, c.TaskID
+}
+
 // TestIdempotencyKeyConcurrentRetries: requests racing with one key make one
 // task, and every one of them is told its id.
 func TestIdempotencyKeyConcurrentRetries(t *testing.T) {
@@ -205,13 +230,7 @@ func TestIdempotencyKeyConcurrentRetries(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := td.do("POST", "/v1/tasks", `{"input":"race"}`, "Idempotency-Key", "same-key")
-			statuses[i] = r.status
-			var c createdJSON
-			if r.status == 201 {
-				_ = json.Unmarshal(r.body, &c)
-			}
-			ids[i] = c.TaskID
+			statuses[i], ids[i] = postKeyed(context.Background(), td.url+"/v1/tasks", `{"input":"race"}`, "same-key")
 		}()
 	}
 	wg.Wait()
@@ -272,5 +291,47 @@ func TestIdempotencyKeyRefusals(t *testing.T) {
 	td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"y"}`, key: "k1", status: 201})
 	if n := td.idemKeys(); n != 1 {
 		t.Fatalf("%d reservations, want 1", n)
+	}
+}
+
+// TestIdempotencyKeyClientsThatGiveUp: clients that give up on their first
+// attempt at a random point (before, during or after the commit) and retry
+// with the key get one task each, never two, never none.
+func TestIdempotencyKeyClientsThatGiveUp(t *testing.T) {
+	td := startDaemon(t, testConfig(t))
+	const n = 20
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("impatient-%d", i)
+			body := fmt.Sprintf(`{"input":"task %d"}`, i)
+			// The first attempt: abandoned after 50µs * 1.5^i (up to
+			// 110 ms, past a commit), whatever happened by then.
+			wait := 50 * time.Microsecond
+			for range i {
+				wait = wait * 3 / 2
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			postKeyed(ctx, td.url+"/v1/tasks", body, key)
+			cancel()
+			// The retry, which waits for the answer.
+			if status, id := postKeyed(context.Background(), td.url+"/v1/tasks", body, key); status == 201 {
+				ids[i] = id
+			}
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if id == "" || seen[id] {
+			t.Fatalf("client %d: task %q (all: %v)", i, id, ids)
+		}
+		seen[id] = true
+	}
+	if c := td.taskCount(); c != n {
+		t.Fatalf("%d tasks from %d keys", c, n)
 	}
 }
