@@ -98,7 +98,8 @@ func idempotencyKey(r *http.Request) (string, error) {
 // with a zero id (the callee draws one) when there is none. A retry (the
 // key's event is already in the log) that succeeds answers with the header
 // "Idempotent-Replayed: true".
-func (s *server) keyed(ctx context.Context, w http.ResponseWriter, r *http.Request, do func(id ulid.ULID) error) error {
+func (s *server) keyed(w http.ResponseWriter, r *http.Request, do func(id ulid.ULID) error) error {
+	ctx := r.Context()
 	key, err := idempotencyKey(r)
 	if err != nil {
 		return err

@@ -92,7 +92,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 // like the first request (201, the same task id, its state now).
 func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) *apiError {
 	var id string
-	err := s.keyed(r.Context(), w, r, func(eventID ulid.ULID) error {
+	err := s.keyed(w, r, func(eventID ulid.ULID) error {
 		in.ID = eventID
 		var err error
 		id, err = s.a.SubmitInput(r.Context(), in)
@@ -335,7 +335,7 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) *apiError {
 			return fsm.Task{}, errMissingText
 		}
 		var t fsm.Task
-		err := s.keyed(r.Context(), w, r, func(eventID ulid.ULID) error {
+		err := s.keyed(w, r, func(eventID ulid.ULID) error {
 			var err error
 			t, err = s.a.SendMessageID(r.Context(), id, eventID, *b.Text, b.Source)
 			return err
