@@ -24,7 +24,7 @@ import (
 
 const testTimeout = 30 * time.Second
 
-func testConfig(t *testing.T) *config {
+func testConfig(t testing.TB) *config {
 	t.Helper()
 	dir := t.TempDir()
 	return &config{
@@ -36,12 +36,12 @@ func testConfig(t *testing.T) *config {
 
 // testDaemon runs a daemon in-process on a random loopback port.
 type testDaemon struct {
-	t   *testing.T
+	t   testing.TB
 	d   *daemon
 	url string
 }
 
-func startDaemon(t *testing.T, cfg *config) *testDaemon {
+func startDaemon(t testing.TB, cfg *config) *testDaemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -66,14 +66,14 @@ type response struct {
 	body   []byte
 }
 
-func (r response) json(t *testing.T, v any) {
+func (r response) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decoding %s: %v", r.body, err)
 	}
 }
 
-func (r response) errorCode(t *testing.T) string {
+func (r response) errorCode(t testing.TB) string {
 	t.Helper()
 	var env struct {
 		Error struct {
