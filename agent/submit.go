@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 )
@@ -41,6 +43,13 @@ type Input struct {
 	// (fsm.ParseMachineRef reads "pegasus.task@0"). The default value, the
 	// zero MachineRef, is fsm.CurrentMachine.
 	Machine fsm.MachineRef
+	// ID, when set, is the id of the input event, and so of the task,
+	// chosen by the caller so that a retry is recognised (an HTTP
+	// Idempotency-Key): the log stores an id once, so submitting the same
+	// input again with the same ID appends nothing and returns the same
+	// task, and a different input with that ID fails with
+	// eventlog.ErrIDReused. The default value (zero) draws a new id.
+	ID ulid.ULID
 }
 
 // Submit creates a task from a message and returns its id once the input
@@ -74,7 +83,10 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	}
 	defer done()
 
-	inputID := a.log.NewID()
+	inputID := in.ID
+	if inputID == (ulid.ULID{}) {
+		inputID = a.log.NewID()
+	}
 	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
 		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name}
 	if in.Machine != (fsm.MachineRef{}) {
@@ -139,13 +151,22 @@ func checkMetadata(m map[string]string) error {
 // SendMessage answers a suspended task: MESSAGE_RECEIVED on the task's
 // stream moves it back to reasoning, with the text as a user message.
 func (a *Agent) SendMessage(ctx context.Context, id, text, source string) (fsm.Task, error) {
+	return a.SendMessageID(ctx, id, ulid.ULID{}, text, source)
+}
+
+// SendMessageID is SendMessage with the message's event id chosen by the
+// caller, so that a retry is recognised (an HTTP Idempotency-Key): if the
+// log already holds eventID as this very message to this task, nothing is
+// appended and the task is returned as it is now, whatever its state; if
+// it holds eventID as anything else, the error wraps eventlog.ErrIDReused.
+func (a *Agent) SendMessageID(ctx context.Context, id string, eventID ulid.ULID, text, source string) (fsm.Task, error) {
 	if len(text) > MaxInputText {
 		return fsm.Task{}, fmt.Errorf("%w: message text is %d bytes, more than %d", ErrInvalidInput, len(text), MaxInputText)
 	}
 	if source == "" {
 		source = "api"
 	}
-	return a.command(ctx, id, &fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: source})
+	return a.command(ctx, id, eventID, &fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: source})
 }
 
 // Suspend suspends a reasoning or acting task. Whatever stage runs for it
@@ -157,7 +178,7 @@ func (a *Agent) Suspend(ctx context.Context, id, reason string) (fsm.Task, error
 	if reason == "" {
 		reason = "suspended by request"
 	}
-	return a.command(ctx, id, &fsm.TaskSuspendedBody{Reason: reason})
+	return a.command(ctx, id, ulid.ULID{}, &fsm.TaskSuspendedBody{Reason: reason})
 }
 
 // Resume returns a suspended task to the state it was suspended in.
@@ -165,7 +186,7 @@ func (a *Agent) Resume(ctx context.Context, id, reason string) (fsm.Task, error)
 	if len(reason) > MaxReasonText {
 		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
 	}
-	return a.command(ctx, id, &fsm.TaskResumedBody{Reason: reason})
+	return a.command(ctx, id, ulid.ULID{}, &fsm.TaskResumedBody{Reason: reason})
 }
 
 // Cancel fails a task that is not finished, with reason "cancelled".
@@ -177,7 +198,7 @@ func (a *Agent) Cancel(ctx context.Context, id, why string) (fsm.Task, error) {
 	if why != "" {
 		msg = "cancelled: " + why
 	}
-	return a.command(ctx, id, &fsm.TaskFailedBody{Reason: "cancelled", Error: msg})
+	return a.command(ctx, id, ulid.ULID{}, &fsm.TaskFailedBody{Reason: "cancelled", Error: msg})
 }
 
 // command appends an event that a user asked for to task id, checking
@@ -185,14 +206,21 @@ func (a *Agent) Cancel(ctx context.Context, id, why string) (fsm.Task, error) {
 // *fsm.TransitionError, which wraps fsm.ErrInvalidTransition). It expects
 // the version it checked against: if the agent moved the task in between,
 // it waits for the fold to catch up and checks again. It returns the task
-// after the event is folded.
-func (a *Agent) command(ctx context.Context, id string, body fsm.Body) (fsm.Task, error) {
+// after the event is folded. A non-zero eventID is the event's id, chosen
+// by the caller: an event already stored under it is a replay (see
+// SendMessageID).
+func (a *Agent) command(ctx context.Context, id string, eventID ulid.ULID, body fsm.Body) (fsm.Task, error) {
 	done, err := a.intake()
 	if err != nil {
 		return fsm.Task{}, err
 	}
 	defer done()
 	et := body.EventType()
+	if eventID != (ulid.ULID{}) {
+		if t, replayed, err := a.replayed(id, eventID, body); replayed || err != nil {
+			return t, err
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		t, err := a.view.Task(id)
 		if err != nil {
@@ -204,7 +232,9 @@ func (a *Agent) command(ctx context.Context, id string, body fsm.Body) (fsm.Task
 		if et == fsm.TaskResumed && !t.Context.SuspendedState.IsActive() {
 			return t, &fsm.TransitionError{From: t.State, Event: et}
 		}
-		res, err := a.log.Append(ctx, id, eventlog.Exactly(t.Version), a.event(id, t.LastEvent, body))
+		ev := a.event(id, t.LastEvent, body)
+		ev.ID = eventID
+		res, err := a.log.Append(ctx, id, eventlog.Exactly(t.Version), ev)
 		var conflict *eventlog.ConflictError
 		if errors.As(err, &conflict) && attempt < 20 {
 			// Wait until the fold has what the log has, then look again.
@@ -224,6 +254,31 @@ func (a *Agent) command(ctx context.Context, id string, body fsm.Body) (fsm.Task
 		}
 		return a.view.Task(id)
 	}
+}
+
+// replayed reports whether the log already holds eventID. It does as this
+// command's event when the stream, type and body match (the causation is
+// whatever the task's last event was then, so it is not compared): the task
+// is returned as it is now. Anything else under that id is
+// eventlog.ErrIDReused.
+func (a *Agent) replayed(id string, eventID ulid.ULID, body fsm.Body) (fsm.Task, bool, error) {
+	prev, err := a.log.Get(eventID)
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return fsm.Task{}, false, nil
+	}
+	if err != nil {
+		return fsm.Task{}, false, fmt.Errorf("agent: %s: %w", body.EventType(), err)
+	}
+	want, err := fsm.Encode(body)
+	if err != nil {
+		return fsm.Task{}, false, err
+	}
+	if prev.Stream != id || prev.Type != string(body.EventType()) || prev.Schema != fsm.SchemaVersion || string(prev.Body) != string(want) {
+		return fsm.Task{}, false, fmt.Errorf("%w: %s is already event %d of stream %q with different content",
+			eventlog.ErrIDReused, eventID, prev.Seq, prev.Stream)
+	}
+	t, err := a.view.Task(id)
+	return t, true, err
 }
 
 // ---- notifications

@@ -35,6 +35,9 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	if e := s.checkResume("after_seq", after); e != nil {
+		return e
+	}
 	it := s.a.Log().Scan(after+1, eventlog.Forward)
 	defer it.Close()
 	evs := []eventJSON{}
@@ -51,6 +54,22 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
+// checkResume refuses a resume position beyond the log's head. Such a
+// position names an event this log never had (the consumer read another
+// data directory, or this one was restored from an older copy or lost its
+// tail): answering with nothing, or waiting for the log to grow past it,
+// would let the consumer skip silently whatever comes next. Checking here
+// also keeps after+1 from wrapping to 0 at 2^64-1.
+func (s *server) checkResume(name string, after uint64) *apiError {
+	head := s.a.Log().Head()
+	if after <= head {
+		return nil
+	}
+	return &apiError{status: http.StatusConflict, Code: codeBeyondHead, Message: fmt.Sprintf(
+		"%s %d is beyond the log's head %d: this log never had that event (another data directory, or one restored "+
+			"from an older copy?); resume from a sequence at most %d, or from 0 to read everything again", name, after, head, head)}
+}
+
 // sseHeartbeat keeps idle event streams (and proxies) alive.
 const sseHeartbeat = 15 * time.Second
 
@@ -64,16 +83,21 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 		return e
 	}
 	from := q.Get("after_seq")
+	name := "after_seq"
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		from = id
+		from, name = id, "Last-Event-ID"
 	}
 	var after uint64
 	if from != "" {
 		n, err := strconv.ParseUint(from, 10, 64)
 		if err != nil {
-			return errBadRequest("Last-Event-ID or after_seq %q: give a sequence number", from)
+			return errBadRequest("%s %q: give a sequence number", name, from)
 		}
 		after = n
+	}
+	// Before the stream starts: after the 200, an error has no status.
+	if e := s.checkResume(name, after); e != nil {
+		return e
 	}
 	only := q.Get("stream")
 	rc := http.NewResponseController(w)

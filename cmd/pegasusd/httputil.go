@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -8,8 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"reflect"
 	"strings"
+	"sync"
+	"time"
 )
 
 // apiError is the body of every error answer:
@@ -24,13 +29,15 @@ func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 
 // The error codes of the API. Clients switch on the code, not the message.
 const (
-	codeBadRequest     = "bad_request"       // malformed JSON, unknown field, invalid value
-	codeUnauthorized   = "unauthorized"      // missing or wrong bearer token
-	codeNotFound       = "not_found"         // unknown task or route
-	codeConflict       = "conflict"          // illegal transition for the task's state
-	codeTooLarge       = "payload_too_large" // body over --max-body-bytes
-	codeUnavailable    = "shutting_down"     // the daemon is stopping
-	codeInternal       = "internal"          // a bug or an I/O failure; see the daemon's log
+	codeBadRequest     = "bad_request"            // malformed JSON, unknown field, invalid value
+	codeUnauthorized   = "unauthorized"           // missing or wrong bearer token
+	codeNotFound       = "not_found"              // unknown task or route
+	codeConflict       = "conflict"               // illegal transition for the task's state
+	codeKeyReused      = "idempotency_key_reused" // an Idempotency-Key sent again with another request
+	codeBeyondHead     = "beyond_head"            // a resume position past the log's last event
+	codeTooLarge       = "payload_too_large"      // body over --max-body-bytes
+	codeUnavailable    = "shutting_down"          // the daemon is stopping
+	codeInternal       = "internal"               // a bug or an I/O failure; see the daemon's log
 	codeMethodNotAllwd = "method_not_allowed"
 )
 
@@ -70,8 +77,10 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // (curl -d sends form encoding by default; the body decides): unknown
 // fields, trailing data
 // and bodies over the limit (already wrapped by http.MaxBytesReader) are
-// refused with the matching API error. An empty body is accepted when
-// optional, leaving v as it is.
+// refused with the matching API error. Field names match exactly: the
+// docs promise that unknown fields are refused, and encoding/json alone
+// would take "INPUT" for "input" (and keep the last of two "input"s). An
+// empty body is accepted when optional, leaving v as it is.
 func decodeBody(r *http.Request, v any, optional bool) *apiError {
 	data, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -83,7 +92,7 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 		}
 		return errBadRequest("a JSON body is required")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var syn *json.SyntaxError
@@ -101,8 +110,86 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 	if dec.More() {
 		return errBadRequest("trailing data after the JSON object")
 	}
+	if t := reflect.TypeOf(v); t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		if err := checkFieldNames(data, t.Elem(), ""); err != nil {
+			return errBadRequest("%v", err)
+		}
+	}
 	return nil
 }
+
+// checkFieldNames walks the JSON object in data, already decoded into a
+// value of struct type t (so it is well-formed), and refuses a key that is
+// not exactly one of t's JSON field names, or that appears twice. Objects
+// in fields of struct type are checked the same way; maps take any key.
+func checkFieldNames(data []byte, t reflect.Type, path string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil // null, or not an object: the typed decode judged it
+	}
+	fields := jsonFields(t)
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		ft, ok := fields[key]
+		switch {
+		case !ok:
+			for name := range fields {
+				if strings.EqualFold(name, key) {
+					return fmt.Errorf("unknown field %q (field names are case-sensitive: %q)", path+key, path+name)
+				}
+			}
+			return fmt.Errorf("unknown field %q", path+key)
+		case seen[key]:
+			return fmt.Errorf("field %q appears twice", path+key)
+		}
+		seen[key] = true
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
+			if err := checkFieldNames(raw, ft, path+key+"."); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// jsonFields maps the JSON names of t's fields (as encoding/json names
+// them, embedded structs flattened) to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldCache.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || (!f.IsExported() && !f.Anonymous):
+			continue
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			maps.Copy(m, jsonFields(f.Type))
+			continue
+		case name == "":
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	fieldCache.Store(t, m)
+	return m
+}
+
+var fieldCache sync.Map // reflect.Type -> map[string]reflect.Type
 
 func bodyReadError(err error) *apiError {
 	var tooBig *http.MaxBytesError
@@ -125,9 +212,26 @@ func newTokenCheck(token string) *tokenCheck {
 	return &h
 }
 
+// checkToken refuses a --token that no request could present: header
+// values lose their surrounding whitespace on the way, so a token of only
+// whitespace (or with some around it) would lock every client out.
+func checkToken(token string) error {
+	switch {
+	case token == "":
+		return nil
+	case strings.TrimSpace(token) == "":
+		return errors.New("--token (PEGASUS_TOKEN) is only whitespace: no request could authenticate; give a real token, or none to listen on loopback only")
+	case strings.TrimSpace(token) != token:
+		return errors.New("--token (PEGASUS_TOKEN) begins or ends with whitespace, which no Authorization header can carry: remove it")
+	}
+	return nil
+}
+
+// ok reports whether r carries the token. The scheme is case-insensitive
+// (RFC 7235: "bearer" is "Bearer").
 func (t *tokenCheck) ok(r *http.Request) bool {
-	got, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !found {
+	scheme, got, found := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !found || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	h := sha256.Sum256([]byte(strings.TrimSpace(got)))

@@ -114,6 +114,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 	case c.llmBaseURL == "" && c.llmModel != "":
 		return nil, errors.New("--llm-base-url (PEGASUS_LLM_BASE_URL) is required with --llm-model")
 	}
+	if err := checkToken(c.token); err != nil {
+		return nil, err
+	}
 	if err := checkBind(c.addr, c.token); err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ type server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	draining   atomic.Bool
+	idem       idemLocks
 }
 
 func newServer(a *agent.Agent, logger *slog.Logger, cfg *config) *server {
@@ -118,6 +119,7 @@ func (s *server) middleware(next http.Handler) http.Handler {
 // fromError maps an error of the agent, the fold or the log to the API.
 func (s *server) fromError(err error) *apiError {
 	var te *fsm.TransitionError
+	var reused *keyReusedError
 	switch {
 	case err == nil:
 		return nil
@@ -125,6 +127,8 @@ func (s *server) fromError(err error) *apiError {
 		return errConflict("the task is %s: %s is not allowed in that state", te.From, te.Event)
 	case errors.Is(err, agent.ErrTaskNotFound):
 		return errNotFound("no such task")
+	case errors.As(err, &reused):
+		return &apiError{status: http.StatusConflict, Code: codeKeyReused, Message: reused.Error()}
 	case errors.Is(err, eventlog.ErrConflict):
 		return errConflict("the task changed meanwhile: %v", err)
 	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):

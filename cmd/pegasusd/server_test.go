@@ -24,7 +24,7 @@ import (
 
 const testTimeout = 30 * time.Second
 
-func testConfig(t *testing.T) *config {
+func testConfig(t testing.TB) *config {
 	t.Helper()
 	dir := t.TempDir()
 	return &config{
@@ -36,13 +36,13 @@ func testConfig(t *testing.T) *config {
 
 // testDaemon runs a daemon in-process on a random loopback port.
 type testDaemon struct {
-	t     *testing.T
+	t     testing.TB
 	d     *daemon // nil for a subprocess
 	url   string
 	token string // sent as a bearer token on every request, if set
 }
 
-func startDaemon(t *testing.T, cfg *config) *testDaemon {
+func startDaemon(t testing.TB, cfg *config) *testDaemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -67,14 +67,14 @@ type response struct {
 	body   []byte
 }
 
-func (r response) json(t *testing.T, v any) {
+func (r response) json(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decoding %s: %v", r.body, err)
 	}
 }
 
-func (r response) errorCode(t *testing.T) string {
+func (r response) errorCode(t testing.TB) string {
 	t.Helper()
 	var env struct {
 		Error struct {
@@ -314,6 +314,10 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	}{
 		{"POST", "/v1/tasks", `{"input":`, 400, "bad_request"},
 		{"POST", "/v1/tasks", `{"input":"x","bogus":1}`, 400, "bad_request"},
+		// Field names match exactly: encoding/json alone takes these.
+		{"POST", "/v1/tasks", `{"INPUT":"x"}`, 400, "bad_request"},
+		{"POST", "/v1/tasks", `{"input":"x","Priority":1}`, 400, "bad_request"},
+		{"POST", "/v1/tasks", `{"input":"x","input":"y"}`, 400, "bad_request"},
 		{"POST", "/v1/tasks", `{"source":"x"}`, 400, "bad_request"},
 		{"POST", "/v1/tasks", `{"input":3}`, 400, "bad_request"},
 		{"POST", "/v1/tasks", `{"input":"x"} {"input":"y"}`, 400, "bad_request"},
@@ -336,6 +340,8 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"GET", "/v1/tasks/" + unknown + "/progress", "", 404, "not_found"},
 		{"POST", "/v1/tasks/" + unknown + "/messages", `{"text":"x"}`, 404, "not_found"},
 		{"POST", "/v1/tasks/" + done + "/messages", `{}`, 400, "bad_request"},
+		{"POST", "/v1/tasks/" + done + "/messages", `{"Text":"x"}`, 400, "bad_request"},
+		{"POST", "/v1/tasks/" + done + "/cancel", `{"REASON":"x"}`, 400, "bad_request"},
 		{"POST", "/v1/tasks/" + done + "/messages", `{"text":"x"}`, 409, "conflict"},
 		{"POST", "/v1/tasks/" + done + "/messages", big, 413, "payload_too_large"},
 		{"POST", "/v1/tasks/" + unknown + "/suspend", ``, 404, "not_found"},
@@ -376,7 +382,8 @@ func TestHTTPTokenAuth(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.token = "s3cret-token"
 	td := startDaemon(t, cfg)
-	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-token"}, {"Authorization", "Basic s3cret-token"}} {
+	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-token"}, {"Authorization", "Basic s3cret-token"},
+		{"Authorization", "Bearers3cret-token"}, {"Authorization", "Bearer"}} {
 		if r := td.do("GET", "/v1/tasks", "", h...); r.status != 401 || r.errorCode(t) != "unauthorized" || r.header.Get("WWW-Authenticate") == "" {
 			t.Errorf("with %v: %d %s", h, r.status, r.body)
 		}
@@ -384,13 +391,49 @@ func TestHTTPTokenAuth(t *testing.T) {
 	if r := td.do("POST", "/v1/tasks", `{"input":"x"}`); r.status != 401 {
 		t.Errorf("unauthenticated submit: %d", r.status)
 	}
-	if r := td.do("GET", "/v1/tasks", "", "Authorization", "Bearer s3cret-token"); r.status != 200 {
-		t.Errorf("with the token: %d %s", r.status, r.body)
+	// RFC 7235: the scheme is case-insensitive.
+	for _, auth := range []string{"Bearer s3cret-token", "bearer s3cret-token", "BEARER  s3cret-token"} {
+		if r := td.do("GET", "/v1/tasks", "", "Authorization", auth); r.status != 200 {
+			t.Errorf("with %q: %d %s", auth, r.status, r.body)
+		}
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if r := td.do("GET", p, ""); r.status != 200 {
 			t.Errorf("%s without a token: %d", p, r.status)
 		}
+	}
+}
+
+// A token that no header can carry is refused at start, before anything is
+// opened.
+func TestBlankTokenRefused(t *testing.T) {
+	for token, want := range map[string]string{
+		"   ":     "only whitespace",
+		"\t\n":    "only whitespace",
+		" s3cret": "whitespace",
+		"s3cret ": "whitespace",
+		"s3cret":  "",
+	} {
+		err := checkToken(token)
+		if (err == nil) != (want == "") || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("checkToken(%q) = %v", token, err)
+		}
+	}
+	// On an address in use, so that a daemon that took the token would
+	// fail to start rather than serve for ever.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	var stderr bytes.Buffer
+	code := run([]string{"pegasusd", "serve", "--addr", ln.Addr().String(), "--token", "   ", "--data-dir", data}, nil, io.Discard, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "--token (PEGASUS_TOKEN) is only whitespace") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("data directory created: %v", err)
 	}
 }
 
@@ -505,6 +548,63 @@ func TestEventStreamResumesWithLastEventID(t *testing.T) {
 	defer close2()
 	if ev := readSSE(t, br2); ev.typ != "MESSAGE_RECEIVED" {
 		t.Fatalf("filtered stream starts with %+v", ev)
+	}
+}
+
+// head opens an event stream and returns its status, with the body only
+// when it is an error: a stream that started is closed at once.
+func (td *testDaemon) head(path, lastEventID string) response {
+	td.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", td.url+path, nil)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		td.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := response{status: resp.StatusCode, header: resp.Header}
+	if r.status != 200 {
+		r.body, _ = io.ReadAll(resp.Body)
+	}
+	return r
+}
+
+// TestResumeBeyondHeadIsRefused: a position past the head (up to 2^64-1,
+// which once wrapped to 0 and replayed everything) is an explicit error,
+// for the paged log and, before the stream starts, for SSE.
+func TestResumeBeyondHeadIsRefused(t *testing.T) {
+	// No task: nothing appends after the start, so the head stays put.
+	td := startDaemon(t, testConfig(t))
+	head := td.d.agent.Log().Head()
+	if head == 0 {
+		t.Fatal("empty log")
+	}
+	var page struct {
+		Events []eventJSON `json:"events"`
+		Next   uint64      `json:"next_after_seq"`
+	}
+	r := td.do("GET", fmt.Sprintf("/v1/events?after_seq=%d", head), "")
+	r.json(t, &page)
+	if r.status != 200 || len(page.Events) != 0 || page.Next != head {
+		t.Fatalf("at the head: %d %s", r.status, r.body)
+	}
+	for _, after := range []string{fmt.Sprint(head + 1), "18446744073709551615", "18446744073709551614"} {
+		r := td.do("GET", "/v1/events?after_seq="+after, "")
+		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "beyond the log's head") {
+			t.Errorf("after_seq=%s: %d %s", after, r.status, r.body)
+		}
+		r = td.head("/v1/events/stream?after_seq="+after, "")
+		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "after_seq") {
+			t.Errorf("stream after_seq=%s: %d %s", after, r.status, r.body)
+		}
+		r = td.head("/v1/events/stream", after)
+		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "Last-Event-ID") {
+			t.Errorf("stream Last-Event-ID %s: %d %s", after, r.status, r.body)
+		}
 	}
 }
 

@@ -97,8 +97,16 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	return s.submit(w, r, in)
 }
 
+// submit creates a task from in, once per Idempotency-Key: a retry answers
+// like the first request (201, the same task id, its state now).
 func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) *apiError {
-	id, err := s.a.SubmitInput(r.Context(), in)
+	var id string
+	err := s.keyed(w, r, func(eventID ulid.ULID) error {
+		in.ID = eventID
+		var err error
+		id, err = s.a.SubmitInput(r.Context(), in)
+		return err
+	})
 	if err != nil {
 		return s.fromError(err)
 	}
@@ -335,7 +343,13 @@ func (s *server) postMessage(w http.ResponseWriter, r *http.Request) *apiError {
 		if b.Text == nil {
 			return fsm.Task{}, errMissingText
 		}
-		return s.a.SendMessage(r.Context(), id, *b.Text, b.Source)
+		var t fsm.Task
+		err := s.keyed(w, r, func(eventID ulid.ULID) error {
+			var err error
+			t, err = s.a.SendMessageID(r.Context(), id, eventID, *b.Text, b.Source)
+			return err
+		})
+		return t, err
 	})
 }
 

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDecodeBodyExactNames: field names match exactly at every depth, in
+// embedded structs too; maps take any key; duplicates are refused.
+func TestDecodeBodyExactNames(t *testing.T) {
+	type Inner struct {
+		Name string `json:"name"`
+	}
+	type Embedded struct {
+		Extra string `json:"extra"`
+	}
+	type body struct {
+		Embedded
+		Input  string            `json:"input"`
+		Inner  *Inner            `json:"inner"`
+		Meta   map[string]string `json:"meta"`
+		When   time.Time         `json:"when"`
+		Plain  int
+		Hidden string `json:"-"`
+	}
+	for in, want := range map[string]string{
+		`{"input":"x","extra":"e","inner":{"name":"n"},"meta":{"ANY":"v"},"Plain":1,"when":"2026-01-01T00:00:00Z"}`: "",
+		`{"inner":null}`:                    "",
+		`{"Input":"x"}`:                     `unknown field "Input" (field names are case-sensitive: "input")`,
+		`{"EXTRA":"e"}`:                     `unknown field "EXTRA" (field names are case-sensitive: "extra")`,
+		`{"inner":{"NAME":"n"}}`:            `unknown field "inner.NAME" (field names are case-sensitive: "inner.name")`,
+		`{"plain":1}`:                       `unknown field "plain" (field names are case-sensitive: "Plain")`,
+		`{"input":"x","input":"y"}`:         `field "input" appears twice`,
+		`{"inner":{"name":"a","name":"b"}}`: `field "inner.name" appears twice`,
+		`{"Hidden":"h"}`:                    `unknown field "Hidden"`,
+	} {
+		var b body
+		e := decodeBody(httptest.NewRequest("POST", "/", strings.NewReader(in)), &b, false)
+		switch {
+		case want == "" && e != nil:
+			t.Errorf("%s: %v", in, e)
+		case want != "" && (e == nil || e.Message != want):
+			t.Errorf("%s: %v, want %q", in, e, want)
+		}
+	}
+}
