@@ -321,6 +321,14 @@ func (l *Log) commitGroup(group []*appendReq) {
 		g.batch.Close()
 		return
 	}
+	if err := l.reserve(g.nextSeq - 1); err != nil {
+		err = l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
+		for _, r := range g.ok {
+			r.results, r.err = nil, err
+		}
+		g.batch.Close()
+		return
+	}
 	if err := l.applyBatch(g.batch); err != nil {
 		err = l.poison(err)
 		for _, r := range g.ok {
@@ -339,6 +347,22 @@ func (l *Log) commitGroup(group []*appendReq) {
 	l.stats.events.Add(g.nextSeq - l.head.Load() - 1)
 	l.publish(g.nextSeq-1, g.ok)
 	clear(g.ok)
+}
+
+// reserve makes sure the head marker covers sequences up to last before
+// they are committed, so that a sequence handed out is never handed out
+// again, whatever is lost later. It writes the marker (synced) once per
+// reserveStep events, recording the current durable head on the way.
+func (l *Log) reserve(last uint64) error {
+	if last <= l.mark.reserved {
+		return nil
+	}
+	m := marker{head: l.head.Load(), reserved: last + reserveStep}
+	if err := writeMarker(l.opts.FS, l.dir, m); err != nil {
+		return err
+	}
+	l.mark = m
+	return nil
 }
 
 // prepare checks one request against the log and the group so far and, if it

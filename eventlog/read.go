@@ -293,7 +293,9 @@ func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
 
 // Scan iterates the global log from seq from (inclusive) in direction dir,
 // up to the head at the time of the call. Forward from 0 starts at 1;
-// Backward from a seq above the head starts at the head.
+// forward from head+1 yields nothing; forward from beyond head+1 fails with
+// ErrBeyondHead (the caller saw a sequence this log does not hold). Backward
+// from a seq above the head starts at the head.
 func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	head := l.Head()
 	it := &Iterator{kind: iterScan, dir: dir, head: head}
@@ -301,6 +303,9 @@ func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	case Forward:
 		from = max(from, 1)
 		if from > head {
+			if from-1 > head {
+				return errIterator(beyondHead(from, head))
+			}
 			return errIterator(nil)
 		}
 		it.lower, it.upper, it.next = EventKey(from), EventKey(head+1), from
@@ -444,4 +449,8 @@ func (l *Log) readEvent(seq uint64) (Event, error) {
 	var ev Event
 	err = decodeAt(v, seq, &ev)
 	return ev, err
+}
+
+func beyondHead(from, head uint64) error {
+	return fmt.Errorf("%w: asked to start at seq %d, the log ends at %d", ErrBeyondHead, from, head)
 }
