@@ -133,6 +133,9 @@ type DataLossError struct {
 func (e *DataLossError) Error() string {
 	msg := fmt.Sprintf("eventlog: acknowledged events are missing: the log ends at seq %d but %s records seq %d as acknowledged",
 		e.Head, MarkerFile, e.Acknowledged)
+	if e.Acknowledged == 0 {
+		msg = fmt.Sprintf("eventlog: acknowledged events may be missing: the log ends at seq %d", e.Head)
+	}
 	if e.Reason != "" {
 		msg += "; " + e.Reason
 	}

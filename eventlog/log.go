@@ -156,23 +156,28 @@ func (l *Log) open() error {
 	if mkErr != nil && !mkFound {
 		return fmt.Errorf("eventlog: read %s: %w", MarkerFile, mkErr)
 	}
+	if mkFound && mkErr == nil {
+		l.mark = mk
+	}
 	// Pebble creates a database wherever it finds none. Where there was
 	// one (a marker, or Pebble's own files) a missing MANIFEST must be
 	// reported, not papered over with an empty log.
 	mustExist := l.readOnly || mkFound || hasPebbleFiles(o.FS, l.dir)
-	var cut *walDamage
-	db, err := l.openPebble(fs, mustExist)
-	if err != nil && o.AcceptDataLoss && !l.readOnly && pebble.IsCorruptionError(err) {
-		if cut, _ = scanWALs(o.FS, l.dir); cut != nil {
-			lost := o.FS.PathJoin(l.dir, "lost-"+strings.TrimSuffix(cut.file, ".log"))
-			o.Logger.Warn("eventlog: accepting data loss: cutting the WAL at its last good record",
-				"file", cut.file, "offset", cut.offset, "copy", lost, "err", cut.err)
-			if cerr := cutWALs(o.FS, l.dir, lost, cut); cerr != nil {
-				return fmt.Errorf("eventlog: cut damaged WAL %s: %w", cut.file, cerr)
-			}
-			db, err = l.openPebble(fs, mustExist)
+
+	// A writable open flushes what the WAL replays and deletes the WALs,
+	// so it would destroy the evidence of a damaged one. Look first,
+	// read-only: the head it recovers, compared with the marker.
+	var loss *DataLossError
+	if !l.readOnly && mustExist {
+		var err error
+		if loss, err = l.inspect(mk, mkFound, mkErr); err != nil {
+			return err
+		}
+		if loss != nil && !o.AcceptDataLoss {
+			return loss
 		}
 	}
+	db, err := l.openPebble(fs, mustExist)
 	if err != nil {
 		return l.openError(err, mkFound)
 	}
@@ -185,7 +190,81 @@ func (l *Log) open() error {
 		return err
 	}
 	l.head.Store(head)
-	return l.checkMarker(head, mk, mkFound, mkErr, cut)
+	expected, err := l.hasMarkerKey()
+	if err != nil {
+		return err
+	}
+	if l.readOnly {
+		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, nil, o.FS, l.dir)
+		return nil
+	}
+	if loss != nil {
+		l.loss = loss
+		o.Logger.Warn("eventlog: accepting data loss", "err", loss)
+	}
+	l.mark = marker{head: head, reserved: max(l.mark.reserved, head)}
+	if loss != nil {
+		l.mark.reserved = max(l.mark.reserved, loss.Reserved)
+	}
+	if err := writeMarker(o.FS, l.dir, l.mark); err != nil {
+		return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
+	}
+	if !expected {
+		b := l.db.NewBatch()
+		defer b.Close()
+		b.Set(markerKey, []byte{1}, nil)
+		if err := l.applyBatch(b); err != nil {
+			return fmt.Errorf("eventlog: write marker key: %w", err)
+		}
+	}
+	return nil
+}
+
+// inspect opens the existing database read-only and compares the head it
+// recovers with the marker. With Options.AcceptDataLoss a WAL that Pebble
+// refuses (a corrupt chunk before synced data) is cut at its last good
+// record first.
+func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (*DataLossError, error) {
+	o := &l.opts
+	ro := readOnlyFS{FS: o.FS, dir: l.dir}
+	db, err := l.openPebbleRO(ro)
+	var cut *walDamage
+	if err != nil && o.AcceptDataLoss && pebble.IsCorruptionError(err) {
+		if cut, _ = scanWALs(o.FS, l.dir); cut != nil {
+			lost := o.FS.PathJoin(l.dir, "lost-"+strings.TrimSuffix(cut.file, ".log"))
+			o.Logger.Warn("eventlog: accepting data loss: cutting the WAL at its last good record",
+				"file", cut.file, "offset", cut.offset, "copy", lost, "err", cut.err)
+			if cerr := cutWALs(o.FS, l.dir, lost, cut); cerr != nil {
+				return nil, fmt.Errorf("eventlog: cut damaged WAL %s: %w", cut.file, cerr)
+			}
+			db, err = l.openPebbleRO(ro)
+		}
+	}
+	if err != nil {
+		return nil, l.openError(err, mkFound)
+	}
+	l.db = db
+	defer func() {
+		db.Close()
+		l.db = nil
+	}()
+	head, err := l.loadHead()
+	if err != nil {
+		return nil, err
+	}
+	expected, err := l.hasMarkerKey()
+	if err != nil {
+		return nil, err
+	}
+	return assessLoss(head, mk, mkFound, mkErr, expected, cut, o.FS, l.dir), nil
+}
+
+func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
+	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
+	po.Lock = l.lock
+	po.ReadOnly = true
+	po.ErrorIfNotExists = true
+	return pebble.Open(l.dir, po)
 }
 
 func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
@@ -222,6 +301,12 @@ func (l *Log) openError(err error, mkFound bool) error {
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return &CorruptionError{File: "marker.manifest", Offset: -1, Reason: "Pebble's pointer to its MANIFEST is missing " +
 			"while the directory holds a log (" + MarkerFile + ", tables or WALs): the database cannot be found"}
+	case strings.Contains(err.Error(), "unknown to the objstorage provider"):
+		// The MANIFEST lists a table that is not there: the MANIFEST is
+		// damaged (a flipped byte can still checksum as another record
+		// boundary) or the table was deleted.
+		return &CorruptionError{File: currentManifest(l.opts.FS, l.dir), Offset: -1,
+			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableOf(err.Error())}
 	case errors.Is(err, os.ErrNotExist) && strings.Contains(err.Error(), "MANIFEST"):
 		return &CorruptionError{File: manifestName(err.Error()), Offset: -1,
 			Reason: "the MANIFEST (the list of the database's files) is missing"}
@@ -239,6 +324,28 @@ func (l *Log) openError(err error, mkFound bool) error {
 	return fmt.Errorf("eventlog: open %s: %w", l.dir, err)
 }
 
+// currentManifest is the MANIFEST Pebble's marker points to, or "MANIFEST".
+func currentManifest(fs vfs.FS, dir string) string {
+	names, _ := fs.List(dir)
+	for _, n := range names {
+		if strings.HasPrefix(n, "marker.manifest.") {
+			return manifestName(n)
+		}
+	}
+	return "MANIFEST"
+}
+
+// tableOf names the table in Pebble's "file 000005 (type sstable)".
+func tableOf(msg string) string {
+	var num string
+	if i := strings.Index(msg, "file "); i >= 0 {
+		if _, err := fmt.Sscanf(msg[i:], "file %s", &num); err == nil {
+			return num + ".sst"
+		}
+	}
+	return "a table"
+}
+
 func manifestName(msg string) string {
 	if i := strings.Index(msg, "MANIFEST-"); i >= 0 {
 		j := i + len("MANIFEST-")
@@ -250,27 +357,29 @@ func manifestName(msg string) string {
 	return "MANIFEST"
 }
 
-// checkMarker compares the log's head with the head marker, then (unless
-// read-only) rewrites the marker for this run: not clean, reserving nothing
-// beyond what earlier runs reserved (the first commit reserves more).
-//
-// A head below the marker's means acknowledged events are gone (a damaged
-// last WAL block, a deleted WAL): Open refuses with a *DataLossError unless
-// Options.AcceptDataLoss. Read-only opens record it for Verify instead.
-func (l *Log) checkMarker(head uint64, mk marker, mkFound bool, mkErr error, cut *walDamage) error {
-	o := &l.opts
-	expected := false
-	if _, closer, err := l.db.Get(markerKey); err == nil {
+func (l *Log) hasMarkerKey() (bool, error) {
+	_, closer, err := l.db.Get(markerKey)
+	if err == nil {
 		closer.Close()
-		expected = true
-	} else if !errors.Is(err, pebble.ErrNotFound) {
-		return fmt.Errorf("eventlog: read marker key: %w", err)
+		return true, nil
 	}
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	return false, fmt.Errorf("eventlog: read marker key: %w", err)
+}
+
+// assessLoss compares the head a log recovered with its head marker. A head
+// below the marker's means acknowledged events are gone (a damaged last WAL
+// block, a deleted WAL); a marker that the log says was written but that is
+// missing or unreadable means nobody can tell. cut is the WAL cut by
+// AcceptDataLoss, if any. The result locates the damage for the operator.
+func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
 	var loss *DataLossError
 	switch {
 	case mkFound && mkErr == nil && head < mk.head:
 		loss = &DataLossError{Head: head, Acknowledged: mk.head, Reserved: mk.reserved, Offset: -1}
-		switch d, _ := scanWALs(o.FS, l.dir); {
+		switch d, _ := scanWALs(fs, dir); {
 		case cut != nil:
 			loss.File, loss.Offset = cut.file, cut.offset
 			loss.Reason = fmt.Sprintf("WAL %s was cut at offset %d (%v)", cut.file, cut.offset, cut.err)
@@ -279,7 +388,7 @@ func (l *Log) checkMarker(head uint64, mk marker, mkFound bool, mkErr error, cut
 			loss.Reason = fmt.Sprintf("WAL %s reads back only up to offset %d (%v)", d.file, d.offset, d.err)
 		default:
 			loss.Reason = "every WAL reads back to its end, so a WAL file is missing (deleted?)"
-			if n := newestWAL(o.FS, l.dir); n != "" {
+			if n := newestWAL(fs, dir); n != "" {
 				loss.Reason += "; the newest present is " + n
 			}
 		}
@@ -295,39 +404,7 @@ func (l *Log) checkMarker(head uint64, mk marker, mkFound bool, mkErr error, cut
 		loss = &DataLossError{Head: head, Reserved: head, File: cut.file, Offset: cut.offset,
 			Reason: fmt.Sprintf("WAL %s was cut at offset %d (%v)", cut.file, cut.offset, cut.err)}
 	}
-	if mkFound && mkErr == nil {
-		l.mark = mk
-	}
-	if loss != nil {
-		switch {
-		case l.readOnly:
-			l.loss = loss
-		case !o.AcceptDataLoss:
-			return loss
-		default:
-			l.loss = loss
-			o.Logger.Warn("eventlog: accepting data loss", "err", loss)
-		}
-	}
-	if l.readOnly {
-		return nil
-	}
-	l.mark = marker{head: head, reserved: max(l.mark.reserved, head)}
-	if l.loss != nil {
-		l.mark.reserved = max(l.mark.reserved, l.loss.Reserved)
-	}
-	if err := writeMarker(o.FS, l.dir, l.mark); err != nil {
-		return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
-	}
-	if !expected {
-		b := l.db.NewBatch()
-		defer b.Close()
-		b.Set(markerKey, []byte{1}, nil)
-		if err := l.applyBatch(b); err != nil {
-			return fmt.Errorf("eventlog: write marker key: %w", err)
-		}
-	}
-	return nil
+	return loss
 }
 
 func (l *Log) lockError(err error) error {

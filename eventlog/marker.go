@@ -44,7 +44,7 @@ const (
 	// sequences, so that it is rewritten once per reserveStep events, not
 	// per commit. It is also the most a crash can leave the marker's head
 	// behind the acknowledged head.
-	reserveStep = 4096
+	reserveStep = 1024
 )
 
 // markerKey is the meta key that says a marker was written for this log, so
