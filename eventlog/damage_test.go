@@ -297,7 +297,8 @@ func TestCorruptTable(t *testing.T) {
 	for it.Next() {
 		n++
 	}
-	if err := it.Close(); err == nil || n >= len(acked) {
+	var ce *CorruptionError
+	if err := it.Close(); !errors.As(err, &ce) || ce.File != sst || n >= len(acked) {
 		t.Fatalf("scan over a corrupt table read %d events, err %v", n, err)
 	}
 	rep, err := l.Verify(context.Background())
@@ -308,7 +309,6 @@ func TestCorruptTable(t *testing.T) {
 	if p.File != sst || p.Offset < 0 {
 		t.Fatalf("problem %+v, want file %s with a block offset", p, sst)
 	}
-	var ce *CorruptionError
 	if h := l.Health(); !errors.As(h, &ce) || ce.File != sst {
 		t.Fatalf("Health: %v", h)
 	}

@@ -74,7 +74,7 @@ func (it *Iterator) Next() bool {
 	}
 	if !ok {
 		if err := it.it.Error(); err != nil {
-			it.err = fmt.Errorf("eventlog: read: %w", err)
+			it.err = readError(0, err)
 		} else if it.kind == iterScan && ((it.dir == Forward && it.next <= it.head) || (it.dir == Backward && it.next >= 1)) {
 			// The bounds say every seq from 1 to head exists: running out
 			// early is corruption, not the end of the log.
@@ -114,7 +114,7 @@ func (it *Iterator) scanStep() error {
 	}
 	v, err := it.it.ValueAndErr()
 	if err != nil {
-		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		return readError(seq, err)
 	}
 	return decodeAt(v, seq, &it.ev)
 }
@@ -169,13 +169,13 @@ func (it *Iterator) fetch(seq uint64) error {
 	it.key = appendEventKey(it.key[:0], seq)
 	if !it.data.SeekGE(it.key) || !bytes.Equal(it.data.Key(), it.key) {
 		if err := it.data.Error(); err != nil {
-			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+			return readError(seq, err)
 		}
 		return corruptSeq(seq, "indexed record missing")
 	}
 	v, err := it.data.ValueAndErr()
 	if err != nil {
-		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		return readError(seq, err)
 	}
 	return decodeAt(v, seq, &it.ev)
 }
@@ -427,7 +427,7 @@ func (l *Log) getSeq(key []byte) (uint64, error) {
 		return 0, ErrNotFound
 	}
 	if err != nil {
-		return 0, err
+		return 0, readError(0, err)
 	}
 	defer closer.Close()
 	seq, ok := DecodeSeqValue(v)
@@ -443,7 +443,7 @@ func (l *Log) readEvent(seq uint64) (Event, error) {
 		return Event{}, corruptSeq(seq, "indexed record missing")
 	}
 	if err != nil {
-		return Event{}, err
+		return Event{}, readError(seq, err)
 	}
 	defer closer.Close()
 	var ev Event
@@ -453,4 +453,18 @@ func (l *Log) readEvent(seq uint64) (Event, error) {
 
 func beyondHead(from, head uint64) error {
 	return fmt.Errorf("%w: asked to start at seq %d, the log ends at %d", ErrBeyondHead, from, head)
+}
+
+// readError wraps a Pebble read error. Corruption Pebble found in a file (a
+// bad sstable block) becomes a *CorruptionError naming the file and block,
+// so that callers match it with IsCorruption and never see a host path.
+func readError(seq uint64, err error) error {
+	if !pebble.IsCorruptionError(err) {
+		if seq != 0 {
+			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		}
+		return fmt.Errorf("eventlog: read: %w", err)
+	}
+	p := pebbleProblem(err)
+	return &CorruptionError{Seq: seq, File: p.File, Offset: p.Offset, Reason: p.Reason}
 }
