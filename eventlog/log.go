@@ -297,7 +297,8 @@ func (l *Log) openError(err error, mkFound bool) error {
 	case l.readOnly && isLockConflict(err):
 		return l.lockError(err)
 	case errors.Is(err, pebble.ErrDBDoesNotExist) && !mkFound && !hasPebbleFiles(l.opts.FS, l.dir):
-		return fmt.Errorf("%w: %s holds no Pegasus log", ErrFormat, l.dir)
+		// The caller names the directory.
+		return fmt.Errorf("%w: no Pegasus log in it", ErrFormat)
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return &CorruptionError{File: "marker.manifest", Offset: -1, Reason: "Pebble's pointer to its MANIFEST is missing " +
 			"while the directory holds a log (" + MarkerFile + ", tables or WALs): the database cannot be found"}

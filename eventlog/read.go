@@ -74,7 +74,11 @@ func (it *Iterator) Next() bool {
 	}
 	if !ok {
 		if err := it.it.Error(); err != nil {
-			it.err = readError(0, err)
+			var at uint64
+			if it.kind == iterScan {
+				at = it.next // the record it could not reach
+			}
+			it.err = readError(at, err)
 		} else if it.kind == iterScan && ((it.dir == Forward && it.next <= it.head) || (it.dir == Backward && it.next >= 1)) {
 			// The bounds say every seq from 1 to head exists: running out
 			// early is corruption, not the end of the log.

@@ -46,7 +46,7 @@ func isPebbleCorruption(err error) bool { return pebble.IsCorruptionError(err) }
 // file ("000010.sst") and Pebble's description (block offset and checksum);
 // never a host path.
 func pebbleProblem(err error) Problem {
-	msg := err.Error()
+	msg, _, _ := strings.Cut(err.Error(), "\n") // Pebble appends detail lines
 	p := Problem{Offset: -1, Reason: msg}
 	// Pebble says "pebble: file 000010: block 850/420: ...".
 	if i := strings.Index(msg, "file "); i >= 0 {
