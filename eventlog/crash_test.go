@@ -306,3 +306,35 @@ func TestInjectedStorageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenOnFullDisk opens an existing log while every write fails with
+// ENOSPC, as a restart on a still-full disk does: Open fails with the
+// cause (the daemon exits non-zero and its supervisor retries), nothing
+// panics, and once space is back the log opens with every event.
+func TestOpenOnFullDisk(t *testing.T) {
+	mem := vfs.NewMem()
+	l := mustOpen(t, "db", testOptions(mem))
+	for i := range 20 {
+		mustAppend(t, l, "s", Any, ev("E", fmt.Sprint(i)))
+	}
+	closeLog(t, l)
+	full := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData ||
+			op.Kind == errorfs.OpCreate {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	if l, err := Open("db", testOptions(full)); err == nil {
+		l.Close()
+		t.Fatal("Open on a full disk succeeded")
+	} else if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Open on a full disk: %v, want the ENOSPC", err)
+	}
+	l = mustOpen(t, "db", testOptions(mem))
+	defer closeLog(t, l)
+	if l.Head() != 20 {
+		t.Fatalf("head %d after the disk came back", l.Head())
+	}
+	mustVerify(t, l)
+}

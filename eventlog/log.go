@@ -488,16 +488,33 @@ func (l *Log) loadHead() (uint64, error) {
 // applyBatch commits b with a WAL fsync. A Pebble fatal error (which Pebble
 // reports by calling Logger.Fatalf, see pebbleLogger) is turned into an error.
 func (l *Log) applyBatch(b *pebble.Batch) (err error) {
+	defer recoverFatal(&err)
+	return b.Commit(pebble.Sync)
+}
+
+// recoverFatal turns the panic of pebbleLogger.Fatalf in a commit into an
+// error in *err. Other panics go on.
+func recoverFatal(err *error) {
+	if r := recover(); r != nil {
+		fe, ok := r.(fatalError)
+		if !ok {
+			panic(r)
+		}
+		*err = fe
+	}
+}
+
+// checkpoint is Pebble's Checkpoint, which commits (it flushes the WAL with
+// a synced empty batch): a failed commit poisons the log.
+func (l *Log) checkpoint(dir string) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			fe, ok := r.(fatalError)
-			if !ok {
-				panic(r)
-			}
-			err = fe
+		var fe fatalError
+		if errors.As(err, &fe) {
+			err = l.poison(fe)
 		}
 	}()
-	return b.Commit(pebble.Sync)
+	defer recoverFatal(&err)
+	return l.db.Checkpoint(dir, pebble.WithFlushedWAL())
 }
 
 // poison records the first commit failure. Every later write fails with it.
@@ -605,7 +622,7 @@ func (l *Log) Checkpoint(dir string) error {
 		return ErrClosed
 	}
 	head := l.Head()
-	if err := l.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+	if err := l.checkpoint(dir); err != nil {
 		return fmt.Errorf("eventlog: checkpoint to %s: %w", dir, err)
 	}
 	// The copy holds at least every event acknowledged before the call;
