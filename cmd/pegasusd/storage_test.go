@@ -138,3 +138,66 @@ func TestDamagedLogAtStart(t *testing.T) {
 		t.Fatalf("readyz after an accepted loss: %d %s", r.status, r.body)
 	}
 }
+
+// TestCorruptTableAtStart flips a byte in a table of a stopped daemon's
+// log. The daemon never panics: either recovery reads the bad block and
+// start refuses with a corruption error naming the table, or it starts
+// and the reads that reach the block fail with 503 while /readyz reports
+// the corruption.
+func TestCorruptTableAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	for range 5 {
+		td.waitTask(td.submit("some work"))
+	}
+	if err := td.d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	td.d = nil
+	// A second run flushes the first run's WAL into a table.
+	td = startDaemon(t, cfg)
+	if err := td.d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	td.d = nil
+	names, err := os.ReadDir(cfg.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sst string
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), ".sst") && sst == "" {
+			sst = n.Name()
+		}
+	}
+	if sst == "" {
+		t.Fatalf("no table in %v", names)
+	}
+	p := filepath.Join(cfg.dataDir, sst)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[60] ^= 0x10
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), strings.TrimSuffix(sst, ".sst")) {
+			t.Fatalf("start on a corrupt table: %v", err)
+		}
+		t.Logf("refused: %v", err)
+		return
+	}
+	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
+	t.Cleanup(func() { d.shutdown() })
+	r := td.do("GET", "/v1/events?after_seq=0&limit=1000", "")
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) {
+		t.Fatalf("reading the corrupt table: %d %.300s", r.status, r.body)
+	}
+	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
+		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
+	}
+}
