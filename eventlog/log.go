@@ -51,8 +51,10 @@ type Log struct {
 	// mark is the head marker as last written (committer-owned after
 	// Open); loss is what Open found missing (read-only) or accepted
 	// (Options.AcceptDataLoss).
-	mark marker
-	loss *DataLossError
+	mark      marker
+	markAt    time.Time     // when mark was written
+	markEvery time.Duration // markerInterval; tests shorten it
+	loss      *DataLossError
 
 	// Committer-owned state.
 	versions map[string]uint64 // committed stream versions (a bounded cache)
@@ -96,6 +98,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		iters:         map[*Iterator]struct{}{},
 		versions:      map[string]uint64{},
 		failedCh:      make(chan struct{}),
+		markEvery:     markerInterval,
 	}
 	if mr, ok := o.Entropy.(ulid.MonotonicReader); ok {
 		l.entropy = mr
@@ -209,6 +212,7 @@ func (l *Log) open() error {
 	if err := writeMarker(o.FS, l.dir, l.mark); err != nil {
 		return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
 	}
+	l.markAt = time.Now()
 	if !expected {
 		b := l.db.NewBatch()
 		defer b.Close()
