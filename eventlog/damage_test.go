@@ -59,8 +59,12 @@ func files(t *testing.T, fs vfs.FS, pred func(string) bool) []string {
 	return out
 }
 
-func suffix(s string) func(string) bool { return func(n string) bool { return strings.HasSuffix(n, s) } }
-func prefix(s string) func(string) bool { return func(n string) bool { return strings.HasPrefix(n, s) } }
+func suffix(s string) func(string) bool {
+	return func(n string) bool { return strings.HasSuffix(n, s) }
+}
+func prefix(s string) func(string) bool {
+	return func(n string) bool { return strings.HasPrefix(n, s) }
+}
 
 func last(names []string) string { return names[len(names)-1] }
 
@@ -188,9 +192,9 @@ func wantAccepted(t *testing.T, fs vfs.FS, acked []Event) {
 func TestDamagedDirectory(t *testing.T) {
 	type outcome int
 	const (
-		refuse outcome = iota // precise refusal; AcceptDataLoss recovers a prefix
-		intact                // opens with everything acknowledged
-		eitherWay             // refuses naming the file, or opens intact
+		refuse    outcome = iota // precise refusal; AcceptDataLoss recovers a prefix
+		intact                   // opens with everything acknowledged
+		eitherWay                // refuses naming the file, or opens intact
 	)
 	cases := []struct {
 		name   string

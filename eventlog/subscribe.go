@@ -5,7 +5,6 @@ import (
 	"sync"
 )
 
-
 // Subscription delivers the log's events in seq order from a starting
 // sequence: first from the log (catch-up), then live as groups commit. It
 // never skips or repeats an event.
