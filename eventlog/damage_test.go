@@ -398,3 +398,42 @@ func TestMarkerAfterCrash(t *testing.T) {
 		t.Fatalf("Open after a crash and a lost WAL: %v", err)
 	}
 }
+
+// TestRestoreCheckpointKeepingMarker is the restore procedure of
+// docs/operations.md: the checkpoint's files with the damaged directory's
+// head marker. Open sees the events after the checkpoint as lost, and
+// AcceptDataLoss continues after every sequence the original handed out.
+func TestRestoreCheckpointKeepingMarker(t *testing.T) {
+	fs := vfs.NewMem()
+	l := mustOpen(t, "db", testOptions(fs))
+	for i := range 10 {
+		mustAppend(t, l, "s", Any, ev("E", fmt.Sprint(i)))
+	}
+	if err := l.Checkpoint("ckpt"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		mustAppend(t, l, "s", Any, ev("LATER", fmt.Sprint(i)))
+	}
+	closeLog(t, l)
+	orig, _, err := readMarker(fs, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMarker(fs, "ckpt", orig); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open("ckpt", testOptions(fs))
+	var dl *DataLossError
+	if !errors.As(err, &dl) || dl.Head != 10 || dl.Acknowledged != 20 {
+		t.Fatalf("Open of the restored copy: %v", err)
+	}
+	o := testOptions(fs)
+	o.AcceptDataLoss = true
+	l = mustOpen(t, "ckpt", o)
+	defer closeLog(t, l)
+	if l.Head() <= orig.reserved {
+		t.Fatalf("head %d after the restore, the original reserved up to %d", l.Head(), orig.reserved)
+	}
+	mustVerify(t, l)
+}
