@@ -17,6 +17,11 @@
 //     it survives restarts.
 //   - Fail-stop. If a synced commit fails, its outcome is unknown, so the log
 //     is poisoned: every later write returns ErrFailed. Reads continue.
+//     Health and Failed report it.
+//   - No silent loss. A head marker file (PEGASUS-HEAD) records the
+//     acknowledged head and bounds every sequence handed out; Open refuses a
+//     log that recovers to a lower head (ErrDataLoss) unless told to accept
+//     the loss, which then never reuses a sequence. See docs/format.md.
 //   - Checked reads. Every record carries a CRC32C that is verified on every
 //     read; corrupt or missing records are reported with their position
 //     (IsCorruption), never skipped.
@@ -35,6 +40,7 @@
 //	'e' | seq (8)                                   record          the log
 //	'i' | ULID (16)                                 seq (8)         id index
 //	'm' | "format"                                  version (4)     format version (1)
+//	'm' | "marker"                                  01              a head marker exists
 //	's' | stream (1..256, no 0x00) | 0x00 | ver (8) seq (8)         stream index
 //	'x' | aux key                                   aux value       read models (WriteAux)
 //
@@ -82,5 +88,8 @@
 // If a commit fails, Pebble reports it through Logger.Fatalf; the log's
 // Pebble logger panics with a private value that the committer recovers
 // into an error, and the log is poisoned (ErrFailed) instead of the process
-// exiting or, worse, the commit being taken as done.
+// exiting or, worse, the commit being taken as done. Every other Fatalf
+// (a MANIFEST write in a background flush) poisons the log and returns, and
+// Pebble's corruption reports go to an event listener instead of Fatalf, so
+// no Pebble goroutine ever takes the process down.
 package eventlog

@@ -42,6 +42,17 @@ var (
 		"open a checkpoint copy (Log.Checkpoint) or talk to the running daemon (--server)")
 	// ErrCorruption is the sentinel every *CorruptionError unwraps to.
 	ErrCorruption = errors.New("eventlog: corruption")
+	// ErrDataLoss is returned by Open when events that were acknowledged
+	// are missing: the log ends before the head that the head marker
+	// (MarkerFile) recorded, or the database itself is gone while the marker
+	// is not. The concrete error is a *DataLossError; it also matches
+	// ErrCorruption. Options.AcceptDataLoss opens such a log anyway.
+	ErrDataLoss = errors.New("eventlog: acknowledged events are missing")
+	// ErrBeyondHead is returned by Scan (forward) and Subscription.Next when
+	// asked to start after the head plus one: the caller has seen a sequence
+	// this log does not hold (it resumes from a position of another log, or
+	// of this log before data was lost). Resuming silently would skip events.
+	ErrBeyondHead = errors.New("eventlog: position is beyond the head of the log")
 )
 
 // ConflictError reports an expected-version mismatch. It unwraps to
@@ -69,12 +80,23 @@ type CorruptionError struct {
 	Seq uint64
 	// Key is the raw Pebble key involved, if any.
 	Key []byte
+	// File is the name (not the path) of the damaged file in the data
+	// directory, when the damage was found in a file rather than a record:
+	// a WAL ("000012.log"), an sstable, a MANIFEST, the head marker.
+	File string
+	// Offset is the byte offset in File where the damage starts, or -1 when
+	// unknown. Meaningful only with File.
+	Offset int64
 	// Reason says what is wrong.
 	Reason string
 }
 
 func (e *CorruptionError) Error() string {
 	switch {
+	case e.File != "" && e.Offset >= 0:
+		return fmt.Sprintf("eventlog: corruption in %s at offset %d: %s", e.File, e.Offset, e.Reason)
+	case e.File != "":
+		return fmt.Sprintf("eventlog: corruption in %s: %s", e.File, e.Reason)
 	case e.Seq != 0:
 		return fmt.Sprintf("eventlog: corruption at seq %d: %s", e.Seq, e.Reason)
 	case e.Key != nil:
@@ -87,6 +109,47 @@ func (e *CorruptionError) Error() string {
 // Unwrap returns ErrCorruption.
 func (e *CorruptionError) Unwrap() error { return ErrCorruption }
 
+// DataLossError reports acknowledged events missing from the log at Open. It
+// unwraps to ErrDataLoss and ErrCorruption.
+type DataLossError struct {
+	// Head is the last sequence the log holds.
+	Head uint64
+	// Acknowledged is the head the marker recorded as acknowledged; every
+	// sequence in (Head, Acknowledged] is lost.
+	Acknowledged uint64
+	// Reserved bounds every sequence the log may have handed out. With
+	// Options.AcceptDataLoss the log continues after it, so that no
+	// sequence is ever reused.
+	Reserved uint64
+	// File and Offset name the first damage found in the directory (a
+	// WAL's last good offset, a missing MANIFEST), when one was found;
+	// File is "" when the damage could not be located (a deleted WAL).
+	File   string
+	Offset int64
+	// Reason says what was found.
+	Reason string
+}
+
+func (e *DataLossError) Error() string {
+	msg := fmt.Sprintf("eventlog: acknowledged events are missing: the log ends at seq %d but %s records seq %d as acknowledged",
+		e.Head, MarkerFile, e.Acknowledged)
+	if e.Acknowledged == 0 {
+		msg = fmt.Sprintf("eventlog: acknowledged events may be missing: the log ends at seq %d", e.Head)
+	}
+	if e.Reason != "" {
+		msg += "; " + e.Reason
+	}
+	if e.File != "" && e.Offset >= 0 {
+		msg += fmt.Sprintf(" (first damage: %s at offset %d)", e.File, e.Offset)
+	} else if e.File != "" {
+		msg += fmt.Sprintf(" (first damage: %s)", e.File)
+	}
+	return msg
+}
+
+// Unwrap returns ErrDataLoss and ErrCorruption.
+func (e *DataLossError) Unwrap() []error { return []error{ErrDataLoss, ErrCorruption} }
+
 // IsCorruption reports whether err marks corrupt data.
 func IsCorruption(err error) bool { return errors.Is(err, ErrCorruption) }
 
@@ -95,9 +158,9 @@ func invalidf(format string, args ...any) error {
 }
 
 func corruptSeq(seq uint64, format string, args ...any) error {
-	return &CorruptionError{Seq: seq, Reason: fmt.Sprintf(format, args...)}
+	return &CorruptionError{Seq: seq, Offset: -1, Reason: fmt.Sprintf(format, args...)}
 }
 
 func corruptKey(key []byte, format string, args ...any) error {
-	return &CorruptionError{Key: append([]byte(nil), key...), Reason: fmt.Sprintf(format, args...)}
+	return &CorruptionError{Key: append([]byte(nil), key...), Offset: -1, Reason: fmt.Sprintf(format, args...)}
 }

@@ -200,3 +200,47 @@ func ExampleLog_Checkpoint() {
 	// 1 <nil>
 	// true
 }
+
+// A consumer resumes after the last sequence it saw. If that is beyond this
+// log's head (it saw events of another log, or of this one before a
+// restore), the log says so instead of waiting and silently skipping the
+// events in between.
+func ExampleLog_Subscribe_beyondHead() {
+	ctx := context.Background()
+	l, err := eventlog.Open("data", exampleOptions())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.Append(ctx, "s", eventlog.Any, eventlog.Event{Type: "E"}); err != nil {
+		log.Fatal(err)
+	}
+	lastSeen := uint64(7) // e.g. SSE Last-Event-ID
+	_, err = l.Subscribe(ctx, lastSeen+1).Next(ctx)
+	fmt.Println(errors.Is(err, eventlog.ErrBeyondHead))
+	fmt.Println(err)
+	// Output:
+	// true
+	// eventlog: position is beyond the head of the log: asked to start at seq 8, the log ends at 1
+}
+
+// Health turns non-nil as soon as the log refuses writes (a failed commit,
+// a full disk) or has found corruption; a daemon's readiness probe reports
+// it, and Failed lets it react at once.
+func ExampleLog_Health() {
+	l, err := eventlog.Open("data", exampleOptions())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	fmt.Println(l.Health())
+	select {
+	case <-l.Failed():
+		fmt.Println("refusing writes")
+	default:
+		fmt.Println("taking writes")
+	}
+	// Output:
+	// <nil>
+	// taking writes
+}

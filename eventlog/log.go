@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +40,21 @@ type Log struct {
 	closeMu       sync.RWMutex
 	closing       bool
 	committerDone chan struct{}
-	// failed holds the error that poisoned the log, if any.
-	failed atomic.Pointer[error]
+	// failed holds the error that poisoned the log, if any; failedCh is
+	// closed when it is set.
+	failed   atomic.Pointer[error]
+	failedCh chan struct{}
+	// corrupt holds the first corruption Pebble found in a file while
+	// running (a bad sstable block), if any.
+	corrupt atomic.Pointer[error]
+
+	// mark is the head marker as last written (committer-owned after
+	// Open); loss is what Open found missing (read-only) or accepted
+	// (Options.AcceptDataLoss).
+	mark      marker
+	markAt    time.Time     // when mark was written
+	markEvery time.Duration // markerInterval; tests shorten it
+	loss      *DataLossError
 
 	// Committer-owned state.
 	versions map[string]uint64 // committed stream versions (a bounded cache)
@@ -82,6 +97,8 @@ func Open(dir string, opts *Options) (*Log, error) {
 		subs:          map[*Subscription]struct{}{},
 		iters:         map[*Iterator]struct{}{},
 		versions:      map[string]uint64{},
+		failedCh:      make(chan struct{}),
+		markEvery:     markerInterval,
 	}
 	if mr, ok := o.Entropy.(ulid.MonotonicReader); ok {
 		l.entropy = mr
@@ -105,6 +122,12 @@ func Open(dir string, opts *Options) (*Log, error) {
 		go l.commitLoop()
 	} else {
 		close(l.committerDone)
+	}
+	if l.loss != nil && !l.readOnly {
+		if err := l.recordLoss(); err != nil {
+			l.Close()
+			return nil, err
+		}
 	}
 	return l, nil
 }
@@ -132,17 +155,34 @@ func (l *Log) open() error {
 		}
 		l.lock = lock
 	}
-	po := o.pebbleOptions(fs)
-	po.Lock = l.lock
-	if l.readOnly {
-		po.ErrorIfNotExists = true
+	mk, mkFound, mkErr := readMarker(o.FS, l.dir)
+	if mkErr != nil && !mkFound {
+		return fmt.Errorf("eventlog: read %s: %w", MarkerFile, mkErr)
 	}
-	db, err := pebble.Open(l.dir, po)
-	if err != nil {
-		if l.readOnly && isLockConflict(err) {
-			return l.lockError(err)
+	if mkFound && mkErr == nil {
+		l.mark = mk
+	}
+	// Pebble creates a database wherever it finds none. Where there was
+	// one (a marker, or Pebble's own files) a missing MANIFEST must be
+	// reported, not papered over with an empty log.
+	mustExist := l.readOnly || mkFound || hasPebbleFiles(o.FS, l.dir)
+
+	// A writable open flushes what the WAL replays and deletes the WALs,
+	// so it would destroy the evidence of a damaged one. Look first,
+	// read-only: the head it recovers, compared with the marker.
+	var loss *DataLossError
+	if !l.readOnly && mustExist {
+		var err error
+		if loss, err = l.inspect(mk, mkFound, mkErr); err != nil {
+			return err
 		}
-		return fmt.Errorf("eventlog: open %s: %w", l.dir, err)
+		if loss != nil && !o.AcceptDataLoss {
+			return loss
+		}
+	}
+	db, err := l.openPebble(fs, mustExist)
+	if err != nil {
+		return l.openError(err, mkFound)
 	}
 	l.db = db
 	if err := l.checkFormat(); err != nil {
@@ -153,7 +193,223 @@ func (l *Log) open() error {
 		return err
 	}
 	l.head.Store(head)
+	expected, err := l.hasMarkerKey()
+	if err != nil {
+		return err
+	}
+	if l.readOnly {
+		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, nil, o.FS, l.dir)
+		return nil
+	}
+	if loss != nil {
+		l.loss = loss
+		o.Logger.Warn("eventlog: accepting data loss", "err", loss)
+	}
+	l.mark = marker{head: head, reserved: max(l.mark.reserved, head)}
+	if loss != nil {
+		l.mark.reserved = max(l.mark.reserved, loss.Reserved)
+	}
+	if err := writeMarker(o.FS, l.dir, l.mark); err != nil {
+		return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
+	}
+	l.markAt = time.Now()
+	if !expected {
+		b := l.db.NewBatch()
+		defer b.Close()
+		b.Set(markerKey, []byte{1}, nil)
+		if err := l.applyBatch(b); err != nil {
+			return fmt.Errorf("eventlog: write marker key: %w", err)
+		}
+	}
 	return nil
+}
+
+// inspect opens the existing database read-only and compares the head it
+// recovers with the marker. With Options.AcceptDataLoss a WAL that Pebble
+// refuses (a corrupt chunk before synced data) is cut at its last good
+// record first.
+func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (*DataLossError, error) {
+	o := &l.opts
+	ro := readOnlyFS{FS: o.FS, dir: l.dir}
+	db, err := l.openPebbleRO(ro)
+	var cut *walDamage
+	if err != nil && o.AcceptDataLoss && pebble.IsCorruptionError(err) {
+		if cut, _ = scanWALs(o.FS, l.dir); cut != nil {
+			lost := o.FS.PathJoin(l.dir, "lost-"+strings.TrimSuffix(cut.file, ".log"))
+			o.Logger.Warn("eventlog: accepting data loss: cutting the WAL at its last good record",
+				"file", cut.file, "offset", cut.offset, "copy", lost, "err", cut.err)
+			if cerr := cutWALs(o.FS, l.dir, lost, cut); cerr != nil {
+				return nil, fmt.Errorf("eventlog: cut damaged WAL %s: %w", cut.file, cerr)
+			}
+			db, err = l.openPebbleRO(ro)
+		}
+	}
+	if err != nil {
+		return nil, l.openError(err, mkFound)
+	}
+	l.db = db
+	defer func() {
+		db.Close()
+		l.db = nil
+	}()
+	head, err := l.loadHead()
+	if err != nil {
+		return nil, err
+	}
+	expected, err := l.hasMarkerKey()
+	if err != nil {
+		return nil, err
+	}
+	return assessLoss(head, mk, mkFound, mkErr, expected, cut, o.FS, l.dir), nil
+}
+
+func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
+	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
+	po.Lock = l.lock
+	po.ReadOnly = true
+	po.ErrorIfNotExists = true
+	return pebble.Open(l.dir, po)
+}
+
+func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
+	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
+	po.Lock = l.lock
+	po.ErrorIfNotExists = mustExist
+	return pebble.Open(l.dir, po)
+}
+
+// hasPebbleFiles reports whether dir holds files only a Pebble database
+// leaves (tables, WALs, MANIFESTs).
+func hasPebbleFiles(fs vfs.FS, dir string) bool {
+	names, err := fs.List(dir)
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".log") || strings.HasPrefix(n, "MANIFEST-") {
+			return true
+		}
+	}
+	return false
+}
+
+// openError translates Pebble's refusal to open into eventlog's errors, so
+// that no caller needs to import Pebble. Messages name files, never the
+// directory's path beyond what the caller passed.
+func (l *Log) openError(err error, mkFound bool) error {
+	switch {
+	case l.readOnly && isLockConflict(err):
+		return l.lockError(err)
+	case errors.Is(err, pebble.ErrDBDoesNotExist) && !mkFound && !hasPebbleFiles(l.opts.FS, l.dir):
+		// The caller names the directory.
+		return fmt.Errorf("%w: no Pegasus log in it", ErrFormat)
+	case errors.Is(err, pebble.ErrDBDoesNotExist):
+		return &CorruptionError{File: "marker.manifest", Offset: -1, Reason: "Pebble's pointer to its MANIFEST is missing " +
+			"while the directory holds a log (" + MarkerFile + ", tables or WALs): the database cannot be found"}
+	case strings.Contains(err.Error(), "unknown to the objstorage provider"):
+		// The MANIFEST lists a table that is not there: the MANIFEST is
+		// damaged (a flipped byte can still checksum as another record
+		// boundary) or the table was deleted.
+		return &CorruptionError{File: currentManifest(l.opts.FS, l.dir), Offset: -1,
+			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableOf(err.Error())}
+	case errors.Is(err, os.ErrNotExist) && strings.Contains(err.Error(), "MANIFEST"):
+		return &CorruptionError{File: manifestName(err.Error()), Offset: -1,
+			Reason: "the MANIFEST (the list of the database's files) is missing"}
+	case pebble.IsCorruptionError(err):
+		if d, _ := scanWALs(l.opts.FS, l.dir); d != nil {
+			return d.corruption("a WAL record does not read back before the end of the log: " +
+				"events after it, acknowledged or not, cannot be recovered")
+		}
+		ce := &CorruptionError{Offset: -1, Reason: err.Error()}
+		if strings.Contains(err.Error(), "MANIFEST") {
+			ce.File = manifestName(err.Error())
+		}
+		return ce
+	}
+	return fmt.Errorf("eventlog: open %s: %w", l.dir, err)
+}
+
+// currentManifest is the MANIFEST Pebble's marker points to, or "MANIFEST".
+func currentManifest(fs vfs.FS, dir string) string {
+	names, _ := fs.List(dir)
+	for _, n := range names {
+		if strings.HasPrefix(n, "marker.manifest.") {
+			return manifestName(n)
+		}
+	}
+	return "MANIFEST"
+}
+
+// tableOf names the table in Pebble's "file 000005 (type sstable)".
+func tableOf(msg string) string {
+	var num string
+	if i := strings.Index(msg, "file "); i >= 0 {
+		if _, err := fmt.Sscanf(msg[i:], "file %s", &num); err == nil {
+			return num + ".sst"
+		}
+	}
+	return "a table"
+}
+
+func manifestName(msg string) string {
+	if i := strings.Index(msg, "MANIFEST-"); i >= 0 {
+		j := i + len("MANIFEST-")
+		for j < len(msg) && msg[j] >= '0' && msg[j] <= '9' {
+			j++
+		}
+		return msg[i:j]
+	}
+	return "MANIFEST"
+}
+
+func (l *Log) hasMarkerKey() (bool, error) {
+	_, closer, err := l.db.Get(markerKey)
+	if err == nil {
+		closer.Close()
+		return true, nil
+	}
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	return false, fmt.Errorf("eventlog: read marker key: %w", err)
+}
+
+// assessLoss compares the head a log recovered with its head marker. A head
+// below the marker's means acknowledged events are gone (a damaged last WAL
+// block, a deleted WAL); a marker that the log says was written but that is
+// missing or unreadable means nobody can tell. cut is the WAL cut by
+// AcceptDataLoss, if any. The result locates the damage for the operator.
+func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
+	var loss *DataLossError
+	switch {
+	case mkFound && mkErr == nil && head < mk.head:
+		loss = &DataLossError{Head: head, Acknowledged: mk.head, Reserved: mk.reserved, Offset: -1}
+		switch d, _ := scanWALs(fs, dir); {
+		case cut != nil:
+			loss.File, loss.Offset = cut.file, cut.offset
+			loss.Reason = fmt.Sprintf("WAL %s was cut at offset %d (%v)", cut.file, cut.offset, cut.err)
+		case d != nil:
+			loss.File, loss.Offset = d.file, d.offset
+			loss.Reason = fmt.Sprintf("WAL %s reads back only up to offset %d (%v)", d.file, d.offset, d.err)
+		default:
+			loss.Reason = "every WAL reads back to its end, so a WAL file is missing (deleted?)"
+			if n := newestWAL(fs, dir); n != "" {
+				loss.Reason += "; the newest present is " + n
+			}
+		}
+	case mkFound && mkErr != nil:
+		loss = &DataLossError{Head: head, Reserved: head, Offset: -1, File: MarkerFile,
+			Reason: fmt.Sprintf("%s is unreadable (%v): how far the log was acknowledged is unknown", MarkerFile, mkErr)}
+	case !mkFound && expected:
+		loss = &DataLossError{Head: head, Reserved: head, Offset: -1, File: MarkerFile,
+			Reason: MarkerFile + " is missing: how far the log was acknowledged is unknown"}
+	case cut != nil:
+		// A cut without a marker (a directory from an older build): what
+		// was lost is unknown.
+		loss = &DataLossError{Head: head, Reserved: head, File: cut.file, Offset: cut.offset,
+			Reason: fmt.Sprintf("WAL %s was cut at offset %d (%v)", cut.file, cut.offset, cut.err)}
+	}
+	return loss
 }
 
 func (l *Log) lockError(err error) error {
@@ -189,6 +445,12 @@ func (l *Log) checkFormat() error {
 	}
 	if !empty || l.readOnly {
 		return fmt.Errorf("%w: %s is not a Pegasus log (no format version)", ErrFormat, l.dir)
+	}
+	if l.mark.head > 0 {
+		// Unreachable while Open passes ErrorIfNotExists with a marker;
+		// kept so that an empty database never replaces a log.
+		return &DataLossError{Head: 0, Acknowledged: l.mark.head, Reserved: l.mark.reserved, Offset: -1,
+			Reason: "the database is empty"}
 	}
 	b := l.db.NewBatch()
 	defer b.Close()
@@ -230,16 +492,33 @@ func (l *Log) loadHead() (uint64, error) {
 // applyBatch commits b with a WAL fsync. A Pebble fatal error (which Pebble
 // reports by calling Logger.Fatalf, see pebbleLogger) is turned into an error.
 func (l *Log) applyBatch(b *pebble.Batch) (err error) {
+	defer recoverFatal(&err)
+	return b.Commit(pebble.Sync)
+}
+
+// recoverFatal turns the panic of pebbleLogger.Fatalf in a commit into an
+// error in *err. Other panics go on.
+func recoverFatal(err *error) {
+	if r := recover(); r != nil {
+		fe, ok := r.(fatalError)
+		if !ok {
+			panic(r)
+		}
+		*err = fe
+	}
+}
+
+// checkpoint is Pebble's Checkpoint, which commits (it flushes the WAL with
+// a synced empty batch): a failed commit poisons the log.
+func (l *Log) checkpoint(dir string) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			fe, ok := r.(fatalError)
-			if !ok {
-				panic(r)
-			}
-			err = fe
+		var fe fatalError
+		if errors.As(err, &fe) {
+			err = l.poison(fe)
 		}
 	}()
-	return b.Commit(pebble.Sync)
+	defer recoverFatal(&err)
+	return l.db.Checkpoint(dir, pebble.WithFlushedWAL())
 }
 
 // poison records the first commit failure. Every later write fails with it.
@@ -247,9 +526,52 @@ func (l *Log) poison(cause error) error {
 	err := fmt.Errorf("%w: %w", ErrFailed, cause)
 	if l.failed.CompareAndSwap(nil, &err) {
 		l.opts.Logger.Error("eventlog: commit failed; refusing further writes", "err", cause)
+		close(l.failedCh)
 	}
 	return *l.failed.Load()
 }
+
+// noteCorruption records corruption Pebble found in a file while running
+// (Pebble's DataCorruption event). The read that found it fails on its
+// own; this makes Health report it.
+func (l *Log) noteCorruption(info pebble.DataCorruptionInfo) {
+	var err error = &CorruptionError{File: filepath.Base(info.Path), Offset: -1, Reason: detailsOf(info.Details)}
+	l.corrupt.CompareAndSwap(nil, &err)
+}
+
+// detailsOf is Pebble's corruption message without the path Pebble adds
+// as a hint.
+func detailsOf(err error) string {
+	if err == nil {
+		return "corrupt"
+	}
+	return err.Error()
+}
+
+// Health reports whether the log can be trusted to serve: nil, or the error
+// that poisoned it (matching ErrFailed: a commit, a WAL or MANIFEST write
+// or sync failed, for example on a full disk; the log refuses writes until
+// it is reopened), or else the first corruption Pebble found in a file
+// while running (a *CorruptionError naming the file: reads of that data
+// fail; the log must be restored). Health never changes back to nil.
+func (l *Log) Health() error {
+	if err := l.failure(); err != nil {
+		return err
+	}
+	if p := l.corrupt.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Failed returns a channel that is closed when the log starts refusing
+// writes (Health then matches ErrFailed).
+func (l *Log) Failed() <-chan struct{} { return l.failedCh }
+
+// DataLoss reports acknowledged events found missing at Open: for a
+// read-only log what is missing (Verify reports it too), for a writable one
+// what Options.AcceptDataLoss accepted. Nil when nothing was.
+func (l *Log) DataLoss() *DataLossError { return l.loss }
 
 func (l *Log) failure() error {
 	if p := l.failed.Load(); p != nil {
@@ -303,7 +625,14 @@ func (l *Log) Checkpoint(dir string) error {
 	if l.dbClosed {
 		return ErrClosed
 	}
-	if err := l.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
+	head := l.Head()
+	if err := l.checkpoint(dir); err != nil {
+		return fmt.Errorf("eventlog: checkpoint to %s: %w", dir, err)
+	}
+	// The copy holds at least every event acknowledged before the call;
+	// its marker says so, so that the copy opens (and a restored copy
+	// detects loss) like the original.
+	if err := writeMarker(l.opts.FS, dir, marker{head: head, reserved: head, clean: true}); err != nil {
 		return fmt.Errorf("eventlog: checkpoint to %s: %w", dir, err)
 	}
 	if l.opts.FS == vfs.Default {
@@ -341,7 +670,15 @@ func (l *Log) Close() error {
 	l.iters = nil
 	l.itersMu.Unlock()
 	l.dbClosed = true
+	var merr error
+	if !l.readOnly && l.failure() == nil {
+		// Every acknowledged append is synced: the head is exact.
+		merr = writeMarker(l.opts.FS, l.dir, marker{head: l.Head(), reserved: max(l.mark.reserved, l.Head()), clean: true})
+	}
 	err := l.closeDB()
+	if err == nil && merr != nil {
+		err = fmt.Errorf("eventlog: write %s: %w", MarkerFile, merr)
+	}
 	if l.lock != nil {
 		if lerr := l.lock.Close(); err == nil {
 			err = lerr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -108,6 +109,20 @@ type Options struct {
 	//
 	// The default value is 65536.
 	StreamCacheSize int
+
+	// AcceptDataLoss opens a log that Open would otherwise refuse because
+	// acknowledged events are missing (ErrDataLoss) or a WAL is corrupt. The
+	// log is cut at the last good point: the damaged WAL is truncated there
+	// and it and every later WAL are first copied to a "lost-<head>"
+	// directory beside the data (evidence for a post-mortem). Then the
+	// sequences that may have been handed out beyond the new head are
+	// filled with SEQ_LOST events and one DATA_LOST event on SystemStream
+	// records what was lost, so no sequence is ever reused and a consumer
+	// that saw a lost event resumes after the gap, not into new history.
+	// Log.DataLoss reports what was accepted. Ignored with ReadOnly.
+	//
+	// The default value is false: Open refuses.
+	AcceptDataLoss bool
 }
 
 // EnsureDefaults fills zero fields with their default values and returns o.
@@ -190,14 +205,35 @@ func (o *Options) Validate() error {
 }
 
 // pebbleOptions translates o into Pebble's options. Pebble's logging goes to
-// o.Logger; see pebbleLogger for why Fatalf panics.
-func (o *Options) pebbleOptions(fs vfs.FS) *pebble.Options {
+// o.Logger; see pebbleLogger for what Fatalf does. onFatal and onCorrupt
+// receive Pebble's fatal errors and the corruption it finds in files while
+// running (both may be nil).
+//
+// New directories get pebble.FormatNewest, whose WAL carries sync offsets
+// that tell a corrupt chunk from a torn tail; an older directory is
+// ratcheted to it by pebble.Open (not when read-only).
+func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
 	po := &pebble.Options{
-		FS:           fs,
-		ReadOnly:     o.ReadOnly,
-		CacheSize:    o.CacheSize,
-		MemTableSize: o.MemTableSize,
-		Logger:       pebbleLogger{l: o.Logger},
+		FS:                 fs,
+		ReadOnly:           o.ReadOnly,
+		CacheSize:          o.CacheSize,
+		MemTableSize:       o.MemTableSize,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{l: o.Logger, onFatal: onFatal},
+	}
+	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
+	// corrupt sstable block found by a read or a compaction. The read
+	// already returns the error; the listener only records it.
+	po.EventListener = &pebble.EventListener{
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			o.Logger.Error("eventlog: on-disk corruption", "component", "pebble", "info", info.String())
+			if onCorrupt != nil {
+				onCorrupt(info)
+			}
+		},
+		BackgroundError: func(err error) {
+			o.Logger.Error("eventlog: background error", "component", "pebble", "err", err)
+		},
 	}
 	po.EnsureDefaults()
 	return po
@@ -205,17 +241,45 @@ func (o *Options) pebbleOptions(fs vfs.FS) *pebble.Options {
 
 // pebbleLogger adapts slog to Pebble's Logger.
 //
-// Fatalf must not return: Pebble calls it when a commit fails (for example a
-// WAL fsync error) and carries on as if the commit succeeded if it returns.
-// The default Pebble logger exits the process; we panic with a fatalError
-// instead, which the committer recovers into an error so that the log can be
-// poisoned and the caller told. A Fatalf from a Pebble background goroutine
-// still ends the process, as it would with Pebble's default logger.
-type pebbleLogger struct{ l *slog.Logger }
+// Fatalf never takes the process down. Pebble calls it in two kinds of
+// places:
+//
+//   - A failed commit (for example a WAL fsync error), in the committing
+//     goroutine, message "pebble: fatal commit error". There it must not
+//     return, or Pebble carries on as if the commit succeeded: it panics
+//     with a fatalError, which applyBatch recovers into an error so that
+//     the log is poisoned and the caller told.
+//   - Everything else (a MANIFEST write or sync failure in a flush or a
+//     compaction, an internal invariant), mostly in background goroutines,
+//     where a panic would end the process. There it reports the error to
+//     onFatal, which poisons the log, and returns: Pebble's in-memory
+//     state is no longer trusted, so the log refuses writes until it is
+//     reopened from what is on disk.
+type pebbleLogger struct {
+	l       *slog.Logger
+	onFatal func(error)
+}
 
-type fatalError struct{ msg string }
+// fatalError is a Pebble fatal error. cause is the first error among
+// Fatalf's arguments, so that errors.Is finds ENOSPC and the like.
+type fatalError struct {
+	msg   string
+	cause error
+}
 
 func (e fatalError) Error() string { return "pebble: " + e.msg }
+func (e fatalError) Unwrap() error { return e.cause }
+
+func newFatalError(format string, args []any) fatalError {
+	fe := fatalError{msg: strings.TrimPrefix(fmt.Sprintf(format, args...), "pebble: ")}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			fe.cause = err
+			break
+		}
+	}
+	return fe
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Info(fmt.Sprintf(format, args...), "component", "pebble")
@@ -226,7 +290,12 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg, "component", "pebble", "fatal", true)
-	panic(fatalError{msg: msg})
+	fe := newFatalError(format, args)
+	p.l.Error(fe.msg, "component", "pebble", "fatal", true)
+	if strings.HasPrefix(format, "pebble: fatal commit error") {
+		panic(fe)
+	}
+	if p.onFatal != nil {
+		p.onFatal(fe)
+	}
 }

@@ -74,7 +74,11 @@ func (it *Iterator) Next() bool {
 	}
 	if !ok {
 		if err := it.it.Error(); err != nil {
-			it.err = fmt.Errorf("eventlog: read: %w", err)
+			var at uint64
+			if it.kind == iterScan {
+				at = it.next // the record it could not reach
+			}
+			it.err = readError(at, err)
 		} else if it.kind == iterScan && ((it.dir == Forward && it.next <= it.head) || (it.dir == Backward && it.next >= 1)) {
 			// The bounds say every seq from 1 to head exists: running out
 			// early is corruption, not the end of the log.
@@ -114,7 +118,7 @@ func (it *Iterator) scanStep() error {
 	}
 	v, err := it.it.ValueAndErr()
 	if err != nil {
-		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		return readError(seq, err)
 	}
 	return decodeAt(v, seq, &it.ev)
 }
@@ -169,13 +173,13 @@ func (it *Iterator) fetch(seq uint64) error {
 	it.key = appendEventKey(it.key[:0], seq)
 	if !it.data.SeekGE(it.key) || !bytes.Equal(it.data.Key(), it.key) {
 		if err := it.data.Error(); err != nil {
-			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+			return readError(seq, err)
 		}
 		return corruptSeq(seq, "indexed record missing")
 	}
 	v, err := it.data.ValueAndErr()
 	if err != nil {
-		return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		return readError(seq, err)
 	}
 	return decodeAt(v, seq, &it.ev)
 }
@@ -293,7 +297,9 @@ func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
 
 // Scan iterates the global log from seq from (inclusive) in direction dir,
 // up to the head at the time of the call. Forward from 0 starts at 1;
-// Backward from a seq above the head starts at the head.
+// forward from head+1 yields nothing; forward from beyond head+1 fails with
+// ErrBeyondHead (the caller saw a sequence this log does not hold). Backward
+// from a seq above the head starts at the head.
 func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	head := l.Head()
 	it := &Iterator{kind: iterScan, dir: dir, head: head}
@@ -301,6 +307,9 @@ func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	case Forward:
 		from = max(from, 1)
 		if from > head {
+			if from-1 > head {
+				return errIterator(beyondHead(from, head))
+			}
 			return errIterator(nil)
 		}
 		it.lower, it.upper, it.next = EventKey(from), EventKey(head+1), from
@@ -422,7 +431,7 @@ func (l *Log) getSeq(key []byte) (uint64, error) {
 		return 0, ErrNotFound
 	}
 	if err != nil {
-		return 0, err
+		return 0, readError(0, err)
 	}
 	defer closer.Close()
 	seq, ok := DecodeSeqValue(v)
@@ -438,10 +447,28 @@ func (l *Log) readEvent(seq uint64) (Event, error) {
 		return Event{}, corruptSeq(seq, "indexed record missing")
 	}
 	if err != nil {
-		return Event{}, err
+		return Event{}, readError(seq, err)
 	}
 	defer closer.Close()
 	var ev Event
 	err = decodeAt(v, seq, &ev)
 	return ev, err
+}
+
+func beyondHead(from, head uint64) error {
+	return fmt.Errorf("%w: asked to start at seq %d, the log ends at %d", ErrBeyondHead, from, head)
+}
+
+// readError wraps a Pebble read error. Corruption Pebble found in a file (a
+// bad sstable block) becomes a *CorruptionError naming the file and block,
+// so that callers match it with IsCorruption and never see a host path.
+func readError(seq uint64, err error) error {
+	if !pebble.IsCorruptionError(err) {
+		if seq != 0 {
+			return fmt.Errorf("eventlog: read seq %d: %w", seq, err)
+		}
+		return fmt.Errorf("eventlog: read: %w", err)
+	}
+	p := pebbleProblem(err)
+	return &CorruptionError{Seq: seq, File: p.File, Offset: p.Offset, Reason: p.Reason}
 }

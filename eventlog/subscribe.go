@@ -35,9 +35,15 @@ type Subscription struct {
 
 // Subscribe starts a subscription whose first event is fromSeq (0 means 1).
 // The subscription ends when ctx is cancelled, Close is called, or the Log is
-// closed.
+// closed. If fromSeq is beyond the head plus one, the first Next returns
+// ErrBeyondHead: the caller saw a sequence this log does not hold, and
+// waiting for it would silently skip the events before it.
 func (l *Log) Subscribe(ctx context.Context, fromSeq uint64) *Subscription {
-	return &Subscription{l: l, ctx: ctx, next: max(fromSeq, 1), closeCh: make(chan struct{})}
+	s := &Subscription{l: l, ctx: ctx, next: max(fromSeq, 1), closeCh: make(chan struct{})}
+	if head := l.Head(); s.next-1 > head {
+		s.err = beyondHead(s.next, head)
+	}
+	return s
 }
 
 // Next blocks until the next event is available and returns it. It returns

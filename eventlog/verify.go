@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/oklog/ulid/v2"
@@ -20,6 +21,11 @@ type Problem struct {
 	Seq uint64
 	// Key is the raw Pebble key involved, or nil.
 	Key []byte
+	// File and Offset name a damaged file of the directory (a WAL, an
+	// sstable, the head marker) and where in it, when the problem is in a
+	// file rather than a record; Offset is -1 when unknown.
+	File   string
+	Offset int64
 	// Reason says what is wrong.
 	Reason string
 }
@@ -27,7 +33,39 @@ type Problem struct {
 func (p Problem) String() string { return p.err().Error() }
 
 func (p Problem) err() *CorruptionError {
-	return &CorruptionError{Seq: p.Seq, Key: p.Key, Reason: p.Reason}
+	if p.File == "" {
+		p.Offset = -1
+	}
+	return &CorruptionError{Seq: p.Seq, Key: p.Key, File: p.File, Offset: p.Offset, Reason: p.Reason}
+}
+
+// isPebbleCorruption reports whether err is Pebble finding a damaged file.
+func isPebbleCorruption(err error) bool { return pebble.IsCorruptionError(err) }
+
+// pebbleProblem turns Pebble's corruption error into a Problem naming the
+// file ("000010.sst") and Pebble's description (block offset and checksum);
+// never a host path.
+func pebbleProblem(err error) Problem {
+	msg, _, _ := strings.Cut(err.Error(), "\n") // Pebble appends detail lines
+	p := Problem{Offset: -1, Reason: msg}
+	// Pebble says "pebble: file 000010: block 850/420: ...".
+	if i := strings.Index(msg, "file "); i >= 0 {
+		j := i + len("file ")
+		k := j
+		for k < len(msg) && msg[k] >= '0' && msg[k] <= '9' {
+			k++
+		}
+		if k > j {
+			p.File = msg[j:k] + ".sst"
+			if rest := msg[k:]; strings.HasPrefix(rest, ": block ") {
+				var off, n int64
+				if _, serr := fmt.Sscanf(rest, ": block %d/%d", &off, &n); serr == nil {
+					p.Offset = off
+				}
+			}
+		}
+	}
+	return p
 }
 
 // Report is the result of Verify.
@@ -79,8 +117,17 @@ func (l *Log) Verify(ctx context.Context) (Report, error) {
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
 	v := verifier{ctx: ctx, r: snap}
+	if loss := l.loss; loss != nil && l.readOnly {
+		// Found missing at Open: the first problem, at the first lost seq.
+		v.rep.add(Problem{Seq: loss.Head + 1, File: loss.File, Offset: loss.Offset, Reason: loss.Error()})
+	}
 	if err := v.run(); err != nil {
-		return v.rep, err
+		// Pebble could not read a file (a corrupt sstable block): a
+		// problem of the log, reported with the file, not a failed audit.
+		if !isPebbleCorruption(err) {
+			return v.rep, err
+		}
+		v.rep.add(pebbleProblem(err))
 	}
 	if !v.rep.OK() {
 		return v.rep, v.rep.Problems[0].err()
@@ -316,7 +363,7 @@ func (v *verifier) run() (err error) {
 			ok = all.SeekGE([]byte{k[0] + 1})
 			continue
 		case PrefixMeta:
-			if !bytes.Equal(k, FormatKey) {
+			if !bytes.Equal(k, FormatKey) && !bytes.Equal(k, markerKey) {
 				v.rep.add(Problem{Key: k, Reason: "unknown meta key"})
 			}
 		case PrefixAux:

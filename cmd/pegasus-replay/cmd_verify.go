@@ -1,12 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -31,6 +33,11 @@ func verifyCommand(std *stdio) *cli.Command {
 			}
 			g := readGlobals(c)
 			src, err := openSource(c.Context, std, g)
+			if g.dataDir != "" && eventlog.IsCorruption(err) {
+				// A log too damaged to open is verify's finding, not an
+				// unusable source: report it like any other problem.
+				return reportVerify(std, g, fmt.Sprintf("data directory %q", g.dataDir), unopenable(err))
+			}
 			if err != nil {
 				return err
 			}
@@ -58,26 +65,47 @@ func verifyCommand(std *stdio) *cli.Command {
 			if err != nil {
 				return err
 			}
-			p := newPrinter(std, g)
-			if p.json {
-				if rep.Problems == nil {
-					rep.Problems = []replay.Problem{}
-				}
-				j := verifyJSON{OK: rep.OK(), Source: src.desc, Report: rep}
-				if l := rep.Log; l != nil {
-					j.Log = &logAuditJSON{Head: l.Head, Records: l.Events, Streams: l.Streams, StreamEntries: l.StreamEntries,
-						IDEntries: l.IDEntries, CausationEntries: l.CausationEntries, AuxKeys: l.AuxKeys, ProblemCount: l.ProblemCount}
-				}
-				err = p.JSON(j)
-			} else {
-				printVerify(p, src.desc, rep)
-			}
-			if err == nil && !rep.OK() {
-				return errProblems
-			}
-			return err
+			return reportVerify(std, g, src.desc, rep)
 		},
 	}
+}
+
+// reportVerify prints rep (human or --json) and returns errProblems when
+// it is not OK, for exit code 1.
+func reportVerify(std *stdio, g globals, desc string, rep *replay.Report) error {
+	var err error
+	p := newPrinter(std, g)
+	if p.json {
+		if rep.Problems == nil {
+			rep.Problems = []replay.Problem{}
+		}
+		j := verifyJSON{OK: rep.OK(), Source: desc, Report: rep}
+		if l := rep.Log; l != nil {
+			j.Log = &logAuditJSON{Head: l.Head, Records: l.Events, Streams: l.Streams, StreamEntries: l.StreamEntries,
+				IDEntries: l.IDEntries, CausationEntries: l.CausationEntries, AuxKeys: l.AuxKeys, ProblemCount: l.ProblemCount}
+		}
+		err = p.JSON(j)
+	} else {
+		printVerify(p, desc, rep)
+	}
+	if err == nil && !rep.OK() {
+		return errProblems
+	}
+	return err
+}
+
+// unopenable is the report on a data directory the log refused to open
+// because it is damaged (a corrupt WAL, a missing MANIFEST): one log
+// problem naming the file and the offset.
+func unopenable(err error) *replay.Report {
+	pr := replay.Problem{Kind: replay.ProblemLog, Reason: err.Error()}
+	var ce *eventlog.CorruptionError
+	if errors.As(err, &ce) {
+		pr.Seq, pr.Reason = ce.Seq, ce.Error()
+	}
+	rep := &replay.Report{Problems: []replay.Problem{pr}, ProblemCount: 1}
+	rep.FirstProblem = &rep.Problems[0]
+	return rep
 }
 
 // verifyJSON is the --json output of verify: replay.Report's fields with

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/oklog/ulid/v2"
 	"github.com/urfave/cli/v2"
 
@@ -67,10 +66,6 @@ func openDataDir(dir string) (*source, error) {
 		return nil, sourceErr(fmt.Errorf("data directory %q is not a directory (for an NDJSON export use --file)", dir))
 	}
 	l, err := eventlog.Open(dir, &eventlog.Options{ReadOnly: true})
-	if errors.Is(err, pebble.ErrDBDoesNotExist) {
-		// A read-only open of a directory without a database: not a log.
-		err = fmt.Errorf("%w: no Pegasus log in it", eventlog.ErrFormat)
-	}
 	if err != nil {
 		return nil, sourceErr(fmt.Errorf("data directory %q: %w", dir, err))
 	}

@@ -179,7 +179,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"tasks":   s.a.View().Stats(),
 		"runtime": s.a.Runtime(),
-		"log":     map[string]any{"head": s.a.Log().Head(), "folded": s.a.View().Seq(), "refused": n, "issues": issues},
+		"log":     map[string]any{"head": s.a.Log().Head(), "folded": s.a.View().Seq(), "refused": n, "issues": issues, "storage": storageReason(s.a.Log().Health())},
 		"model":   s.a.Model().Name(),
 	})
 	return nil

@@ -46,6 +46,9 @@ func serveFlags() []cli.Flag {
 		&cli.Int64Flag{Name: "max-body-bytes", Value: 1 << 20, EnvVars: env("MAX_BODY_BYTES"), Usage: "largest request body accepted"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("SHUTDOWN_TIMEOUT"), Usage: "how long running stages may take to finish at stop"},
 		&cli.StringFlag{Name: "checkpoint-dir", EnvVars: env("CHECKPOINT_DIR"), Usage: "where POST /v1/admin/checkpoint writes copies (default: DATA_DIR-checkpoints)"},
+		&cli.BoolFlag{Name: "accept-data-loss", EnvVars: env("ACCEPT_DATA_LOSS"), Usage: "start even though acknowledged events are missing or a WAL is corrupt: " +
+			"cut the log at the last good point, record the loss as a DATA_LOST event on $system, never reuse a sequence (docs/operations.md); " +
+			"use once, after restoring a checkpoint was not possible"},
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("LOG_LEVEL"), Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: env("LOG_FORMAT"), Usage: "text or json (default: text on a terminal, json otherwise)"},
 		&cli.StringFlag{Name: "metrics-addr", EnvVars: env("METRICS_ADDR"), Usage: "serve /metrics on this loopback address, without the token, instead of on --addr behind it"},
@@ -68,6 +71,10 @@ type config struct {
 	shutdownTimeout                     time.Duration
 	logLevel, logFormat                 string
 	metricsAddr                         string
+	acceptDataLoss                      bool
+	// logOptions are the log's base options; tests set FS to inject I/O
+	// errors (errorfs).
+	logOptions eventlog.Options
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -80,6 +87,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 		toolTimeout: cc.Duration("tool-timeout"), maxIterations: cc.Int("max-iterations"), noReflection: cc.Bool("no-reflection"),
 		maxBody: cc.Int64("max-body-bytes"), shutdownTimeout: cc.Duration("shutdown-timeout"),
 		logLevel: cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
+		acceptDataLoss: cc.Bool("accept-data-loss"),
 	}
 	if cc.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments (got %q)", cc.Args().First())}
@@ -258,7 +266,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err := openDataDir(cfg.dataDir); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	l, err := eventlog.Open(cfg.dataDir, &eventlog.Options{Logger: storageLogger(logger, cfg.logLevel)})
+	l, err := openLog(cfg, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -297,6 +305,57 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		}
 	}()
 	return d, nil
+}
+
+// openLog opens the event log. A damaged log is refused with the ways out;
+// --accept-data-loss opens it anyway, loudly.
+func openLog(cfg *config, logger *slog.Logger) (*eventlog.Log, error) {
+	if cfg.acceptDataLoss {
+		logger.Warn("starting with --accept-data-loss: a damaged log will be cut at its last good point and the loss recorded on $system")
+	}
+	o := cfg.logOptions
+	o.Logger, o.AcceptDataLoss = storageLogger(logger, cfg.logLevel), cfg.acceptDataLoss
+	l, err := eventlog.Open(cfg.dataDir, &o)
+	if eventlog.IsCorruption(err) {
+		return nil, fmt.Errorf("%w\n"+
+			"ways out (docs/operations.md): stop here and inspect with `pegasus-replay -d DATA_DIR verify`; then either restore "+
+			"the newest checkpoint (POST /v1/admin/checkpoint copies, --checkpoint-dir) into the data directory, or start once "+
+			"with --accept-data-loss to cut the log at its last good point (what is lost is recorded, no sequence is reused)", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if loss := l.DataLoss(); loss != nil {
+		logger.Warn("accepted data loss: the log was cut and the loss recorded as DATA_LOST on $system",
+			"head", loss.Head, "acknowledged", loss.Acknowledged, "resumes_after", l.Head(), "file", loss.File, "offset", loss.Offset,
+			"reason", loss.Reason)
+	}
+	return l, nil
+}
+
+// wait blocks until ctx ends (a signal) or the event log refuses writes
+// (a failed commit: a full disk, an I/O error), then stops the daemon.
+// After a storage failure it returns an error, so that the process exits
+// non-zero and its supervisor restarts it: reopening the log is what
+// recovers from the failure, and a fresh process does it from a known
+// state (docs/operations.md). Readiness reports the failure meanwhile.
+// stopSignals restores the default signal handling once the stop begins.
+func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
+	var failed error
+	select {
+	case <-ctx.Done():
+	case <-d.agent.Log().Failed():
+		failed = d.agent.Log().Health()
+		d.log.Error("the event log refuses writes; stopping so that a supervisor restarts pegasusd",
+			"reason", storageReason(failed), "err", failed)
+	}
+	stopSignals()
+	d.log.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", d.cfg.shutdownTimeout)
+	err := d.shutdown()
+	if failed != nil {
+		return errors.Join(fmt.Errorf("stopped: %s: %w", storageReason(failed), failed), err)
+	}
+	return err
 }
 
 func (d *daemon) scheduleJob(s schedule) cron.FuncJob {
@@ -343,10 +402,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Lo
 	abs, _ := filepath.Abs(cfg.dataDir)
 	logger.Info("pegasusd listening", "url", "http://"+d.ln.Addr().String(), "data_dir", abs, "model", model,
 		"auth", cfg.token != "")
-	<-ctx.Done()
-	stopSignals()
-	logger.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", cfg.shutdownTimeout)
-	if err := d.shutdown(); err != nil {
+	if err := d.wait(ctx, stopSignals); err != nil {
 		return err
 	}
 	logger.Info("stopped")

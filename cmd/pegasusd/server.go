@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -131,6 +132,10 @@ func (s *server) fromError(err error) *apiError {
 		return &apiError{status: http.StatusConflict, Code: codeKeyReused, Message: reused.Error()}
 	case errors.Is(err, eventlog.ErrConflict):
 		return errConflict("the task changed meanwhile: %v", err)
+	case errors.Is(err, eventlog.ErrBeyondHead):
+		// The handlers check the position against the head first; this is
+		// the log's own refusal, for a position checked before a restore.
+		return &apiError{status: http.StatusConflict, Code: codeBeyondHead, Message: "the position is beyond the log's head: this log never had that event"}
 	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):
 		return errBadRequest("%v", err)
 	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
@@ -139,8 +144,42 @@ func (s *server) fromError(err error) *apiError {
 		// The client went away or gave up: nobody reads this answer.
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request cancelled"}
 	}
+	if reason := storageReason(err); reason != "" {
+		s.log.Error("request failed", "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
+	}
+	// The error may carry host paths (the storage engine's messages do):
+	// the log has it, the body does not.
 	s.log.Error("request failed", "err", err)
-	return &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error: " + err.Error()}
+	return &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error; see the daemon's log"}
+}
+
+// codeStorage answers requests the event log cannot serve: it refuses
+// writes (a full disk, an I/O error) or found corruption.
+const codeStorage = "storage_unavailable"
+
+// storageReason says, without host paths, why the event log cannot serve
+// err's request, or "" if err is not about the log's storage.
+func storageReason(err error) string {
+	var ce *eventlog.CorruptionError
+	var dl *eventlog.DataLossError
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, eventlog.ErrFailed) && errors.Is(err, syscall.ENOSPC):
+		return "the event log refuses writes: no space left on device; pegasusd restarts to recover (docs/operations.md)"
+	case errors.Is(err, eventlog.ErrFailed):
+		return "the event log refuses writes after a storage I/O error; pegasusd restarts to recover (docs/operations.md)"
+	case errors.As(err, &dl):
+		return "the event log lost acknowledged events; see docs/operations.md"
+	case errors.As(err, &ce) && ce.File != "":
+		return fmt.Sprintf("the event log found corruption in %s; restore a checkpoint (docs/operations.md)", ce.File)
+	case errors.As(err, &ce) && ce.Seq != 0:
+		return fmt.Sprintf("the event log found corruption at seq %d; restore a checkpoint (docs/operations.md)", ce.Seq)
+	case eventlog.IsCorruption(err):
+		return "the event log found corruption; restore a checkpoint (docs/operations.md)"
+	}
+	return ""
 }
 
 func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
@@ -148,7 +187,13 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
+// readyz is ready when the daemon takes work: not stopping, and the event
+// log healthy (it turns 503 with the reason as soon as the log refuses
+// writes or finds corruption).
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
+	if reason := storageReason(s.a.Log().Health()); reason != "" {
+		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
+	}
 	if s.draining.Load() || !s.a.Accepting() {
 		return errShuttingDown
 	}

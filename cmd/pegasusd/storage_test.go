@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// TestFullDisk fills the disk under a running daemon (ENOSPC injected on
+// the WAL through errorfs): the write that hits it gets 503 with a reason
+// and no host path, /readyz turns 503 with the same reason at once,
+// /v1/stats reports it, and the daemon stops with an error (the process
+// exits non-zero for its supervisor to restart it). Restarted with space
+// back, it has every task it acknowledged.
+func TestFullDisk(t *testing.T) {
+	cfg := testConfig(t)
+	var full atomic.Bool
+	cfg.logOptions.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if full.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileWrite ||
+			op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
+			return syscall.ENOSPC
+		}
+		return nil
+	}))
+	td := startDaemon(t, cfg)
+	if r := td.do("GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("readyz before: %d %s", r.status, r.body)
+	}
+	id := td.submit("before the disk filled up")
+
+	full.Store(true)
+	r := td.do("POST", "/v1/tasks", `{"input":"while the disk is full"}`)
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "no space left") {
+		t.Fatalf("submit on a full disk: %d %s", r.status, r.body)
+	}
+	if strings.Contains(string(r.body), cfg.dataDir) || strings.Contains(string(r.body), "/tmp") {
+		t.Fatalf("error body shows a host path: %s", r.body)
+	}
+	r = td.do("GET", "/readyz", "")
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "no space left") {
+		t.Fatalf("readyz on a full disk: %d %s", r.status, r.body)
+	}
+	var stats struct {
+		Log struct {
+			Storage string `json:"storage"`
+		} `json:"log"`
+	}
+	td.do("GET", "/v1/stats", "").json(t, &stats)
+	if !strings.Contains(stats.Log.Storage, "no space left") {
+		t.Fatalf("stats: %+v", stats)
+	}
+
+	// The daemon stops by itself, with an error for the exit code.
+	err := td.d.wait(context.Background(), func() {})
+	td.d = nil
+	if !errors.Is(err, eventlog.ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("wait after a full disk: %v", err)
+	}
+	if code := exitCode(err, &strings.Builder{}); code == exitOK {
+		t.Fatal("exit code 0 after a storage failure")
+	}
+
+	full.Store(false)
+	td = startDaemon(t, cfg)
+	if r := td.do("GET", "/v1/tasks/"+id, ""); r.status != 200 {
+		t.Fatalf("acknowledged task after restart: %d %s", r.status, r.body)
+	}
+	if r := td.do("GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("readyz after restart: %d %s", r.status, r.body)
+	}
+}
+
+// TestDamagedLogAtStart cuts the newest WAL of a stopped daemon: the next
+// start refuses, naming the file and the ways out; --accept-data-loss
+// starts, and the loss is on $system as DATA_LOST.
+func TestDamagedLogAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	for range 3 {
+		td.submit("some work")
+	}
+	if err := td.d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	td.d = nil
+	var newest string
+	names, err := os.ReadDir(cfg.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), ".log") {
+			newest = filepath.Join(cfg.dataDir, n.Name())
+		}
+	}
+	data, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newest, data[:len(data)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), filepath.Base(newest)) ||
+		!strings.Contains(err.Error(), "--accept-data-loss") || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("start on a damaged log: %v", err)
+	}
+
+	cfg.acceptDataLoss = true
+	td = startDaemon(t, cfg)
+	var stats struct {
+		Log struct {
+			Head uint64 `json:"head"`
+		} `json:"log"`
+	}
+	td.do("GET", "/v1/stats", "").json(t, &stats)
+	// The loss is recorded before the daemon's own SYSTEM_STARTED and
+	// the resumed tasks' events.
+	r := td.do("GET", fmt.Sprintf("/v1/events?after_seq=%d&limit=1000", max(stats.Log.Head, 500)-500), "")
+	if r.status != 200 || !strings.Contains(string(r.body), eventlog.TypeDataLost) {
+		t.Fatalf("events after an accepted loss: %d %.300s", r.status, r.body)
+	}
+	if r := td.do("GET", "/readyz", ""); r.status != 200 {
+		t.Fatalf("readyz after an accepted loss: %d %s", r.status, r.body)
+	}
+}
+
+// TestCorruptTableAtStart flips a byte in a table of a stopped daemon's
+// log. The daemon never panics: either recovery reads the bad block and
+// start refuses with a corruption error naming the table, or it starts
+// and the reads that reach the block fail with 503 while /readyz reports
+// the corruption.
+func TestCorruptTableAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	for range 5 {
+		td.waitTask(td.submit("some work"))
+	}
+	if err := td.d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	td.d = nil
+	// A second run flushes the first run's WAL into a table.
+	td = startDaemon(t, cfg)
+	if err := td.d.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	td.d = nil
+	names, err := os.ReadDir(cfg.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sst string
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), ".sst") && sst == "" {
+			sst = n.Name()
+		}
+	}
+	if sst == "" {
+		t.Fatalf("no table in %v", names)
+	}
+	p := filepath.Join(cfg.dataDir, sst)
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[60] ^= 0x10
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), strings.TrimSuffix(sst, ".sst")) {
+			t.Fatalf("start on a corrupt table: %v", err)
+		}
+		t.Logf("refused: %v", err)
+		return
+	}
+	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
+	t.Cleanup(func() { d.shutdown() })
+	r := td.do("GET", "/v1/events?after_seq=0&limit=1000", "")
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) {
+		t.Fatalf("reading the corrupt table: %d %.300s", r.status, r.body)
+	}
+	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
+		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
+	}
+}
