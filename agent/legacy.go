@@ -209,9 +209,9 @@ func (a *Agent) awaitChild(ctx context.Context, t *fsm.Task, act fsm.Action) {
 				a.opts.Logger.Error("creating a sub task failed", "task", t.ID, "child", act.Task, "err", err)
 			}
 		}
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 	case err != nil || !Done(&child):
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 	default:
 		failed := !child.Context.ResultRecorded // Done: failed, or completed with its result
 		text := child.Context.FinalResult
