@@ -110,16 +110,17 @@ func applyCopy(m rules, t Task, ev Event) (Task, error) {
 	return n, nil
 }
 
-// runStep is the work due in acting: the current step, a non-tool step
-// ending with done; nothing if the plan is done (unreachable: the last
-// step's end leaves acting).
+// runStep is the work due in acting: the current step, a respond or
+// generate step ending with done (a tool call ends with its result, a
+// sub_task step with its child: ActWaitTask); nothing if the plan is done
+// (unreachable: the last step's end leaves acting).
 func runStep(t *Task, done EventType) Action {
 	s := t.Context.Plan.CurrentStep()
 	if s == nil {
 		return Action{}
 	}
 	a := Action{Kind: ActRunStep, Step: s.Index, StepType: s.ActionType}
-	if s.ActionType != ActionToolCall {
+	if s.ActionType == ActionRespond || s.ActionType == ActionGenerate {
 		a.Done = done
 	}
 	return a
