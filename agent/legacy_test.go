@@ -120,6 +120,10 @@ func TestVersion0ReplanAndSubTask(t *testing.T) {
 		t.Fatalf("events =\n%s\nwant\n%s", got, want)
 	}
 
+	if p, err := h.a.View().Progress(id); err != nil || p.StepCount != 2 || len(p.ToolsUsed) != 1 || p.ToolsUsed[0] != "current_time" ||
+		!p.Complete || len(p.NextSteps) != 0 {
+		t.Fatalf("progress = %+v, %v", p, err)
+	}
 	child, err := h.a.Task(childID)
 	if err != nil {
 		t.Fatal(err)
