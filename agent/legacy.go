@@ -96,7 +96,13 @@ func (a *Agent) legacyRequest(ctx context.Context, t *fsm.Task, kind *taskKind, 
 		}, nil
 
 	case fsm.StagePlan:
-		specs := append(append([]llm.ToolSpec(nil), kind.specs...), subTaskSpec)
+		var specs []llm.ToolSpec // the type's tools, without ask_user (thinking asks), and sub_task
+		for _, sp := range kind.specs {
+			if sp.Name != AskUserTool {
+				specs = append(specs, sp)
+			}
+		}
+		specs = append(specs, subTaskSpec)
 		req := llm.Request{Messages: system(planPrompt), Tools: specs, Purpose: PurposePlan}
 		return req, func(r llm.Response) fsm.Body { return legacyPlan(t.Context.InputText, r) }, nil
 

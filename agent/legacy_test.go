@@ -266,3 +266,23 @@ func TestMissingChildIsCreatedAtStart(t *testing.T) {
 	h.assertNoIssues()
 	h.verify()
 }
+
+// Version 0 asks while thinking: the task suspends, and a message answers
+// it back into thinking.
+func TestVersion0AsksWhileThinking(t *testing.T) {
+	h := newHarness(t, Options{})
+	id := h.submitV0("?")
+	task := h.waitState(id, fsm.StateSuspended)
+	if task.Context.SuspendedState != fsm.StateThinking || task.Context.SuspendReason != "What would you like me to do?" {
+		t.Fatalf("suspended from %s: %q", task.Context.SuspendedState, task.Context.SuspendReason)
+	}
+	if _, err := h.a.SendMessage(testCtx(t), id, "what time is it?", "test"); err != nil {
+		t.Fatal(err)
+	}
+	task = h.wait(id)
+	if got := path(task); got != "idle > perceiving > thinking > suspended > thinking > planning > acting > reflecting > completed" ||
+		!strings.HasPrefix(task.Context.FinalResult, "The current time is ") {
+		t.Fatalf("path %s, result %q", got, task.Context.FinalResult)
+	}
+	h.verify()
+}
