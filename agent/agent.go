@@ -166,6 +166,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recovery: %w", err)
 	}
 	a.view, a.recovery = view, rec
+	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
 	fctx, cancel := context.WithCancel(context.Background())
 	a.follow, a.followed = cancel, make(chan struct{})
@@ -416,13 +417,13 @@ func (a *Agent) stage(ctx context.Context, t *fsm.Task) {
 func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) bool) (fsm.Task, error) {
 	t, err := a.Task(id)
 	if err != nil || cond(&t) {
-		return t, err
+		return t, a.dispatched(ctx, &t, err)
 	}
 	for {
 		ch := a.watch.changed(id)
 		// Look again now that a signal cannot be missed.
 		if t, err = a.Task(id); err != nil || cond(&t) {
-			return t, err
+			return t, a.dispatched(ctx, &t, err)
 		}
 		select {
 		case <-ch:
@@ -430,6 +431,17 @@ func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) b
 			return t, ctx.Err()
 		}
 	}
+}
+
+// dispatched waits until the hook has dispatched t's last event: the view
+// folds an event before the hook acts on it, and a caller that saw the
+// task finished must also find what that started (a reflection, a woken
+// parent) under way.
+func (a *Agent) dispatched(ctx context.Context, t *fsm.Task, err error) error {
+	if err != nil {
+		return err
+	}
+	return a.watch.waitHooked(ctx, t.Seq)
 }
 
 // Done reports whether a task is finished: failed, or completed with its
