@@ -63,28 +63,22 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
+	sched *scheduler // admission slots, stage goroutines, timers (own lock)
+	watch *watchers  // waiters, listeners, the hook's progress (own lock)
+
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
 	gate sync.RWMutex
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards state and followErr
 	state     int
-	runs      map[string]*taskRun // tasks holding a slot, queued, or with a running stage
-	active    int                 // admission slots held
-	queue     admissionQueue
-	waiters   map[string]chan struct{}
-	listeners map[int]func(Notification)
-	nextL     int
-	timers    map[string]*time.Timer // tasks waiting until a time the machine named
-	hooked    uint64                 // the last sequence the hook has dispatched
-	hookedCh  chan struct{}          // closed when hooked moves, if someone waits
+	followErr error
 
 	stages    sync.WaitGroup // task loops and reflections
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 	follow    context.CancelFunc
 	followed  chan struct{}
-	followErr error
 
 	corr sync.Map // task id -> correlation (its root input), cached from TASK_CREATED
 
@@ -92,17 +86,6 @@ type Agent struct {
 
 	// Tests observe stages reaching a semaphore through these.
 	testLLMWait, testToolWait func()
-}
-
-// taskRun is the scheduling record of one task: never task state (that is
-// the fold's), only whether a stage goroutine runs and whether the task
-// holds an admission slot.
-type taskRun struct {
-	holding bool
-	running bool
-	rerun   bool
-	wait    *waiting
-	cancel  context.CancelFunc
 }
 
 // New returns an agent over l. The agent owns l from now on: Stop closes
@@ -113,16 +96,15 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		opts:      opts,
-		log:       l,
-		model:     opts.Model,
-		llmSem:    newSemaphore(opts.MaxConcurrentLLM),
-		toolSem:   newSemaphore(opts.MaxConcurrentTools),
-		runs:      map[string]*taskRun{},
-		waiters:   map[string]chan struct{}{},
-		listeners: map[int]func(Notification){},
-		timers:    map[string]*time.Timer{},
+		opts:    opts,
+		log:     l,
+		model:   opts.Model,
+		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
+		toolSem: newSemaphore(opts.MaxConcurrentTools),
+		watch:   newWatchers(),
 	}
+	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
+	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
 	a.memory = &logMemory{a: a}
 	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
 	all, err := tools.NewRegistry(append(builtins, opts.Tools...)...)
@@ -167,12 +149,14 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.mu.Lock()
 		a.state = stateStopped
 		a.mu.Unlock()
+		a.sched.close()
+		a.cancelRun()
 		a.log.Close()
 		return fmt.Errorf("agent: recovery: %w", err)
 	}
 	a.view, a.recovery = view, rec
+	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
-	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	fctx, cancel := context.WithCancel(context.Background())
 	a.follow, a.followed = cancel, make(chan struct{})
 	go func() {
@@ -197,10 +181,10 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recording start: %w", err)
 	}
 	for _, t := range rec.InFlight {
-		a.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority)
 	}
 	for _, t := range rec.Idle {
-		a.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority)
 	}
 	a.opts.Logger.Info("agent started", "model", a.model.Name(), "head", rec.Head,
 		"resumed", len(rec.InFlight), "suspended", len(rec.Suspended), "rebuilt", rec.Rebuilt)
@@ -221,13 +205,13 @@ func (a *Agent) Stop(ctx context.Context) error {
 		a.mu.Unlock()
 		return nil
 	}
+	if a.state == stateNew {
+		a.cancelRun()
+	}
 	started := a.state == stateRunning
 	a.state = stateDraining
-	for id, tm := range a.timers {
-		tm.Stop()
-		delete(a.timers, id)
-	}
 	a.mu.Unlock()
+	a.sched.close()
 
 	// Wait for intake already past the state check.
 	a.gate.Lock()
@@ -313,12 +297,12 @@ func (a *Agent) Accepting() bool {
 // ---- the hook: the follower calls it after folding each event.
 
 func (a *Agent) hook(ch *replay.Change) error {
-	defer a.markHooked(ch.Raw.Seq)
+	defer a.watch.markHooked(ch.Raw.Seq)
 	if ch.Kind != projection.KindTask {
 		return nil
 	}
 	id := ch.Event.Stream
-	defer a.signal(id)
+	defer a.watch.signal(id)
 	if ch.Err != nil {
 		// The fold refused an event: someone appended around the machine,
 		// or a bug. The task is unchanged; verify reports it.
@@ -331,14 +315,14 @@ func (a *Agent) hook(ch *replay.Change) error {
 		a.corr.Store(id, ch.Raw.Correlation)
 	case fsm.TaskNotify:
 		if b, ok := ev.Body.(*fsm.TaskNotifyBody); ok {
-			a.notify(Notification{Type: NotifyMessage, TaskID: id, Message: b.Message, Seq: ev.Seq, Time: ev.Time})
+			a.watch.notify(Notification{Type: NotifyMessage, TaskID: id, Message: b.Message, Seq: ev.Seq, Time: ev.Time})
 		}
 	case fsm.TaskCompleted:
 		a.corr.Delete(id)
-		a.notify(Notification{Type: NotifyCompleted, TaskID: id, Result: after.Context.FinalResult, Seq: ev.Seq, Time: ev.Time})
+		a.watch.notify(Notification{Type: NotifyCompleted, TaskID: id, Result: after.Context.FinalResult, Seq: ev.Seq, Time: ev.Time})
 	case fsm.TaskFailed:
 		a.corr.Delete(id)
-		a.notify(Notification{Type: NotifyFailed, TaskID: id, Error: after.Context.Error, Seq: ev.Seq, Time: ev.Time})
+		a.watch.notify(Notification{Type: NotifyFailed, TaskID: id, Error: after.Context.Error, Seq: ev.Seq, Time: ev.Time})
 	}
 	was, now := fsm.Next(&ch.Before), fsm.Next(after)
 	if now == was && len(after.History) == len(ch.Before.History) {
@@ -359,17 +343,17 @@ func (a *Agent) hook(ch *replay.Change) error {
 func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 	switch {
 	case act.Kind.NeedsSlot():
-		a.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority)
 	case act.Kind == fsm.ActReflect:
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 		a.maybeReflect(t)
 	case act.Kind == fsm.ActWaitTask:
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 	case act.Kind == fsm.ActWaitUntil:
-		a.release(t.ID, false)
-		a.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.release(t.ID, false)
+		a.sched.wakeAt(t.ID, t.Priority, act.At)
 	default: // wait for input, or nothing
-		a.release(t.ID, true)
+		a.sched.release(t.ID, true)
 	}
 }
 
@@ -381,182 +365,18 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 		return
 	}
 	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID {
-		a.schedule(p.ID, p.Priority)
+		a.sched.schedule(p.ID, p.Priority)
 	}
 }
 
-// wakeAt schedules task id at time at (by the agent's clock): the machine
-// said nothing is due before. A later wake for the same task replaces it.
-func (a *Agent) wakeAt(id string, priority int, at time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.state != stateRunning {
+// runStage is the scheduler's run: one stage of task id, as folded now.
+func (a *Agent) runStage(ctx context.Context, id string) {
+	t, err := a.view.Task(id)
+	if err != nil {
+		a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)
 		return
 	}
-	if old := a.timers[id]; old != nil {
-		old.Stop()
-	}
-	a.timers[id] = time.AfterFunc(max(at.Sub(a.opts.Now()), 0), func() {
-		a.mu.Lock()
-		delete(a.timers, id)
-		a.mu.Unlock()
-		a.schedule(id, priority)
-	})
-}
-
-// markHooked records that the hook has dispatched seq.
-func (a *Agent) markHooked(seq uint64) {
-	a.mu.Lock()
-	a.hooked = seq
-	if a.hookedCh != nil {
-		close(a.hookedCh)
-		a.hookedCh = nil
-	}
-	a.mu.Unlock()
-}
-
-// waitHooked blocks until the hook has dispatched seq: the event is folded
-// and whatever it made due is scheduled (a new task is running or queued).
-func (a *Agent) waitHooked(ctx context.Context, seq uint64) error {
-	for {
-		a.mu.Lock()
-		if a.hooked >= seq {
-			a.mu.Unlock()
-			return nil
-		}
-		if a.hookedCh == nil {
-			a.hookedCh = make(chan struct{})
-		}
-		ch := a.hookedCh
-		a.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// ---- scheduling: admission slots and one stage goroutine per task.
-
-// schedule makes sure a stage runs for task id, which is idle (waiting for
-// admission), reasoning or acting: at once if it holds a slot or one is
-// free, else it waits in the admission queue. An idle task's first stage is
-// its admission: TASK_CREATED.
-func (a *Agent) schedule(id string, priority int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.state != stateRunning {
-		return
-	}
-	r := a.runs[id]
-	if r == nil {
-		r = &taskRun{}
-		a.runs[id] = r
-	}
-	switch {
-	case r.holding:
-		a.startLocked(id, r)
-	case r.wait != nil:
-		// Already waiting its turn.
-	case a.active < a.opts.MaxActiveTasks:
-		r.holding = true
-		a.active++
-		a.startLocked(id, r)
-	default:
-		r.wait = &waiting{id: id, priority: priority}
-		a.queue.push(r.wait)
-	}
-}
-
-// release gives up task id's slot (it is suspended or terminal) and
-// admits the next waiting task. cancel also stops a stage still running
-// for it: its outcome would be refused as a conflict anyway.
-func (a *Agent) release(id string, cancel bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r := a.runs[id]
-	if r == nil {
-		return
-	}
-	if r.wait != nil {
-		a.queue.remove(r.wait)
-		r.wait = nil
-	}
-	if cancel && r.cancel != nil {
-		r.cancel()
-	}
-	if r.holding {
-		r.holding = false
-		a.active--
-		a.admitLocked()
-	}
-	if !r.running {
-		delete(a.runs, id)
-	}
-}
-
-func (a *Agent) admitLocked() {
-	for a.state == stateRunning && a.active < a.opts.MaxActiveTasks && a.queue.Len() > 0 {
-		w := a.queue.pop()
-		r := a.runs[w.id]
-		if r == nil || r.wait != w {
-			continue
-		}
-		r.wait = nil
-		r.holding = true
-		a.active++
-		a.startLocked(w.id, r)
-	}
-}
-
-// startLocked starts the task's stage goroutine, or asks the running one to
-// look at the task again once its current stage is done.
-func (a *Agent) startLocked(id string, r *taskRun) {
-	if r.running {
-		r.rerun = true
-		return
-	}
-	r.running = true
-	a.stages.Add(1)
-	go a.loop(id)
-}
-
-// loop runs the stages of one task, one at a time, for as long as new
-// transitions keep arriving while it works.
-func (a *Agent) loop(id string) {
-	defer a.stages.Done()
-	for {
-		a.mu.Lock()
-		r := a.runs[id]
-		ctx, cancel := context.WithCancel(a.runCtx)
-		r.cancel = cancel
-		holding := r.holding && a.state == stateRunning
-		a.mu.Unlock()
-
-		if holding {
-			if t, err := a.view.Task(id); err == nil {
-				a.stage(ctx, &t)
-			} else {
-				a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)
-			}
-		}
-		cancel()
-
-		a.mu.Lock()
-		r.cancel = nil
-		if r.rerun && a.state == stateRunning {
-			r.rerun = false
-			a.mu.Unlock()
-			continue
-		}
-		r.running, r.rerun = false, false
-		if !r.holding && r.wait == nil {
-			delete(a.runs, id)
-		}
-		a.mu.Unlock()
-		return
-	}
+	a.stage(ctx, &t)
 }
 
 // stage does the work the machine says is due for t (fsm.Next): the
@@ -581,35 +401,19 @@ func (a *Agent) stage(ctx context.Context, t *fsm.Task) {
 
 // ---- waiting on tasks
 
-// signal wakes the waiters of task id.
-func (a *Agent) signal(id string) {
-	a.mu.Lock()
-	if ch, ok := a.waiters[id]; ok {
-		close(ch)
-		delete(a.waiters, id)
-	}
-	a.mu.Unlock()
-}
-
 // WaitUntil blocks until cond holds for task id as folded, or ctx ends, and
 // returns the task. cond is checked at once and after every event of the
 // task.
 func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) bool) (fsm.Task, error) {
 	t, err := a.Task(id)
 	if err != nil || cond(&t) {
-		return t, err
+		return t, a.dispatched(ctx, &t, err)
 	}
 	for {
-		a.mu.Lock()
-		ch, ok := a.waiters[id]
-		if !ok {
-			ch = make(chan struct{})
-			a.waiters[id] = ch
-		}
-		a.mu.Unlock()
+		ch := a.watch.changed(id)
 		// Look again now that a signal cannot be missed.
 		if t, err = a.Task(id); err != nil || cond(&t) {
-			return t, err
+			return t, a.dispatched(ctx, &t, err)
 		}
 		select {
 		case <-ch:
@@ -617,6 +421,17 @@ func (a *Agent) WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) b
 			return t, ctx.Err()
 		}
 	}
+}
+
+// dispatched waits until the hook has dispatched t's last event: the view
+// folds an event before the hook acts on it, and a caller that saw the
+// task finished must also find what that started (a reflection, a woken
+// parent) under way.
+func (a *Agent) dispatched(ctx context.Context, t *fsm.Task, err error) error {
+	if err != nil {
+		return err
+	}
+	return a.watch.waitHooked(ctx, t.Seq)
 }
 
 // Done reports whether a task is finished: failed, or completed with its
@@ -659,12 +474,7 @@ func (a *Agent) TaskTypes() []string {
 }
 
 // Queued reports whether task id is waiting for an admission slot.
-func (a *Agent) Queued(id string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	r := a.runs[id]
-	return r != nil && r.wait != nil
-}
+func (a *Agent) Queued(id string) bool { return a.sched.queued(id) }
 
 // RuntimeStats are the agent's scheduling counters.
 type RuntimeStats struct {
@@ -679,9 +489,8 @@ type RuntimeStats struct {
 
 // Runtime returns the scheduling counters.
 func (a *Agent) Runtime() RuntimeStats {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return RuntimeStats{ActiveSlots: a.active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: a.queue.Len(),
+	active, queued := a.sched.counts()
+	return RuntimeStats{ActiveSlots: active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: queued,
 		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem), MaxLLM: cap(a.llmSem), MaxTools: cap(a.toolSem)}
 }
 

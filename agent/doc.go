@@ -31,7 +31,10 @@
 // changed, the hook dispatches it on the task's own goroutine and returns.
 // The agent holds no task state of its own: the only per-task data it keeps
 // is scheduling (does a stage goroutine run, does the task hold an
-// admission slot, does a timer wait).
+// admission slot, does a timer wait), in the scheduler (scheduler.go, its
+// own lock). The watchers (watch.go, their own lock) wake WaitUntil,
+// OnNotify listeners and the intake waiting for the hook; the Agent itself
+// keeps the lifecycle, intake and the stages.
 //
 // A stale outcome never applies: if a user suspended, cancelled or
 // messaged the task while its stage worked, the stage's append fails with

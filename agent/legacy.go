@@ -96,7 +96,13 @@ func (a *Agent) legacyRequest(ctx context.Context, t *fsm.Task, kind *taskKind, 
 		}, nil
 
 	case fsm.StagePlan:
-		specs := append(append([]llm.ToolSpec(nil), kind.specs...), subTaskSpec)
+		var specs []llm.ToolSpec // the type's tools, without ask_user (thinking asks), and sub_task
+		for _, sp := range kind.specs {
+			if sp.Name != AskUserTool {
+				specs = append(specs, sp)
+			}
+		}
+		specs = append(specs, subTaskSpec)
 		req := llm.Request{Messages: system(planPrompt), Tools: specs, Purpose: PurposePlan}
 		return req, func(r llm.Response) fsm.Body { return legacyPlan(t.Context.InputText, r) }, nil
 
@@ -172,7 +178,7 @@ func (a *Agent) startSubTask(ctx context.Context, t *fsm.Task, step *fsm.PlanSte
 		return
 	}
 	if err := a.createChild(ctx, t, b, res.Events[0].ID); err != nil {
-		a.opts.Logger.Error("creating a sub task failed; it is created at the next start", "task", t.ID, "child", b.TaskID, "err", err)
+		a.opts.Logger.Error("creating a sub task failed; it is created at the next start", taskIDAttr(t.ID), "child", b.TaskID, "err", err)
 	}
 }
 
@@ -206,12 +212,12 @@ func (a *Agent) awaitChild(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	case errors.Is(err, ErrTaskNotFound):
 		if pc := t.Context.PendingSubTask; pc != nil {
 			if err := a.createChild(ctx, t, pc, t.LastEvent); err != nil {
-				a.opts.Logger.Error("creating a sub task failed", "task", t.ID, "child", act.Task, "err", err)
+				a.opts.Logger.Error("creating a sub task failed", taskIDAttr(t.ID), "child", act.Task, "err", err)
 			}
 		}
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 	case err != nil || !Done(&child):
-		a.release(t.ID, false)
+		a.sched.release(t.ID, false)
 	default:
 		failed := !child.Context.ResultRecorded // Done: failed, or completed with its result
 		text := child.Context.FinalResult

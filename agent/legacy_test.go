@@ -120,6 +120,10 @@ func TestVersion0ReplanAndSubTask(t *testing.T) {
 		t.Fatalf("events =\n%s\nwant\n%s", got, want)
 	}
 
+	if p, err := h.a.View().Progress(id); err != nil || p.StepCount != 2 || len(p.ToolsUsed) != 1 || p.ToolsUsed[0] != "current_time" ||
+		!p.Complete || len(p.NextSteps) != 0 {
+		t.Fatalf("progress = %+v, %v", p, err)
+	}
 	child, err := h.a.Task(childID)
 	if err != nil {
 		t.Fatal(err)
@@ -260,5 +264,25 @@ func TestMissingChildIsCreatedAtStart(t *testing.T) {
 		t.Fatalf("child %+v, %v; parent's step %+v", child, err, task.Context.ActionsDone[0])
 	}
 	h.assertNoIssues()
+	h.verify()
+}
+
+// Version 0 asks while thinking: the task suspends, and a message answers
+// it back into thinking.
+func TestVersion0AsksWhileThinking(t *testing.T) {
+	h := newHarness(t, Options{})
+	id := h.submitV0("?")
+	task := h.waitState(id, fsm.StateSuspended)
+	if task.Context.SuspendedState != fsm.StateThinking || task.Context.SuspendReason != "What would you like me to do?" {
+		t.Fatalf("suspended from %s: %q", task.Context.SuspendedState, task.Context.SuspendReason)
+	}
+	if _, err := h.a.SendMessage(testCtx(t), id, "what time is it?", "test"); err != nil {
+		t.Fatal(err)
+	}
+	task = h.wait(id)
+	if got := path(task); got != "idle > perceiving > thinking > suspended > thinking > planning > acting > reflecting > completed" ||
+		!strings.HasPrefix(task.Context.FinalResult, "The current time is ") {
+		t.Fatalf("path %s, result %q", got, task.Context.FinalResult)
+	}
 	h.verify()
 }

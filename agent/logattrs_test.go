@@ -45,7 +45,7 @@ func TestLogLinesCarryTaskAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.a.waitHooked(testCtx(t), res.LastSeq); err != nil {
+	if err := h.a.watch.waitHooked(testCtx(t), res.LastSeq); err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(buf.String(), "\n") {

@@ -163,10 +163,10 @@ func (a *Agent) wakeUp(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	b := fsm.StepDone(act, "", false)
 	switch {
 	case b == nil:
-		a.release(t.ID, false) // nothing to record: something else moves the task
+		a.sched.release(t.ID, false) // nothing to record: something else moves the task
 	case a.opts.Now().Before(act.At):
-		a.release(t.ID, false)
-		a.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.release(t.ID, false)
+		a.sched.wakeAt(t.ID, t.Priority, act.At)
 	default:
 		a.outcome(ctx, t, t.Version, t.LastEvent, b)
 	}

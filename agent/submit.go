@@ -106,7 +106,7 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	// Committed: the task exists and will run even if this wait ends
 	// early. Waiting for the hook means the task can be read, and is
 	// admitted or queued, when Submit returns.
-	_ = a.waitHooked(ctx, res.LastSeq)
+	_ = a.watch.waitHooked(ctx, res.LastSeq)
 	return taskID, nil
 }
 
@@ -249,7 +249,7 @@ func (a *Agent) command(ctx context.Context, id string, eventID ulid.ULID, body 
 		if err != nil {
 			return t, fmt.Errorf("agent: %s: %w", et, err)
 		}
-		if err := a.waitHooked(ctx, res.LastSeq); err != nil {
+		if err := a.watch.waitHooked(ctx, res.LastSeq); err != nil {
 			return t, err
 		}
 		return a.view.Task(id)
@@ -309,27 +309,4 @@ type Notification struct {
 // function that unregisters it. fn runs on the fold's goroutine, in log
 // order: it must return quickly (hand the notification to a channel or a
 // goroutine for anything slow).
-func (a *Agent) OnNotify(fn func(Notification)) (unregister func()) {
-	a.mu.Lock()
-	id := a.nextL
-	a.nextL++
-	a.listeners[id] = fn
-	a.mu.Unlock()
-	return func() {
-		a.mu.Lock()
-		delete(a.listeners, id)
-		a.mu.Unlock()
-	}
-}
-
-func (a *Agent) notify(n Notification) {
-	a.mu.Lock()
-	fns := make([]func(Notification), 0, len(a.listeners))
-	for _, fn := range a.listeners {
-		fns = append(fns, fn)
-	}
-	a.mu.Unlock()
-	for _, fn := range fns {
-		fn(n)
-	}
-}
+func (a *Agent) OnNotify(fn func(Notification)) (unregister func()) { return a.watch.listen(fn) }

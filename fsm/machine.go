@@ -119,11 +119,11 @@ func Apply(t Task, ev Event) (Task, error) {
 	if err != nil {
 		return t, err
 	}
-	if v1, ok := m.(taskMachineV1); ok {
+	if _, ok := m.(taskMachineV1); ok {
 		// The common case, without copying the task through an interface
 		// call: replay folds millions of events.
 		n := t
-		if err := applyEvent(v1, &n, &ev); err != nil {
+		if err := applyEvent(1, &n, &ev); err != nil {
 			return t, err
 		}
 		return n, nil

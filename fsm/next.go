@@ -24,7 +24,8 @@ const (
 	// ActCallModel: call the model for Action.Stage and record the outcome.
 	ActCallModel
 	// ActRunStep: run plan step Action.Step (Action.StepType) and record its
-	// outcome; a non-tool step completes with an Action.Done event.
+	// outcome; a respond or generate step completes with an Action.Done
+	// event, a sub_task step creates its child (then ActWaitTask).
 	ActRunStep
 	// ActCompile: compile the task's final result (append TASK_COMPLETED).
 	ActCompile
@@ -89,10 +90,9 @@ type Action struct {
 	Step int
 	// StepType is the kind of that step (ActRunStep).
 	StepType ActionType
-	// Done is the event type that records a non-tool step's completion
-	// (ActRunStep of a respond, generate or sub_task step; ActWaitTask):
-	// STEP_COMPLETED or ACT_DONE; for ActWaitUntil, the event due at At.
-	// Build its body with StepDone.
+	// Done is the event type that records the step's end (ActRunStep of a
+	// respond or generate step; ActWaitTask): STEP_COMPLETED or ACT_DONE;
+	// for ActWaitUntil, the event due at At. Build its body with StepDone.
 	Done EventType
 	// Task is the child task waited for (ActWaitTask).
 	Task string

@@ -108,7 +108,7 @@ func TestPropertyRandomWalks(t *testing.T) {
 
 func randomWalks(t *testing.T, m Machine, seed int64) {
 	rng := rand.New(rand.NewSource(seed))
-	walks, length := 400, 80
+	walks, length := 100, 80 // per machine; walks live long (see randomEvent)
 	if testing.Short() {
 		walks = 50
 	}

@@ -41,7 +41,7 @@ var (
 	legalCompleted = []EventType{ModelCalled, TaskCompleted, ReflectionComplete}
 )
 
-func (taskMachineV1) Ref() MachineRef { return MachineRef{Name: MachineName, Version: 1} }
+func (taskMachineV1) Ref() MachineRef { return machineRef(1) }
 
 func legalV1(s State) []EventType {
 	switch s {
@@ -99,53 +99,73 @@ func (taskMachineV1) CanTransition(s State, et EventType) bool {
 }
 
 // Apply implements Machine.
-func (m taskMachineV1) Apply(t Task, ev Event) (Task, error) { return applyCopy(m, t, ev) }
+func (taskMachineV1) Apply(t Task, ev Event) (Task, error) { return applyCopy(1, t, ev) }
 
-// applyCopy folds ev into a copy of t: t is returned unchanged on error.
-func applyCopy(m rules, t Task, ev Event) (Task, error) {
+// applyCopy folds ev into a copy of t under machine version v: t is
+// returned unchanged on error.
+func applyCopy(v int, t Task, ev Event) (Task, error) {
 	n := t
-	if err := applyEvent(m, &n, &ev); err != nil {
+	if err := applyEvent(v, &n, &ev); err != nil {
 		return t, err
 	}
 	return n, nil
 }
 
-// runStep is the work due in acting: the current step, a non-tool step
-// ending with done; nothing if the plan is done (unreachable: the last
-// step's end leaves acting).
+// runStep is the work due in acting: the current step, a respond or
+// generate step ending with done (a tool call ends with its result, a
+// sub_task step with its child: ActWaitTask); nothing if the plan is done
+// (unreachable: the last step's end leaves acting).
 func runStep(t *Task, done EventType) Action {
 	s := t.Context.Plan.CurrentStep()
 	if s == nil {
 		return Action{}
 	}
 	a := Action{Kind: ActRunStep, Step: s.Index, StepType: s.ActionType}
-	if s.ActionType != ActionToolCall {
+	if s.ActionType == ActionRespond || s.ActionType == ActionGenerate {
 		a.Done = done
 	}
 	return a
 }
 
-func (taskMachineV1) firstState() State { return StateReasoning }
+// The version-specific parts of the rules every version shares. They
+// switch on the version instead of calling through an interface: Apply is
+// the hot path of every fold, and an interface call would move the task
+// and the event to the heap.
 
-// rules is what one version of the task machine decides; applyEvent does
-// the checks and the bookkeeping every version shares.
-type rules interface {
-	Ref() MachineRef
-	CanTransition(s State, et EventType) bool
-	// firstState is where TASK_CREATED takes a task.
-	firstState() State
-	// step applies every event but the creating ones; its type is legal
-	// in from. On error n is unchanged.
-	step(n *Task, from State, ev *Event) error
+// machineRef names pegasus.task version v.
+func machineRef(v int) MachineRef { return MachineRef{Name: MachineName, Version: v} }
+
+// firstState is where TASK_CREATED takes a task of version v.
+func firstState(v int) State {
+	if v == 0 {
+		return StatePerceiving
+	}
+	return StateReasoning
+}
+
+func canTransition(v int, s State, et EventType) bool {
+	if v == 0 {
+		return slices.Contains(legalV0(s), et)
+	}
+	return slices.Contains(legalV1(s), et)
+}
+
+// step applies every event but the creating ones under version v; its
+// type is legal in from. On error n is unchanged.
+func step(v int, n *Task, from State, ev *Event) error {
+	if v == 0 {
+		return taskMachineV0{}.step(n, from, ev)
+	}
+	return taskMachineV1{}.step(n, from, ev)
 }
 
 // applyEvent folds ev into n in place. It checks, in order: the transition
 // (else a *TransitionError), the envelope (version, stream), the body type,
 // then what the body says; only then does it write to n. So on error n is
 // unchanged, and a caller that passed a copy still holds the original.
-func applyEvent(m rules, n *Task, ev *Event) error {
+func applyEvent(v int, n *Task, ev *Event) error {
 	from := n.State
-	if !m.CanTransition(from, ev.Type) {
+	if !canTransition(v, from, ev.Type) {
 		return &TransitionError{From: from, Event: ev.Type}
 	}
 	if ev.Version != n.Version+1 {
@@ -154,15 +174,15 @@ func applyEvent(m rules, n *Task, ev *Event) error {
 	var err error
 	switch {
 	case from == StateNone && ev.Type == TaskCreated:
-		err = create(m, n, ev)
+		err = create(v, n, ev)
 	case from == StateNone:
-		err = createIdle(m, n, ev)
+		err = createIdle(v, n, ev)
 	case ev.Stream != n.ID:
 		err = eventErr(from, ev.Type, "stream %q is not task %q", ev.Stream, n.ID)
 	case ev.Type == TaskCreated:
-		err = start(m, n, ev)
+		err = start(v, n, ev)
 	default:
-		err = m.step(n, from, ev)
+		err = step(v, n, from, ev)
 	}
 	if err != nil {
 		return err
@@ -178,16 +198,16 @@ func applyEvent(m rules, n *Task, ev *Event) error {
 // m and that the stream names the task. No machine means the current one
 // for a new task, and the task's own for one waiting in idle (its input
 // chose it).
-func createdBody(m rules, from State, ev *Event) (*TaskCreatedBody, error) {
+func createdBody(v int, from State, ev *Event) (*TaskCreatedBody, error) {
 	b, err := bodyAs[TaskCreatedBody](from, ev)
 	if err != nil {
 		return nil, err
 	}
 	ref := b.Machine
 	if ref == (MachineRef{}) && from == StateIdle {
-		ref = m.Ref()
+		ref = machineRef(v)
 	}
-	if err := checkMachine(m, from, ev, ref); err != nil {
+	if err := checkMachine(v, from, ev, ref); err != nil {
 		return nil, err
 	}
 	if ev.Stream == "" {
@@ -198,13 +218,13 @@ func createdBody(m rules, from State, ev *Event) (*TaskCreatedBody, error) {
 
 // checkMachine refuses a creating event that names a machine other than m
 // (the empty ref means CurrentMachine).
-func checkMachine(m rules, from State, ev *Event, ref MachineRef) error {
+func checkMachine(v int, from State, ev *Event, ref MachineRef) error {
 	if ref == (MachineRef{}) {
 		ref = CurrentMachine
 	}
-	if ref != m.Ref() {
+	if ref != machineRef(v) {
 		if _, err := MachineFor(ref); err == nil {
-			return eventErr(from, ev.Type, "machine %s is not the task's machine %s: a task keeps its machine for life", ref, m.Ref())
+			return eventErr(from, ev.Type, "machine %s is not the task's machine %s: a task keeps its machine for life", ref, machineRef(v))
 		}
 		e := eventErr(from, ev.Type, "machine %q version %d is not known", ref.Name, ref.Version)
 		e.Err = ErrUnknownMachine
@@ -216,7 +236,7 @@ func checkMachine(m rules, from State, ev *Event, ref MachineRef) error {
 // createIdle applies an external input to the zero task: the task exists,
 // in idle, waiting for admission. This is not a transition and adds no
 // History; TASK_CREATED starts the machine later.
-func createIdle(m rules, n *Task, ev *Event) error {
+func createIdle(v int, n *Task, ev *Event) error {
 	b, err := bodyAs[Input](StateNone, ev)
 	if err != nil {
 		return err
@@ -225,7 +245,7 @@ func createIdle(m rules, n *Task, ev *Event) error {
 	if b.Machine != nil {
 		ref = *b.Machine
 	}
-	if err := checkMachine(m, StateNone, ev, ref); err != nil {
+	if err := checkMachine(v, StateNone, ev, ref); err != nil {
 		return err
 	}
 	if ev.Stream == "" {
@@ -233,7 +253,7 @@ func createIdle(m rules, n *Task, ev *Event) error {
 	}
 	*n = Task{
 		ID:        ev.Stream,
-		Machine:   m.Ref(),
+		Machine:   machineRef(v),
 		Type:      b.TaskType,
 		State:     StateIdle,
 		CreatedAt: ev.Time.UTC(),
@@ -252,8 +272,8 @@ func createIdle(m rules, n *Task, ev *Event) error {
 // machine's first state. The body is authoritative for the task's input,
 // type, priority, metadata and parent (the agent copies them from the
 // input); the creation time stays the input's.
-func start(m rules, n *Task, ev *Event) error {
-	b, err := createdBody(m, StateIdle, ev)
+func start(v int, n *Task, ev *Event) error {
+	b, err := createdBody(v, StateIdle, ev)
 	if err != nil {
 		return err
 	}
@@ -265,21 +285,21 @@ func start(m rules, n *Task, ev *Event) error {
 	n.Context.InputMetadata = b.InputMetadata
 	n.Context.Source = b.Source
 	n.Context.Iteration = 1
-	moveTo(n, StateIdle, m.firstState(), ev)
+	moveTo(n, StateIdle, firstState(v), ev)
 	return nil
 }
 
 // create applies TASK_CREATED to the zero task: it creates the task and
 // starts it, idle -> the machine's first state, in one event.
-func create(m rules, n *Task, ev *Event) error {
-	b, err := createdBody(m, StateNone, ev)
+func create(v int, n *Task, ev *Event) error {
+	b, err := createdBody(v, StateNone, ev)
 	if err != nil {
 		return err
 	}
-	first := m.firstState()
+	first := firstState(v)
 	*n = Task{
 		ID:        ev.Stream,
-		Machine:   m.Ref(),
+		Machine:   machineRef(v),
 		Type:      b.TaskType,
 		State:     first,
 		CreatedAt: ev.Time.UTC(),
@@ -347,7 +367,7 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		n.Context.PostReflection = &b.Reflection
 		return nil
 	}
-	return sharedStep(n, from, ev, StateReasoning, m.finishStep)
+	return sharedStep(1, n, from, ev)
 }
 
 // setPlan installs a new plan: a copy of p's steps, which the fold marks
@@ -360,12 +380,13 @@ func setPlan(n *Task, p *Plan) {
 	n.Context.PendingSubTask = nil
 }
 
-// sharedStep applies the events whose rules every version shares:
-// NEED_MORE_INFO (suspends, to come back to from), MESSAGE_RECEIVED (to
-// answered), the tool call results (recorded, then routed by finish),
-// suspend, resume, fail and the facts TOOL_CALL_STARTED, MODEL_CALLED,
-// TASK_NOTIFY and TASK_COMPLETED.
-func sharedStep(n *Task, from State, ev *Event, answered State, finish func(n *Task, from State, ev *Event)) error {
+// sharedStep applies, under version v, the events whose rules every
+// version shares: NEED_MORE_INFO (suspends, to come back to from),
+// MESSAGE_RECEIVED (to reasoning in v1, thinking in v0), the tool call
+// results (recorded, then routed by the version's rule), suspend, resume,
+// fail and the facts TOOL_CALL_STARTED, MODEL_CALLED, TASK_NOTIFY and
+// TASK_COMPLETED.
+func sharedStep(v int, n *Task, from State, ev *Event) error {
 	switch ev.Type {
 	case NeedMoreInfo:
 		b, err := bodyAs[NeedMoreInfoBody](from, ev)
@@ -393,7 +414,11 @@ func sharedStep(n *Task, from State, ev *Event, answered State, finish func(n *T
 		n.Context.PendingCall = nil // an unfinished plan is superseded by the next one
 		n.Context.PendingSubTask = nil
 		n.Context.Iteration++
-		moveTo(n, from, answered, ev)
+		to := StateReasoning
+		if v == 0 {
+			to = StateThinking
+		}
+		moveTo(n, from, to, ev)
 		return nil
 
 	case ToolCallCompleted, ToolCallFailed:
@@ -421,7 +446,11 @@ func sharedStep(n *Task, from State, ev *Event, answered State, finish func(n *T
 		})
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
 		n.Context.PendingCall = nil
-		finish(n, from, ev)
+		if v == 0 {
+			taskMachineV0{}.finishTool(n, from, ev)
+		} else {
+			taskMachineV1{}.finishStep(n, from, ev)
+		}
 		return nil
 
 	case TaskSuspended:

@@ -1,7 +1,5 @@
 package fsm
 
-import "slices"
-
 // taskMachineV0 is pegasus.task version 0, the legacy nine-state machine
 // (docs: pegasus-task-fsm-v1.zh.md): perceive, think, plan, act, reflect,
 // with the reflection's verdict choosing what comes next. Logs written
@@ -48,7 +46,7 @@ var (
 		StateSuspended, StateCompleted, StateFailed}
 )
 
-func (taskMachineV0) Ref() MachineRef { return MachineRef{Name: MachineName, Version: 0} }
+func (taskMachineV0) Ref() MachineRef { return machineRef(0) }
 
 func legalV0(s State) []EventType {
 	switch s {
@@ -78,14 +76,10 @@ func (taskMachineV0) Legal(s State) []EventType { return cloneSlice(legalV0(s)) 
 
 func (taskMachineV0) States() []State { return cloneSlice(statesV0) }
 
-func (taskMachineV0) CanTransition(s State, et EventType) bool {
-	return slices.Contains(legalV0(s), et)
-}
+func (taskMachineV0) CanTransition(s State, et EventType) bool { return canTransition(0, s, et) }
 
 // Apply implements Machine.
-func (m taskMachineV0) Apply(t Task, ev Event) (Task, error) { return applyCopy(m, t, ev) }
-
-func (taskMachineV0) firstState() State { return StatePerceiving }
+func (taskMachineV0) Apply(t Task, ev Event) (Task, error) { return applyCopy(0, t, ev) }
 
 // Next implements Machine:
 //
@@ -237,7 +231,7 @@ func (m taskMachineV0) step(n *Task, from State, ev *Event) error {
 		n.Context.PendingSubTask = b
 		return nil
 	}
-	return sharedStep(n, from, ev, StateThinking, m.finishTool)
+	return sharedStep(0, n, from, ev)
 }
 
 // finishTool marks the current (tool_call) step completed and routes:

@@ -75,7 +75,7 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 		*n = Progress{TaskID: after.ID, Description: after.Context.InputText}
 	}
 	switch ev.Type {
-	case fsm.ReasonDone:
+	case fsm.ReasonDone, fsm.PlanDone:
 		n.NextSteps = remainingSteps(after.Context.Plan)
 	case fsm.MessageReceived:
 		// The answer starts a new reasoning round; the old plan is superseded.
@@ -90,20 +90,22 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 				n.AwaitingTool.Tool = stepTool(before.Context.Plan, pc.StepIndex)
 			}
 		}
-	case fsm.ToolCallCompleted, fsm.ToolCallFailed, fsm.StepCompleted:
-		idx := -1
+	case fsm.ToolCallCompleted, fsm.ToolCallFailed, fsm.StepCompleted, fsm.ActDone:
+		idx, failed := -1, ev.Type == fsm.ToolCallFailed
 		switch b := ev.Body.(type) {
 		case *fsm.ToolCallResultBody:
 			idx = b.StepIndex
 		case *fsm.StepCompletedBody:
 			idx = b.StepIndex
+		case *fsm.ActDoneBody: // version 0: a generate or sub_task step
+			idx, failed = b.StepIndex, b.Error != ""
 		}
 		n.CompletedSteps = appendCopy(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
 		n.StepCount = len(n.CompletedSteps)
-		if ev.Type == fsm.ToolCallFailed {
+		if failed {
 			n.FailedSteps++
 		}
-		if ev.Type != fsm.StepCompleted {
+		if ev.Type != fsm.StepCompleted && ev.Type != fsm.ActDone {
 			if tool := stepTool(before.Context.Plan, idx); tool != "" && !contains(n.ToolsUsed, tool) {
 				n.ToolsUsed = appendCopy(n.ToolsUsed, tool)
 			}
@@ -113,9 +115,10 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 	if after.Context.PendingCall == nil {
 		n.AwaitingTool = nil
 	}
-	if after.State == fsm.StateReasoning || after.State.IsTerminal() {
-		// Reasoning means the plan is done or superseded; a terminal task has
-		// nothing left to do.
+	switch after.State {
+	case fsm.StateReasoning, fsm.StateThinking, fsm.StatePlanning, fsm.StateCompleted, fsm.StateFailed:
+		// Reasoning (thinking or planning in version 0) means the plan is
+		// done or superseded; a terminal task has nothing left to do.
 		n.NextSteps = nil
 	}
 	n.State = after.State

@@ -114,8 +114,8 @@ func splitList(vals []string) []string {
 }
 
 func statesList() string {
-	names := make([]string, len(fsm.States))
-	for i, s := range fsm.States {
+	names := make([]string, len(fsm.AllStates))
+	for i, s := range fsm.AllStates {
 		names[i] = string(s)
 	}
 	return strings.Join(names, ", ")

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"sync"
+)
+
+// watchers is who waits on the fold, with its own lock: the waiters of
+// WaitUntil (woken after every event of their task), the OnNotify
+// listeners, and the waiters for the hook to reach a sequence (Submit and
+// the commands return once what they appended is folded and dispatched).
+type watchers struct {
+	mu        sync.Mutex
+	waiters   map[string]chan struct{}
+	listeners map[int]func(Notification)
+	nextL     int
+	hooked    uint64        // the last sequence the hook has dispatched
+	hookedCh  chan struct{} // closed when hooked moves, if someone waits
+}
+
+func newWatchers() *watchers {
+	return &watchers{waiters: map[string]chan struct{}{}, listeners: map[int]func(Notification){}}
+}
+
+// signal wakes the waiters of task id.
+func (w *watchers) signal(id string) {
+	w.mu.Lock()
+	if ch, ok := w.waiters[id]; ok {
+		close(ch)
+		delete(w.waiters, id)
+	}
+	w.mu.Unlock()
+}
+
+// changed returns a channel closed after the next event of task id.
+func (w *watchers) changed(id string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.waiters[id]
+	if !ok {
+		ch = make(chan struct{})
+		w.waiters[id] = ch
+	}
+	return ch
+}
+
+// markHooked records that the hook has dispatched seq.
+func (w *watchers) markHooked(seq uint64) {
+	w.mu.Lock()
+	w.hooked = seq
+	if w.hookedCh != nil {
+		close(w.hookedCh)
+		w.hookedCh = nil
+	}
+	w.mu.Unlock()
+}
+
+// waitHooked blocks until the hook has dispatched seq: the event is folded
+// and whatever it made due is scheduled (a new task is running or queued).
+func (w *watchers) waitHooked(ctx context.Context, seq uint64) error {
+	for {
+		w.mu.Lock()
+		if w.hooked >= seq {
+			w.mu.Unlock()
+			return nil
+		}
+		if w.hookedCh == nil {
+			w.hookedCh = make(chan struct{})
+		}
+		ch := w.hookedCh
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// listen registers fn for every notification and returns its remover.
+func (w *watchers) listen(fn func(Notification)) (unregister func()) {
+	w.mu.Lock()
+	id := w.nextL
+	w.nextL++
+	w.listeners[id] = fn
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.listeners, id)
+		w.mu.Unlock()
+	}
+}
+
+// notify calls every listener with n, outside the lock.
+func (w *watchers) notify(n Notification) {
+	w.mu.Lock()
+	fns := make([]func(Notification), 0, len(w.listeners))
+	for _, fn := range w.listeners {
+		fns = append(fns, fn)
+	}
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn(n)
+	}
+}

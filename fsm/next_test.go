@@ -1,0 +1,45 @@
+package fsm
+
+import "testing"
+
+// TestNextIsLegalAndCurrent: in every state and plan shape of both
+// machines, the work Next says is due is answered only by events legal
+// there (never by a command), names the current step, and only the waits
+// have no answer.
+func TestNextIsLegalAndCurrent(t *testing.T) {
+	for _, m := range Machines() {
+		for _, v := range variants(m) {
+			task := v.build()
+			act := Next(&task)
+			for _, et := range act.Answers() {
+				if !m.CanTransition(task.State, et) {
+					t.Errorf("%s: %s is answered by %s, not legal in %s", v, act, et, task.State)
+				}
+				if IsCommand(et) {
+					t.Errorf("%s: %s is answered by the command %s", v, act, et)
+				}
+			}
+			cur := task.Context.Plan.CurrentStep()
+			switch act.Kind {
+			case ActRunStep, ActWaitTask:
+				if cur == nil || cur.Index != act.Step || task.State != StateActing {
+					t.Errorf("%s: %s is not the current step", v, act)
+				}
+			case ActNone:
+				if !task.State.IsTerminal() && task.State != StateNone && task.State != StateActing {
+					t.Errorf("%s: nothing due in %s", v, task.State)
+				}
+			}
+			waits := act.Kind == ActNone || act.Kind == ActWaitInput || act.Kind == ActWaitUntil
+			if waits != (len(act.Answers()) == 0) {
+				t.Errorf("%s: %s answered by %v", v, act, act.Answers())
+			}
+			if act.Done != "" && !act.Answered(act.Done) {
+				t.Errorf("%s: %s is not answered by its own Done", v, act)
+			}
+			if act.Kind == ActRunStep && act.StepType != ActionToolCall && act.StepType != ActionSubTask && StepDone(act, "", false) == nil {
+				t.Errorf("%s: %s has no body for its end", v, act)
+			}
+		}
+	}
+}
