@@ -39,7 +39,8 @@ type slot struct {
 	task     fsm.Task
 	progress Progress // valid when hasProg
 	hasProg  bool
-	dirty    bool // changed since the last Flushed
+	dirty    bool  // changed since the last Flushed
+	bytes    int64 // slotBytes when last accounted by the Set
 }
 
 // stateIndex orders the states for per-state counters.

@@ -114,6 +114,10 @@ type Set struct {
 
 	dirty     []*slot // changed since the last Flushed, once each
 	snapshots []fsm.Task
+
+	// Estimated bytes held (see Bytes): every task in memory, the dirty
+	// ones among them, and the queued snapshots.
+	taskBytes, dirtyBytes, snapBytes int64
 }
 
 // NewSet returns an empty Set: the state before the first event.
@@ -144,6 +148,38 @@ func (s *Set) RestoreTask(t fsm.Task, p *Progress) {
 	if p != nil {
 		sl.progress, sl.hasProg = *p, true
 	}
+	s.account(sl)
+}
+
+// account brings the byte counters up to date with a slot that changed.
+func (s *Set) account(sl *slot) {
+	n := slotBytes(sl)
+	s.taskBytes += n - sl.bytes
+	if sl.dirty {
+		s.dirtyBytes += n - sl.bytes
+	}
+	sl.bytes = n
+}
+
+// MemoryUse is the estimated memory a Set holds, by part, in bytes.
+type MemoryUse struct {
+	Tasks     int64 // every task in memory, with its progress
+	Dirty     int64 // of Tasks, those changed since the last checkpoint
+	Snapshots int64 // queued per-task snapshots
+	Memory    int64 // long-term memory (facts and episodes)
+}
+
+// Total is everything the Set holds.
+func (m MemoryUse) Total() int64 { return m.Tasks + m.Snapshots + m.Memory }
+
+// Pending is what the next checkpoint would write and evict: the changed
+// tasks and the queued snapshots.
+func (m MemoryUse) Pending() int64 { return m.Dirty + m.Snapshots }
+
+// Bytes returns the estimated memory held, kept up to date as events are
+// folded (O(1)). The replay layer checkpoints and evicts by it.
+func (s *Set) Bytes() MemoryUse {
+	return MemoryUse{Tasks: s.taskBytes, Dirty: s.dirtyBytes, Snapshots: s.snapBytes, Memory: s.memory.Bytes()}
 }
 
 // Options returns the options of the Set.
@@ -211,9 +247,12 @@ func (s *Set) Apply(ev fsm.Event) Change {
 		if !sl.dirty {
 			sl.dirty = true
 			s.dirty = append(s.dirty, sl)
+			s.dirtyBytes += sl.bytes
 		}
+		s.account(sl)
 		if n := s.opts.SnapshotEvery; n > 0 && after.Version%n == 0 {
 			s.snapshots = append(s.snapshots, after)
+			s.snapBytes += TaskBytes(&after)
 		}
 	case KindMemory:
 		err := s.memory.Apply(ev)
@@ -255,21 +294,28 @@ type TaskRecord struct {
 }
 
 // Pending is everything that changed since the last Flushed: what a
-// checkpoint must write, together with Seq, in one atomic batch.
+// checkpoint must write, together with Seq, in one atomic batch. It shares
+// no mutable memory with the Set (tasks are values that Apply never
+// changes in place), so it can be encoded and written while the fold goes
+// on.
 type Pending struct {
 	Seq       uint64
 	Tasks     []TaskRecord // changed tasks, by id
 	Snapshots []fsm.Task   // queued snapshots, in fold order
-	Stats     *Stats       // always written: every event moves its counters
+	Stats     []byte       // Stats.Encode at Seq: every event moves its counters
 	// Facts are the memory facts changed, Episodes the episodes recorded.
 	Facts    []Fact
 	Episodes []Episode
 }
 
-// Pending returns what changed since the last Flushed. It does not change
-// the Set.
-func (s *Set) Pending() Pending {
-	p := Pending{Seq: s.seq, Snapshots: s.snapshots, Stats: s.stats}
+// Pending returns what changed since the last Flushed, as of the last
+// event folded. It does not change the Set.
+func (s *Set) Pending() (Pending, error) {
+	stats, err := s.stats.Encode()
+	if err != nil {
+		return Pending{}, err
+	}
+	p := Pending{Seq: s.seq, Snapshots: append([]fsm.Task(nil), s.snapshots...), Stats: stats}
 	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
 	for _, sl := range s.dirty {
 		r := TaskRecord{Task: sl.task, Summary: Summarize(&sl.task)}
@@ -281,20 +327,45 @@ func (s *Set) Pending() Pending {
 	}
 	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Task.ID < p.Tasks[j].Task.ID })
 	p.Facts, p.Episodes = s.memory.Changes()
-	return p
+	return p, nil
 }
 
-// Flushed tells the Set that Pending was persisted: it forgets what
-// changed, drops the snapshot queue and evicts terminal tasks (and their
-// progress) from memory, returning their ids. They stay in the persisted
-// read model, and a late fact for one is folded after RestoreTask.
-func (s *Set) Flushed() []string {
+// Flushed tells the Set that the Pending taken at seq was persisted. It
+// forgets the changes made by events up to seq (changes folded since, while
+// the checkpoint was written, stay pending for the next one), drops the
+// snapshots it wrote and evicts every terminal task that has no pending
+// change from memory, with its progress, returning their ids in order.
+// They stay in the persisted read model, and a late fact for one is folded
+// after RestoreTask.
+func (s *Set) Flushed(seq uint64) []string {
+	keep := s.dirty[:0]
 	for _, sl := range s.dirty {
+		if sl.task.Seq > seq {
+			keep = append(keep, sl)
+			continue
+		}
 		sl.dirty = false
+		s.dirtyBytes -= sl.bytes
 	}
-	clear(s.dirty) // drop the pointers: evicted slots must not stay reachable
-	s.dirty = s.dirty[:0]
-	s.snapshots = nil
-	s.memory.ClearChanges()
-	return s.tasks.CleanupTerminal()
+	clear(s.dirty[len(keep):]) // drop the pointers: evicted slots must not stay reachable
+	s.dirty = keep
+	i := 0
+	for i < len(s.snapshots) && s.snapshots[i].Seq <= seq {
+		s.snapBytes -= TaskBytes(&s.snapshots[i])
+		i++
+	}
+	s.snapshots = append([]fsm.Task(nil), s.snapshots[i:]...)
+	s.memory.ClearChanges(seq)
+	var ids []string
+	for id, sl := range s.tasks.slots {
+		if sl.task.State.IsTerminal() && !sl.dirty {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s.taskBytes -= s.tasks.slots[id].bytes
+		s.tasks.Remove(id)
+	}
+	return ids
 }

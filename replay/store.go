@@ -219,12 +219,18 @@ func (s *store) restoreTask(set *projection.Set, id string) error {
 	return nil
 }
 
-// write persists a checkpoint in one synced batch.
+// write persists a checkpoint in one synced batch. It runs without the
+// View's lock: p shares no mutable memory with the fold.
 func (s *store) write(ctx context.Context, p *projection.Pending, identity string) error {
 	type kv struct{ k, v []byte }
 	var sets []kv
 	var dels [][]byte
 	for i := range p.Tasks {
+		if i&255 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err // encoding a large checkpoint gives up at the stop deadline
+			}
+		}
 		r := &p.Tasks[i]
 		id := r.Task.ID
 		tb, err := fsm.EncodeTask(r.Task)
@@ -256,11 +262,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		sets = append(sets, kv{snapKey(t.ID, t.Version), b})
 	}
-	sb, err := p.Stats.Encode()
-	if err != nil {
-		return err
-	}
-	sets = append(sets, kv{keyStats, sb})
+	sets = append(sets, kv{keyStats, p.Stats})
 	for i := range p.Facts {
 		b, err := p.Facts[i].Encode()
 		if err != nil {

@@ -31,12 +31,21 @@ type View struct {
 	set    *projection.Set
 	st     *store // nil: memory only
 	write  bool   // checkpoints are written (st != nil and not read-only)
-	since  int    // events folded since the last checkpoint
+	since  int    // events folded since the last checkpoint began
 	issues []Issue
 	nIssue int
 	// advanced is closed (and cleared) when the position moves, if a
 	// WaitFor is waiting.
 	advanced chan struct{}
+
+	// Checkpoints (see checkpoint). ckSem holds one token: one checkpoint
+	// at a time. The fields below are guarded by mu.
+	ckSem     chan struct{}
+	ckBusy    bool          // a background checkpoint is running
+	ckDone    chan struct{} // closed when it ends
+	ckErr     error         // its error, returned by the next step
+	persisted uint64        // seq of the last checkpoint written
+	overWarn  bool          // the over-budget warning was logged
 
 	folding atomic.Bool
 }
@@ -58,12 +67,12 @@ func NewView(opts *Options) (*View, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &View{opts: o, set: projection.NewSet(o.setOptions(false))}, nil
+	return &View{opts: o, set: projection.NewSet(o.setOptions(false)), ckSem: make(chan struct{}, 1)}, nil
 }
 
 // viewFrom wraps a Set restored for a per-task fold.
 func viewFrom(o *Options, set *projection.Set) *View {
-	return &View{opts: o, set: set}
+	return &View{opts: o, set: set, ckSem: make(chan struct{}, 1)}
 }
 
 // Seq returns the global sequence of the last event folded, 0 for none.
@@ -74,12 +83,16 @@ func (v *View) Seq() uint64 {
 }
 
 // step folds one event: decode, load an evicted task if the event needs
-// it, apply through the Set, checkpoint if due. It is the body of Fold's
-// loop and nothing else calls it.
+// it, apply through the Set, start a checkpoint if one is due. It is the
+// body of Fold's loop and nothing else calls it.
 func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
 	fe, derr := Decode(ev)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if err := v.ckErr; err != nil {
+		v.ckErr = nil
+		return Change{}, err
+	}
 	if v.st != nil && v.set.NeedsTask(ev.Stream, ev.Version) {
 		if err := v.st.restoreTask(v.set, ev.Stream); err != nil {
 			return Change{}, err
@@ -102,42 +115,132 @@ func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
 		close(v.advanced)
 		v.advanced = nil
 	}
-	if v.write && v.since >= v.opts.CheckpointEvery {
-		if err := v.checkpointLocked(ctx); err != nil {
+	if v.write {
+		if err := v.budgetLocked(ctx); err != nil {
 			return Change{}, err
 		}
 	}
 	return Change{Raw: ev, Change: pc}, nil
 }
 
-// Checkpoint persists what changed since the last checkpoint, with the
-// sequence it reflects, in one synced batch, and evicts terminal tasks
-// from memory. It does nothing for a View that does not persist. The
-// daemon calls it at stop; folds call it every Options.CheckpointEvery
-// events.
-func (v *View) Checkpoint(ctx context.Context) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.checkpointLocked(ctx)
+// budgetLocked starts a background checkpoint when one is due: every
+// Options.CheckpointEvery events, or once the changes not yet persisted
+// reach a sixteenth of Options.MemoryBudget. The fold goes on while it is
+// written. Only when the View holds more than the whole budget while a
+// checkpoint is running does the fold wait for it: that is the
+// back-pressure that bounds memory when the disk is slower than the
+// appends. Called with v.mu held; it may release it while waiting.
+func (v *View) budgetLocked(ctx context.Context) error {
+	budget := v.opts.MemoryBudget
+	for {
+		use := v.set.Bytes()
+		if !v.ckBusy && (v.since >= v.opts.CheckpointEvery || use.Pending() >= budget/16) {
+			v.ckBusy, v.ckDone = true, make(chan struct{})
+			go v.background()
+		}
+		if use.Total() <= budget {
+			v.overWarn = false
+			return nil
+		}
+		if !v.ckBusy {
+			if !v.overWarn {
+				v.overWarn = true
+				v.opts.Logger.Warn("memory budget exceeded by tasks that are not finished",
+					"budget_bytes", budget, "tasks_bytes", use.Tasks, "memory_bytes", use.Memory,
+					"active_tasks", v.set.Tasks().ActiveCount())
+			}
+			return nil
+		}
+		done := v.ckDone
+		v.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := v.ckErr; err != nil {
+			v.ckErr = nil
+			return err
+		}
+	}
 }
 
-func (v *View) checkpointLocked(ctx context.Context) error {
-	if !v.write {
+// background runs one checkpoint started by the fold and records its end.
+func (v *View) background() {
+	err := v.checkpoint(context.Background())
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		v.ckErr = err
+		v.opts.Logger.Error("background checkpoint failed", "err", err)
+	}
+	v.ckBusy = false
+	close(v.ckDone)
+}
+
+// Checkpoint persists what changed since the last checkpoint, with the
+// sequence it reflects, in one synced batch, and evicts terminal tasks
+// from memory. It waits for a checkpoint already running, and gives up
+// when ctx ends: what it did not write is folded again at the next Open.
+// It does nothing for a View that does not persist. The daemon calls it at
+// stop, with the stop deadline; folds start one in the background every
+// Options.CheckpointEvery events or as Options.MemoryBudget requires.
+func (v *View) Checkpoint(ctx context.Context) error {
+	return v.checkpoint(ctx)
+}
+
+// checkpoint writes one checkpoint. It holds v.mu only to take what
+// changed (projection.Set.Pending: task values the fold never changes in
+// place, and the encoded stats) and, once the batch is synced, to tell the
+// Set what was persisted (Flushed forgets the changes up to that sequence,
+// keeps those folded meanwhile, and evicts terminal tasks). Encoding and
+// the synced write run without it, so the fold, WaitFor and every reader
+// go on meanwhile. The batch holds the state at one sequence, so a crash
+// at any point leaves the previous checkpoint or this one.
+func (v *View) checkpoint(ctx context.Context) error {
+	select {
+	case v.ckSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("replay: checkpoint: %w", ctx.Err())
+	}
+	defer func() { <-v.ckSem }()
+	v.mu.Lock()
+	if !v.write || (v.set.Seq() == v.persisted && v.set.Bytes().Pending() == 0) {
+		v.mu.Unlock()
 		return nil
 	}
-	p := v.set.Pending()
-	if err := v.st.write(ctx, &p, v.identity()); err != nil {
+	p, err := v.set.Pending()
+	v.since = 0
+	identity := v.identity()
+	v.mu.Unlock()
+	if err == nil {
+		err = v.st.write(ctx, &p, identity)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
 		if errors.Is(err, eventlog.ErrReadOnly) {
 			v.write = false
 			return nil
 		}
 		return fmt.Errorf("replay: checkpoint at seq %d: %w", p.Seq, err)
 	}
-	evicted := v.set.Flushed()
-	v.since = 0
+	v.persisted = p.Seq
+	evicted := v.set.Flushed(p.Seq)
 	v.opts.Logger.Debug("projections checkpointed", "seq", p.Seq, "tasks", len(p.Tasks),
-		"snapshots", len(p.Snapshots), "evicted", len(evicted))
+		"snapshots", len(p.Snapshots), "evicted", len(evicted), "bytes_held", v.set.Bytes().Total())
 	return nil
+}
+
+// MemoryUse returns the estimated memory the View holds (see
+// projection.Set.Bytes): what Options.MemoryBudget bounds.
+func (v *View) MemoryUse() projection.MemoryUse {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Bytes()
 }
 
 func (v *View) identity() string { return projection.Identity(v.opts.setOptions(true)) }
@@ -339,7 +442,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
-	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly}
+	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
 	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head())
 	if err != nil {
@@ -348,6 +451,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if set != nil {
 		v.set = set
 		rec.Checkpoint = set.Seq()
+		v.persisted = set.Seq()
 	} else {
 		rec.Rebuilt, rec.Reason = true, reason
 		v.set = projection.NewSet(o.setOptions(v.write))
