@@ -1,0 +1,117 @@
+package replay
+
+import (
+	"context"
+	"flag"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"testing"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
+)
+
+var (
+	memoryTasks  = flag.Int("memory.tasks", 0, "tasks folded by TestMemoryBoundedByBudget (0: a short run of 200)")
+	memoryBudget = flag.Int64("memory.budget", 8<<20, "MemoryBudget of TestMemoryBoundedByBudget (a huge one shows the count bound alone: the test then fails)")
+)
+
+// heapInUse returns the bytes of live heap objects after a collection.
+func heapInUse() int64 {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
+}
+
+// TestMemoryBoundedByBudget folds tasks with 128 KiB inputs (each holds
+// about 260 KiB folded: the input, its progress, the rest) into a View
+// with an 8 MiB budget and the default CheckpointEvery, which alone would
+// keep every task of the run in memory. The View's own accounting must
+// stay within the budget after every fold, and the live heap must stay
+// flat after warm-up, while the tasks folded add up to several times the
+// budget. Run longer with -memory.tasks 2000.
+func TestMemoryBoundedByBudget(t *testing.T) {
+	seed := testSeed(t)
+	ctx := context.Background()
+	tasks := *memoryTasks
+	if tasks == 0 {
+		tasks = 200
+	}
+	l, err := eventlog.Open(t.TempDir(), &eventlog.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	budget := *memoryBudget
+	v, _, err := Open(ctx, l, &Options{MemoryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := replaytest.New(seed, replaytest.Config{Tasks: tasks, Concurrency: 4, Finish: true, InputSize: 128 << 10})
+	var heap []int64 // heap in use, sampled every other round
+	var heldPeak int64
+	rounds := 0
+	for evs := g.Next(100); evs != nil; evs = g.Next(100) {
+		if err := replaytest.AppendAll(ctx, l, evs, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Fold(ctx, v, FromLog(l), FoldOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		use := v.MemoryUse()
+		if use.Total() > budget {
+			t.Fatalf("after seq %d the view holds %d bytes, over its budget of %d (%+v)", v.Seq(), use.Total(), budget, use)
+		}
+		heldPeak = max(heldPeak, use.Total())
+		rounds++
+		if rounds%2 != 0 {
+			continue
+		}
+		h := heapInUse()
+		heap = append(heap, h)
+		t.Logf("seq %6d: heap in use %5.1f MiB, view holds %4.1f MiB", v.Seq(), mib(h), mib(use.Total()))
+	}
+	if err := v.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := v.Stats()
+	if st.Tasks != int64(tasks) || st.Completed+st.Failed != int64(tasks) {
+		t.Fatalf("folded %d tasks, %d finished; want %d", st.Tasks, st.Completed+st.Failed, tasks)
+	}
+	inputs := int64(tasks) << 17 // 128 KiB each, on average
+	// Flat: after warm-up (the first sample), the median heap of the last
+	// third of the run is the median of the first third, give or take what
+	// the budget lets the view hold and Pebble's buffers. Medians, because
+	// Pebble's flushes and compactions come and go.
+	third := (len(heap) - 1) / 3
+	if third < 2 {
+		t.Fatalf("%d heap samples: run more tasks", len(heap))
+	}
+	early, late := median(heap[1:1+third]), median(heap[len(heap)-third:])
+	t.Logf("%d tasks, %.0f MiB of inputs; the view held at most %.1f MiB; median heap in use %.1f MiB early, %.1f MiB late",
+		tasks, mib(inputs), mib(heldPeak), mib(early), mib(late))
+	if grow := late - early; grow > 16<<20 {
+		t.Fatalf("heap grew by %.1f MiB from the first third of the run to the last: memory is not bounded by the budget", mib(grow))
+	}
+	if inputs < 2*budget {
+		t.Fatalf("the run folds %d bytes of inputs: too little to test a budget of %d", inputs, budget)
+	}
+	// A finished task left memory and is still served from the store.
+	page, err := v.Tasks(ctx, Query{Limit: 1})
+	if err != nil || len(page.Tasks) != 1 {
+		t.Fatalf("tasks: %v %v", page, err)
+	}
+	if _, err := v.Task(page.Tasks[0].ID); err != nil {
+		t.Fatalf("evicted task: %v", err)
+	}
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+func median(xs []int64) int64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
