@@ -64,7 +64,7 @@ func benchAppendLatency(b *testing.B, checkpointing bool) {
 	}
 
 	var checkpoints int
-	var running sync.WaitGroup // the checkpoint of the last window
+	var running sync.WaitGroup            // the checkpoint of the last window
 	lat := make([]time.Duration, 0, b.N)  // append and fold
 	fold := make([]time.Duration, 0, b.N) // of which the wait for the fold
 	b.ResetTimer()
@@ -105,7 +105,9 @@ func benchAppendLatency(b *testing.B, checkpointing bool) {
 	running.Wait()
 	slices.Sort(lat)
 	slices.Sort(fold)
-	pct := func(d []time.Duration, p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000 }
+	pct := func(d []time.Duration, p float64) float64 {
+		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+	}
 	b.ReportMetric(pct(lat, 0.50), "p50-ms")
 	b.ReportMetric(pct(lat, 0.99), "p99-ms")
 	b.ReportMetric(pct(lat, 1), "max-ms")
