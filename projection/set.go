@@ -163,10 +163,10 @@ func (s *Set) account(sl *slot) {
 
 // MemoryUse is the estimated memory a Set holds, by part, in bytes.
 type MemoryUse struct {
-	Tasks     int64 // every task in memory, with its progress
-	Dirty     int64 // of Tasks, those changed since the last checkpoint
-	Snapshots int64 // queued per-task snapshots
-	Memory    int64 // long-term memory (facts and episodes)
+	Tasks     int64 `json:"tasks_bytes"`     // every task in memory, with its progress
+	Dirty     int64 `json:"dirty_bytes"`     // of Tasks, those changed since the last checkpoint
+	Snapshots int64 `json:"snapshots_bytes"` // queued per-task snapshots
+	Memory    int64 `json:"memory_bytes"`    // long-term memory (facts and episodes)
 }
 
 // Total is everything the Set holds.
