@@ -57,3 +57,45 @@ func TestFlushedKeepsLaterChanges(t *testing.T) {
 		t.Fatal("memory changes not cleared")
 	}
 }
+
+// TestCool: tasks that are not finished leave memory only once persisted,
+// waiting ones first, keep their counts, and come back with RestoreTask.
+func TestCool(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	big := &fsm.TaskCreatedBody{TaskType: "general", InputText: strings.Repeat("x", 100<<10), Source: "cli"}
+	a := mustApply(t, s, sc.ev("", big)).After                           // reasoning, large
+	b := mustApply(t, s, sc.ev("", created("cli"))).After                // reasoning, small
+	mustApply(t, s, sc.ev(b.ID, &fsm.TaskSuspendedBody{Reason: "user"})) // b: suspended
+	if got := s.Cool(0); len(got) != 0 {
+		t.Fatalf("cooled %v: tasks with changes not yet persisted must stay", got)
+	}
+	p, _ := s.Pending()
+	s.Flushed(p.Seq)
+	before := s.Bytes().Tasks
+	if got := s.Cool(before - 1); strings.Join(got, ",") != b.ID {
+		t.Fatalf("cooled %v: want the suspended task first, and no more than needed", got)
+	}
+	if got := s.Cool(0); strings.Join(got, ",") != a.ID {
+		t.Fatalf("cooled %v, want %s", got, a.ID)
+	}
+	if s.Bytes().Tasks >= 4<<10 || s.Tasks().Has(a.ID) || !s.NeedsTask(a.ID, 2) || s.Tasks().ActiveCount() != 2 ||
+		s.Tasks().Count(fsm.StateSuspended) != 1 || len(s.Tasks().ListAll()) != 0 {
+		t.Fatalf("after Cool: %+v, active %d", s.Bytes(), s.Tasks().ActiveCount())
+	}
+	if _, err := s.Tasks().Get(a.ID); err == nil {
+		t.Fatal("Get found a stub")
+	}
+	if cold := s.Tasks().Cold(fsm.StateReasoning); len(cold) != 1 || cold[0].ID != a.ID || cold[0].Version != 1 {
+		t.Fatalf("Cold: %+v", cold)
+	}
+	fail := sc.ev(a.ID, &fsm.TaskFailedBody{Error: "x", Reason: "cancelled"})
+	if ch := s.Apply(fail); ch.Err == nil {
+		t.Fatal("folded into a stub")
+	}
+	s.RestoreTask(a, nil)
+	mustApply(t, s, fail)
+	if s.Tasks().ActiveCount() != 1 || s.Bytes().Tasks < 100<<10 {
+		t.Fatalf("after restore: active %d, %+v", s.Tasks().ActiveCount(), s.Bytes())
+	}
+}

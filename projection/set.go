@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -201,7 +202,7 @@ func (s *Set) Memory() *Memory { return s.memory }
 // Progress returns the progress of a task in memory.
 func (s *Set) Progress(id string) (Progress, bool) {
 	sl, ok := s.tasks.slots[id]
-	if !ok || !sl.hasProg {
+	if !ok || !sl.hasProg || sl.cold {
 		return Progress{}, false
 	}
 	return sl.progress, true
@@ -227,6 +228,12 @@ func (s *Set) Apply(ev fsm.Event) Change {
 	switch ch.Kind {
 	case KindTask:
 		sl := s.tasks.slots[ev.Stream]
+		if sl != nil && sl.cold {
+			// The replay layer restores a task before folding its events
+			// (NeedsTask); a stub must never be folded into.
+			ch.Err = fmt.Errorf("%w: %s left memory and was not restored", ErrTaskNotFound, ev.Stream)
+			break
+		}
 		if sl != nil {
 			ch.Before = sl.task
 		}
@@ -279,7 +286,7 @@ func (s *Set) Refuse(ev fsm.Event, err error) Change {
 	s.stats.event(ev, true)
 	ch := Change{Event: ev, Kind: KindOf(ev.Stream), Err: err}
 	if ch.Kind == KindTask {
-		if sl := s.tasks.slots[ev.Stream]; sl != nil {
+		if sl := s.tasks.slots[ev.Stream]; sl != nil && !sl.cold {
 			ch.Before, ch.After = sl.task, sl.task
 		}
 	}
@@ -330,6 +337,58 @@ func (s *Set) Pending() (Pending, error) {
 	return p, nil
 }
 
+// Cool makes tasks that are not finished leave memory until the tasks in
+// memory hold at most target bytes, and returns their ids. Only tasks
+// without pending changes leave (their persisted record is their current
+// state): idle and suspended ones first, then the largest. Each keeps a
+// stub (id, state, priority, version) so that counts and Registry.Cold stay
+// right; NeedsTask then asks for it to be restored before its next event,
+// and Registry.Get and Progress no longer find it (read it where it was
+// persisted).
+func (s *Set) Cool(target int64) []string {
+	if s.taskBytes <= target {
+		return nil
+	}
+	var cand []*slot
+	for _, sl := range s.tasks.slots {
+		if !sl.cold && !sl.dirty && !sl.task.State.IsTerminal() {
+			cand = append(cand, sl)
+		}
+	}
+	waiting := func(st fsm.State) bool { return st == fsm.StateIdle || st == fsm.StateSuspended }
+	sort.Slice(cand, func(i, j int) bool {
+		a, b := cand[i], cand[j]
+		if wa, wb := waiting(a.task.State), waiting(b.task.State); wa != wb {
+			return wa
+		}
+		if a.bytes != b.bytes {
+			return a.bytes > b.bytes
+		}
+		return a.task.ID < b.task.ID
+	})
+	var ids []string
+	for _, sl := range cand {
+		if s.taskBytes <= target {
+			break
+		}
+		t := &sl.task
+		sl.task = fsm.Task{ID: t.ID, State: t.State, Priority: t.Priority, Version: t.Version, Seq: t.Seq}
+		sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+		s.account(sl)
+		ids = append(ids, sl.task.ID)
+	}
+	return ids
+}
+
+// RestoreCold records a task that is not finished without loading it:
+// what Cool leaves, from the persisted summary. Open uses it when the
+// active tasks do not fit in the memory budget.
+func (s *Set) RestoreCold(sum *Summary) {
+	sl := s.tasks.put(fsm.Task{ID: sum.ID, State: sum.State, Priority: sum.Priority, Version: sum.Events, Seq: sum.Seq})
+	sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+	s.account(sl)
+}
+
 // Flushed tells the Set that the Pending taken at seq was persisted. It
 // forgets the changes made by events up to seq (changes folded since, while
 // the checkpoint was written, stay pending for the next one), drops the
@@ -358,7 +417,7 @@ func (s *Set) Flushed(seq uint64) []string {
 	s.memory.ClearChanges(seq)
 	var ids []string
 	for id, sl := range s.tasks.slots {
-		if sl.task.State.IsTerminal() && !sl.dirty {
+		if sl.task.State.IsTerminal() && !sl.dirty && !sl.cold {
 			ids = append(ids, id)
 		}
 	}

@@ -87,7 +87,10 @@
 // meanwhile stay pending. Encoding and the synced write run without the
 // lock, so no append, WaitFor or query waits for a checkpoint. The fold
 // itself waits only while the View holds more than its whole budget and a
-// checkpoint is running (back-pressure). At start, Open loads the checkpoint and
+// checkpoint is running (back-pressure). A View still over its budget also
+// drops persisted tasks that are not finished (Set.Cool), keeping stubs;
+// they are restored before their next event and read from the store by
+// queries. At start, Open loads the checkpoint and
 // folds only the tail. A checkpoint written by another projection code
 // version, fsm machine version, persisted type shape, layout or stats
 // options (projection.Identity) is discarded and everything is folded from
@@ -104,8 +107,9 @@
 //     checkpoint or a recovery loses no acknowledged event, and the
 //     recovered View equals a fold from zero (TestPowerLoss).
 //   - A persisting View holds at most Options.MemoryBudget bytes (by its
-//     estimate) once finished tasks can be evicted, whatever the input
-//     sizes (TestMemoryBoundedByBudget).
+//     estimate) whatever the input sizes, finished or not, once its
+//     changes are written; long-term memory aside
+//     (TestMemoryBoundedByBudget, TestMemoryBudgetUnfinishedTasks).
 //   - Verify catches a flipped byte in a record, a missing index entry, an
 //     illegal transition appended around the agent, and persisted
 //     projections that disagree with the log, and names the first bad

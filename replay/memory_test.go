@@ -6,9 +6,11 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
@@ -114,4 +116,113 @@ func median(xs []int64) int64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// TestMemoryBudgetUnfinishedTasks submits tasks with 128 KiB inputs that
+// wait in idle (an admission queue longer than the budget), then admits
+// them. Tasks that are not finished must leave memory too once persisted,
+// be listed and read back whole (InState, Task, Progress, a restart's
+// Recovery.Idle), and fold on when their events come, equal to a fold from
+// zero.
+func TestMemoryBudgetUnfinishedTasks(t *testing.T) {
+	ctx := context.Background()
+	l, fs := logWith(t, nil)
+	const budget, tasks = 2 << 20, 40 // 40 x ~260 KiB: five times the budget
+	opts := &Options{MemoryBudget: budget}
+	v, _, err := Open(ctx, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := strings.Repeat("a long input ", (128<<10)/13)
+	var ids []string
+	for i := range tasks {
+		id := l.NewID()
+		body, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: input, Source: "api", TaskType: "general", Priority: i % 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, id.String(), eventlog.NoStream, eventlog.Event{ID: id, Type: string(fsm.MessageReceived),
+			Correlation: id, Schema: fsm.SchemaVersion, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id.String())
+		if _, err := Fold(ctx, v, FromLog(l), FoldOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if use := v.MemoryUse(); use.Total() > budget {
+			t.Fatalf("after %d idle tasks the view holds %d bytes, over its budget of %d", i+1, use.Total(), budget)
+		}
+	}
+	if err := v.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkIdle := func(what string, got []fsm.Task) {
+		t.Helper()
+		if len(got) != tasks {
+			t.Fatalf("%s: %d idle tasks, want %d", what, len(got), tasks)
+		}
+		for i, tk := range got {
+			if tk.Context.InputText != input || tk.Version != 1 {
+				t.Fatalf("%s: task %s read back without its input (%d bytes, version %d)", what, tk.ID, len(tk.Context.InputText), tk.Version)
+			}
+			if i > 0 && got[i-1].Priority > tk.Priority {
+				t.Fatalf("%s: not in priority order", what)
+			}
+		}
+	}
+	checkIdle("InState", v.InState(fsm.StateIdle))
+	if v.ActiveCount() != tasks || len(v.Active()) != tasks || v.Count(fsm.StateIdle) != tasks {
+		t.Fatalf("counts: active %d, Active %d, idle %d", v.ActiveCount(), len(v.Active()), v.Count(fsm.StateIdle))
+	}
+	if p, err := v.Progress(ids[0]); err != nil || p.Description != input {
+		t.Fatalf("progress of a task that left memory: %v", err)
+	}
+	if page, err := v.Tasks(ctx, Query{Limit: MaxLimit}); err != nil || len(page.Tasks) != tasks {
+		t.Fatalf("task list: %d, %v", len(page.Tasks), err)
+	}
+
+	// A restart loads what fits and reads the rest when needed.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, fs, "db", false)
+	defer l.Close()
+	v, rec, err := Open(ctx, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkIdle("Recovery.Idle", rec.Idle)
+	if use := v.MemoryUse(); use.Total() > budget {
+		t.Fatalf("after the restart the view holds %d bytes, over its budget of %d", use.Total(), budget)
+	}
+	// Admit them all: each is read back, folded, and leaves again.
+	for _, id := range ids {
+		tk, err := v.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &tk.Context
+		body, err := fsm.Encode(&fsm.TaskCreatedBody{Machine: fsm.CurrentMachine, TaskType: tk.Type, InputText: c.InputText,
+			InputMetadata: c.InputMetadata, Source: c.Source, Priority: tk.Priority})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := eventlog.Event{ID: l.NewID(), Type: string(fsm.TaskCreated), Schema: fsm.SchemaVersion, Body: body}
+		if _, err := l.Append(ctx, id, eventlog.Exactly(1), ev); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Fold(ctx, v, FromLog(l), FoldOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if use := v.MemoryUse(); use.Total() > budget {
+			t.Fatalf("the view holds %d bytes, over its budget of %d", use.Total(), budget)
+		}
+	}
+	if n, _ := v.Issues(); len(n) != 0 {
+		t.Fatalf("refused events: %+v", n)
+	}
+	if got := len(v.InState(fsm.StateReasoning)); got != tasks {
+		t.Fatalf("%d tasks reasoning, want %d", got, tasks)
+	}
+	sameState(t, "with tasks that left memory", dump(t, foldMem(t, FromLog(l))), dump(t, v))
 }

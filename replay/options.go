@@ -40,10 +40,13 @@ type Options struct {
 	// folded, View.MemoryUse). Once the changes not yet persisted reach a
 	// sixteenth of it, a checkpoint starts in the background, writes them
 	// and evicts the finished tasks, which are then read from the persisted
-	// read models. The fold waits for a running checkpoint only while the
-	// View holds more than the whole budget. Tasks that are not finished
-	// stay in memory: if they alone exceed the budget, a warning is logged
-	// (bound them with the agent's admission limits).
+	// read models. If the View still holds more than the budget, persisted
+	// tasks that are not finished leave memory too (idle and suspended
+	// ones first), keeping a stub of a few dozen bytes, and are read back
+	// when one of their events is folded or they are queried. The fold
+	// waits for a running checkpoint only while the View holds more than
+	// the whole budget. Long-term memory is always held; if it and the
+	// changes not yet written exceed the budget, a warning is logged.
 	//
 	// The default value is 256 MiB.
 	MemoryBudget int64

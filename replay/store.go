@@ -75,7 +75,11 @@ type store struct {
 // load returns the persisted projections as a Set holding the active
 // tasks, or (nil, reason) when they must be rebuilt from zero. An I/O error
 // is returned as is.
-func (s *store) load(o projection.Options, identity string, head uint64) (*projection.Set, string, error) {
+//
+// Active tasks are loaded while the Set holds less than half the budget; the
+// rest are recorded from their summaries only (projection.Set.RestoreCold)
+// and read when needed.
+func (s *store) load(o projection.Options, identity string, head uint64, budget int64) (*projection.Set, string, error) {
 	raw, err := s.log.GetAux(keyMeta)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil, "no persisted projections", nil
@@ -108,6 +112,17 @@ func (s *store) load(o projection.Options, identity string, head uint64) (*proje
 	defer it.Close()
 	for it.Next() {
 		id := string(it.Key()[len(prefActive):])
+		if set.Bytes().Total() >= budget/2 {
+			sum, err := s.loadSummary(id)
+			if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
+				return nil, fmt.Sprintf("active task %s: %v", id, err), nil
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			set.RestoreCold(&sum)
+			continue
+		}
 		t, p, err := s.loadTask(id, true)
 		if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
 			return nil, fmt.Sprintf("active task %s: %v", id, err), nil
@@ -201,6 +216,22 @@ func (s *store) loadTask(id string, withProgress bool) (fsm.Task, *projection.Pr
 		return fsm.Task{}, nil, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
 	}
 	return t, &p, nil
+}
+
+// loadSummary reads a persisted task summary.
+func (s *store) loadSummary(id string) (projection.Summary, error) {
+	raw, err := s.log.GetAux(taskKey(prefSum, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return projection.Summary{}, fmt.Errorf("%w: %s has no summary", projection.ErrTaskNotFound, id)
+	}
+	if err != nil {
+		return projection.Summary{}, err
+	}
+	sum, err := projection.DecodeSummary(raw)
+	if err != nil {
+		return projection.Summary{}, fmt.Errorf("replay: persisted summary of %s: %w", id, err)
+	}
+	return sum, nil
 }
 
 // restoreTask puts an evicted task back into set before one of its events

@@ -142,10 +142,13 @@ func (v *View) budgetLocked(ctx context.Context) error {
 			v.overWarn = false
 			return nil
 		}
+		if v.coolLocked() > 0 {
+			continue
+		}
 		if !v.ckBusy {
 			if !v.overWarn {
 				v.overWarn = true
-				v.opts.Logger.Warn("memory budget exceeded by tasks that are not finished",
+				v.opts.Logger.Warn("memory budget exceeded by changes not yet written and long-term memory",
 					"budget_bytes", budget, "tasks_bytes", use.Tasks, "memory_bytes", use.Memory,
 					"active_tasks", v.set.Tasks().ActiveCount())
 			}
@@ -166,6 +169,25 @@ func (v *View) budgetLocked(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// coolLocked drops persisted tasks that are not finished from memory
+// (projection.Set.Cool) when the View is over its budget, down to three
+// quarters of it, and returns how many left. It does no I/O: they are read
+// back from the store when one of their events is folded or they are
+// queried.
+func (v *View) coolLocked() int {
+	use := v.set.Bytes()
+	if use.Total() <= v.opts.MemoryBudget {
+		return 0
+	}
+	target := max(0, v.opts.MemoryBudget*3/4-use.Snapshots-use.Memory)
+	ids := v.set.Cool(target)
+	if len(ids) > 0 {
+		v.opts.Logger.Debug("tasks left memory to stay within the budget", "tasks", len(ids),
+			"bytes_held", v.set.Bytes().Total(), "budget_bytes", v.opts.MemoryBudget)
+	}
+	return len(ids)
 }
 
 // background runs one checkpoint started by the fold and records its end.
@@ -230,6 +252,7 @@ func (v *View) checkpoint(ctx context.Context) error {
 	}
 	v.persisted = p.Seq
 	evicted := v.set.Flushed(p.Seq)
+	v.coolLocked()
 	v.opts.Logger.Debug("projections checkpointed", "seq", p.Seq, "tasks", len(p.Tasks),
 		"snapshots", len(p.Snapshots), "evicted", len(evicted), "bytes_held", v.set.Bytes().Total())
 	return nil
@@ -328,19 +351,36 @@ func (v *View) Progress(id string) (projection.Progress, error) {
 // Active returns the non-terminal tasks (idle, reasoning, acting,
 // suspended) ordered by id, i.e. by creation.
 func (v *View) Active() []fsm.Task {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.set.Tasks().ListActive()
+	ts := v.InState(fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
+	return ts
 }
 
 // InState returns the tasks in any of the given non-terminal states,
 // ordered by priority (lower first) then id (older first): the order in
 // which the agent admits or resumes them. Terminal states are not held in
 // memory; list them with Tasks.
+//
+// Tasks that left memory to stay within the budget are read back from the
+// store, without the lock; one that cannot be read (an I/O error) is
+// returned as its stub (id, state, priority, version) and logged.
 func (v *View) InState(states ...fsm.State) []fsm.Task {
 	v.mu.RLock()
 	ts := v.set.Tasks().ListState(states...)
+	cold := v.set.Tasks().Cold(states...)
+	st := v.st
 	v.mu.RUnlock()
+	for _, stub := range cold {
+		t, err := stub, errors.New("no store")
+		if st != nil {
+			t, _, err = st.loadTask(stub.ID, false)
+		}
+		if err != nil {
+			v.opts.Logger.Warn("reading a task that left memory", "task", stub.ID, "err", err)
+			t = stub
+		}
+		ts = append(ts, t)
+	}
 	sortByPriority(ts)
 	return ts
 }
@@ -444,7 +484,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	}
 	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
-	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head())
+	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head(), o.MemoryBudget)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -475,6 +515,11 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	}
 	if err := v.Checkpoint(ctx); err != nil {
 		return nil, nil, err
+	}
+	if v.st != nil {
+		v.mu.Lock()
+		v.coolLocked()
+		v.mu.Unlock()
 	}
 	rec.Head, rec.Folded, rec.Refused = v.Seq(), res.Events, res.Refused
 	rec.InFlight = v.InState(fsm.StateReasoning, fsm.StateActing)
