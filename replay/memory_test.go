@@ -15,8 +15,8 @@ import (
 )
 
 var (
-	memoryTasks  = flag.Int("memory.tasks", 0, "tasks folded by TestMemoryBoundedByBudget (0: a short run of 200)")
-	memoryBudget = flag.Int64("memory.budget", 8<<20, "MemoryBudget of TestMemoryBoundedByBudget (a huge one shows the count bound alone: the test then fails)")
+	memoryTasks  = flag.Int("memory.tasks", 0, "tasks folded by TestMemoryBoundedByBudget (0: a short run of 120)")
+	memoryBudget = flag.Int64("memory.budget", 4<<20, "MemoryBudget of TestMemoryBoundedByBudget (a huge one shows the count bound alone: the test then fails)")
 )
 
 // heapInUse returns the bytes of live heap objects after a collection.
@@ -29,7 +29,7 @@ func heapInUse() int64 {
 
 // TestMemoryBoundedByBudget folds tasks with 128 KiB inputs (each holds
 // about 260 KiB folded: the input, its progress, the rest) into a View
-// with an 8 MiB budget and the default CheckpointEvery, which alone would
+// with a 4 MiB budget and the default CheckpointEvery, which alone would
 // keep every task of the run in memory. The View's own accounting must
 // stay within the budget after every fold, and the live heap must stay
 // flat after warm-up, while the tasks folded add up to several times the
@@ -39,7 +39,7 @@ func TestMemoryBoundedByBudget(t *testing.T) {
 	ctx := context.Background()
 	tasks := *memoryTasks
 	if tasks == 0 {
-		tasks = 200
+		tasks = 120
 	}
 	l, err := eventlog.Open(t.TempDir(), &eventlog.Options{CacheSize: 1 << 20, MemTableSize: 1 << 20})
 	if err != nil {
@@ -55,7 +55,7 @@ func TestMemoryBoundedByBudget(t *testing.T) {
 	var heap []int64 // heap in use, sampled every other round
 	var heldPeak int64
 	rounds := 0
-	for evs := g.Next(100); evs != nil; evs = g.Next(100) {
+	for evs := g.Next(50); evs != nil; evs = g.Next(50) {
 		if err := replaytest.AppendAll(ctx, l, evs, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func median(xs []int64) int64 {
 func TestMemoryBudgetUnfinishedTasks(t *testing.T) {
 	ctx := context.Background()
 	l, fs := logWith(t, nil)
-	const budget, tasks = 2 << 20, 40 // 40 x ~260 KiB: five times the budget
+	const budget, tasks = 2 << 20, 24 // 24 x ~260 KiB: three times the budget
 	opts := &Options{MemoryBudget: budget}
 	v, _, err := Open(ctx, l, opts)
 	if err != nil {
