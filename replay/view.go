@@ -178,8 +178,8 @@ func (v *View) budgetLocked(ctx context.Context) error {
 // queried.
 func (v *View) coolLocked() int {
 	use := v.set.Bytes()
-	if use.Total() <= v.opts.MemoryBudget {
-		return 0
+	if use.Total() <= v.opts.MemoryBudget || use.Tasks-use.Dirty < v.opts.MemoryBudget/64 {
+		return 0 // within budget, or too little could leave to be worth a scan per event
 	}
 	target := max(0, v.opts.MemoryBudget*3/4-use.Snapshots-use.Memory)
 	ids := v.set.Cool(target)
