@@ -180,6 +180,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 		"tasks":   s.a.View().Stats(),
 		"runtime": s.a.Runtime(),
 		"log":     map[string]any{"head": s.a.Log().Head(), "folded": s.a.View().Seq(), "refused": n, "issues": issues, "storage": storageReason(s.a.Log().Health())},
+		"memory":  s.a.View().MemoryUse(),
 		"model":   s.a.Model().Name(),
 	})
 	return nil
