@@ -124,7 +124,7 @@ func (s *server) fromError(err error) *apiError {
 	case err == nil:
 		return nil
 	case errors.As(err, &te):
-		return errConflict("the task is %s: %s is not allowed in that state", te.From, te.Event)
+		return errConflict("%s", conflictMessage(te))
 	case errors.Is(err, agent.ErrTaskNotFound):
 		return errNotFound("no such task")
 	case errors.As(err, &reused):
