@@ -23,10 +23,13 @@ func (a *Agent) logLifecycle(ch *replay.Change) {
 	case ev.Type == fsm.TaskCreated:
 		log.Info("task admitted", taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
 			"type", after.Type, "source", after.Context.Source, "priority", after.Priority)
-	case after.State == fsm.StateCompleted && before.State != fsm.StateCompleted:
+	case before.IsTerminal() || !after.IsTerminal():
+		// Not the end of the task. (Loops never name a machine's states:
+		// the end is the move into a terminal state, failed by TASK_FAILED.)
+	case ev.Type != fsm.TaskFailed:
 		log.Info("task completed", taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
 			"duration", ev.Time.Sub(after.CreatedAt), "iterations", after.Context.Iteration)
-	case after.State == fsm.StateFailed && before.State != fsm.StateFailed:
+	default:
 		reason := ""
 		if b, ok := ev.Body.(*fsm.TaskFailedBody); ok {
 			reason = b.Reason
