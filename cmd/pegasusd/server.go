@@ -73,6 +73,7 @@ func (s *server) routes() http.Handler {
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	route("/v1/openapi.json", map[string]handler{"GET": s.openAPI})
 	route("/healthz", map[string]handler{"GET": s.healthz})
 	route("/readyz", map[string]handler{"GET": s.readyz})
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {
