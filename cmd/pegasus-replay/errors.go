@@ -86,7 +86,7 @@ func report(std *stdio, err error) int {
 		fmt.Fprintln(std.err, "pegasus-replay: interrupted")
 		return code
 	}
-	fmt.Fprintf(std.err, "pegasus-replay: %v\n", err)
+	fmt.Fprintf(std.err, "pegasus-replay: %s\n", cliconv.Message(err))
 	if h := hint(err); h != "" {
 		fmt.Fprintf(std.err, "hint: %s\n", h)
 	}

@@ -41,7 +41,7 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	if msg := err.Error(); msg != "" {
+	if msg := cliconv.Message(err); msg != "" {
 		fmt.Fprintln(stderr, "pegasusd:", msg)
 	}
 	return cliconv.Code(err)

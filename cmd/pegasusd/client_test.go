@@ -74,7 +74,7 @@ func TestClientErrors(t *testing.T) {
 	if code, _, errs := runClient(t, "", false, "submit", "--server", "http://127.0.0.1:1", "x"); code != exitDown || !strings.Contains(errs, "cannot reach the daemon") {
 		t.Fatalf("no daemon: exit %d %q", code, errs)
 	}
-	if code, _, errs := runClient(t, "", false, "submit", "--server", td.url, "--type", "nope", "x"); code != exitError || !strings.Contains(errs, "unknown task type") {
+	if code, _, errs := runClient(t, "", false, "submit", "--server", td.url, "--type", "nope", "x"); code != exitError || !strings.Contains(errs, "unknown task type") || strings.Contains(errs, "agent:") {
 		t.Fatalf("bad type: exit %d %q", code, errs)
 	}
 	if code, _, _ := runClient(t, "", false, "tasks", "--server", "ftp://localhost:7070"); code != exitUsage {

@@ -13,6 +13,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -133,7 +134,7 @@ func (s *server) fromError(err error) *apiError {
 	case errors.Is(err, eventlog.ErrConflict):
 		return errConflict("the task changed meanwhile: %v", err)
 	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):
-		return errBadRequest("%v", err)
+		return errBadRequest("%s", cliconv.Message(err))
 	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
 		return errShuttingDown
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -3,6 +3,7 @@ package cliconv
 import (
 	"errors"
 	"fmt"
+	"regexp"
 )
 
 // Exit codes, the one table of both programs (see the package comment).
@@ -78,4 +79,16 @@ func Code(err error) int {
 	default:
 		return ExitFailed
 	}
+}
+
+// packagePrefix matches the package prefix of a sentinel error's text
+// ("replay: ", "eventlog: "), which means something to a Go programmer and
+// nothing to an operator.
+var packagePrefix = regexp.MustCompile(`\b(replay|eventlog|fsm|projection|agent|codec|llm|tools|cliconv|pegasusd): `)
+
+// Message is err's text as a person should read it: without the package
+// prefixes of the sentinels it wraps. Programs print errors through it,
+// and the daemon's API answers with it.
+func Message(err error) string {
+	return packagePrefix.ReplaceAllString(err.Error(), "")
 }
