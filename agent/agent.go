@@ -313,6 +313,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		a.opts.Logger.Warn("fold refused an event", taskIDAttr(id), machineAttr(&ch.Before), eventIDAttr(ch.Raw.ID), "seq", ch.Event.Seq, "type", ch.Event.Type, "err", ch.Err)
 		return nil
 	}
+	a.logLifecycle(ch)
 	ev, after := &ch.Event, &ch.After
 	switch ev.Type {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:

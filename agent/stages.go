@@ -75,6 +75,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		dropped  bool
 	)
 	resp, err := a.model.Complete(callCtx, req, func(att llm.Attempt) {
+		a.logAttempt(t, purpose, att)
 		attempts = att.Number
 		if !att.WillRetry {
 			last = &att

@@ -4,11 +4,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
+
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
 // stdio is the process's streams and environment as the commands see them.
@@ -100,6 +101,9 @@ func globalFlags(hidden bool) []cli.Flag {
 type globals struct {
 	dataDir, server, token, file string
 	json, noColor                bool
+	// explicit holds the global flags given on the command line rather
+	// than through their PEGASUS_* variables (see run).
+	explicit map[string]bool
 }
 
 // readGlobals resolves the global flags of c: a flag given after the command
@@ -122,15 +126,33 @@ func readGlobals(c *cli.Context) globals {
 		}
 		return c.Bool(name)
 	}
-	return globals{
+	g := globals{
 		dataDir: str(flagDataDir),
 		server:  str(flagServer),
 		token:   str(flagToken),
 		file:    str(flagFile),
 		json:    boolean(flagJSON),
 		noColor: boolean(flagNoColor),
+		explicit: func() map[string]bool {
+			m, _ := c.App.Metadata[explicitKey].(map[string]bool)
+			return m
+		}(),
 	}
+	// A source given on the command line beats one from the environment:
+	// the others' variables are ignored.
+	if g.explicit[flagDataDir] || g.explicit[flagServer] || g.explicit[flagFile] {
+		for name, v := range map[string]*string{flagDataDir: &g.dataDir, flagServer: &g.server, flagFile: &g.file} {
+			if !g.explicit[name] {
+				*v = ""
+			}
+		}
+	}
+	return g
 }
+
+// explicitKey is where run leaves cliconv.ExplicitFlags in the app's
+// Metadata.
+const explicitKey = "explicit"
 
 // hasFlag reports whether the command of cc itself defines the flag name.
 func hasFlag(cc *cli.Context, name string) bool {
@@ -156,7 +178,7 @@ func newApp(std *stdio) *cli.App {
 		Description: "pegasus-replay folds a recorded log through the same replay code the daemon\n" +
 			"recovers with. It never calls a model or a tool and never writes to the log it reads.\n\n" +
 			"Choose one source: --data-dir DIR (read-only), --server URL, or --file EXPORT.ndjson.\n" +
-			"Exit codes: 0 ok, 1 problems found or command failed, 2 usage, 3 not found, 4 source unusable.",
+			cliconv.ExitCodesHelp,
 		Version:              version,
 		Reader:               std.in,
 		Writer:               std.out,
@@ -170,11 +192,12 @@ func newApp(std *stdio) *cli.App {
 		OnUsageError:   onUsageError,
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
-				return usagef("unknown command %q; run pegasus-replay --help for the list", c.Args().First())
+				return cliconv.UnknownCommand(c.App, c.Args().First())
 			}
 			return cli.ShowAppHelp(c)
 		},
 	}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprint(c.App.Writer, cliconv.Version(c.App.Name)) }
 	app.Commands = []*cli.Command{
 		tasksCommand(std),
 		showCommand(std),
@@ -196,7 +219,8 @@ func newApp(std *stdio) *cli.App {
 	return app
 }
 
-// version is set with -ldflags "-X main.version=..." by release builds.
+// version is set with -ldflags "-X main.version=..." by release builds;
+// --version prints the module version and commit Go records either way.
 var version = "dev"
 
 // prepare gives a command what every command has: the hidden global flags
@@ -238,94 +262,4 @@ func orNothing(s string) string {
 }
 
 // env names the PEGASUS_* variable of a command flag: PEGASUS_<CMD>_<FLAG>.
-func env(cmd, flag string) []string {
-	return []string{"PEGASUS_" + upperSnake(cmd) + "_" + upperSnake(flag)}
-}
-
-func upperSnake(s string) string {
-	b := []byte(s)
-	for i, ch := range b {
-		switch {
-		case ch == '-':
-			b[i] = '_'
-		case 'a' <= ch && ch <= 'z':
-			b[i] = ch - 'a' + 'A'
-		}
-	}
-	return string(b)
-}
-
-// interspersed moves a command's flags in front of its positional
-// arguments, so `show TASK --json` means `show --json TASK`. The standard
-// flag package stops at the first argument; people type flags last anyway.
-// A "--" ends flag parsing as usual.
-func interspersed(app *cli.App, args []string) []string {
-	if len(args) < 2 {
-		return args
-	}
-	var tail []string
-	if args[len(args)-1] == "--generate-bash-completion" {
-		tail = args[len(args)-1:]
-		args = args[:len(args)-1]
-	}
-	out := []string{args[0]}
-	i := 1
-	// Global flags before the command name.
-	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
-		out = append(out, args[i])
-		if takesValue(app.Flags, args[i]) && i+1 < len(args) {
-			out = append(out, args[i+1])
-			i++
-		}
-		i++
-	}
-	if i >= len(args) || args[i] == "--" {
-		return append(append(out, args[i:]...), tail...)
-	}
-	cmd := app.Command(args[i])
-	out = append(out, args[i])
-	i++
-	if cmd == nil {
-		return append(append(out, args[i:]...), tail...)
-	}
-	var flags, positional []string
-	for ; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			positional = append(positional, args[i:]...)
-			break
-		}
-		if strings.HasPrefix(a, "-") && a != "-" {
-			flags = append(flags, a)
-			if takesValue(cmd.Flags, a) && i+1 < len(args) {
-				flags = append(flags, args[i+1])
-				i++
-			}
-			continue
-		}
-		positional = append(positional, a)
-	}
-	out = append(out, flags...)
-	out = append(out, positional...)
-	return append(out, tail...)
-}
-
-// takesValue reports whether arg (like "--at" or "-d") names a flag in flags
-// that takes a separate value. "--at=5" carries its value itself.
-func takesValue(flags []cli.Flag, arg string) bool {
-	name := strings.TrimLeft(arg, "-")
-	if strings.Contains(name, "=") {
-		return false
-	}
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n == name {
-				if v, ok := f.(cli.DocGenerationFlag); ok {
-					return v.TakesValue()
-				}
-				return true
-			}
-		}
-	}
-	return false
-}
+func env(cmd, flag string) []string { return cliconv.EnvName(cmd, flag) }

@@ -97,6 +97,20 @@ func TestEnvironment(t *testing.T) {
 	if r := runCLI(t, termOpts{}, "-d", f.history, "tasks"); r.code != 0 {
 		t.Errorf("-d should win over PEGASUS_DATA_DIR: exit %d %s", r.code, r.stderr)
 	}
+	// A source flag of another kind wins too (the walkthrough of
+	// docs/replay.md: -f after export PEGASUS_DATA_DIR=...).
+	if r := runCLI(t, termOpts{}, "-f", "testdata/history.ndjson", "verify"); r.code != 0 {
+		t.Errorf("-f should win over PEGASUS_DATA_DIR: exit %d %s", r.code, r.stderr)
+	}
+	if r := runCLI(t, termOpts{}, "verify", "--file", "testdata/history.ndjson"); r.code != 0 {
+		t.Errorf("--file after the command should win over PEGASUS_DATA_DIR: exit %d %s", r.code, r.stderr)
+	}
+	// Two variables and no flag: which one is meant is unclear.
+	t.Setenv("PEGASUS_FILE", "testdata/history.ndjson")
+	if r := runCLI(t, termOpts{}, "verify"); r.code != exitUsage || !strings.Contains(r.stderr, "give only one of PEGASUS_DATA_DIR, PEGASUS_FILE") {
+		t.Errorf("two source variables: exit %d %s", r.code, r.stderr)
+	}
+	t.Setenv("PEGASUS_FILE", "")
 
 	// Every flag of every command has its variable.
 	app := newApp(&stdio{})
@@ -303,7 +317,8 @@ func TestLockedDirectory(t *testing.T) {
 	}
 	defer l.Close()
 	r := runCLI(t, termOpts{}, "-d", dir, "tasks")
-	if r.code != exitSource || !strings.Contains(r.stderr, "POST /v1/admin/checkpoint") || !strings.Contains(r.stderr, "--server") {
+	if r.code != exitSource || !strings.Contains(r.stderr, "POST /v1/admin/checkpoint") || !strings.Contains(r.stderr, "--server") ||
+		strings.Contains(r.stderr, "Log.Checkpoint") || strings.Contains(r.stderr, "eventlog:") || strings.Count(r.stderr, "\n") != 1 {
 		t.Fatalf("locked directory: exit %d, stderr %q", r.code, r.stderr)
 	}
 	cp := filepath.Join(t.TempDir(), "checkpoint")

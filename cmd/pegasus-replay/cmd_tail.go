@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -172,8 +173,8 @@ func (t *tailer) stream(ctx context.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
-	err = readSSE(ctx, resp.Body, func(e sseEvent) error {
-		ev, err := replay.ParseEvent(e.data)
+	err = cliconv.ReadSSE(ctx, resp.Body, replay.MaxExportLine, func(e cliconv.SSEEvent) error {
+		ev, err := replay.ParseEvent(e.Data)
 		if err != nil {
 			t.warn("pegasus-replay: skipping an event the server sent that does not decode: %v\n", err)
 			return nil

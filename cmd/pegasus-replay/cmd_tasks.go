@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -150,30 +151,21 @@ func printTasks(p *printer, page replay.Page, now time.Time) error {
 		p.Printf("no tasks\n")
 		return nil
 	}
-	t := newTable("TASK", "STATE", "MACHINE", "TYPE", "PRI", "AGE", "ITER", "EVENTS", "SOURCE", "INPUT")
+	t := newTable(cliconv.TaskColumns...)
 	for _, s := range page.Tasks {
-		input := s.Input
-		if s.Error != "" {
-			input = "error: " + s.Error
+		row := cliconv.TaskRow(s, false, now)
+		cells := make([]cell, len(row))
+		for i, text := range row {
+			cells[i] = cell{text: text}
 		}
-		t.rowc(
-			cell{text: s.ID},
-			cell{text: string(s.State), c: stateColour(string(s.State))},
-			cell{text: orDash(s.Machine)},
-			cell{text: orDash(s.Type)},
-			cell{text: strconv.Itoa(s.Priority)},
-			cell{text: fmtAge(now, s.CreatedAt)},
-			cell{text: strconv.Itoa(s.Iteration)},
-			cell{text: strconv.FormatUint(s.Events, 10)},
-			cell{text: orDash(s.Source)},
-			cell{text: input},
-		)
+		cells[1].c = stateColour(string(s.State))
+		t.rowc(cells...)
 	}
 	if err := t.print(p); err != nil {
 		return err
 	}
 	if page.Next != "" {
-		p.Printf("more: --cursor %s (or --all)\n", page.Next)
+		p.Printf("%s\n", cliconv.MoreLine(page.Next))
 	}
 	return nil
 }

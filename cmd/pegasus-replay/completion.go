@@ -5,6 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -29,75 +30,15 @@ func completionCommand(std *stdio) *cli.Command {
 			if err := exactArgs(c, "bash|zsh"); err != nil {
 				return err
 			}
-			switch c.Args().First() {
-			case "bash":
-				_, err := fmt.Fprint(std.out, bashCompletion)
-				return err
-			case "zsh":
-				_, err := fmt.Fprint(std.out, zshCompletion)
+			script, err := cliconv.CompletionScript("pegasus-replay", c.Args().First())
+			if err != nil {
 				return err
 			}
-			return usagef("unknown shell %q: want bash or zsh", c.Args().First())
+			_, err = fmt.Fprint(std.out, script)
+			return err
 		},
 	}
 }
-
-// bashCompletion is urfave/cli v2's autocomplete/bash_autocomplete with the
-// program name filled in.
-const bashCompletion = `# bash completion for pegasus-replay
-_pegasus_replay_init_completion() {
-  COMPREPLY=()
-  _get_comp_words_by_ref "$@" cur prev words cword
-}
-
-_pegasus_replay_complete() {
-  if [[ "${COMP_WORDS[0]}" != "source" ]]; then
-    local cur opts words cword
-    COMPREPLY=()
-    cur="${COMP_WORDS[COMP_CWORD]}"
-    if declare -F _init_completion >/dev/null 2>&1; then
-      _init_completion -n "=:" || return
-    else
-      _pegasus_replay_init_completion -n "=:" || return
-    fi
-    words=("${words[@]:0:$cword}")
-    if [[ "$cur" == "-"* ]]; then
-      requestComp="${words[*]} ${cur} --generate-bash-completion"
-    else
-      requestComp="${words[*]} --generate-bash-completion"
-    fi
-    opts=$(eval "${requestComp}" 2>/dev/null)
-    COMPREPLY=($(compgen -W "${opts}" -- ${cur}))
-    return 0
-  fi
-}
-
-complete -o bashdefault -o default -o nospace -F _pegasus_replay_complete pegasus-replay
-`
-
-// zshCompletion is urfave/cli v2's autocomplete/zsh_autocomplete with the
-// program name filled in.
-const zshCompletion = `#compdef pegasus-replay
-
-_pegasus_replay_complete() {
-  local -a opts
-  local cur
-  cur=${words[-1]}
-  if [[ "$cur" == "-"* ]]; then
-    opts=("${(@f)$(${words[@]:0:#words[@]-1} ${cur} --generate-bash-completion)}")
-  else
-    opts=("${(@f)$(${words[@]:0:#words[@]-1} --generate-bash-completion)}")
-  fi
-
-  if [[ "${opts[1]}" != "" ]]; then
-    _describe 'values' opts
-  else
-    _files
-  fi
-}
-
-compdef _pegasus_replay_complete pegasus-replay
-`
 
 // completeTaskIDs completes a TASK argument with the ids of the newest tasks
 // of the configured source (if any is configured and readable; completion

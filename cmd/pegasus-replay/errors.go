@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
-// Exit codes. They are part of the CLI's contract (docs/replay.md): scripts
-// branch on them, so never renumber.
+// Exit codes: the one table both programs share (internal/cliconv,
+// docs/cli.md). Scripts branch on them.
 const (
-	exitOK       = 0 // the command did what was asked
-	exitFailed   = 1 // verify found problems, or the command failed
-	exitUsage    = 2 // bad flags or arguments
-	exitNotFound = 3 // unknown task or event
-	exitSource   = 4 // the source is unusable: not a Pegasus log, newer format, locked, unreachable
+	exitOK       = cliconv.ExitOK          // the command did what was asked
+	exitFailed   = cliconv.ExitFailed      // verify found problems, or the command failed
+	exitUsage    = cliconv.ExitUsage       // bad flags or arguments
+	exitNotFound = cliconv.ExitNotFound    // unknown task or event
+	exitSource   = cliconv.ExitUnavailable // the source is unusable: not a Pegasus log, newer format, locked, unreachable
 )
 
 // Errors that commands return and that only report (below) turns into exit
@@ -21,11 +23,11 @@ const (
 // return what replay, eventlog or the HTTP client returned.
 var (
 	// errUsage marks bad flags or arguments.
-	errUsage = errors.New("usage")
+	errUsage = cliconv.ErrUsage
 	// errNotFound marks an unknown task or event.
-	errNotFound = errors.New("not found")
+	errNotFound = cliconv.ErrNotFound
 	// errSource marks a source that cannot be read at all.
-	errSource = errors.New("source unusable")
+	errSource = cliconv.ErrUnavailable
 	// errProblems is returned by verify when the audit found problems. Its
 	// report has already been printed, so report prints nothing more.
 	errProblems = errors.New("verify found problems")
@@ -64,17 +66,13 @@ func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }
 // This is the only place that decides exit codes.
 func exitCode(err error) int {
 	switch {
-	case err == nil:
-		return exitOK
-	case errors.Is(err, errUsage):
-		return exitUsage
-	case errors.Is(err, errSource) || isSourceError(err):
+	case err == nil || errors.Is(err, errUsage):
+	case isSourceError(err):
 		return exitSource
-	case errors.Is(err, errNotFound) || isNotFoundError(err):
+	case isNotFoundError(err):
 		return exitNotFound
-	default:
-		return exitFailed
 	}
+	return cliconv.Code(err)
 }
 
 // report prints err (if any) with a hint where one helps, and returns the
@@ -88,7 +86,7 @@ func report(std *stdio, err error) int {
 		fmt.Fprintln(std.err, "pegasus-replay: interrupted")
 		return code
 	}
-	fmt.Fprintf(std.err, "pegasus-replay: %v\n", err)
+	fmt.Fprintf(std.err, "pegasus-replay: %s\n", cliconv.Message(err))
 	if h := hint(err); h != "" {
 		fmt.Fprintf(std.err, "hint: %s\n", h)
 	}

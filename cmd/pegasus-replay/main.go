@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
 func main() {
@@ -18,6 +20,8 @@ func main() {
 // the whole program minus os.Exit, so tests call it in-process.
 func run(ctx context.Context, std *stdio, args []string) int {
 	app := newApp(std)
-	err := app.RunContext(ctx, interspersed(app, args))
+	args = cliconv.Interspersed(app, args)
+	app.Metadata = map[string]any{explicitKey: cliconv.ExplicitFlags(args, globalFlags(false))}
+	err := app.RunContext(ctx, args)
 	return report(std, err)
 }

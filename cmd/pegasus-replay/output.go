@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
 // printer writes a command's result: human text (aligned columns, colour on
@@ -227,14 +229,9 @@ func truncate(s string, n int) string {
 
 // Time formats used in human output. JSON always uses RFC 3339 with
 // nanoseconds in UTC (encoding/json's time.Time).
-const humanTime = "2006-01-02 15:04:05.000"
+const humanTime = cliconv.HumanTime
 
-func fmtTime(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(humanTime)
-}
+func fmtTime(t time.Time) string { return cliconv.Time(t) }
 
 // fmtDelta renders the time since the previous event: "+1.250s", "+3m02s".
 func fmtDelta(d time.Duration) string {
@@ -252,21 +249,4 @@ func fmtDelta(d time.Duration) string {
 
 // fmtAge renders how long ago t was, relative to now, coarsely: "3d", "4h",
 // "12m", "40s".
-func fmtAge(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	default:
-		return fmt.Sprintf("%dd", int(d.Hours()/24))
-	}
-}
+func fmtAge(now, t time.Time) string { return cliconv.Age(now, t) }

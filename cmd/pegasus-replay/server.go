@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -31,14 +30,10 @@ type client struct {
 const pageSize = 1000
 
 func newClient(server, token string) (*client, error) {
-	if !strings.Contains(server, "://") {
-		server = "http://" + server
+	u, err := cliconv.ServerURL(server)
+	if err != nil {
+		return nil, err
 	}
-	u, err := url.Parse(server)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, usagef("--server %q: want a URL like http://127.0.0.1:7070", server)
-	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
 	// No overall timeout: a stream stays open as long as the user wants.
 	// Dial and header timeouts catch a server that is not there.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -156,50 +151,4 @@ func openServer(ctx context.Context, std *stdio, g globals) (*source, error) {
 	}
 	bar.done()
 	return memSource(fmt.Sprintf("pegasusd at %s", c.base), all)
-}
-
-// sseEvent is one Server-Sent Event.
-type sseEvent struct {
-	id    string
-	event string
-	data  []byte
-}
-
-// readSSE reads Server-Sent Events from r and calls fn for each, until r
-// ends (nil), fn returns an error, or ctx is done.
-func readSSE(ctx context.Context, r io.Reader, fn func(sseEvent) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<16), replay.MaxExportLine)
-	var cur sseEvent
-	var data [][]byte
-	for sc.Scan() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		line := sc.Bytes()
-		if len(line) == 0 { // dispatch
-			if len(data) > 0 {
-				cur.data = bytes.Join(data, []byte("\n"))
-				if err := fn(cur); err != nil {
-					return err
-				}
-			}
-			cur, data = sseEvent{}, nil
-			continue
-		}
-		if line[0] == ':' { // a comment: keep-alive
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "id":
-			cur.id = string(value)
-		case "event":
-			cur.event = string(value)
-		case "data":
-			data = append(data, append([]byte(nil), value...))
-		}
-	}
-	return sc.Err()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -34,20 +35,21 @@ const sourceFlags = "--data-dir DIR, --server URL or --file EXPORT.ndjson"
 
 // openSource opens the one source the global flags name.
 func openSource(ctx context.Context, std *stdio, g globals) (*source, error) {
-	n := 0
-	for _, s := range []string{g.dataDir, g.server, g.file} {
-		if s != "" {
-			n++
-		}
-	}
+	// An explicit flag beats an environment variable: `-f x.ndjson`
+	// works after `export PEGASUS_DATA_DIR=...`.
+	i, err := cliconv.OneOf(
+		cliconv.Setting{Flag: "--data-dir", Env: "PEGASUS_DATA_DIR", Value: g.dataDir, Explicit: g.explicit[flagDataDir]},
+		cliconv.Setting{Flag: "--server", Env: "PEGASUS_SERVER", Value: g.server, Explicit: g.explicit[flagServer]},
+		cliconv.Setting{Flag: "--file", Env: "PEGASUS_FILE", Value: g.file, Explicit: g.explicit[flagFile]},
+	)
 	switch {
-	case n == 0:
+	case err != nil:
+		return nil, err
+	case i < 0:
 		return nil, usagef("no source: give one of %s (or PEGASUS_DATA_DIR, PEGASUS_SERVER, PEGASUS_FILE)", sourceFlags)
-	case n > 1:
-		return nil, usagef("give only one of %s", sourceFlags)
-	case g.dataDir != "":
+	case i == 0:
 		return openDataDir(g.dataDir)
-	case g.file != "":
+	case i == 2:
 		return openFile(ctx, std, g.file)
 	default:
 		return openServer(ctx, std, g)
@@ -66,10 +68,22 @@ func openDataDir(dir string) (*source, error) {
 		return nil, sourceErr(fmt.Errorf("data directory %q is not a directory (for an NDJSON export use --file)", dir))
 	}
 	l, err := eventlog.Open(dir, &eventlog.Options{ReadOnly: true})
+	if errors.Is(err, eventlog.ErrLocked) {
+		return nil, sourceErr(lockedError(dir))
+	}
 	if err != nil {
 		return nil, sourceErr(fmt.Errorf("data directory %q: %w", dir, err))
 	}
 	return &source{desc: fmt.Sprintf("data directory %q", dir), log: l, reader: replay.FromLog(l)}, nil
+}
+
+// lockedError says how to read a directory a running daemon holds, in the
+// operator's terms. It still matches eventlog.ErrLocked.
+func lockedError(dir string) error {
+	return cliconv.Kind(eventlog.ErrLocked, fmt.Errorf("data directory %q is in use by a running pegasusd. "+
+		"Read it through the daemon with --server http://127.0.0.1:7070, "+
+		"or take a checkpoint (POST /v1/admin/checkpoint, e.g. curl -X POST http://127.0.0.1:7070/v1/admin/checkpoint) "+
+		"and read that copy with --data-dir", dir))
 }
 
 // openFile loads an NDJSON export (replay's format, docs/export.md) into
@@ -210,8 +224,6 @@ func isNotFoundError(err error) bool {
 // hint returns advice for an error, or "".
 func hint(err error) string {
 	switch {
-	case errors.Is(err, eventlog.ErrLocked):
-		return "a running pegasusd holds this directory: use a checkpoint (pegasusd's POST /v1/admin/checkpoint) or --server"
 	case errors.Is(err, eventlog.ErrFormat):
 		return "--data-dir wants a pegasusd data directory or a checkpoint copy; if it was written by a newer Pegasus, use a newer pegasus-replay"
 	case errors.Is(err, replay.ErrExportFormat):

@@ -12,13 +12,13 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
 // client is the quick-start side of pegasusd: small commands that talk to a
@@ -37,16 +37,16 @@ type apiClient struct {
 }
 
 func newAPIClient(cc *cli.Context) (*apiClient, error) {
-	base := strings.TrimRight(cc.String("server"), "/")
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageError{fmt.Sprintf("--server %q: give a URL such as http://127.0.0.1:7070", base)}
+	u, err := cliconv.ServerURL(cc.String("server"))
+	if err != nil {
+		return nil, err
 	}
-	return &apiClient{base: base, token: cc.String("token"), http: &http.Client{Timeout: 90 * time.Second}}, nil
+	return &apiClient{base: u.String(), token: cc.String("token"), http: &http.Client{Timeout: 90 * time.Second}}, nil
 }
 
 // call sends a request and decodes a 2xx answer into out; an error answer
-// becomes an error carrying the API's message.
+// becomes an error carrying the API's message, marked for its exit code
+// (404: not found, unreachable: unavailable).
 func (c *apiClient) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -70,7 +70,8 @@ func (c *apiClient) call(ctx context.Context, method, path string, body, out any
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) && ctx.Err() == nil {
-			return fmt.Errorf("cannot reach the daemon at %s (is `pegasusd` running?): %v", c.base, ue.Err)
+			return cliconv.Kind(cliconv.ErrUnavailable,
+				fmt.Errorf("cannot reach the daemon at %s (is pegasusd running? --server or PEGASUS_SERVER names another): %v", c.base, ue.Err))
 		}
 		return err
 	}
@@ -83,10 +84,17 @@ func (c *apiClient) call(ctx context.Context, method, path string, body, out any
 		var env struct {
 			Error apiError `json:"error"`
 		}
+		msg := fmt.Sprintf("the daemon answered %s", resp.Status)
 		if json.Unmarshal(data, &env) == nil && env.Error.Message != "" {
-			return fmt.Errorf("%s (%d %s)", env.Error.Message, resp.StatusCode, env.Error.Code)
+			msg = env.Error.Message
 		}
-		return fmt.Errorf("the daemon answered %s", resp.Status)
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			return cliconv.NotFoundf("%s", msg)
+		case http.StatusUnauthorized:
+			return fmt.Errorf("%s (give the daemon's token with --token or PEGASUS_TOKEN)", msg)
+		}
+		return errors.New(msg)
 	}
 	if out == nil {
 		return nil
@@ -96,6 +104,30 @@ func (c *apiClient) call(ctx context.Context, method, path string, body, out any
 		return nil
 	}
 	return json.Unmarshal(data, out)
+}
+
+// stream opens a long-lived GET (an event stream) and returns its body;
+// the caller closes it.
+func (c *apiClient) stream(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	hc := *c.http
+	hc.Timeout = 0 // a stream stays open as long as the user wants
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, cliconv.Kind(cliconv.ErrUnavailable, fmt.Errorf("cannot reach the daemon at %s: %w", c.base, err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("the daemon answered %s to the event stream", resp.Status)
+	}
+	return resp.Body, nil
 }
 
 func (c *client) isInteractive() bool {
@@ -153,7 +185,7 @@ func (c *client) submit(cc *cli.Context) error {
 		var t taskJSON
 		if err := api.call(ctx, "GET", "/v1/tasks/"+created.TaskID+"?wait=30s", nil, &t); err != nil {
 			if ctx.Err() != nil {
-				return &exitCodeError{exitError, fmt.Errorf("gave up waiting for task %s after %s", created.TaskID, cc.Duration("timeout"))}
+				return fmt.Errorf("gave up waiting for task %s after %s", created.TaskID, cc.Duration("timeout"))
 			}
 			return err
 		}
@@ -168,13 +200,13 @@ func (c *client) submit(cc *cli.Context) error {
 			if cc.Bool("json") {
 				_ = c.printJSON(t)
 			}
-			return &exitCodeError{exitFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error)}
+			return cliconv.Kind(cliconv.ErrTaskFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error))
 		case t.State == fsm.StateSuspended && t.Question != asked:
 			if cc.Bool("json") || !c.isInteractive() {
 				if cc.Bool("json") {
 					_ = c.printJSON(t)
 				}
-				return &exitCodeError{exitNeedInput, fmt.Errorf("task %s asks: %s\nanswer with: pegasusd reply %s \"...\"", t.TaskID, t.Question, t.TaskID)}
+				return cliconv.Kind(cliconv.ErrNeedsInput, fmt.Errorf("task %s asks: %s; answer with: pegasusd reply %s \"...\"", t.TaskID, t.Question, t.TaskID))
 			}
 			answer, err := c.ask(t.Question)
 			if err != nil {
@@ -218,115 +250,6 @@ func (c *client) reply(cc *cli.Context) error {
 		return c.printJSON(t)
 	}
 	fmt.Fprintf(c.stdout, "task %s is %s\n", t.TaskID, t.State)
-	return nil
-}
-
-func (c *client) tasks(cc *cli.Context) error {
-	if cc.NArg() > 0 {
-		return usageError{"tasks takes no arguments; filter with --state and --type"}
-	}
-	api, err := newAPIClient(cc)
-	if err != nil {
-		return err
-	}
-	q := url.Values{}
-	q.Set("limit", fmt.Sprint(cc.Int("limit")))
-	if s := cc.String("state"); s != "" {
-		q.Set("state", s)
-	}
-	if s := cc.String("type"); s != "" {
-		q.Set("type", s)
-	}
-	if cc.Bool("json") {
-		var raw json.RawMessage
-		if err := api.call(cc.Context, "GET", "/v1/tasks?"+q.Encode(), nil, &raw); err != nil {
-			return err
-		}
-		_, err := c.stdout.Write(raw)
-		return err
-	}
-	var page struct {
-		Tasks []struct {
-			ID        string    `json:"task_id"`
-			Type      string    `json:"type"`
-			State     fsm.State `json:"state"`
-			Queued    bool      `json:"queued"`
-			CreatedAt time.Time `json:"created_at"`
-			Input     string    `json:"input"`
-			Error     string    `json:"error"`
-		} `json:"tasks"`
-		Next string `json:"next_cursor"`
-	}
-	if err := api.call(cc.Context, "GET", "/v1/tasks?"+q.Encode(), nil, &page); err != nil {
-		return err
-	}
-	if len(page.Tasks) == 0 {
-		fmt.Fprintln(c.stdout, "no tasks")
-		return nil
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tTYPE\tCREATED\tINPUT")
-	for _, t := range page.Tasks {
-		state := string(t.State)
-		if t.Queued {
-			state += " (queued)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, state, t.Type, t.CreatedAt.Local().Format("2006-01-02 15:04:05"), oneLine(t.Input, 60))
-	}
-	return tw.Flush()
-}
-
-func (c *client) task(cc *cli.Context) error {
-	if cc.NArg() != 1 {
-		return usageError{"task needs one task id"}
-	}
-	api, err := newAPIClient(cc)
-	if err != nil {
-		return err
-	}
-	path := "/v1/tasks/" + url.PathEscape(cc.Args().First())
-	if cc.Bool("json") {
-		var raw json.RawMessage
-		if err := api.call(cc.Context, "GET", path, nil, &raw); err != nil {
-			return err
-		}
-		_, err := c.stdout.Write(raw)
-		return err
-	}
-	var t taskJSON
-	if err := api.call(cc.Context, "GET", path, nil, &t); err != nil {
-		return err
-	}
-	w := c.stdout
-	state := string(t.State)
-	if t.Queued {
-		state += " (queued for a slot)"
-	}
-	fmt.Fprintf(w, "task      %s\nstate     %s\ntype      %s (priority %d, source %s)\ncreated   %s\niteration %d\ninput     %s\n",
-		t.TaskID, state, t.Type, t.Priority, t.Source, t.CreatedAt.Local().Format(time.RFC3339), t.Iteration, oneLine(t.Input, 200))
-	if t.Question != "" {
-		fmt.Fprintf(w, "waiting   %s\n", t.Question)
-	}
-	if t.Result != "" {
-		fmt.Fprintf(w, "result    %s\n", t.Result)
-	}
-	if t.Error != "" {
-		fmt.Fprintf(w, "error     %s\n", t.Error)
-	}
-	if t.Plan != nil && len(t.Plan.Steps) > 0 {
-		fmt.Fprintln(w, "plan")
-		for _, s := range t.Plan.Steps {
-			mark := " "
-			if s.Completed {
-				mark = "x"
-			}
-			fmt.Fprintf(w, "  [%s] %d %s\n", mark, s.Index, oneLine(s.Description, 100))
-		}
-	}
-	fmt.Fprintln(w, "history")
-	for _, h := range t.History {
-		fmt.Fprintf(w, "  %s  %-9s -> %-9s %s\n", h.Timestamp.Local().Format("15:04:05.000"), h.From, h.To, h.Event)
-	}
 	return nil
 }
 

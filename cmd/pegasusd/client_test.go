@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
 func runClient(t *testing.T, stdin string, interactive bool, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	c := &client{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, interactive: &interactive}
-	code = exitCode(newApp(c).Run(append([]string{"pegasusd"}, args...)), &errb)
+	app := newApp(c)
+	code = exitCode(app.Run(cliconv.Interspersed(app, append([]string{"pegasusd"}, args...))), &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -42,7 +45,7 @@ func TestClientQuickStart(t *testing.T) {
 	td.waitTask(id)
 
 	code, out, _ = runClient(t, "", false, "tasks", "--server", td.url)
-	if code != 0 || !strings.HasPrefix(out, "ID ") || strings.Count(out, "\n") != 4 || !strings.Contains(out, id) {
+	if code != 0 || !strings.HasPrefix(out, "TASK ") || strings.Count(out, "\n") != 4 || !strings.Contains(out, id) {
 		t.Fatalf("tasks: exit %d\n%s", code, out)
 	}
 	code, out, _ = runClient(t, "", false, "task", "--server", td.url, id)
@@ -65,19 +68,19 @@ func TestClientErrors(t *testing.T) {
 	if code, _, errs := runClient(t, "", false, "submit", "--server", td.url); code != exitUsage || !strings.Contains(errs, "needs the task's text") {
 		t.Fatalf("no text: exit %d %q", code, errs)
 	}
-	if code, _, errs := runClient(t, "", false, "task", "--server", td.url, "01JABCDEFGHJKMNPQRSTVWXYZ0"); code != exitError || !strings.Contains(errs, "no such task") {
+	if code, _, errs := runClient(t, "", false, "task", "--server", td.url, "01JABCDEFGHJKMNPQRSTVWXYZ0"); code != exitNotFound || !strings.Contains(errs, "no such task") {
 		t.Fatalf("unknown task: exit %d %q", code, errs)
 	}
-	if code, _, errs := runClient(t, "", false, "submit", "--server", "http://127.0.0.1:1", "x"); code != exitError || !strings.Contains(errs, "cannot reach the daemon") {
+	if code, _, errs := runClient(t, "", false, "submit", "--server", "http://127.0.0.1:1", "x"); code != exitDown || !strings.Contains(errs, "cannot reach the daemon") {
 		t.Fatalf("no daemon: exit %d %q", code, errs)
 	}
-	if code, _, errs := runClient(t, "", false, "submit", "--server", td.url, "--type", "nope", "x"); code != exitError || !strings.Contains(errs, "unknown task type") {
+	if code, _, errs := runClient(t, "", false, "submit", "--server", td.url, "--type", "nope", "x"); code != exitError || !strings.Contains(errs, "unknown task type") || strings.Contains(errs, "agent:") {
 		t.Fatalf("bad type: exit %d %q", code, errs)
 	}
-	if code, _, _ := runClient(t, "", false, "tasks", "--server", "localhost:7070"); code != exitUsage {
+	if code, _, _ := runClient(t, "", false, "tasks", "--server", "ftp://localhost:7070"); code != exitUsage {
 		t.Fatalf("bad server URL: exit %d", code)
 	}
-	if code, _, _ := runClient(t, "", false, "nosuchcommand"); code != exitUsage && code != exitError {
-		t.Fatalf("unknown command: exit %d", code)
+	if code, _, errs := runClient(t, "", false, "nosuchcommand"); code != exitUsage || !strings.Contains(errs, `unknown command "nosuchcommand"`) {
+		t.Fatalf("unknown command: exit %d %q", code, errs)
 	}
 }

@@ -100,6 +100,8 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 		switch {
 		case errors.As(err, &syn):
 			return errBadRequest("malformed JSON at byte %d: %v", syn.Offset, err)
+		case errors.As(err, &typ) && typ.Field == "":
+			return errBadRequest("the body must be a JSON object")
 		case errors.As(err, &typ):
 			return errBadRequest("field %q must be a %s", typ.Field, typ.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):

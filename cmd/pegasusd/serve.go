@@ -22,6 +22,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -35,6 +36,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "llm-model", EnvVars: env("LLM_MODEL"), Usage: "model name"},
 		&cli.StringFlag{Name: "llm-api-key", EnvVars: env("LLM_API_KEY"), Usage: "API key (never logged, never recorded)"},
 		&cli.DurationFlag{Name: "llm-timeout", Value: 120 * time.Second, EnvVars: env("LLM_TIMEOUT"), Usage: "timeout of one model call attempt"},
+		&cli.BoolFlag{Name: "llm-strict", EnvVars: env("LLM_STRICT"), Usage: "refuse to start when the model endpoint does not answer GET /models (default: warn)"},
 		&cli.IntFlag{Name: "llm-max-attempts", Value: 4, EnvVars: env("LLM_MAX_ATTEMPTS"), Usage: "attempts per model call (retries on 429, 5xx and network errors)"},
 		&cli.IntFlag{Name: "max-active-tasks", Value: 5, EnvVars: env("MAX_ACTIVE_TASKS"), Usage: "tasks reasoning or acting at once; others wait, by priority then age"},
 		&cli.IntFlag{Name: "max-concurrent-llm", Value: 3, EnvVars: env("MAX_CONCURRENT_LLM"), Usage: "concurrent model calls"},
@@ -64,6 +66,7 @@ type config struct {
 	llmKey                              llm.Secret
 	llmTimeout                          time.Duration
 	llmAttempts                         int
+	llmStrict                           bool
 	maxActive, maxLLM, maxTools         int
 	toolTimeout                         time.Duration
 	maxIterations                       int
@@ -85,7 +88,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 		addr: cc.String("addr"), dataDir: cc.String("data-dir"), token: cc.String("token"),
 		checkpointDir: cc.String("checkpoint-dir"),
 		llmBaseURL:    cc.String("llm-base-url"), llmModel: cc.String("llm-model"), llmKey: llm.Secret(cc.String("llm-api-key")),
-		llmTimeout: cc.Duration("llm-timeout"), llmAttempts: cc.Int("llm-max-attempts"),
+		llmTimeout: cc.Duration("llm-timeout"), llmAttempts: cc.Int("llm-max-attempts"), llmStrict: cc.Bool("llm-strict"),
 		maxActive: cc.Int("max-active-tasks"), maxLLM: cc.Int("max-concurrent-llm"), maxTools: cc.Int("max-concurrent-tools"),
 		toolTimeout: cc.Duration("tool-timeout"), maxIterations: cc.Int("max-iterations"), noReflection: cc.Bool("no-reflection"),
 		maxBody: cc.Int64("max-body-bytes"), shutdownTimeout: cc.Duration("shutdown-timeout"),
@@ -254,9 +257,12 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	if err := probeModel(ctx, cfg, logger); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return nil, err
+		return nil, cliconv.ListenError(cfg.addr, err)
 	}
 	metricsLn, err := listenMetrics(cfg.metricsAddr)
 	if err != nil {
@@ -409,7 +415,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Lo
 	}
 	abs, _ := filepath.Abs(cfg.dataDir)
 	logger.Info("pegasusd listening", "url", "http://"+d.ln.Addr().String(), "data_dir", abs, "model", model,
-		"auth", cfg.token != "")
+		"auth", authNote(cfg.token))
 	if err := d.wait(ctx, stopSignals); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -74,6 +75,7 @@ func (s *server) routes() http.Handler {
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	route("/v1/openapi.json", map[string]handler{"GET": s.openAPI})
 	route("/healthz", map[string]handler{"GET": s.healthz})
 	route("/readyz", map[string]handler{"GET": s.readyz})
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {
@@ -125,7 +127,7 @@ func (s *server) fromError(err error) *apiError {
 	case err == nil:
 		return nil
 	case errors.As(err, &te):
-		return errConflict("the task is %s: %s is not allowed in that state", te.From, te.Event)
+		return errConflict("%s", conflictMessage(te))
 	case errors.Is(err, agent.ErrTaskNotFound):
 		return errNotFound("no such task")
 	case errors.As(err, &reused):
@@ -137,7 +139,7 @@ func (s *server) fromError(err error) *apiError {
 		// the log's own refusal, for a position checked before a restore.
 		return &apiError{status: http.StatusConflict, Code: codeBeyondHead, Message: "the position is beyond the log's head: this log never had that event"}
 	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):
-		return errBadRequest("%v", err)
+		return errBadRequest("%s", cliconv.Message(err))
 	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
 		return errShuttingDown
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -617,6 +617,10 @@ func TestDaemonUsesTheConfiguredModel(t *testing.T) {
 	var mu sync.Mutex
 	var auth []string
 	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" { // the start-up check (probe.go)
+			io.WriteString(w, `{"data":[{"id":"fake-9"}]}`)
+			return
+		}
 		mu.Lock()
 		auth = append(auth, r.Header.Get("Authorization"))
 		mu.Unlock()

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
+)
+
+// validatingTransport sends each request to the real daemon and validates
+// the request and its response against the OpenAPI document, recording
+// which operations and statuses were exercised.
+type validatingTransport struct {
+	t      *testing.T
+	router routers.Router
+	mu     sync.Mutex
+	seen   map[string]bool // "METHOD PATH STATUS" and "METHOD PATH"
+}
+
+func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	v.t.Helper()
+	route, params, err := v.router.FindRoute(req)
+	if err != nil {
+		v.t.Errorf("%s %s: not in the OpenAPI document: %v", req.Method, req.URL, err)
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	opts := &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: opts}
+	err = openapi3filter.ValidateRequest(req.Context(), in)
+	if invalid, _ := req.Context().Value(invalidRequest{}).(bool); invalid {
+		// A request the daemon must refuse: the document refuses it too.
+		if err == nil {
+			v.t.Errorf("%s %s: the document accepts a request the daemon refuses", req.Method, req.URL)
+		}
+	} else if err != nil {
+		v.t.Errorf("%s %s: request does not match the document: %v", req.Method, req.URL, err)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	respOpts := *opts
+	var body []byte
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		respOpts.ExcludeResponseBody = true // an endless stream: its events are checked below
+	} else {
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: &respOpts}
+	out.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
+		v.t.Errorf("%s %s: %d response does not match the document: %v\n%s", req.Method, req.URL, resp.StatusCode, err, body)
+	}
+	v.mu.Lock()
+	v.seen[req.Method+" "+route.Path] = true
+	v.seen[fmt.Sprintf("%s %s %d", req.Method, route.Path, resp.StatusCode)] = true
+	v.mu.Unlock()
+	return resp, nil
+}
+
+// invalidRequest marks, in a request's context, a request that breaks the
+// document on purpose.
+type invalidRequest struct{}
+
+// TestOpenAPIDocument drives every /v1 operation of the real handlers,
+// successes and errors, and validates each request and response against
+// openapi.json, so that the document cannot drift from the code. It also
+// checks that the daemon serves the document it embeds.
+func TestOpenAPIDocument(t *testing.T) {
+	ctx := context.Background()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		t.Fatalf("openapi.json is not a valid OpenAPI document: %v", err)
+	}
+	if !doc.IsOpenAPI31OrLater() {
+		t.Fatalf("openapi.json is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	td := startDaemon(t, testConfig(t))
+	doc.Servers = openapi3.Servers{{URL: td.url}}
+	router, err := legacyrouter.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vt := &validatingTransport{t: t, router: router, seen: map[string]bool{}}
+	hc := &http.Client{Transport: vt}
+	call := func(method, path, contentType, body string, want int) []byte {
+		t.Helper()
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		rctx := ctx
+		if want == 400 {
+			rctx = context.WithValue(ctx, invalidRequest{}, true)
+		}
+		req, _ := http.NewRequestWithContext(rctx, method, td.url+path, rd)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Errorf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, data)
+		}
+		return data
+	}
+	const js = "application/json"
+	var created createdJSON
+	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"what time is it?","type":"general","priority":1,"metadata":{"k":"v"}}`, 201), &created)
+	id := created.TaskID
+	td.waitTask(id)
+	var asking createdJSON
+	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &asking)
+	td.waitTask(asking.TaskID)
+
+	call("POST", "/v1/tasks", js, `{"input":"x","colour":"red"}`, 400)
+	call("GET", "/v1/tasks?limit=1&order=asc&state=completed,suspended&type=general", "", "", 200)
+	call("GET", "/v1/tasks?limit=0", "", "", 400)
+	call("GET", "/v1/tasks/"+id+"?wait=1s", "", "", 200)
+	call("GET", "/v1/tasks/01JABCDEFGHJKMNPQRSTVWXYZ0", "", "", 404)
+	call("GET", "/v1/tasks/"+id+"/events", "", "", 200)
+	call("GET", "/v1/tasks/"+id+"/progress", "", "", 200)
+	call("GET", "/v1/tasks/"+id+"/state?at=3", "", "", 200)
+	call("GET", "/v1/tasks/"+id+"/why", "", "", 200)
+	call("POST", "/v1/tasks/"+asking.TaskID+"/messages", js, `{"text":"tell me a joke","source":"test"}`, 200)
+	td.waitTask(asking.TaskID)
+	call("POST", "/v1/tasks/"+id+"/messages", js, `{"text":"again"}`, 409)
+	var second createdJSON
+	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &second)
+	td.waitTask(second.TaskID)
+	call("POST", "/v1/tasks/"+second.TaskID+"/resume", js, `{"reason":"go on"}`, 200)
+	call("POST", "/v1/tasks/"+id+"/suspend", "", "", 409)
+	call("POST", "/v1/tasks/"+id+"/resume", "", "", 409)
+	call("POST", "/v1/tasks/"+id+"/cancel", js, `{"reason":"late"}`, 409)
+	var third createdJSON
+	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &third)
+	td.waitTask(third.TaskID)
+	call("POST", "/v1/tasks/"+third.TaskID+"/cancel", "", "", 200)
+	call("POST", "/v1/tasks/"+third.TaskID+"/suspend", js, `{"reason":"x"}`, 409)
+	call("POST", "/v1/webhooks/deploy?type=general&priority=2", "text/plain", "the deploy finished", 201)
+	call("POST", "/v1/webhooks/deploy", js, `{"event":"push"}`, 201)
+	call("GET", "/v1/events?after_seq=0&limit=5", "", "", 200)
+	call("GET", "/v1/events?after_seq=999999999", "", "", 409)
+	call("GET", "/v1/events/stream?after_seq=999999999", "", "", 409)
+	call("GET", "/v1/stats", "", "", 200)
+	call("POST", "/v1/admin/checkpoint", "", "", 201)
+	served := call("GET", "/v1/openapi.json", "", "", 200)
+	onDisk, err := os.ReadFile("openapi.json")
+	if err != nil || !bytes.Equal(served, onDisk) {
+		t.Errorf("/v1/openapi.json does not serve openapi.json")
+	}
+
+	// The stream: its first event is an event in the document's JSON form.
+	sctx, cancel := context.WithCancel(ctx)
+	req, _ := http.NewRequestWithContext(sctx, "GET", td.url+"/v1/events/stream?after_seq=0&stream="+id, nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _ := readDataLine(resp.Body)
+	cancel()
+	resp.Body.Close()
+	eventSchema := doc.Components.Schemas["Event"].Value
+	var ev any
+	if err := json.Unmarshal(line, &ev); err != nil || eventSchema.VisitJSON(ev) != nil {
+		t.Errorf("stream event %s does not match the Event schema: %v", line, eventSchema.VisitJSON(ev))
+	}
+
+	// Every operation of the document was exercised.
+	var missing []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !vt.seen[method+" "+path] {
+				missing = append(missing, method+" "+path)
+			}
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("operations the test does not exercise: %v", missing)
+	}
+}
+
+// readDataLine returns the data of the first Server-Sent Event in r.
+func readDataLine(r io.Reader) ([]byte, error) {
+	buf := make([]byte, 0, 4096)
+	tmp := make([]byte, 4096)
+	for {
+		n, err := r.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		for _, l := range bytes.Split(buf, []byte("\n")) {
+			if d, ok := bytes.CutPrefix(l, []byte("data: ")); ok && bytes.HasSuffix(buf, []byte("\n\n")) {
+				return d, nil
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
