@@ -455,14 +455,11 @@ func (a *Agent) Task(id string) (fsm.Task, error) {
 	return a.view.Task(id)
 }
 
-// View returns the fold: task lists, progress, stats, memory.
+// View returns the fold that Start recovered and keeps following: task
+// lists, progress, stats, memory. It is the one accessor left to the
+// daemon because the agent builds the view (the log and the model it is
+// handed, so their owner already holds them); nil before Start.
 func (a *Agent) View() *replay.View { return a.view }
-
-// Log returns the event log.
-func (a *Agent) Log() *eventlog.Log { return a.log }
-
-// Model returns the model the agent uses.
-func (a *Agent) Model() llm.Model { return a.model }
 
 // TaskTypes returns the names of the task types.
 func (a *Agent) TaskTypes() []string {
