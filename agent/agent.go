@@ -456,9 +456,10 @@ func (a *Agent) Task(id string) (fsm.Task, error) {
 }
 
 // View returns the fold that Start recovered and keeps following: task
-// lists, progress, stats, memory. It is the one accessor left to the
-// daemon because the agent builds the view (the log and the model it is
-// handed, so their owner already holds them); nil before Start.
+// lists, progress, stats, memory; nil before Start. Unlike the log and the
+// model, which the caller opens and hands to New (so it holds them
+// already), the view is built by the agent, so this is how the daemon's
+// API and metrics reach it.
 func (a *Agent) View() *replay.View { return a.view }
 
 // TaskTypes returns the names of the task types.
