@@ -24,7 +24,13 @@
 //   - Memory is bounded where the input is not: stats keep a window of
 //     minutes, a fixed-size histogram and at most MaxKeys names per
 //     dimension. The registry holds terminal tasks only until the replay
-//     layer has persisted them (Pending, then Flushed evicts them).
+//     layer has persisted them (Pending, then Flushed evicts them), and
+//     Set.Bytes estimates what it holds (TaskBytes), so that the replay
+//     layer bounds it by bytes: Cool drops persisted tasks that are not
+//     finished, keeping stubs, and RestoreTask brings them back.
+//   - Pending shares no mutable memory with the Set and Flushed(seq)
+//     forgets only the changes up to seq, so a checkpoint can be written
+//     while the fold goes on.
 //
 // The package knows nothing of storage: the replay layer persists what
 // Pending returns, restores with Restore and RestoreTask, and serves

@@ -174,6 +174,7 @@ type Memory struct {
 
 	changed     map[string]struct{} // facts changed since ClearChanges
 	newEpisodes int                 // episodes appended since ClearChanges
+	bytes       int64               // estimated memory held (see Bytes)
 }
 
 // NewMemory returns an empty memory projection.
@@ -185,25 +186,44 @@ func RestoreMemory(facts []Fact, episodes []Episode) *Memory {
 	m := NewMemory()
 	for _, f := range facts {
 		m.facts[f.Path] = f
+		m.bytes += factBytes(&f)
 	}
 	m.episodes = episodes
+	for i := range episodes {
+		m.bytes += episodeBytes(&episodes[i])
+	}
 	return m
 }
 
+// Bytes estimates the memory the projection holds. Long-term memory is
+// held in full: it is what the agent reads on every task.
+func (m *Memory) Bytes() int64 { return m.bytes }
+
 // Changes returns the facts changed (by path) and the episodes recorded
-// since the last ClearChanges.
+// since the last ClearChanges, as copies: the fold may go on while they
+// are written.
 func (m *Memory) Changes() (facts []Fact, episodes []Episode) {
 	for p := range m.changed {
 		facts = append(facts, m.facts[p])
 	}
 	sort.Slice(facts, func(i, j int) bool { return facts[i].Path < facts[j].Path })
-	return facts, m.episodes[len(m.episodes)-m.newEpisodes:]
+	return facts, append([]Episode(nil), m.episodes[len(m.episodes)-m.newEpisodes:]...)
 }
 
-// ClearChanges forgets the pending changes, once they are persisted.
-func (m *Memory) ClearChanges() {
-	clear(m.changed)
-	m.newEpisodes = 0
+// ClearChanges forgets the changes made by events up to seq, once they are
+// persisted. Changes made after seq (folded while the checkpoint was
+// written) stay pending.
+func (m *Memory) ClearChanges(seq uint64) {
+	for p := range m.changed {
+		if m.facts[p].Seq <= seq {
+			delete(m.changed, p)
+		}
+	}
+	n := 0
+	for i := len(m.episodes) - 1; i >= len(m.episodes)-m.newEpisodes && m.episodes[i].Seq > seq; i-- {
+		n++
+	}
+	m.newEpisodes = n
 }
 
 // PatchMismatchError reports a MEMORY_PATCHED whose recorded Content is not
@@ -228,12 +248,15 @@ func (m *Memory) Apply(ev fsm.Event) error {
 		f, ok := m.facts[path]
 		if !ok {
 			f = Fact{Path: path, CreatedAt: at}
+		} else {
+			m.bytes -= factBytes(&f)
 		}
 		f.Content = content
 		f.UpdatedAt = at
 		f.Seq = ev.Seq
 		f.Revision++
 		m.facts[path] = f
+		m.bytes += factBytes(&f)
 		m.changed[path] = struct{}{}
 	}
 	switch b := ev.Body.(type) {
@@ -269,6 +292,7 @@ func (m *Memory) Apply(ev fsm.Event) error {
 			ID: ev.ID, Title: b.Title, Summary: b.Summary, Details: b.Details, Lesson: b.Lesson,
 			TaskID: b.TaskID, RecordedAt: at, Seq: ev.Seq,
 		})
+		m.bytes += episodeBytes(&m.episodes[len(m.episodes)-1])
 		m.newEpisodes++
 	default:
 		if ev.Body == nil {

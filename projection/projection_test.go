@@ -104,7 +104,10 @@ func TestSetFoldsATask(t *testing.T) {
 		st.BySource["cli"] != 1 || st.Duration.Count != 1 || st.Duration.Max != 6000 || st.Iterations[0].Iterations != 2 {
 		t.Fatalf("stats: %+v", st)
 	}
-	pending := s.Pending()
+	pending, err := s.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(pending.Tasks) != 1 || pending.Seq != 7 || len(pending.Snapshots) != 3 { // versions 2, 4, 6
 		t.Fatalf("pending: %d tasks, seq %d, %d snapshots", len(pending.Tasks), pending.Seq, len(pending.Snapshots))
 	}
@@ -113,7 +116,7 @@ func TestSetFoldsATask(t *testing.T) {
 			t.Fatalf("snapshot %d at version %d", i, snap.Version)
 		}
 	}
-	if evicted := s.Flushed(); len(evicted) != 1 || s.Tasks().Has(id) {
+	if evicted := s.Flushed(pending.Seq); len(evicted) != 1 || s.Tasks().Has(id) {
 		t.Fatalf("terminal task not evicted: %v", evicted)
 	}
 	if !s.NeedsTask(id, 8) || s.NeedsTask(id, 1) || s.NeedsTask(MemoryStream, 9) {
@@ -245,7 +248,7 @@ func TestMemory(t *testing.T) {
 	if len(facts) != 1 || facts[0].Path != "user.md" || len(eps) != 1 {
 		t.Fatalf("changes: %d facts, %d episodes", len(facts), len(eps))
 	}
-	s.Flushed()
+	s.Flushed(s.Seq())
 	if facts, eps := s.Memory().Changes(); len(facts)+len(eps) != 0 {
 		t.Fatal("changes not cleared by Flushed")
 	}

@@ -3,6 +3,7 @@ package projection
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -39,7 +40,12 @@ type slot struct {
 	task     fsm.Task
 	progress Progress // valid when hasProg
 	hasProg  bool
-	dirty    bool // changed since the last Flushed
+	dirty    bool  // changed since the last Flushed
+	bytes    int64 // slotBytes when last accounted by the Set
+	// cold: the task left memory (Set.Cool) but is not finished; task is a
+	// stub (id, state, priority, version) that keeps the counters and the
+	// lists by state right. It is read back with RestoreTask.
+	cold bool
 }
 
 // stateIndex orders the states of every machine for per-state counters:
@@ -86,7 +92,7 @@ func (r *Registry) put(t fsm.Task) *slot {
 	} else {
 		r.byState[stateSlot(sl.task.State)]--
 	}
-	sl.task = t
+	sl.task, sl.cold = t, false
 	r.byState[stateSlot(t.State)]++
 	return sl
 }
@@ -98,10 +104,11 @@ func (r *Registry) set(sl *slot, t fsm.Task) {
 	r.byState[stateSlot(t.State)]++
 }
 
-// Get returns the task with id, or an error wrapping ErrTaskNotFound.
+// Get returns the task with id, or an error wrapping ErrTaskNotFound (also
+// for a task that left memory: read it where it was persisted).
 func (r *Registry) Get(id string) (fsm.Task, error) {
 	sl, ok := r.slots[id]
-	if !ok {
+	if !ok || sl.cold {
 		return fsm.Task{}, fmt.Errorf("%w: %s", ErrTaskNotFound, id)
 	}
 	return sl.task, nil
@@ -110,7 +117,7 @@ func (r *Registry) Get(id string) (fsm.Task, error) {
 // GetOrNil returns a pointer to a copy of the task with id, or nil.
 func (r *Registry) GetOrNil(id string) *fsm.Task {
 	sl, ok := r.slots[id]
-	if !ok {
+	if !ok || sl.cold {
 		return nil
 	}
 	t := sl.task
@@ -119,8 +126,8 @@ func (r *Registry) GetOrNil(id string) *fsm.Task {
 
 // Has reports whether the task with id is in memory.
 func (r *Registry) Has(id string) bool {
-	_, ok := r.slots[id]
-	return ok
+	sl, ok := r.slots[id]
+	return ok && !sl.cold
 }
 
 // Remove drops the task with id from memory; it reports whether it was
@@ -159,10 +166,25 @@ func (r *Registry) ListState(states ...fsm.State) []fsm.Task {
 	})
 }
 
+// Cold returns the stubs (id, state, priority, version) of the tasks in
+// any of the given states that left memory (Set.Cool), ordered by id.
+func (r *Registry) Cold(states ...fsm.State) []fsm.Task {
+	var out []fsm.Task
+	for _, sl := range r.slots {
+		if sl.cold && slices.Contains(states, sl.task.State) {
+			out = append(out, sl.task)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// list returns the tasks in memory that keep accepts, ordered by id. Tasks
+// that left memory are not listed (Cold).
 func (r *Registry) list(keep func(*fsm.Task) bool) []fsm.Task {
 	out := make([]fsm.Task, 0, len(r.slots))
 	for _, sl := range r.slots {
-		if keep(&sl.task) {
+		if !sl.cold && keep(&sl.task) {
 			out = append(out, sl.task)
 		}
 	}
@@ -198,5 +220,5 @@ func (r *Registry) ActiveCount() int {
 // Count returns the number of tasks in memory in state s.
 func (r *Registry) Count(s fsm.State) int { return r.byState[stateSlot(s)] }
 
-// Len returns the number of tasks in memory.
+// Len returns the number of tasks known, in memory or left it (Cool).
 func (r *Registry) Len() int { return len(r.slots) }

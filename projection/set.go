@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -113,6 +114,10 @@ type Set struct {
 
 	dirty     []*slot // changed since the last Flushed, once each
 	snapshots []fsm.Task
+
+	// Estimated bytes held (see Bytes): every task in memory, the dirty
+	// ones among them, and the queued snapshots.
+	taskBytes, dirtyBytes, snapBytes int64
 }
 
 // NewSet returns an empty Set: the state before the first event.
@@ -143,6 +148,38 @@ func (s *Set) RestoreTask(t fsm.Task, p *Progress) {
 	if p != nil {
 		sl.progress, sl.hasProg = *p, true
 	}
+	s.account(sl)
+}
+
+// account brings the byte counters up to date with a slot that changed.
+func (s *Set) account(sl *slot) {
+	n := slotBytes(sl)
+	s.taskBytes += n - sl.bytes
+	if sl.dirty {
+		s.dirtyBytes += n - sl.bytes
+	}
+	sl.bytes = n
+}
+
+// MemoryUse is the estimated memory a Set holds, by part, in bytes.
+type MemoryUse struct {
+	Tasks     int64 `json:"tasks_bytes"`     // every task in memory, with its progress
+	Dirty     int64 `json:"dirty_bytes"`     // of Tasks, those changed since the last checkpoint
+	Snapshots int64 `json:"snapshots_bytes"` // queued per-task snapshots
+	Memory    int64 `json:"memory_bytes"`    // long-term memory (facts and episodes)
+}
+
+// Total is everything the Set holds.
+func (m MemoryUse) Total() int64 { return m.Tasks + m.Snapshots + m.Memory }
+
+// Pending is what the next checkpoint would write and evict: the changed
+// tasks and the queued snapshots.
+func (m MemoryUse) Pending() int64 { return m.Dirty + m.Snapshots }
+
+// Bytes returns the estimated memory held, kept up to date as events are
+// folded (O(1)). The replay layer checkpoints and evicts by it.
+func (s *Set) Bytes() MemoryUse {
+	return MemoryUse{Tasks: s.taskBytes, Dirty: s.dirtyBytes, Snapshots: s.snapBytes, Memory: s.memory.Bytes()}
 }
 
 // Options returns the options of the Set.
@@ -164,7 +201,7 @@ func (s *Set) Memory() *Memory { return s.memory }
 // Progress returns the progress of a task in memory.
 func (s *Set) Progress(id string) (Progress, bool) {
 	sl, ok := s.tasks.slots[id]
-	if !ok || !sl.hasProg {
+	if !ok || !sl.hasProg || sl.cold {
 		return Progress{}, false
 	}
 	return sl.progress, true
@@ -190,6 +227,12 @@ func (s *Set) Apply(ev fsm.Event) Change {
 	switch ch.Kind {
 	case KindTask:
 		sl := s.tasks.slots[ev.Stream]
+		if sl != nil && sl.cold {
+			// The replay layer restores a task before folding its events
+			// (NeedsTask); a stub must never be folded into.
+			ch.Err = fmt.Errorf("%w: %s left memory and was not restored", ErrTaskNotFound, ev.Stream)
+			break
+		}
 		if sl != nil {
 			ch.Before = sl.task
 		}
@@ -210,9 +253,12 @@ func (s *Set) Apply(ev fsm.Event) Change {
 		if !sl.dirty {
 			sl.dirty = true
 			s.dirty = append(s.dirty, sl)
+			s.dirtyBytes += sl.bytes
 		}
+		s.account(sl)
 		if n := s.opts.SnapshotEvery; n > 0 && after.Version%n == 0 {
 			s.snapshots = append(s.snapshots, after)
+			s.snapBytes += TaskBytes(&after)
 		}
 	case KindMemory:
 		err := s.memory.Apply(ev)
@@ -239,7 +285,7 @@ func (s *Set) Refuse(ev fsm.Event, err error) Change {
 	s.stats.event(ev, true)
 	ch := Change{Event: ev, Kind: KindOf(ev.Stream), Err: err}
 	if ch.Kind == KindTask {
-		if sl := s.tasks.slots[ev.Stream]; sl != nil {
+		if sl := s.tasks.slots[ev.Stream]; sl != nil && !sl.cold {
 			ch.Before, ch.After = sl.task, sl.task
 		}
 	}
@@ -254,21 +300,28 @@ type TaskRecord struct {
 }
 
 // Pending is everything that changed since the last Flushed: what a
-// checkpoint must write, together with Seq, in one atomic batch.
+// checkpoint must write, together with Seq, in one atomic batch. It shares
+// no mutable memory with the Set (tasks are values that Apply never
+// changes in place), so it can be encoded and written while the fold goes
+// on.
 type Pending struct {
 	Seq       uint64
 	Tasks     []TaskRecord // changed tasks, by id
 	Snapshots []fsm.Task   // queued snapshots, in fold order
-	Stats     *Stats       // always written: every event moves its counters
+	Stats     []byte       // Stats.Encode at Seq: every event moves its counters
 	// Facts are the memory facts changed, Episodes the episodes recorded.
 	Facts    []Fact
 	Episodes []Episode
 }
 
-// Pending returns what changed since the last Flushed. It does not change
-// the Set.
-func (s *Set) Pending() Pending {
-	p := Pending{Seq: s.seq, Snapshots: s.snapshots, Stats: s.stats}
+// Pending returns what changed since the last Flushed, as of the last
+// event folded. It does not change the Set.
+func (s *Set) Pending() (Pending, error) {
+	stats, err := s.stats.Encode()
+	if err != nil {
+		return Pending{}, err
+	}
+	p := Pending{Seq: s.seq, Snapshots: append([]fsm.Task(nil), s.snapshots...), Stats: stats}
 	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
 	for _, sl := range s.dirty {
 		r := TaskRecord{Task: sl.task, Summary: Summarize(&sl.task)}
@@ -280,20 +333,97 @@ func (s *Set) Pending() Pending {
 	}
 	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Task.ID < p.Tasks[j].Task.ID })
 	p.Facts, p.Episodes = s.memory.Changes()
-	return p
+	return p, nil
 }
 
-// Flushed tells the Set that Pending was persisted: it forgets what
-// changed, drops the snapshot queue and evicts terminal tasks (and their
-// progress) from memory, returning their ids. They stay in the persisted
-// read model, and a late fact for one is folded after RestoreTask.
-func (s *Set) Flushed() []string {
-	for _, sl := range s.dirty {
-		sl.dirty = false
+// Cool makes tasks that are not finished leave memory until the tasks in
+// memory hold at most target bytes, and returns their ids. Only tasks
+// without pending changes leave (their persisted record is their current
+// state): idle and suspended ones first, then the largest. Each keeps a
+// stub (id, state, priority, version) so that counts and Registry.Cold stay
+// right; NeedsTask then asks for it to be restored before its next event,
+// and Registry.Get and Progress no longer find it (read it where it was
+// persisted).
+func (s *Set) Cool(target int64) []string {
+	if s.taskBytes <= target {
+		return nil
 	}
-	clear(s.dirty) // drop the pointers: evicted slots must not stay reachable
-	s.dirty = s.dirty[:0]
-	s.snapshots = nil
-	s.memory.ClearChanges()
-	return s.tasks.CleanupTerminal()
+	var cand []*slot
+	for _, sl := range s.tasks.slots {
+		if !sl.cold && !sl.dirty && !sl.task.State.IsTerminal() {
+			cand = append(cand, sl)
+		}
+	}
+	waiting := func(st fsm.State) bool { return st == fsm.StateIdle || st == fsm.StateSuspended }
+	sort.Slice(cand, func(i, j int) bool {
+		a, b := cand[i], cand[j]
+		if wa, wb := waiting(a.task.State), waiting(b.task.State); wa != wb {
+			return wa
+		}
+		if a.bytes != b.bytes {
+			return a.bytes > b.bytes
+		}
+		return a.task.ID < b.task.ID
+	})
+	var ids []string
+	for _, sl := range cand {
+		if s.taskBytes <= target {
+			break
+		}
+		t := &sl.task
+		sl.task = fsm.Task{ID: t.ID, State: t.State, Priority: t.Priority, Version: t.Version, Seq: t.Seq}
+		sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+		s.account(sl)
+		ids = append(ids, sl.task.ID)
+	}
+	return ids
+}
+
+// RestoreCold records a task that is not finished without loading it:
+// what Cool leaves, from the persisted summary. Open uses it when the
+// active tasks do not fit in the memory budget.
+func (s *Set) RestoreCold(sum *Summary) {
+	sl := s.tasks.put(fsm.Task{ID: sum.ID, State: sum.State, Priority: sum.Priority, Version: sum.Events, Seq: sum.Seq})
+	sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+	s.account(sl)
+}
+
+// Flushed tells the Set that the Pending taken at seq was persisted. It
+// forgets the changes made by events up to seq (changes folded since, while
+// the checkpoint was written, stay pending for the next one), drops the
+// snapshots it wrote and evicts every terminal task that has no pending
+// change from memory, with its progress, returning their ids in order.
+// They stay in the persisted read model, and a late fact for one is folded
+// after RestoreTask.
+func (s *Set) Flushed(seq uint64) []string {
+	keep := s.dirty[:0]
+	for _, sl := range s.dirty {
+		if sl.task.Seq > seq {
+			keep = append(keep, sl)
+			continue
+		}
+		sl.dirty = false
+		s.dirtyBytes -= sl.bytes
+	}
+	clear(s.dirty[len(keep):]) // drop the pointers: evicted slots must not stay reachable
+	s.dirty = keep
+	i := 0
+	for i < len(s.snapshots) && s.snapshots[i].Seq <= seq {
+		s.snapBytes -= TaskBytes(&s.snapshots[i])
+		i++
+	}
+	s.snapshots = append([]fsm.Task(nil), s.snapshots[i:]...)
+	s.memory.ClearChanges(seq)
+	var ids []string
+	for id, sl := range s.tasks.slots {
+		if sl.task.State.IsTerminal() && !sl.dirty && !sl.cold {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		s.taskBytes -= s.tasks.slots[id].bytes
+		s.tasks.Remove(id)
+	}
+	return ids
 }

@@ -35,7 +35,8 @@
 //	v.WaitFor(ctx, seq)                          // read-your-writes after an append
 //	v.Task(id), v.Progress(id), v.Tasks(ctx, q), v.Stats(), v.InState(...), v.ActiveCount()
 //	v.Fact(path), v.Facts(prefix), v.Episodes()  // long-term memory
-//	v.Checkpoint(ctx)                            // at stop (folds also checkpoint every N events)
+//	v.Checkpoint(ctx)                            // at stop, within its deadline (folds also checkpoint in the background)
+//	v.MemoryUse()                                // bytes held, bounded by Options.MemoryBudget
 //
 // The hook receives a *Change: Raw (the stored event), Event (decoded),
 // Kind (task, inputs, memory, system), Before and After (the task around
@@ -78,7 +79,21 @@
 // versions, and the sequence they reflect, all in one synced batch per
 // checkpoint. A checkpoint evicts terminal
 // tasks from memory; they are served from the persisted records (and read
-// back if a late fact arrives). At start, Open loads the checkpoint and
+// back if a late fact arrives).
+//
+// Folds start checkpoints in the background, every Options.CheckpointEvery
+// events and whenever the changes not yet persisted reach a sixteenth of
+// Options.MemoryBudget. A checkpoint holds the View's lock only to copy
+// what changed as of one sequence (Set.Pending: task values that Apply
+// never changes in place) and, once the batch is synced, to forget the
+// changes up to that sequence and evict (Set.Flushed); changes folded
+// meanwhile stay pending. Encoding and the synced write run without the
+// lock, so no append, WaitFor or query waits for a checkpoint. The fold
+// itself waits only while the View holds more than its whole budget and a
+// checkpoint is running (back-pressure). A View still over its budget also
+// drops persisted tasks that are not finished (Set.Cool), keeping stubs;
+// they are restored before their next event and read from the store by
+// queries. At start, Open loads the checkpoint and
 // folds only the tail. A checkpoint written by another projection code
 // version, fsm machine version, persisted type shape, layout or stats
 // options (projection.Identity) is discarded and everything is folded from
@@ -91,6 +106,13 @@
 //     byte-identical state (View.Dump).
 //   - A crash while a checkpoint is written leaves the previous checkpoint
 //     or the new one; a restart folds the rest and equals a fresh fold.
+//   - Power loss at any write of the log, the fold, a background
+//     checkpoint or a recovery loses no acknowledged event, and the
+//     recovered View equals a fold from zero (TestPowerLoss).
+//   - A persisting View holds at most Options.MemoryBudget bytes (by its
+//     estimate) whatever the input sizes, finished or not, once its
+//     changes are written; long-term memory aside
+//     (TestMemoryBoundedByBudget, TestMemoryBudgetUnfinishedTasks).
 //   - Verify catches a flipped byte in a record, a missing index entry, an
 //     illegal transition appended around the agent, and persisted
 //     projections that disagree with the log, and names the first bad

@@ -8,6 +8,12 @@ import (
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
+// Memory budgets, in bytes (Options.MemoryBudget).
+const (
+	DefaultMemoryBudget = 256 << 20
+	MinMemoryBudget     = 1 << 20
+)
+
 // Options configures a View. A nil *Options means all defaults.
 type Options struct {
 	// SnapshotEvery writes a snapshot of a task each time its stream version
@@ -18,14 +24,32 @@ type Options struct {
 	// The default value is 32.
 	SnapshotEvery uint64
 
-	// CheckpointEvery is how many events a persisting View folds between
-	// automatic checkpoints. A checkpoint writes every changed task, the
-	// stats, the memory and the sequence in one synced batch, and evicts
-	// terminal tasks from memory, so it bounds both the tail a restart
-	// refolds and the memory a long fold uses.
+	// CheckpointEvery is how many events a persisting View folds at most
+	// between automatic checkpoints. A checkpoint writes every changed
+	// task, the stats, the memory and the sequence in one synced batch, and
+	// evicts finished tasks from memory; it bounds the tail a restart
+	// refolds. Checkpoints run in the background: the fold does not wait
+	// for them (see MemoryBudget).
 	//
 	// The default value is 10000.
 	CheckpointEvery int
+
+	// MemoryBudget bounds, in bytes, the memory a persisting View holds:
+	// the tasks in memory with their progress, the snapshots not yet
+	// written and the long-term memory (an estimate kept as events are
+	// folded, View.MemoryUse). Once the changes not yet persisted reach a
+	// sixteenth of it, a checkpoint starts in the background, writes them
+	// and evicts the finished tasks, which are then read from the persisted
+	// read models. If the View still holds more than the budget, persisted
+	// tasks that are not finished leave memory too (idle and suspended
+	// ones first), keeping a stub of a few dozen bytes, and are read back
+	// when one of their events is folded or they are queried. The fold
+	// waits for a running checkpoint only while the View holds more than
+	// the whole budget. Long-term memory is always held; if it and the
+	// changes not yet written exceed the budget, a warning is logged.
+	//
+	// The default value is 256 MiB.
+	MemoryBudget int64
 
 	// Stats bounds the stats projection (window, distinct keys). Changing it
 	// rebuilds the persisted projections at the next start.
@@ -65,6 +89,9 @@ func (o *Options) EnsureDefaults() *Options {
 	if o.CheckpointEvery == 0 {
 		o.CheckpointEvery = 10000
 	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+	}
 	o.Stats = o.Stats.EnsureDefaults()
 	if o.MaxIssues == 0 {
 		o.MaxIssues = 100
@@ -80,6 +107,8 @@ func (o *Options) Validate() error {
 	switch {
 	case o.CheckpointEvery < 0:
 		return fmt.Errorf("replay: CheckpointEvery is %d; it must be positive", o.CheckpointEvery)
+	case o.MemoryBudget < MinMemoryBudget:
+		return fmt.Errorf("replay: MemoryBudget is %d bytes; it must be at least %d (1 MiB)", o.MemoryBudget, MinMemoryBudget)
 	case o.MaxIssues < 0:
 		return fmt.Errorf("replay: MaxIssues is %d; it must be positive", o.MaxIssues)
 	case o.Stats.Window < 1 || o.Stats.Window > 7*24*60:

@@ -311,7 +311,7 @@ func TestStreamedExportAndGetters(t *testing.T) {
 	if len(v.Active()) != v.ActiveCount() || v.ActiveCount() == 0 {
 		t.Fatalf("Active %d, ActiveCount %d", len(v.Active()), v.ActiveCount())
 	}
-	for _, bad := range []*Options{{CheckpointEvery: -1}, {MaxIssues: -2}, {Stats: projection.StatsOptions{Window: 1 << 20}}} {
+	for _, bad := range []*Options{{CheckpointEvery: -1}, {MaxIssues: -2}, {MemoryBudget: MinMemoryBudget - 1}, {MemoryBudget: -1}, {Stats: projection.StatsOptions{Window: 1 << 20}}} {
 		if _, err := NewView(bad); err == nil {
 			t.Errorf("options %+v accepted", bad)
 		}

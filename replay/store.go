@@ -74,7 +74,11 @@ type store struct {
 // load returns the persisted projections as a Set holding the active
 // tasks, or (nil, reason) when they must be rebuilt from zero. An I/O error
 // is returned as is.
-func (s *store) load(o projection.Options, identity string, head uint64) (*projection.Set, string, error) {
+//
+// Active tasks are loaded while the Set holds less than half the budget; the
+// rest are recorded from their summaries only (projection.Set.RestoreCold)
+// and read when needed.
+func (s *store) load(o projection.Options, identity string, head uint64, budget int64) (*projection.Set, string, error) {
 	raw, err := s.log.GetAux(keyMeta)
 	if errors.Is(err, eventlog.ErrNotFound) {
 		return nil, "no persisted projections", nil
@@ -107,6 +111,17 @@ func (s *store) load(o projection.Options, identity string, head uint64) (*proje
 	defer it.Close()
 	for it.Next() {
 		id := string(it.Key()[len(prefActive):])
+		if set.Bytes().Total() >= budget/2 {
+			sum, err := s.loadSummary(id)
+			if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
+				return nil, fmt.Sprintf("active task %s: %v", id, err), nil
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			set.RestoreCold(&sum)
+			continue
+		}
 		t, p, err := s.loadTask(id, true)
 		if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
 			return nil, fmt.Sprintf("active task %s: %v", id, err), nil
@@ -202,6 +217,22 @@ func (s *store) loadTask(id string, withProgress bool) (fsm.Task, *projection.Pr
 	return t, &p, nil
 }
 
+// loadSummary reads a persisted task summary.
+func (s *store) loadSummary(id string) (projection.Summary, error) {
+	raw, err := s.log.GetAux(taskKey(prefSum, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return projection.Summary{}, fmt.Errorf("%w: %s has no summary", projection.ErrTaskNotFound, id)
+	}
+	if err != nil {
+		return projection.Summary{}, err
+	}
+	sum, err := projection.DecodeSummary(raw)
+	if err != nil {
+		return projection.Summary{}, fmt.Errorf("replay: persisted summary of %s: %w", id, err)
+	}
+	return sum, nil
+}
+
 // restoreTask puts an evicted task back into set before one of its events
 // is folded. A task never persisted (its stream began with a refused
 // event) is left out: the fold then refuses the event as it would from
@@ -218,12 +249,18 @@ func (s *store) restoreTask(set *projection.Set, id string) error {
 	return nil
 }
 
-// write persists a checkpoint in one synced batch.
+// write persists a checkpoint in one synced batch. It runs without the
+// View's lock: p shares no mutable memory with the fold.
 func (s *store) write(ctx context.Context, p *projection.Pending, identity string) error {
 	type kv struct{ k, v []byte }
 	var sets []kv
 	var dels [][]byte
 	for i := range p.Tasks {
+		if i&255 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err // encoding a large checkpoint gives up at the stop deadline
+			}
+		}
 		r := &p.Tasks[i]
 		id := r.Task.ID
 		tb, err := fsm.EncodeTask(r.Task)
@@ -255,11 +292,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		sets = append(sets, kv{snapKey(t.ID, t.Version), b})
 	}
-	sb, err := p.Stats.Encode()
-	if err != nil {
-		return err
-	}
-	sets = append(sets, kv{keyStats, sb})
+	sets = append(sets, kv{keyStats, p.Stats})
 	for i := range p.Facts {
 		b, err := p.Facts[i].Encode()
 		if err != nil {

@@ -31,12 +31,21 @@ type View struct {
 	set    *projection.Set
 	st     *store // nil: memory only
 	write  bool   // checkpoints are written (st != nil and not read-only)
-	since  int    // events folded since the last checkpoint
+	since  int    // events folded since the last checkpoint began
 	issues []Issue
 	nIssue int
 	// advanced is closed (and cleared) when the position moves, if a
 	// WaitFor is waiting.
 	advanced chan struct{}
+
+	// Checkpoints (see checkpoint). ckSem holds one token: one checkpoint
+	// at a time. The fields below are guarded by mu.
+	ckSem     chan struct{}
+	ckBusy    bool          // a background checkpoint is running
+	ckDone    chan struct{} // closed when it ends
+	ckErr     error         // its error, returned by the next step
+	persisted uint64        // seq of the last checkpoint written
+	overWarn  bool          // the over-budget warning was logged
 
 	folding atomic.Bool
 }
@@ -58,12 +67,12 @@ func NewView(opts *Options) (*View, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return &View{opts: o, set: projection.NewSet(o.setOptions(false))}, nil
+	return &View{opts: o, set: projection.NewSet(o.setOptions(false)), ckSem: make(chan struct{}, 1)}, nil
 }
 
 // viewFrom wraps a Set restored for a per-task fold.
 func viewFrom(o *Options, set *projection.Set) *View {
-	return &View{opts: o, set: set}
+	return &View{opts: o, set: set, ckSem: make(chan struct{}, 1)}
 }
 
 // Seq returns the global sequence of the last event folded, 0 for none.
@@ -74,12 +83,16 @@ func (v *View) Seq() uint64 {
 }
 
 // step folds one event: decode, load an evicted task if the event needs
-// it, apply through the Set, checkpoint if due. It is the body of Fold's
-// loop and nothing else calls it.
+// it, apply through the Set, start a checkpoint if one is due. It is the
+// body of Fold's loop and nothing else calls it.
 func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
 	fe, derr := Decode(ev)
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if err := v.ckErr; err != nil {
+		v.ckErr = nil
+		return Change{}, err
+	}
 	if v.st != nil && v.set.NeedsTask(ev.Stream, ev.Version) {
 		if err := v.st.restoreTask(v.set, ev.Stream); err != nil {
 			return Change{}, err
@@ -102,42 +115,155 @@ func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
 		close(v.advanced)
 		v.advanced = nil
 	}
-	if v.write && v.since >= v.opts.CheckpointEvery {
-		if err := v.checkpointLocked(ctx); err != nil {
+	if v.write {
+		if err := v.budgetLocked(ctx); err != nil {
 			return Change{}, err
 		}
 	}
 	return Change{Raw: ev, Change: pc}, nil
 }
 
-// Checkpoint persists what changed since the last checkpoint, with the
-// sequence it reflects, in one synced batch, and evicts terminal tasks
-// from memory. It does nothing for a View that does not persist. The
-// daemon calls it at stop; folds call it every Options.CheckpointEvery
-// events.
-func (v *View) Checkpoint(ctx context.Context) error {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.checkpointLocked(ctx)
+// budgetLocked starts a background checkpoint when one is due: every
+// Options.CheckpointEvery events, or once the changes not yet persisted
+// reach a sixteenth of Options.MemoryBudget. The fold goes on while it is
+// written. Only when the View holds more than the whole budget while a
+// checkpoint is running does the fold wait for it: that is the
+// back-pressure that bounds memory when the disk is slower than the
+// appends. Called with v.mu held; it may release it while waiting.
+func (v *View) budgetLocked(ctx context.Context) error {
+	budget := v.opts.MemoryBudget
+	for {
+		use := v.set.Bytes()
+		if !v.ckBusy && (v.since >= v.opts.CheckpointEvery || use.Pending() >= budget/16) {
+			v.ckBusy, v.ckDone = true, make(chan struct{})
+			go v.background()
+		}
+		if use.Total() <= budget {
+			v.overWarn = false
+			return nil
+		}
+		if v.coolLocked() > 0 {
+			continue
+		}
+		if !v.ckBusy {
+			if !v.overWarn {
+				v.overWarn = true
+				v.opts.Logger.Warn("memory budget exceeded by changes not yet written and long-term memory",
+					"budget_bytes", budget, "tasks_bytes", use.Tasks, "memory_bytes", use.Memory,
+					"active_tasks", v.set.Tasks().ActiveCount())
+			}
+			return nil
+		}
+		done := v.ckDone
+		v.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		v.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := v.ckErr; err != nil {
+			v.ckErr = nil
+			return err
+		}
+	}
 }
 
-func (v *View) checkpointLocked(ctx context.Context) error {
-	if !v.write {
+// coolLocked drops persisted tasks that are not finished from memory
+// (projection.Set.Cool) when the View is over its budget, down to three
+// quarters of it, and returns how many left. It does no I/O: they are read
+// back from the store when one of their events is folded or they are
+// queried.
+func (v *View) coolLocked() int {
+	use := v.set.Bytes()
+	if use.Total() <= v.opts.MemoryBudget || use.Tasks-use.Dirty < v.opts.MemoryBudget/64 {
+		return 0 // within budget, or too little could leave to be worth a scan per event
+	}
+	target := max(0, v.opts.MemoryBudget*3/4-use.Snapshots-use.Memory)
+	ids := v.set.Cool(target)
+	if len(ids) > 0 {
+		v.opts.Logger.Debug("tasks left memory to stay within the budget", "tasks", len(ids),
+			"bytes_held", v.set.Bytes().Total(), "budget_bytes", v.opts.MemoryBudget)
+	}
+	return len(ids)
+}
+
+// background runs one checkpoint started by the fold and records its end.
+func (v *View) background() {
+	err := v.checkpoint(context.Background())
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		v.ckErr = err
+		v.opts.Logger.Error("background checkpoint failed", "err", err)
+	}
+	v.ckBusy = false
+	close(v.ckDone)
+}
+
+// Checkpoint persists what changed since the last checkpoint, with the
+// sequence it reflects, in one synced batch, and evicts terminal tasks
+// from memory. It waits for a checkpoint already running, and gives up
+// when ctx ends: what it did not write is folded again at the next Open.
+// It does nothing for a View that does not persist. The daemon calls it at
+// stop, with the stop deadline; folds start one in the background every
+// Options.CheckpointEvery events or as Options.MemoryBudget requires.
+func (v *View) Checkpoint(ctx context.Context) error {
+	return v.checkpoint(ctx)
+}
+
+// checkpoint writes one checkpoint. It holds v.mu only to take what
+// changed (projection.Set.Pending: task values the fold never changes in
+// place, and the encoded stats) and, once the batch is synced, to tell the
+// Set what was persisted (Flushed forgets the changes up to that sequence,
+// keeps those folded meanwhile, and evicts terminal tasks). Encoding and
+// the synced write run without it, so the fold, WaitFor and every reader
+// go on meanwhile. The batch holds the state at one sequence, so a crash
+// at any point leaves the previous checkpoint or this one.
+func (v *View) checkpoint(ctx context.Context) error {
+	select {
+	case v.ckSem <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("replay: checkpoint: %w", ctx.Err())
+	}
+	defer func() { <-v.ckSem }()
+	v.mu.Lock()
+	if !v.write || (v.set.Seq() == v.persisted && v.set.Bytes().Pending() == 0) {
+		v.mu.Unlock()
 		return nil
 	}
-	p := v.set.Pending()
-	if err := v.st.write(ctx, &p, v.identity()); err != nil {
+	p, err := v.set.Pending()
+	v.since = 0
+	identity := v.identity()
+	v.mu.Unlock()
+	if err == nil {
+		err = v.st.write(ctx, &p, identity)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
 		if errors.Is(err, eventlog.ErrReadOnly) {
 			v.write = false
 			return nil
 		}
 		return fmt.Errorf("replay: checkpoint at seq %d: %w", p.Seq, err)
 	}
-	evicted := v.set.Flushed()
-	v.since = 0
+	v.persisted = p.Seq
+	evicted := v.set.Flushed(p.Seq)
+	v.coolLocked()
 	v.opts.Logger.Debug("projections checkpointed", "seq", p.Seq, "tasks", len(p.Tasks),
-		"snapshots", len(p.Snapshots), "evicted", len(evicted))
+		"snapshots", len(p.Snapshots), "evicted", len(evicted), "bytes_held", v.set.Bytes().Total())
 	return nil
+}
+
+// MemoryUse returns the estimated memory the View holds (see
+// projection.Set.Bytes): what Options.MemoryBudget bounds.
+func (v *View) MemoryUse() projection.MemoryUse {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.set.Bytes()
 }
 
 func (v *View) identity() string { return projection.Identity(v.opts.setOptions(true)) }
@@ -225,19 +351,36 @@ func (v *View) Progress(id string) (projection.Progress, error) {
 // Active returns the non-terminal tasks (idle, reasoning, acting,
 // suspended) ordered by id, i.e. by creation.
 func (v *View) Active() []fsm.Task {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.set.Tasks().ListActive()
+	ts := v.InState(fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
+	return ts
 }
 
 // InState returns the tasks in any of the given non-terminal states,
 // ordered by priority (lower first) then id (older first): the order in
 // which the agent admits or resumes them. Terminal states are not held in
 // memory; list them with Tasks.
+//
+// Tasks that left memory to stay within the budget are read back from the
+// store, without the lock; one that cannot be read (an I/O error) is
+// returned as its stub (id, state, priority, version) and logged.
 func (v *View) InState(states ...fsm.State) []fsm.Task {
 	v.mu.RLock()
 	ts := v.set.Tasks().ListState(states...)
+	cold := v.set.Tasks().Cold(states...)
+	st := v.st
 	v.mu.RUnlock()
+	for _, stub := range cold {
+		t, err := stub, errors.New("no store")
+		if st != nil {
+			t, _, err = st.loadTask(stub.ID, false)
+		}
+		if err != nil {
+			v.opts.Logger.Warn("reading a task that left memory", "task", stub.ID, "err", err)
+			t = stub
+		}
+		ts = append(ts, t)
+	}
 	sortByPriority(ts)
 	return ts
 }
@@ -340,15 +483,16 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
-	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly}
+	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
-	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head())
+	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head(), o.MemoryBudget)
 	if err != nil {
 		return nil, nil, err
 	}
 	if set != nil {
 		v.set = set
 		rec.Checkpoint = set.Seq()
+		v.persisted = set.Seq()
 	} else {
 		rec.Rebuilt, rec.Reason = true, reason
 		v.set = projection.NewSet(o.setOptions(v.write))
@@ -372,6 +516,11 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	}
 	if err := v.Checkpoint(ctx); err != nil {
 		return nil, nil, err
+	}
+	if v.st != nil {
+		v.mu.Lock()
+		v.coolLocked()
+		v.mu.Unlock()
 	}
 	rec.Head, rec.Folded, rec.Refused = v.Seq(), res.Events, res.Refused
 	rec.InFlight = v.InState(fsm.ActiveStates...)

@@ -48,7 +48,7 @@ type eventStore interface {
 }
 
 // readModel is the folded read model the handlers serve: the task list,
-// progress, statistics and what the fold refused.
+// progress, statistics, its memory and what the fold refused.
 type readModel interface {
 	Tasks(ctx context.Context, q replay.Query) (replay.Page, error)
 	Progress(id string) (projection.Progress, error)
@@ -56,6 +56,8 @@ type readModel interface {
 	Issues() ([]replay.Issue, int)
 	// Seq is the last sequence folded.
 	Seq() uint64
+	// MemoryUse is what the task views hold, against the memory budget.
+	MemoryUse() projection.MemoryUse
 	// Checkpoint persists the projections, before a checkpoint copy.
 	Checkpoint(ctx context.Context) error
 }

@@ -180,6 +180,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 		"tasks":   s.view.Stats(),
 		"runtime": s.a.Runtime(),
 		"log":     map[string]any{"head": s.store.Head(), "folded": s.view.Seq(), "refused": n, "issues": issues, "storage": storageReason(s.store.Health())},
+		"memory":  s.view.MemoryUse(),
 		"model":   s.model,
 	})
 	return nil

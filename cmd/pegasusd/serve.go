@@ -22,6 +22,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 func serveFlags() []cli.Flag {
@@ -44,6 +45,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "schedule", Usage: "a recurring task, NAME|CRON|INPUT (repeatable), e.g. 'hourly|@hourly|what time is it?'; $PEGASUS_SCHEDULE holds one per line"},
 		&cli.StringFlag{Name: "schedules-file", EnvVars: env("SCHEDULES_FILE"), Usage: `JSON file {"schedules":[{"name","cron","input","type","priority"}]}`},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: 1 << 20, EnvVars: env("MAX_BODY_BYTES"), Usage: "largest request body accepted"},
+		&cli.StringFlag{Name: "memory-budget", Value: memoryBudgetFlag, EnvVars: env("MEMORY_BUDGET"), Usage: "memory the task views may hold (e.g. 256MiB, 2GiB); see docs/operations.md"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("SHUTDOWN_TIMEOUT"), Usage: "how long running stages may take to finish at stop"},
 		&cli.StringFlag{Name: "checkpoint-dir", EnvVars: env("CHECKPOINT_DIR"), Usage: "where POST /v1/admin/checkpoint writes copies (default: DATA_DIR-checkpoints)"},
 		&cli.BoolFlag{Name: "accept-data-loss", EnvVars: env("ACCEPT_DATA_LOSS"), Usage: "start even though acknowledged events are missing or a WAL is corrupt: " +
@@ -70,6 +72,7 @@ type config struct {
 	maxBody                             int64
 	shutdownTimeout                     time.Duration
 	logLevel, logFormat                 string
+	memoryBudget                        int64
 	metricsAddr                         string
 	acceptDataLoss                      bool
 	// logOptions are the log's base options; tests set FS to inject I/O
@@ -92,6 +95,11 @@ func configFrom(cc *cli.Context) (*config, error) {
 	if cc.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments (got %q)", cc.Args().First())}
 	}
+	mb, err := parseMemoryBudget(cc.String("memory-budget"))
+	if err != nil {
+		return nil, err
+	}
+	c.memoryBudget = mb
 	for _, s := range scheduleSpecs(cc.StringSlice("schedule"), os.Getenv("PEGASUS_SCHEDULE")) {
 		sc, err := parseScheduleFlag(s)
 		if err != nil {
@@ -274,7 +282,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	a, err := agent.New(l, agent.Options{
 		Model: model, MaxActiveTasks: cfg.maxActive, MaxConcurrentLLM: cfg.maxLLM, MaxConcurrentTools: cfg.maxTools,
 		ToolTimeout: cfg.toolTimeout, MaxIterations: cfg.maxIterations, DisableReflection: cfg.noReflection,
-		Logger: logger.With("component", "agent"),
+		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: cfg.memoryBudget},
 	})
 	if err != nil {
 		l.Close()

@@ -235,9 +235,12 @@ func TestHTTPTaskLifecycle(t *testing.T) {
 		Runtime struct {
 			MaxActive int `json:"max_active_tasks"`
 		} `json:"runtime"`
+		Memory struct {
+			Tasks int64 `json:"tasks_bytes"`
+		} `json:"memory"`
 	}
 	td.do("GET", "/v1/stats", "").json(t, &stats)
-	if stats.Tasks.Completed != 2 || stats.Runtime.MaxActive != 5 {
+	if stats.Tasks.Completed != 2 || stats.Runtime.MaxActive != 5 || stats.Memory.Tasks <= 0 {
 		t.Fatalf("stats = %+v", stats)
 	}
 

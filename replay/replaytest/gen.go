@@ -34,6 +34,9 @@ type Config struct {
 	Finish bool
 	// TextSize is the typical size of text fields in bytes. Default 64.
 	TextSize int
+	// InputSize is the typical size of a task's input text in bytes.
+	// Default TextSize.
+	InputSize int
 }
 
 // Generator produces one history.
@@ -47,6 +50,9 @@ type Generator struct {
 	memory map[string]string
 	live   []*genTask
 	made   int
+	// started and ended mark SYSTEM_STARTED and the end of the history
+	// written (see step).
+	started, ended bool
 }
 
 type genTask struct {
@@ -68,6 +74,9 @@ func New(seed uint64, cfg Config) *Generator {
 	if cfg.TextSize <= 0 {
 		cfg.TextSize = 64
 	}
+	if cfg.InputSize <= 0 {
+		cfg.InputSize = cfg.TextSize
+	}
 	return &Generator{
 		cfg: cfg, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: cfg.Start,
 		vers: map[string]uint64{}, memory: map[string]string{},
@@ -86,31 +95,57 @@ func (g *Generator) Events() []eventlog.Event { return g.events }
 
 // Run generates the history.
 func (g *Generator) Run() {
-	g.system("SYSTEM_STARTED")
-	for g.made < g.cfg.Tasks || len(g.live) > 0 {
+	for g.step() {
+	}
+}
+
+// Next generates at least n more events (fewer at the end of the history)
+// and hands them over: the generator forgets them, so a long history can
+// be streamed in constant memory. It returns nil once the history ended.
+func (g *Generator) Next(n int) []eventlog.Event {
+	for len(g.events) < n && g.step() {
+	}
+	out := g.events
+	g.events = nil
+	return out
+}
+
+// step generates the next event or few; false once the history ended.
+func (g *Generator) step() bool {
+	switch {
+	case g.ended:
+		return false
+	case !g.started:
+		g.started = true
+		g.system("SYSTEM_STARTED")
+		return true
+	}
+	if g.made < g.cfg.Tasks || len(g.live) > 0 {
 		for g.made < g.cfg.Tasks && len(g.live) < g.cfg.Concurrency {
 			g.create()
 		}
-		if len(g.live) == 0 {
-			break
-		}
-		i := g.rng.IntN(len(g.live))
-		t := g.live[i]
-		if !g.cfg.Finish && g.made >= g.cfg.Tasks && g.rng.IntN(4) == 0 {
-			// Leave the remaining tasks mid-flight, like a crash would.
-			if t.task.State.IsActive() || t.task.State == fsm.StateSuspended {
-				g.live = append(g.live[:i], g.live[i+1:]...)
-				continue
+		if len(g.live) > 0 {
+			i := g.rng.IntN(len(g.live))
+			t := g.live[i]
+			if !g.cfg.Finish && g.made >= g.cfg.Tasks && g.rng.IntN(4) == 0 {
+				// Leave the remaining tasks mid-flight, like a crash would.
+				if t.task.State.IsActive() || t.task.State == fsm.StateSuspended {
+					g.live = append(g.live[:i], g.live[i+1:]...)
+					return true
+				}
 			}
-		}
-		g.advance(t)
-		if t.done {
-			g.live = append(g.live[:i], g.live[i+1:]...)
+			g.advance(t)
+			if t.done {
+				g.live = append(g.live[:i], g.live[i+1:]...)
+			}
+			return true
 		}
 	}
+	g.ended = true
 	if g.rng.IntN(2) == 0 {
 		g.system("SYSTEM_STOPPED")
 	}
+	return false
 }
 
 func (g *Generator) tick() time.Time {
@@ -128,9 +163,12 @@ func (g *Generator) newID(t time.Time) ulid.ULID {
 	return id
 }
 
-func (g *Generator) text(what string) string {
-	n := g.cfg.TextSize/2 + g.rng.IntN(g.cfg.TextSize+1)
+func (g *Generator) text(what string) string { return g.textOf(what, g.cfg.TextSize) }
+
+func (g *Generator) textOf(what string, size int) string {
+	n := size/2 + g.rng.IntN(size+1)
 	var b strings.Builder
+	b.Grow(n + 16)
 	b.WriteString(what)
 	words := []string{"search", "the", "papers", "about", "event", "sourcing", "and", "write", "a", "summary", "file", "tool", "result", "plan"}
 	for b.Len() < n {
@@ -228,7 +266,7 @@ func (g *Generator) create() {
 	types := []string{"general", "explore", "plan"}
 	sources := []string{"cli", "http", "webhook", "cron"}
 	in := &fsm.Input{
-		Kind: kinds[g.rng.IntN(len(kinds))], Text: g.text("do"), Source: sources[g.rng.IntN(len(sources))],
+		Kind: kinds[g.rng.IntN(len(kinds))], Text: g.textOf("do", g.cfg.InputSize), Source: sources[g.rng.IntN(len(sources))],
 		TaskType: types[g.rng.IntN(len(types))], Priority: g.rng.IntN(3),
 	}
 	data, err := fsm.Encode(in)

@@ -1,0 +1,101 @@
+package projection
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// TestFlushedKeepsLaterChanges is the contract a checkpoint written
+// without the fold's lock relies on: Flushed(seq) forgets only what the
+// Pending taken at seq holds. A task changed after seq stays pending (and
+// in memory, even once finished); a task finished by seq leaves memory;
+// the byte counters follow.
+func TestFlushedKeepsLaterChanges(t *testing.T) {
+	s := NewSet(Options{SnapshotEvery: 2})
+	sc := newScript()
+	big := &fsm.TaskCreatedBody{TaskType: "general", InputText: strings.Repeat("x", 100<<10), Source: "cli"}
+	a := mustApply(t, s, sc.ev("", big)).After.ID
+	b := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	mustApply(t, s, sc.ev(a, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"})) // a: finished, snapshot at version 2
+	mustApply(t, s, sc.ev(b, &fsm.ReasonDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{{Index: 0, Description: "reply", ActionType: fsm.ActionRespond}}}}))
+	use := s.Bytes()
+	if use.Tasks < 100<<10 || use.Dirty != use.Tasks || use.Snapshots < 100<<10 || use.Pending() != use.Dirty+use.Snapshots {
+		t.Fatalf("before the checkpoint: %+v", use)
+	}
+	p, err := s.Pending()
+	if err != nil || len(p.Tasks) != 2 || len(p.Snapshots) != 2 || p.Seq != 4 {
+		t.Fatalf("pending: %d tasks, %d snapshots, seq %d, %v", len(p.Tasks), len(p.Snapshots), p.Seq, err)
+	}
+	// Folded while the checkpoint is written: b finishes, a fact changes.
+	mustApply(t, s, sc.ev(b, &fsm.StepCompletedBody{StepIndex: 0, Result: "done"}))
+	mustApply(t, s, sc.ev(MemoryStream, &MemoryWrittenBody{Path: "user.md", Content: "likes tea"}))
+
+	evicted := s.Flushed(p.Seq)
+	if strings.Join(evicted, ",") != a || s.Tasks().Has(a) {
+		t.Fatalf("evicted %v: want only %s, finished and persisted", evicted, a)
+	}
+	if tb, _ := s.Tasks().Get(b); !tb.State.IsTerminal() || !s.Tasks().Has(b) {
+		t.Fatal("b finished after the checkpoint's seq: it must stay in memory until written")
+	}
+	q, err := s.Pending()
+	if err != nil || len(q.Tasks) != 1 || q.Tasks[0].Task.ID != b || len(q.Snapshots) != 0 || len(q.Facts) != 1 {
+		t.Fatalf("still pending: %d tasks, %d snapshots, %d facts, %v", len(q.Tasks), len(q.Snapshots), len(q.Facts), err)
+	}
+	use = s.Bytes()
+	if use.Tasks >= 100<<10 || use.Dirty != use.Tasks || use.Memory == 0 {
+		t.Fatalf("after the checkpoint: %+v", use)
+	}
+	if got := s.Flushed(q.Seq); strings.Join(got, ",") != b {
+		t.Fatalf("second flush evicted %v", got)
+	}
+	if use := s.Bytes(); use.Tasks != 0 || use.Dirty != 0 || use.Snapshots != 0 || use.Pending() != 0 {
+		t.Fatalf("after both: %+v", use)
+	}
+	if f, e := s.Memory().Changes(); len(f)+len(e) != 0 {
+		t.Fatal("memory changes not cleared")
+	}
+}
+
+// TestCool: tasks that are not finished leave memory only once persisted,
+// waiting ones first, keep their counts, and come back with RestoreTask.
+func TestCool(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	big := &fsm.TaskCreatedBody{TaskType: "general", InputText: strings.Repeat("x", 100<<10), Source: "cli"}
+	a := mustApply(t, s, sc.ev("", big)).After                           // reasoning, large
+	b := mustApply(t, s, sc.ev("", created("cli"))).After                // reasoning, small
+	mustApply(t, s, sc.ev(b.ID, &fsm.TaskSuspendedBody{Reason: "user"})) // b: suspended
+	if got := s.Cool(0); len(got) != 0 {
+		t.Fatalf("cooled %v: tasks with changes not yet persisted must stay", got)
+	}
+	p, _ := s.Pending()
+	s.Flushed(p.Seq)
+	before := s.Bytes().Tasks
+	if got := s.Cool(before - 1); strings.Join(got, ",") != b.ID {
+		t.Fatalf("cooled %v: want the suspended task first, and no more than needed", got)
+	}
+	if got := s.Cool(0); strings.Join(got, ",") != a.ID {
+		t.Fatalf("cooled %v, want %s", got, a.ID)
+	}
+	if s.Bytes().Tasks >= 4<<10 || s.Tasks().Has(a.ID) || !s.NeedsTask(a.ID, 2) || s.Tasks().ActiveCount() != 2 ||
+		s.Tasks().Count(fsm.StateSuspended) != 1 || len(s.Tasks().ListAll()) != 0 {
+		t.Fatalf("after Cool: %+v, active %d", s.Bytes(), s.Tasks().ActiveCount())
+	}
+	if _, err := s.Tasks().Get(a.ID); err == nil {
+		t.Fatal("Get found a stub")
+	}
+	if cold := s.Tasks().Cold(fsm.StateReasoning); len(cold) != 1 || cold[0].ID != a.ID || cold[0].Version != 1 {
+		t.Fatalf("Cold: %+v", cold)
+	}
+	fail := sc.ev(a.ID, &fsm.TaskFailedBody{Error: "x", Reason: "cancelled"})
+	if ch := s.Apply(fail); ch.Err == nil {
+		t.Fatal("folded into a stub")
+	}
+	s.RestoreTask(a, nil)
+	mustApply(t, s, fail)
+	if s.Tasks().ActiveCount() != 1 || s.Bytes().Tasks < 100<<10 {
+		t.Fatalf("after restore: active %d, %+v", s.Tasks().ActiveCount(), s.Bytes())
+	}
+}
