@@ -37,7 +37,7 @@ type server struct {
 	idem       idemLocks
 }
 
-// newServer serves a started agent a, its log l and its model.
+// newServer serves a started agent a, its log l and the name of its model.
 func newServer(a *agent.Agent, l *eventlog.Log, model string, logger *slog.Logger, cfg *config) *server {
 	s := &server{a: a, store: l, view: a.View(), history: replay.FromLog(l), model: model,
 		log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
