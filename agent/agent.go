@@ -460,14 +460,12 @@ func (a *Agent) Task(id string) (fsm.Task, error) {
 	return a.view.Task(id)
 }
 
-// View returns the fold: task lists, progress, stats, memory.
+// View returns the fold that Start recovered and keeps following: task
+// lists, progress, stats, memory; nil before Start. Unlike the log and the
+// model, which the caller opens and hands to New (so it holds them
+// already), the view is built by the agent, so this is how the daemon's
+// API and metrics reach it.
 func (a *Agent) View() *replay.View { return a.view }
-
-// Log returns the event log.
-func (a *Agent) Log() *eventlog.Log { return a.log }
-
-// Model returns the model the agent uses.
-func (a *Agent) Model() llm.Model { return a.model }
 
 // TaskTypes returns the names of the task types.
 func (a *Agent) TaskTypes() []string {

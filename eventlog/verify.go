@@ -142,6 +142,9 @@ type verifier struct {
 	steps int
 	key   []byte
 	ev    Event
+	// look has an iterator per index key space for point lookups, apart
+	// from the one each pass walks.
+	look map[byte]*pebble.Iterator
 }
 
 func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
@@ -165,45 +168,74 @@ func exact(it *pebble.Iterator, key []byte) (val []byte, ok bool, err error) {
 	return val, err == nil, err
 }
 
-func (v *verifier) run() (err error) {
-	// Format key.
-	val, closer, gerr := v.r.Get(FormatKey)
-	if gerr != nil {
+// run checks the format key, then makes the passes in the order the
+// Report promises. A pass returns an error only when it cannot go on (I/O,
+// ctx); what it finds wrong goes to the Report.
+func (v *verifier) run() error {
+	v.checkFormat()
+	v.look = map[byte]*pebble.Iterator{}
+	defer func() {
+		for _, it := range v.look {
+			it.Close()
+		}
+	}()
+	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
+		it, err := v.iter(p)
+		if err != nil {
+			return err
+		}
+		v.look[p] = it
+	}
+	for _, pass := range []func() error{v.checkLog, v.checkStreamIndex, v.checkIDIndex, v.checkCausationIndex, v.checkStrays} {
+		if err := pass(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFormat checks the format version key.
+func (v *verifier) checkFormat() {
+	val, closer, err := v.r.Get(FormatKey)
+	if err != nil {
 		v.rep.add(Problem{Key: FormatKey, Reason: "format version key missing"})
-	} else {
-		if len(val) != 4 || binary.BigEndian.Uint32(val) != FormatVersion {
-			v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d", val, FormatVersion)})
-		}
-		closer.Close()
+		return
 	}
+	defer closer.Close()
+	if len(val) != 4 || binary.BigEndian.Uint32(val) != FormatVersion {
+		v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d", val, FormatVersion)})
+	}
+}
 
-	its := map[byte]*pebble.Iterator{}
-	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
-		if its[p], err = v.iter(p); err != nil {
-			return err
-		}
-		defer its[p].Close()
+// walk calls fn on every key of prefix's key space in order, checking ctx
+// as it goes.
+func (v *verifier) walk(prefix byte, fn func(it *pebble.Iterator) error) error {
+	it, err := v.iter(prefix)
+	if err != nil {
+		return err
 	}
-	// Second iterators for point lookups while the first ones walk.
-	look := map[byte]*pebble.Iterator{}
-	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
-		if look[p], err = v.iter(p); err != nil {
-			return err
-		}
-		defer look[p].Close()
-	}
-
-	// Pass 1: the log, and each record's index entries.
-	eit := its[PrefixEvent]
-	next := uint64(1)
-	for ok := eit.First(); ok; ok = eit.Next() {
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
 		if err := v.tick(); err != nil {
 			return err
 		}
-		seq, ok := ParseEventKey(eit.Key())
+		if err := fn(it); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+// checkLog is pass 1: the records are gap-free from 1 and decode, and each
+// has its stream, id and causation index entries. It sets the Report's
+// Head, which the index passes check against.
+func (v *verifier) checkLog() error {
+	next := uint64(1)
+	return v.walk(PrefixEvent, func(it *pebble.Iterator) error {
+		seq, ok := ParseEventKey(it.Key())
 		if !ok {
-			v.rep.add(Problem{Key: eit.Key(), Reason: "malformed event key"})
-			continue
+			v.rep.add(Problem{Key: it.Key(), Reason: "malformed event key"})
+			return nil
 		}
 		if seq != next {
 			v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
@@ -211,138 +243,130 @@ func (v *verifier) run() (err error) {
 		next = seq + 1
 		v.rep.Head = seq
 		v.rep.Events++
-		val, err := eit.ValueAndErr()
+		val, err := it.ValueAndErr()
 		if err != nil {
 			return err
 		}
 		if err := decodeAt(val, seq, &v.ev); err != nil {
 			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
-			continue
+			return nil
 		}
 		ev := &v.ev
 		v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
-		v.checkSeqEntry(look[PrefixStream], seq, fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version))
+		v.checkSeqEntry(v.look[PrefixStream], seq, fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version))
 		v.key = appendIDIndexKey(v.key[:0], ev.ID)
-		v.checkSeqEntry(look[PrefixID], seq, "id index entry for "+ev.ID.String())
+		v.checkSeqEntry(v.look[PrefixID], seq, "id index entry for "+ev.ID.String())
 		if ev.Causation != (ulid.ULID{}) {
 			v.key = appendCausationIndexKey(v.key[:0], ev.Causation, seq)
-			if _, ok, err := exact(look[PrefixCausation], v.key); err != nil {
+			if _, ok, err := exact(v.look[PrefixCausation], v.key); err != nil {
 				return err
 			} else if !ok {
 				v.rep.add(Problem{Seq: seq, Reason: "causation index entry for " + ev.Causation.String() + " missing"})
 			}
 		}
-	}
-	if err := eit.Error(); err != nil {
-		return err
-	}
+		return nil
+	})
+}
+
+// recordAt decodes the record an index entry (key) points to; ok=false
+// when there is none to compare with, reported here or in pass 1.
+func (v *verifier) recordAt(key []byte, seq uint64) (*Event, bool, error) {
 	head := v.rep.Head
-
-	// recordAt decodes the record an index entry points to.
-	recordAt := func(key []byte, seq uint64) (*Event, bool, error) {
-		if seq == 0 || seq > head {
-			v.rep.add(Problem{Key: key, Reason: fmt.Sprintf("index entry points to seq %d, outside the log [1, %d]", seq, head)})
-			return nil, false, nil
-		}
-		val, ok, err := exact(look[PrefixEvent], EventKey(seq))
-		if err != nil || !ok {
-			if err == nil {
-				v.rep.add(Problem{Key: key, Seq: seq, Reason: "index entry points to a missing record"})
-			}
-			return nil, false, err
-		}
-		if decodeAt(val, seq, &v.ev) != nil {
-			return nil, false, nil // reported in pass 1
-		}
-		return &v.ev, true, nil
+	if seq == 0 || seq > head {
+		v.rep.add(Problem{Key: key, Reason: fmt.Sprintf("index entry points to seq %d, outside the log [1, %d]", seq, head)})
+		return nil, false, nil
 	}
+	val, ok, err := exact(v.look[PrefixEvent], EventKey(seq))
+	if err != nil || !ok {
+		if err == nil {
+			v.rep.add(Problem{Key: key, Seq: seq, Reason: "index entry points to a missing record"})
+		}
+		return nil, false, err
+	}
+	if decodeAt(val, seq, &v.ev) != nil {
+		return nil, false, nil // reported in pass 1
+	}
+	return &v.ev, true, nil
+}
 
-	// Pass 2: the stream index.
-	sit := its[PrefixStream]
+// checkStreamIndex is pass 2: each stream's versions are gap-free from 1
+// and each entry points to the record of that stream and version.
+func (v *verifier) checkStreamIndex() error {
 	var curStream string
 	var want uint64
-	for ok := sit.First(); ok; ok = sit.Next() {
-		if err := v.tick(); err != nil {
-			return err
-		}
+	return v.walk(PrefixStream, func(it *pebble.Iterator) error {
 		v.rep.StreamEntries++
-		stream, ver, ok := ParseStreamIndexKey(sit.Key())
-		seq, ok2 := DecodeSeqValue(sit.Value())
+		stream, ver, ok := ParseStreamIndexKey(it.Key())
+		seq, ok2 := DecodeSeqValue(it.Value())
 		if !ok || !ok2 {
-			v.rep.add(Problem{Key: sit.Key(), Reason: "malformed stream index entry"})
-			continue
+			v.rep.add(Problem{Key: it.Key(), Reason: "malformed stream index entry"})
+			return nil
 		}
 		if stream != curStream || v.rep.Streams == 0 {
 			curStream, want = stream, 1
 			v.rep.Streams++
 		}
 		if ver != want {
-			v.rep.add(Problem{Key: sit.Key(), Seq: seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, ver-1)})
+			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, ver-1)})
 		}
 		want = ver + 1
-		ev, ok, err := recordAt(sit.Key(), seq)
+		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
 			return err
 		}
 		if ok && (ev.Stream != stream || ev.Version != ver) {
-			v.rep.add(Problem{Key: sit.Key(), Seq: seq, Reason: fmt.Sprintf(
+			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf(
 				"stream index says (%q, %d), record says (%q, %d)", stream, ver, ev.Stream, ev.Version)})
 		}
-	}
-	if err := sit.Error(); err != nil {
-		return err
-	}
+		return nil
+	})
+}
 
-	// Pass 3: the id index.
-	iit := its[PrefixID]
-	for ok := iit.First(); ok; ok = iit.Next() {
-		if err := v.tick(); err != nil {
-			return err
-		}
+// checkIDIndex is pass 3: each id entry points to the record with that id.
+func (v *verifier) checkIDIndex() error {
+	return v.walk(PrefixID, func(it *pebble.Iterator) error {
 		v.rep.IDEntries++
-		id, ok := ParseIDIndexKey(iit.Key())
-		seq, ok2 := DecodeSeqValue(iit.Value())
+		id, ok := ParseIDIndexKey(it.Key())
+		seq, ok2 := DecodeSeqValue(it.Value())
 		if !ok || !ok2 {
-			v.rep.add(Problem{Key: iit.Key(), Reason: "malformed id index entry"})
-			continue
+			v.rep.add(Problem{Key: it.Key(), Reason: "malformed id index entry"})
+			return nil
 		}
-		ev, ok, err := recordAt(iit.Key(), seq)
+		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
 			return err
 		}
 		if ok && ev.ID != id {
-			v.rep.add(Problem{Key: iit.Key(), Seq: seq, Reason: fmt.Sprintf("id index says %s, record says %s", id, ev.ID)})
+			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf("id index says %s, record says %s", id, ev.ID)})
 		}
-	}
-	if err := iit.Error(); err != nil {
-		return err
-	}
+		return nil
+	})
+}
 
-	// Pass 4: the causation index.
-	cit := its[PrefixCausation]
-	for ok := cit.First(); ok; ok = cit.Next() {
-		if err := v.tick(); err != nil {
-			return err
-		}
+// checkCausationIndex is pass 4: each causation entry points to a record
+// caused by that event.
+func (v *verifier) checkCausationIndex() error {
+	return v.walk(PrefixCausation, func(it *pebble.Iterator) error {
 		v.rep.CausationEntries++
-		c, seq, ok := ParseCausationIndexKey(cit.Key())
-		if !ok || len(cit.Value()) != 0 {
-			v.rep.add(Problem{Key: cit.Key(), Reason: "malformed causation index entry"})
-			continue
+		c, seq, ok := ParseCausationIndexKey(it.Key())
+		if !ok || len(it.Value()) != 0 {
+			v.rep.add(Problem{Key: it.Key(), Reason: "malformed causation index entry"})
+			return nil
 		}
-		ev, ok, err := recordAt(cit.Key(), seq)
+		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
 			return err
 		}
 		if ok && ev.Causation != c {
-			v.rep.add(Problem{Key: cit.Key(), Seq: seq, Reason: fmt.Sprintf("causation index says %s, record says %s", c, ev.Causation)})
+			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf("causation index says %s, record says %s", c, ev.Causation)})
 		}
-	}
-	if err := cit.Error(); err != nil {
-		return err
-	}
+		return nil
+	})
+}
 
-	// Pass 5: stray keys outside the known namespaces, and aux keys.
+// checkStrays is pass 5: no key outside the known namespaces; it counts
+// the aux keys.
+func (v *verifier) checkStrays() error {
 	all, err := v.r.NewIter(nil)
 	if err != nil {
 		return err

@@ -38,7 +38,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.checkResume("after_seq", after); e != nil {
 		return e
 	}
-	it := s.a.Log().Scan(after+1, eventlog.Forward)
+	it := s.store.Scan(after+1, eventlog.Forward)
 	defer it.Close()
 	evs := []eventJSON{}
 	next := after
@@ -50,7 +50,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	if err := it.Err(); err != nil {
 		return s.fromError(err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"events": evs, "next_after_seq": next, "head": s.a.Log().Head()})
+	writeJSON(w, http.StatusOK, map[string]any{"events": evs, "next_after_seq": next, "head": s.store.Head()})
 	return nil
 }
 
@@ -61,7 +61,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 // would let the consumer skip silently whatever comes next. Checking here
 // also keeps after+1 from wrapping to 0 at 2^64-1.
 func (s *server) checkResume(name string, after uint64) *apiError {
-	head := s.a.Log().Head()
+	head := s.store.Head()
 	if after <= head {
 		return nil
 	}
@@ -106,7 +106,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	ctx := r.Context()
-	sub := s.a.Log().Subscribe(ctx, after+1)
+	sub := s.store.Subscribe(ctx, after+1)
 	defer sub.Close()
 
 	type next struct {
@@ -172,16 +172,16 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 	if _, e := query(r); e != nil {
 		return e
 	}
-	issues, n := s.a.View().Issues()
+	issues, n := s.view.Issues()
 	if issues == nil {
 		issues = []replay.Issue{}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"tasks":   s.a.View().Stats(),
+		"tasks":   s.view.Stats(),
 		"runtime": s.a.Runtime(),
-		"log":     map[string]any{"head": s.a.Log().Head(), "folded": s.a.View().Seq(), "refused": n, "issues": issues, "storage": storageReason(s.a.Log().Health())},
-		"memory":  s.a.View().MemoryUse(),
-		"model":   s.a.Model().Name(),
+		"log":     map[string]any{"head": s.store.Head(), "folded": s.view.Seq(), "refused": n, "issues": issues, "storage": storageReason(s.store.Health())},
+		"memory":  s.view.MemoryUse(),
+		"model":   s.model,
 	})
 	return nil
 }
@@ -200,12 +200,12 @@ func (s *server) checkpoint(w http.ResponseWriter, r *http.Request) *apiError {
 	if err := os.MkdirAll(s.checkpointDir, 0o700); err != nil {
 		return s.fromError(err)
 	}
-	head := s.a.Log().Head()
+	head := s.store.Head()
 	dir := filepath.Join(s.checkpointDir, fmt.Sprintf("%s-seq%d", time.Now().UTC().Format("20060102T150405.000Z"), head))
-	if err := s.a.View().Checkpoint(r.Context()); err != nil {
+	if err := s.view.Checkpoint(r.Context()); err != nil {
 		return s.fromError(err)
 	}
-	if err := s.a.Log().Checkpoint(dir); err != nil {
+	if err := s.store.Checkpoint(dir); err != nil {
 		return s.fromError(err)
 	}
 	abs, _ := filepath.Abs(dir)

@@ -59,6 +59,15 @@ const maxIdempotencyKey = 255
 // keys that share a stripe only wait for each other).
 type idemLocks [64]sync.Mutex
 
+// idemStore is what keyed needs of the log: the idempotency records in its
+// aux space, event lookup by id, and ids drawn by the log's clock.
+type idemStore interface {
+	GetAux(key []byte) ([]byte, error)
+	WriteAux(ctx context.Context, fn func(b *eventlog.AuxBatch) error) error
+	Get(id ulid.ULID) (eventlog.Event, error)
+	NewID() ulid.ULID
+}
+
 // keyReusedError is the answer to a key sent again with another request.
 type keyReusedError struct {
 	key string
@@ -112,7 +121,7 @@ func (s *server) keyed(w http.ResponseWriter, r *http.Request, do func(id ulid.U
 	mu.Lock()
 	defer mu.Unlock()
 
-	log := s.a.Log()
+	log := s.store
 	aux := append(append([]byte(nil), idemPrefix...), sum[:]...)
 	var id ulid.ULID
 	replay := false

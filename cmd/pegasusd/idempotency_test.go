@@ -29,7 +29,7 @@ func (td *testDaemon) restart(cfg *config) *testDaemon {
 // idemKeys counts the reservations in the log's aux space.
 func (td *testDaemon) idemKeys() int {
 	td.t.Helper()
-	it := td.d.agent.Log().ScanAux(idemPrefix)
+	it := td.d.events.ScanAux(idemPrefix)
 	defer it.Close()
 	n := 0
 	for it.Next() {
@@ -252,7 +252,7 @@ func TestIdempotencyKeyConcurrentRetries(t *testing.T) {
 // fresh id (the reserved one may have been seen), once.
 func TestIdempotencyKeyCrashBetweenReserveAndAppend(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
-	log := td.d.agent.Log()
+	log := td.d.events
 	stale := log.NewID()
 	sum := sha256.Sum256([]byte("lost-answer"))
 	if err := log.WriteAux(context.Background(), func(b *eventlog.AuxBatch) error {

@@ -27,7 +27,7 @@ func (s *server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
 			return errBadRequest("at %q: give a sequence, an event id or an RFC 3339 time", at)
 		}
 	}
-	past, err := replay.StateAt(r.Context(), replay.FromLog(s.a.Log()), t.ID, b)
+	past, err := replay.StateAt(r.Context(), s.history, t.ID, b)
 	if err != nil {
 		return s.fromError(err)
 	}
@@ -72,7 +72,7 @@ func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	why, err := replay.Explain(r.Context(), replay.FromLog(s.a.Log()), t.ID, maxNodes)
+	why, err := replay.Explain(r.Context(), s.history, t.ID, maxNodes)
 	if err != nil {
 		return s.fromError(err)
 	}

@@ -91,7 +91,7 @@ func TestMetricsAfter100Tasks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := td.d.web.metrics.WaitFor(ctx, td.d.agent.Log().Head()); err != nil {
+	if err := td.d.web.metrics.WaitFor(ctx, td.d.events.Head()); err != nil {
 		t.Fatal(err)
 	}
 

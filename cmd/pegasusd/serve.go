@@ -200,6 +200,7 @@ type daemon struct {
 	cfg    *config
 	log    *slog.Logger
 	agent  *agent.Agent
+	events *eventlog.Log // the agent's log; the daemon opened it and the agent closes it
 	server *server
 	http   *http.Server
 	ln     net.Listener
@@ -296,8 +297,8 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err := a.Start(ctx); err != nil {
 		return nil, err // Start closes the log on failure
 	}
-	d = &daemon{cfg: cfg, log: logger, agent: a, ln: ln}
-	d.server = newServer(a, logger, cfg)
+	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln}
+	d.server = newServer(a, l, model.Name(), logger, cfg)
 	d.http = &http.Server{
 		Handler:           d.startWeb(metricsLn),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -358,8 +359,8 @@ func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
 	var failed error
 	select {
 	case <-ctx.Done():
-	case <-d.agent.Log().Failed():
-		failed = d.agent.Log().Health()
+	case <-d.events.Failed():
+		failed = d.events.Health()
 		d.log.Error("the event log refuses writes; stopping so that a supervisor restarts pegasusd",
 			"reason", storageReason(failed), "err", failed)
 	}
@@ -409,7 +410,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Lo
 	if err != nil {
 		return err
 	}
-	model := d.agent.Model().Name()
+	model := d.server.model
 	if cfg.llmBaseURL == "" {
 		model += " (offline demo model: set PEGASUS_LLM_BASE_URL and PEGASUS_LLM_MODEL for a real one)"
 	}

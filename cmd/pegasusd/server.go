@@ -18,9 +18,14 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// server is the HTTP API over one agent.
+// server is the HTTP API over one agent (deps.go has the interfaces).
 type server struct {
-	a             *agent.Agent
+	a       engine
+	store   eventStore
+	view    readModel
+	history replay.Reader // the per-task queries: state at a bound, why
+	model   string        // the model's name, for /v1/stats
+
 	log           *slog.Logger
 	token         *tokenCheck
 	maxBody       int64
@@ -33,8 +38,10 @@ type server struct {
 	idem       idemLocks
 }
 
-func newServer(a *agent.Agent, logger *slog.Logger, cfg *config) *server {
-	s := &server{a: a, log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
+// newServer serves a started agent a, its log l and the name of its model.
+func newServer(a *agent.Agent, l *eventlog.Log, model string, logger *slog.Logger, cfg *config) *server {
+	s := &server{a: a, store: l, view: a.View(), history: replay.FromLog(l), model: model,
+		log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
 		maxBody: cfg.maxBody, checkpointDir: cfg.checkpointDir}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	return s
@@ -193,7 +200,7 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 // log healthy (it turns 503 with the reason as soon as the log refuses
 // writes or finds corruption).
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
-	if reason := storageReason(s.a.Log().Health()); reason != "" {
+	if reason := storageReason(s.store.Health()); reason != "" {
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
 	}
 	if s.draining.Load() || !s.a.Accepting() {

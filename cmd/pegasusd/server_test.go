@@ -367,7 +367,7 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"GET", "/v1/tasks/" + done + "/cancel", "", 405, "method_not_allowed"},
 		{"GET", "/v2/tasks", "", 404, "not_found"},
 	} {
-		head := td.d.agent.Log().Head()
+		head := td.d.events.Head()
 		r := td.do(c.method, c.path, c.body)
 		if r.status != c.status || r.errorCode(t) != c.code {
 			t.Errorf("%s %s %.40q: %d %s, want %d %s", c.method, c.path, c.body, r.status, r.body, c.status, c.code)
@@ -375,7 +375,7 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		if r.header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s %s: content type %q", c.method, c.path, r.header.Get("Content-Type"))
 		}
-		if h := td.d.agent.Log().Head(); h != head {
+		if h := td.d.events.Head(); h != head {
 			t.Errorf("%s %s changed the log: head %d -> %d", c.method, c.path, head, h)
 		}
 	}
@@ -582,7 +582,7 @@ func (td *testDaemon) head(path, lastEventID string) response {
 func TestResumeBeyondHeadIsRefused(t *testing.T) {
 	// No task: nothing appends after the start, so the head stays put.
 	td := startDaemon(t, testConfig(t))
-	head := td.d.agent.Log().Head()
+	head := td.d.events.Head()
 	if head == 0 {
 		t.Fatal("empty log")
 	}

@@ -232,7 +232,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	rq.Types = splitList(q.Get("type"))
 	rq.Sources = splitList(q.Get("source"))
-	page, err := s.a.View().Tasks(r.Context(), rq)
+	page, err := s.view.Tasks(r.Context(), rq)
 	if err != nil {
 		return s.fromError(err)
 	}
@@ -278,7 +278,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	it := s.a.Log().ReadStream(t.ID, uint64(after)+1)
+	it := s.store.ReadStream(t.ID, uint64(after)+1)
 	defer it.Close()
 	evs := []eventJSON{}
 	for len(evs) < limit && it.Next() {
@@ -299,7 +299,7 @@ func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError 
 	if e != nil {
 		return e
 	}
-	p, err := s.a.View().Progress(t.ID)
+	p, err := s.view.Progress(t.ID)
 	if err != nil {
 		return s.fromError(err)
 	}

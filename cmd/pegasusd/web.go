@@ -43,7 +43,7 @@ func listenMetrics(addr string) (net.Listener, error) {
 // startWeb starts the metrics and returns the daemon's HTTP handler: the
 // API, the dashboard and, without --metrics-addr, /metrics.
 func (d *daemon) startWeb(metricsLn net.Listener) http.Handler {
-	m := metrics.New(d.agent, metrics.Options{GoCollectors: true})
+	m := metrics.New(d.agent, d.events, metrics.Options{GoCollectors: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	d.web = &web{metrics: m, ln: metricsLn, cancel: cancel, done: make(chan struct{})}
 	go func() {

@@ -87,12 +87,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(n), k.state, k.machine)
 	}
 
-	head, folded := a.Log().Head(), v.Seq()
+	head, folded := c.l.Head(), v.Seq()
 	ch <- prometheus.MustNewConstMetric(descHead, prometheus.GaugeValue, float64(head))
 	ch <- prometheus.MustNewConstMetric(descFoldLag, prometheus.GaugeValue, float64(head-min(folded, head)))
 	_, refused := v.Issues()
 	ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(refused))
-	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(a.Log().Stats().Commits))
+	ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(c.l.Stats().Commits))
 
 	rt := a.Runtime()
 	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(rt.Queued))
@@ -136,7 +136,7 @@ func (c *storageCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *storageCollector) Collect(ch chan<- prometheus.Metric) {
-	pm, err := c.a.Log().StorageMetrics()
+	pm, err := c.l.StorageMetrics()
 	if err != nil {
 		return // closed: the daemon is stopping
 	}

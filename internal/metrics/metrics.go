@@ -38,6 +38,7 @@ type Options struct {
 // Metrics is the registry of one daemon.
 type Metrics struct {
 	a   *agent.Agent
+	l   *eventlog.Log // a's log
 	now func() time.Time
 	reg *prometheus.Registry
 
@@ -60,12 +61,13 @@ type Metrics struct {
 	advanced chan struct{}              // closed when seen moves, if WaitFor waits
 }
 
-// New returns the metrics of the daemon running a; a must be started.
-func New(a *agent.Agent, o Options) *Metrics {
+// New returns the metrics of the daemon running a over the log l; a must
+// be started.
+func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	m := &Metrics{a: a, now: o.Now, reg: prometheus.NewRegistry(), bounds: map[string]map[string]bool{}}
+	m := &Metrics{a: a, l: l, now: o.Now, reg: prometheus.NewRegistry(), bounds: map[string]map[string]bool{}}
 	latency := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
 	m.events = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pegasus_events_appended_total",
 		Help: "Events committed to the log since the daemon started, by event type."}, []string{"type"})
@@ -137,8 +139,7 @@ func (m *Metrics) bounded(label, v string) string {
 // closes, and derives the event metrics. It returns nil when the log
 // closes or ctx ends.
 func (m *Metrics) Run(ctx context.Context, from uint64) error {
-	l := m.a.Log()
-	sub := l.Subscribe(ctx, from)
+	sub := m.l.Subscribe(ctx, from)
 	defer sub.Close()
 	started := m.now()
 	var group commitGroup
@@ -158,7 +159,7 @@ func (m *Metrics) Run(ctx context.Context, from uint64) error {
 		m.observe(ev)
 		// The head moves a whole group at a time: an event at the head
 		// ends its group.
-		if ev.Seq >= l.Head() {
+		if ev.Seq >= m.l.Head() {
 			m.observeGroup(&group, started)
 		}
 		m.mu.Lock()

@@ -42,7 +42,7 @@ func startAgent(t *testing.T) (*agent.Agent, *Metrics) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := New(a, Options{})
+	m := New(a, l, Options{})
 	rctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.Run(rctx, 1) }()
@@ -72,7 +72,7 @@ func runTasks(t *testing.T, a *agent.Agent, m *Metrics, inputs ...string) {
 			t.Fatal(err)
 		}
 	}
-	if err := m.WaitFor(ctx, a.Log().Head()); err != nil {
+	if err := m.WaitFor(ctx, m.l.Head()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -140,7 +140,7 @@ func TestCountsFromTheLog(t *testing.T) {
 
 	byType := map[string]float64{}
 	var calls, prompt, completion, tools float64
-	it := a.Log().Scan(1, eventlog.Forward)
+	it := m.l.Scan(1, eventlog.Forward)
 	for it.Next() {
 		ev := it.Event()
 		byType[ev.Type]++
@@ -188,10 +188,10 @@ func TestCountsFromTheLog(t *testing.T) {
 	if err := m.commits.Write(&h); err != nil {
 		t.Fatal(err)
 	}
-	st := a.Log().Stats()
-	if h.Histogram.GetSampleCount() != st.Commits || uint64(h.Histogram.GetSampleSum()) != a.Log().Head() {
+	st := m.l.Stats()
+	if h.Histogram.GetSampleCount() != st.Commits || uint64(h.Histogram.GetSampleSum()) != m.l.Head() {
 		t.Errorf("commit groups: %d samples summing to %v; the log made %d commits of %d events",
-			h.Histogram.GetSampleCount(), h.Histogram.GetSampleSum(), st.Commits, a.Log().Head())
+			h.Histogram.GetSampleCount(), h.Histogram.GetSampleSum(), st.Commits, m.l.Head())
 	}
 }
 
@@ -215,7 +215,7 @@ func counterSum(t *testing.T, m *Metrics, name string) float64 {
 // TestBoundedLabels: a log naming more tools than MaxLabelValues counts
 // the rest under OtherLabel.
 func TestBoundedLabels(t *testing.T) {
-	m := New(nil, Options{})
+	m := New(nil, nil, Options{})
 	for i := range MaxLabelValues + 10 {
 		body, err := fsm.Encode(&fsm.ToolCallResultBody{Tool: fmt.Sprintf("tool%d", i), DurationMS: 5})
 		if err != nil {

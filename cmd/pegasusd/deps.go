@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// The HTTP server depends on what its handlers use, not on the agent, the
+// log and the view as a whole: the daemon hands it *agent.Agent as the
+// engine, *eventlog.Log as the eventStore and *replay.View as the
+// readModel (the compile-time checks below), and a test can hand it small
+// fakes to reach the error paths a real daemon hardly takes.
+
+// engine is what the handlers ask of the agent: intake, task control and
+// the live state of a task.
+type engine interface {
+	// Accepting reports whether the agent takes new work (readyz).
+	Accepting() bool
+	Runtime() agent.RuntimeStats
+	Queued(id string) bool
+	Task(id string) (fsm.Task, error)
+	WaitUntil(ctx context.Context, id string, cond func(*fsm.Task) bool) (fsm.Task, error)
+	SubmitInput(ctx context.Context, in agent.Input) (string, error)
+	SendMessageID(ctx context.Context, id string, eventID ulid.ULID, text, source string) (fsm.Task, error)
+	Suspend(ctx context.Context, id, reason string) (fsm.Task, error)
+	Resume(ctx context.Context, id, reason string) (fsm.Task, error)
+	Cancel(ctx context.Context, id, why string) (fsm.Task, error)
+}
+
+// eventStore is the part of the event log the handlers use: reading and
+// following events, its health, the idempotency records (idemStore) and
+// checkpoint copies. Appends go through the engine, never here.
+type eventStore interface {
+	idemStore
+	Head() uint64
+	Health() error
+	Scan(from uint64, dir eventlog.Direction) *eventlog.Iterator
+	ReadStream(stream string, fromVersion uint64) *eventlog.Iterator
+	Subscribe(ctx context.Context, fromSeq uint64) *eventlog.Subscription
+	Checkpoint(dir string) error
+}
+
+// readModel is the folded read model the handlers serve: the task list,
+// progress, statistics, its memory and what the fold refused.
+type readModel interface {
+	Tasks(ctx context.Context, q replay.Query) (replay.Page, error)
+	Progress(id string) (projection.Progress, error)
+	Stats() projection.StatsReport
+	Issues() ([]replay.Issue, int)
+	// Seq is the last sequence folded.
+	Seq() uint64
+	// MemoryUse is what the task views hold, against the memory budget.
+	MemoryUse() projection.MemoryUse
+	// Checkpoint persists the projections, before a checkpoint copy.
+	Checkpoint(ctx context.Context) error
+}
+
+var (
+	_ engine     = (*agent.Agent)(nil)
+	_ eventStore = (*eventlog.Log)(nil)
+	_ readModel  = (*replay.View)(nil)
+)
