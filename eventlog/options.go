@@ -312,9 +312,10 @@ const maxWALPrealloc = 1 << 20
 // small log took 35 MiB of disk for a few kilobytes of events, and a busy
 // one about 140 MiB besides its data (docs/benchmarks.md). Preallocation
 // only spares the file system an allocation when the WAL grows; appends
-// measured no slower without it (recycled WALs, which Pebble overwrites
-// in place, are what makes the WAL's fsyncs cheap). Only Preallocate
-// changes: every other call reaches the wrapped FS unchanged.
+// measured no slower without it, within the benchmark's noise (recycled
+// WALs, which Pebble overwrites in place, are what makes the WAL's fsyncs
+// cheap). Only Preallocate changes: every other call reaches the wrapped
+// FS unchanged.
 type walPreallocFS struct{ vfs.FS }
 
 func (fs walPreallocFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
