@@ -344,15 +344,14 @@ func (l *Log) commitGroup(group []*appendReq) {
 		g.batch.Close()
 		return
 	}
-	if err := l.reserve(g.nextSeq - 1); err != nil {
-		err = l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
-		for _, r := range g.ok {
-			r.results, r.err = nil, err
-		}
-		g.batch.Close()
-		return
+	reserved := l.reserve(g.nextSeq - 1)
+	err := l.applyBatch(g.batch)
+	if merr := reserved(); merr != nil && err == nil {
+		// The group may be durable, but nothing bounds its sequences
+		// on disk: its outcome is unknown, as after a failed commit.
+		err = fmt.Errorf("write %s: %w", MarkerFile, merr)
 	}
-	if err := l.applyBatch(g.batch); err != nil {
+	if err != nil {
 		err = l.poison(err)
 		for _, r := range g.ok {
 			r.results, r.err = nil, err
@@ -373,19 +372,29 @@ func (l *Log) commitGroup(group []*appendReq) {
 }
 
 // reserve makes sure the head marker covers sequences up to last before
-// they are committed, so that a sequence handed out is never handed out
-// again, whatever is lost later. It writes the marker (synced) once per
-// reserveStep events, recording the current durable head on the way.
-func (l *Log) reserve(last uint64) error {
+// any of them is acknowledged, so that a sequence handed out is never
+// handed out again, whatever is lost later. It writes the marker (synced)
+// once per reserveStep events, recording the current durable head on the
+// way. The write runs while the group commits, so that its fsyncs overlap
+// the WAL's instead of adding to the group's latency; the returned wait
+// reports its outcome and must be called before the group is
+// acknowledged. A crash in between leaves the group unacknowledged, so no
+// reader or appender has seen its sequences: if the WAL kept it and the
+// marker did not, Open finds the head beyond the marker, which is allowed.
+func (l *Log) reserve(last uint64) (wait func() error) {
 	if last <= l.mark.reserved {
-		return nil
+		return func() error { return nil }
 	}
 	m := marker{head: l.head.Load(), reserved: last + reserveStep}
-	if err := writeMarker(l.opts.FS, l.dir, m); err != nil {
-		return err
+	done := make(chan error, 1)
+	go func() { done <- writeMarker(l.opts.FS, l.dir, m) }()
+	return func() error {
+		if err := <-done; err != nil {
+			return err
+		}
+		l.mark, l.markAt = m, time.Now()
+		return nil
 	}
-	l.mark, l.markAt = m, time.Now()
-	return nil
 }
 
 // prepare checks one request against the log and the group so far and, if it

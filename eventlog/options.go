@@ -213,6 +213,9 @@ func (o *Options) Validate() error {
 // that tell a corrupt chunk from a torn tail; an older directory is
 // ratcheted to it by pebble.Open (not when read-only).
 func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
+	if !o.ReadOnly {
+		fs = walPreallocFS{FS: fs}
+	}
 	po := &pebble.Options{
 		FS:                 fs,
 		ReadOnly:           o.ReadOnly,
@@ -298,4 +301,45 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	if p.onFatal != nil {
 		p.onFatal(fe)
 	}
+}
+
+// maxWALPrealloc bounds the disk space Pebble reserves ahead of a WAL.
+const maxWALPrealloc = 1 << 20
+
+// walPreallocFS caps the space preallocated for the files Pebble writes.
+// Pebble reserves 110% of MemTableSize (35 MiB by default) for every WAL,
+// before a byte is written, and keeps up to a few WALs for recycling: a
+// small log took 35 MiB of disk for a few kilobytes of events, and a busy
+// one about 140 MiB besides its data (docs/benchmarks.md). Preallocation
+// only spares the file system an allocation when the WAL grows; appends
+// measured no slower without it, within the benchmark's noise (recycled
+// WALs, which Pebble overwrites in place, are what makes the WAL's fsyncs
+// cheap). Only Preallocate changes: every other call reaches the wrapped
+// FS unchanged.
+type walPreallocFS struct{ vfs.FS }
+
+func (fs walPreallocFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return preallocCapped(fs.FS.Create(name, c))
+}
+
+func (fs walPreallocFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return preallocCapped(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+func (fs walPreallocFS) Unwrap() vfs.FS { return fs.FS }
+
+func preallocCapped(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return f, err
+	}
+	return cappedFile{File: f}, nil
+}
+
+type cappedFile struct{ vfs.File }
+
+func (f cappedFile) Preallocate(offset, length int64) error {
+	if offset >= maxWALPrealloc {
+		return nil
+	}
+	return f.File.Preallocate(offset, min(length, maxWALPrealloc-offset))
 }

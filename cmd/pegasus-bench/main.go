@@ -4,6 +4,14 @@
 // in internal/bench.
 //
 //	go run ./cmd/pegasus-bench -duration 3s -rounds 3
+//
+// A second table gives the log's own costs (issue 15): batched appends with
+// expected versions, disk use and the footprint of a small log, for the log,
+// raw Pebble writing the log's keys, and a minimal Pebble writer (two keys per
+// event, no envelope, no id index), with ratios to the minimal writer.
+// Run only that table with
+//
+//	go run ./cmd/pegasus-bench -run '^$' -rounds 3
 package main
 
 import (
@@ -23,6 +31,7 @@ func main() {
 	run := flag.String("run", "", "regexp selecting workloads by name")
 	markdown := flag.Bool("markdown", false, "print the table as Markdown")
 	quiet := flag.Bool("q", false, "do not print each measurement")
+	costs := flag.Bool("costs", true, "also measure the log's own costs against a minimal Pebble writer")
 	flag.Parse()
 
 	cfg := bench.Config{Dir: *dir, Duration: *duration, Rounds: *rounds, Filter: *run}
@@ -31,7 +40,15 @@ func main() {
 	}
 	fmt.Println(bench.Machine(*dir))
 	rows, err := bench.Run(context.Background(), cfg, bench.Workloads, bench.Openers)
-	bench.PrintTable(os.Stdout, rows, *markdown)
+	if len(rows) > 0 {
+		bench.PrintTable(os.Stdout, rows, *markdown)
+	}
+	if err == nil && *costs {
+		var crows []bench.CostRow
+		crows, err = bench.RunCosts(context.Background(), cfg, bench.CostOpeners)
+		fmt.Println()
+		bench.PrintCosts(os.Stdout, crows, bench.CostOpeners, *markdown)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
 		os.Exit(1)
