@@ -230,7 +230,7 @@ func TestInjectedIOErrors(t *testing.T) {
 }
 
 // TestInjectedStorageErrors fails the other files a commit depends on: the
-// head marker (rewritten before a commit reserves more sequences), and the
+// head marker (rewritten while a commit that reserves more sequences syncs, before it is acknowledged), and the
 // MANIFEST (written by a background flush, where Pebble calls Fatalf). The
 // log refuses writes, Health reports the cause (a full disk is ENOSPC), no
 // panic escapes, and after a restart on a working disk every acknowledged

@@ -200,11 +200,13 @@ func TestCrashRecovery(t *testing.T) {
 		}
 	}
 
-	// A last, clean run: every task must finish.
+	// A last, clean run: every task must finish, the acknowledged ones and
+	// those whose answer was lost as the process died (created, never
+	// acknowledged), which recovery resumes too.
 	p := startProc(t, bin, data)
 	client := &http.Client{Timeout: 70 * time.Second}
-	for id := range ackedAll {
-		for {
+	waitTerminal := func(id, what string) {
+		for range 4 { // each wait returns at a change or after 30s
 			resp, err := client.Get(p.url + "/v1/tasks/" + id + "?wait=30s")
 			if err != nil {
 				t.Fatal(err)
@@ -213,11 +215,37 @@ func TestCrashRecovery(t *testing.T) {
 			err = json.NewDecoder(resp.Body).Decode(&tj)
 			resp.Body.Close()
 			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("acknowledged task %s: %d %v\n%s", id, resp.StatusCode, err, p.output())
+				t.Fatalf("%s task %s: %d %v\n%s", what, id, resp.StatusCode, err, p.output())
 			}
 			if tj.State.IsTerminal() {
-				break
+				return
 			}
+		}
+		t.Fatalf("%s task %s did not finish within two minutes of the restart\n%s", what, id, p.output())
+	}
+	for id := range ackedAll {
+		waitTerminal(id, "acknowledged")
+	}
+	for {
+		resp, err := client.Get(p.url + "/v1/tasks?state=idle,reasoning,acting&limit=1000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Tasks []struct {
+				ID string `json:"task_id"`
+			} `json:"tasks"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("list unfinished tasks: %d %v", resp.StatusCode, err)
+		}
+		if len(list.Tasks) == 0 {
+			break
+		}
+		for _, tk := range list.Tasks {
+			waitTerminal(tk.ID, "unacknowledged")
 		}
 	}
 	p.stop(t)
