@@ -45,9 +45,10 @@ type slot struct {
 // stateIndex orders the states of every machine for per-state counters:
 // the non-terminal ones first (slots 0 to nonTerminal-1).
 var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended,
-	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting, fsm.StateCompleted, fsm.StateFailed}
+	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting,
+	fsm.StatePending, fsm.StateAssigned, fsm.StateInProgress, fsm.StateTimedOut, fsm.StateCompleted, fsm.StateFailed}
 
-const nonTerminal = 8
+const nonTerminal = 12
 
 func stateSlot(s fsm.State) int {
 	if s == "" {
