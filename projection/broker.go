@@ -154,10 +154,10 @@ func QueueLess(a, b *fsm.Task) int {
 type BrokerStats struct {
 	Tasks        int              `json:"tasks"`
 	ByStatus     map[string]int   `json:"by_status"`
-	Retries      int              `json:"retries"`       // retry_count summed over tasks
-	DeadLetters  int              `json:"dead_letters"`  // in the DLQ now
-	Requeues     int              `json:"requeues"`      // requeues from the DLQ, ever
-	QueueDepth   int              `json:"queue_depth"`   // pending tasks
+	Retries      int              `json:"retries"`      // retry_count summed over tasks
+	DeadLetters  int              `json:"dead_letters"` // in the DLQ now
+	Requeues     int              `json:"requeues"`     // requeues from the DLQ, ever
+	QueueDepth   int              `json:"queue_depth"`  // pending tasks
 	OldestQueued float64          `json:"oldest_queued_seconds"`
 	ToAssign     DurationQuantile `json:"time_to_assign"`   // created -> (last) assigned
 	ToComplete   DurationQuantile `json:"time_to_complete"` // created -> completed
