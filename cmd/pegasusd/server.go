@@ -29,6 +29,7 @@ type server struct {
 	cancelBase context.CancelFunc
 	draining   atomic.Bool
 	idem       idemLocks
+	broker     *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
 }
 
 func newServer(a *agent.Agent, logger *slog.Logger, cfg *config) *server {
@@ -73,6 +74,7 @@ func (s *server) routes() http.Handler {
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	s.brokerRoutes(route)
 	route("/healthz", map[string]handler{"GET": s.healthz})
 	route("/readyz", map[string]handler{"GET": s.readyz})
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {
