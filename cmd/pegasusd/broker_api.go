@@ -565,4 +565,3 @@ func (s *server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agen
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 	return nil
 }
-
