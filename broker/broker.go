@@ -60,7 +60,28 @@ func (v viewTasks) DispatchTasks() []fsm.Task {
 	if err != nil {
 		return nil
 	}
-	return v.InState(m.States()...)
+	// The persisted read model too: finished tasks are evicted from memory
+	// at checkpoints.
+	var out []fsm.Task
+	q := replay.Query{Filter: projection.Filter{States: m.States()}, Limit: replay.MaxLimit}
+	for {
+		page, err := v.Tasks(context.Background(), q)
+		if err != nil {
+			return out
+		}
+		for _, s := range page.Tasks {
+			if s.Machine != fsm.DispatchMachine.String() {
+				continue
+			}
+			if t, err := v.Task(s.ID); err == nil {
+				out = append(out, t)
+			}
+		}
+		if page.Next == "" {
+			return out
+		}
+		q.Cursor = page.Next
+	}
 }
 
 // Options configure a Broker, like pebble's: each field's default is in

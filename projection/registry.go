@@ -139,7 +139,7 @@ func (r *Registry) Remove(id string) bool {
 // ListActive returns the non-terminal tasks ordered by id, which is creation
 // order (task ids are ULIDs).
 func (r *Registry) ListActive() []fsm.Task {
-	return r.list(func(t *fsm.Task) bool { return !t.State.IsTerminal() })
+	return r.list(func(t *fsm.Task) bool { return !t.IsTerminal() })
 }
 
 // ListAll returns every task in memory ordered by id.
@@ -176,7 +176,7 @@ func (r *Registry) list(keep func(*fsm.Task) bool) []fsm.Task {
 func (r *Registry) CleanupTerminal() []string {
 	var ids []string
 	for id, sl := range r.slots {
-		if sl.task.State.IsTerminal() {
+		if sl.task.IsTerminal() { // a dispatch task that failed may still be retried
 			ids = append(ids, id)
 		}
 	}
