@@ -294,17 +294,50 @@ func (b *Broker) step(ctx context.Context) time.Time {
 		}
 	}
 	slices.SortFunc(queue, func(x, y fsm.Task) int { return projection.QueueLess(&x, &y) })
+	var batch []eventlog.StreamAppend
+	var batched []*fsm.Task
 	for i := range queue {
 		t := &queue[i]
 		w, score := b.pick(t, load, now)
 		if w == "" {
 			continue // no eligible worker now; a registration or a report wakes the loop
 		}
-		if b.decide(ctx, t, fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score}, now) {
-			load[w]++
+		ev, err := encodeEvent(t, now, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score}))
+		if err != nil {
+			b.opts.Logger.Warn("broker: encode", "task", t.ID, "err", err)
+			continue
+		}
+		batch = append(batch, eventlog.StreamAppend{Stream: t.ID, Expected: eventlog.Exactly(t.Version), Events: []eventlog.Event{ev}})
+		batched = append(batched, t)
+		load[w]++
+	}
+	b.assignAll(ctx, batch, batched, now)
+	return next
+}
+
+// assignAll appends the assignments of one step in one atomic append (one
+// synced commit); if a task moved meanwhile the batch is refused as a
+// whole, and each assignment is tried alone.
+func (b *Broker) assignAll(ctx context.Context, batch []eventlog.StreamAppend, tasks []*fsm.Task, now time.Time) {
+	if len(batch) == 0 {
+		return
+	}
+	res, err := b.log.AppendMulti(ctx, batch...)
+	if err == nil {
+		if err := b.tasks.WaitFor(ctx, res[len(res)-1].LastSeq); err != nil {
+			b.opts.Logger.Debug("broker: wait for the fold", "err", err)
+		}
+		return
+	}
+	for i, sa := range batch {
+		if _, err := b.log.Append(ctx, sa.Stream, sa.Expected, sa.Events...); err != nil {
+			b.opts.Logger.Debug("broker decision not recorded", "task", tasks[i].ID, "err", err)
+			continue
 		}
 	}
-	return next
+	if err := b.tasks.WaitFor(ctx, b.log.Head()); err != nil {
+		b.opts.Logger.Debug("broker: wait for the fold", "err", err)
+	}
 }
 
 // liveTasks returns the live dispatch tasks as folded.
@@ -372,17 +405,26 @@ func eventOf(et fsm.EventType, body fsm.Body) typedBody { return typedBody{et, b
 func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...typedBody) (eventlog.AppendResult, error) {
 	out := make([]eventlog.Event, len(evs))
 	for i, e := range evs {
-		data, err := fsm.Encode(e.body)
+		ev, err := encodeEvent(t, now, e)
 		if err != nil {
 			return eventlog.AppendResult{}, err
 		}
-		out[i] = eventlog.Event{Type: string(e.et), Time: now, Schema: fsm.SchemaVersion, Body: data, Causation: t.LastEvent}
+		out[i] = ev
 	}
 	res, err := b.log.Append(ctx, t.ID, eventlog.Exactly(t.Version), out...)
 	if err != nil {
 		return res, err
 	}
 	return res, b.tasks.WaitFor(ctx, lastSeq(res))
+}
+
+// encodeEvent builds the log event of a decision on t at time now.
+func encodeEvent(t *fsm.Task, now time.Time, e typedBody) (eventlog.Event, error) {
+	data, err := fsm.Encode(e.body)
+	if err != nil {
+		return eventlog.Event{}, err
+	}
+	return eventlog.Event{Type: string(e.et), Time: now, Schema: fsm.SchemaVersion, Body: data, Causation: t.LastEvent}, nil
 }
 
 func lastSeq(r eventlog.AppendResult) uint64 {

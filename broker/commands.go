@@ -86,6 +86,15 @@ func (b *Broker) Task(id string) (fsm.Task, error) {
 	return t, nil
 }
 
+// Live returns the dispatch tasks that are not finished (queued,
+// assigned, in progress, failed or timed out and not dead-lettered),
+// oldest first: cheaper than Tasks, for a worker's long poll.
+func (b *Broker) Live() []fsm.Task {
+	out := b.liveTasks()
+	slices.SortFunc(out, func(x, y fsm.Task) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
 // Tasks returns every dispatch task as folded, oldest first.
 func (b *Broker) Tasks() []fsm.Task {
 	all := b.tasks.DispatchTasks()

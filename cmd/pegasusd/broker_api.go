@@ -313,9 +313,14 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	}
 	var page []dispatchJSON
 	var more bool
+	source := s.broker.b.Tasks
+	switch fsm.State(q.Get("status")) {
+	case fsm.StatePending, fsm.StateAssigned, fsm.StateInProgress:
+		source = s.broker.b.Live // a worker's long poll: the live tasks only
+	}
 	list := func() bool {
 		page, more = page[:0], false
-		for _, t := range s.broker.b.Tasks() {
+		for _, t := range source() {
 			if !match(&t) {
 				continue
 			}
