@@ -76,3 +76,24 @@ func TestQueueLess(t *testing.T) {
 		t.Fatal("queue order is not priority DESC, created_at ASC")
 	}
 }
+
+func TestFilterMachines(t *testing.T) {
+	d := Summary{ID: "a", Machine: "dispatch.task@1"}
+	p := Summary{ID: "b", Machine: "pegasus.task@0"}
+	for _, c := range []struct {
+		f    Filter
+		s    *Summary
+		want bool
+	}{
+		{Filter{Machines: []string{"dispatch.task"}}, &d, true},
+		{Filter{Machines: []string{"dispatch.task"}}, &p, false},
+		{Filter{Machines: []string{"pegasus.task@0"}}, &p, true},
+		{Filter{Machines: []string{"pegasus.task@1"}}, &p, false},
+		{Filter{Machines: []string{"dispatch"}}, &d, false},
+		{Filter{}, &p, true},
+	} {
+		if got := c.f.Match(c.s); got != c.want {
+			t.Errorf("%v on %s: %v", c.f.Machines, c.s.Machine, got)
+		}
+	}
+}
