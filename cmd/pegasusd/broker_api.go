@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/broker"
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
@@ -54,22 +55,24 @@ func brokerConfigFrom(cc *cli.Context) (brokerConfig, error) {
 // brokerAPI is the broker and its loop, owned by the server.
 type brokerAPI struct {
 	b     *broker.Broker
+	log   *eventlog.Log
 	admin *tokenCheck
 	open  bool // admin routes without a token (loopback, no admin token)
 	wg    sync.WaitGroup
 }
 
-// startBroker starts the broker's loop over the agent's log and view; it
-// stops when the server's base context ends (stopBroker waits for it).
-func (s *server) startBroker(cfg *config) error {
-	b, err := broker.New(s.a.Log(), broker.FromView(s.a.View()), broker.Options{
+// startBroker starts the broker's loop over the log l and the agent's
+// folded view v of it; it stops when the server's base context ends
+// (stopBroker waits for it).
+func (s *server) startBroker(l *eventlog.Log, v *replay.View, cfg *config) error {
+	b, err := broker.New(l, broker.FromView(v), broker.Options{
 		CheckInterval: cfg.broker.checkEvery, WorkerTTL: cfg.broker.workerTTL, Logger: s.log.With("component", "broker"),
 	})
 	if err != nil {
 		return err
 	}
 	host, _, _ := strings.Cut(cfg.addr, ":")
-	s.broker = &brokerAPI{b: b, admin: newTokenCheck(cfg.broker.adminToken), open: cfg.broker.adminToken == "" && isLoopback(host)}
+	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), open: cfg.broker.adminToken == "" && isLoopback(host)}
 	s.broker.wg.Add(1)
 	go func() {
 		defer s.broker.wg.Done()
@@ -445,7 +448,7 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 	out := struct {
 		Events []eventWithAgent `json:"events"`
 	}{Events: []eventWithAgent{}}
-	it := s.a.Log().ReadStream(t.ID, 1)
+	it := s.broker.log.ReadStream(t.ID, 1)
 	defer it.Close()
 	for it.Next() {
 		ev := it.Event()

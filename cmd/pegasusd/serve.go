@@ -281,7 +281,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}
 	d = &daemon{cfg: cfg, log: logger, agent: a, ln: ln}
 	d.server = newServer(a, logger, cfg)
-	if err := d.server.startBroker(cfg); err != nil {
+	if err := d.server.startBroker(l, a.View(), cfg); err != nil {
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
