@@ -65,6 +65,9 @@ func TestBodyReaderMatchesReflection(t *testing.T) {
 			if in, ok := want.(*Input); ok {
 				in.Kind = et
 			}
+			if r, ok := want.(*DispatchReportBody); ok {
+				r.Kind = et
+			}
 			if r, ok := want.(*ToolCallResultBody); ok && et == ToolCallCompleted {
 				r.Error = ""
 			}

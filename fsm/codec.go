@@ -57,6 +57,12 @@ func Decode(et EventType, schema uint16, data []byte) (Body, error) {
 			return nil, fmt.Errorf("%w: %s body says kind %s", ErrMalformed, et, in.Kind)
 		}
 		in.Kind = et
+	case *DispatchReportBody:
+		// The envelope names the report kind.
+		if in.Kind != "" && in.Kind != et {
+			return nil, fmt.Errorf("%w: %s body says kind %s", ErrMalformed, et, in.Kind)
+		}
+		in.Kind = et
 	case *ToolCallResultBody:
 		// A failure carries its error; a success does not.
 		if in.EventType() != et {
@@ -110,7 +116,7 @@ func newBody(et EventType) (Body, bool) {
 	case SubTaskCreated:
 		return &SubTaskCreatedBody{}, true
 	}
-	return nil, false
+	return newDispatchBody(et)
 }
 
 // EventTypes lists every event type this package has a body for, in a
@@ -121,6 +127,8 @@ var EventTypes = []EventType{
 	TaskSuspended, TaskResumed, TaskFailed,
 	ToolCallStarted, ModelCalled, TaskNotify, TaskCompleted, ReflectionComplete,
 	PerceiveDone, ThinkDone, PlanDone, ActDone, ReflectDone, SubTaskCreated,
+	DispatchCreated, DispatchAssigned, DispatchStarted, DispatchProgress, DispatchCompleted, DispatchFailed,
+	DispatchTimedOut, DispatchRetried, DispatchDeadLettered, DispatchRequeued, DispatchUpdated,
 }
 
 // isNilBody reports whether b is a typed nil pointer, on which some
@@ -130,6 +138,8 @@ func isNilBody(b Body) bool {
 	case *Input:
 		return v == nil
 	case *ToolCallResultBody:
+		return v == nil
+	case *DispatchReportBody:
 		return v == nil
 	}
 	return false

@@ -161,6 +161,9 @@ func Describe(t Task) string {
 		}
 		b.WriteByte('\n')
 	}
+	if t.Dispatch != nil {
+		describeDispatch(&b, t.Dispatch)
+	}
 	if len(t.History) > 0 {
 		b.WriteString("history:\n")
 		for _, h := range t.History {
@@ -282,7 +285,9 @@ func DescribeEvent(ev Event) string {
 			w("error=%s", text(x.Error))
 		}
 	default:
-		w("(%T)", ev.Body)
+		if !describeDispatchEvent(w, ev.Body) {
+			w("(%T)", ev.Body)
+		}
 	}
 	return b.String()
 }

@@ -24,7 +24,8 @@ func testID(n uint64) ulid.ULID {
 
 // stepper numbers events and fills their envelopes for one task stream.
 type stepper struct {
-	n uint64 // events made so far; also the global sequence
+	n    uint64        // events made so far; also the global sequence
+	skew time.Duration // added to every later event's time (@wait=SECONDS)
 }
 
 // envelope returns an event of type et for task t: the next stream version,
@@ -35,13 +36,13 @@ func (s *stepper) envelope(t Task, et EventType, body Body) Event {
 	ev := Event{
 		ID:      testID(s.n),
 		Type:    et,
-		Time:    baseTime.Add(time.Duration(s.n) * time.Second),
+		Time:    baseTime.Add(time.Duration(s.n)*time.Second + s.skew),
 		Stream:  t.ID,
 		Version: t.Version + 1,
 		Seq:     s.n + 100,
 		Body:    body,
 	}
-	if t.ID == "" && (et == TaskCreated || et == MessageReceived || et == WebhookTriggered || et == ScheduleFired) {
+	if t.ID == "" && (et == TaskCreated || et == MessageReceived || et == WebhookTriggered || et == ScheduleFired || et == DispatchCreated) {
 		ev.Stream = ev.ID.String()
 	}
 	return ev
@@ -119,11 +120,18 @@ func splitLine(line string) (*args, error) {
 // parseEvent builds the event a script line describes, for task t.
 //
 // Envelope overrides, for refusal tests: @version=N, @stream=S,
-// @body=none (no body), @body=TYPE (a well-formed body of another type).
+// @body=none (no body), @body=TYPE (a well-formed body of another type);
+// and @wait=SECONDS, which lets that much time pass before this event (and
+// so before every later one).
 func parseEvent(s *stepper, t Task, line string) (Event, error) {
 	a, err := splitLine(line)
 	if err != nil {
 		return Event{}, err
+	}
+	if w, err := a.num("@wait", 0); err != nil {
+		return Event{}, err
+	} else {
+		s.skew += time.Duration(w) * time.Second
 	}
 	var body Body
 	switch a.str("@body", "") {
@@ -310,7 +318,7 @@ func scriptBody(t Task, a *args) (Body, error) {
 	case SubTaskCreated:
 		return &SubTaskCreatedBody{StepIndex: step, TaskID: a.str("task", "child-1"), Input: a.str("input", "sub question")}, nil
 	}
-	return nil, nil // unknown type: no body
+	return dispatchScriptBody(t, a) // nil for an unknown type: no body
 }
 
 // scriptMachine reads machine=NAME/VERSION.
@@ -367,6 +375,9 @@ func scriptPlan(a *args) (Plan, error) {
 // checkHistory says what is inconsistent between t's History and State, or
 // "".
 func checkHistory(t Task) string {
+	if t.Dispatch != nil {
+		return checkDispatchHistory(t)
+	}
 	if len(t.History) == 0 {
 		if t.State != "" && t.State != StateIdle {
 			return fmt.Sprintf("state %s with no history", t.State)

@@ -51,10 +51,11 @@ type Machine interface {
 var machines = map[MachineRef]Machine{
 	CurrentMachine:        taskMachineV1{},
 	taskMachineV0{}.Ref(): taskMachineV0{},
+	DispatchMachine:       dispatchMachine{},
 }
 
 // Machines lists every machine this build can fold, oldest version first.
-func Machines() []Machine { return []Machine{taskMachineV0{}, taskMachineV1{}} }
+func Machines() []Machine { return []Machine{taskMachineV0{}, taskMachineV1{}, dispatchMachine{}} }
 
 // ParseMachineRef reads a machine reference written as NAME@VERSION
 // ("pegasus.task@0") or NAME/vVERSION, and checks that this build has it.
@@ -137,6 +138,9 @@ func machineOf(t Task, ev Event) (Machine, error) {
 		// Not created yet. The creating event names the machine (TASK_CREATED
 		// in its body, an input in its Machine field); anything else is
 		// refused by the default machine as a transition from idle.
+		if ev.Type == DispatchCreated {
+			return dispatchMachine{}, nil
+		}
 		var ref MachineRef
 		switch b := ev.Body.(type) {
 		case *TaskCreatedBody:
@@ -148,7 +152,7 @@ func machineOf(t Task, ev Event) (Machine, error) {
 				ref = *b.Machine
 			}
 		}
-		if ref != (MachineRef{}) {
+		if ref != (MachineRef{}) && ref.Name == MachineName { // other machines start with their own event
 			if m, err := MachineFor(ref); err == nil {
 				return m, nil
 			}
@@ -170,7 +174,7 @@ func CanTransition(s State, et EventType) bool {
 // under the machine t was created with (false for an unknown machine).
 func (t Task) CanTransition(et EventType) bool {
 	if t.State == StateNone {
-		return DefaultMachine().CanTransition(t.State, et)
+		return et == DispatchCreated || DefaultMachine().CanTransition(t.State, et)
 	}
 	m, err := MachineFor(t.Machine)
 	if err != nil {
@@ -179,8 +183,15 @@ func (t Task) CanTransition(et EventType) bool {
 	return m.CanTransition(t.State, et)
 }
 
-// IsTerminal reports whether t is completed or failed.
-func (t Task) IsTerminal() bool { return t.State.IsTerminal() }
+// IsTerminal reports whether t is completed or failed; a dispatch task
+// that failed or timed out is terminal once dead-lettered (until it is
+// requeued), since before that a retry may be due.
+func (t Task) IsTerminal() bool {
+	if t.Dispatch != nil {
+		return t.State == StateCompleted || t.Dispatch.DeadLettered
+	}
+	return t.State.IsTerminal()
+}
 
 // IsActive reports whether t is reasoning or acting.
 func (t Task) IsActive() bool { return t.State.IsActive() }

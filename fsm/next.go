@@ -42,12 +42,26 @@ const (
 	// not-before time); then the loop records Action.Done (see StepDone).
 	// The machine says when; the loop's clock only wakes the task then.
 	ActWaitUntil
+	// ActAssign: hand the task to an eligible worker (the broker), not
+	// before Action.At when it is set (a delayed task, a retry's backoff).
+	ActAssign
+	// ActWaitWorker: the worker Action.Task runs the task; its reports
+	// answer. When the clock passes Action.At (the deadline) the broker
+	// records Action.Done (a timeout).
+	ActWaitWorker
+	// ActRetry: the broker sends the failed or timed-out task back to the
+	// queue (the machine decided that a retry is due).
+	ActRetry
+	// ActDeadLetter: the broker moves the task to the dead-letter queue (no
+	// retry is left).
+	ActDeadLetter
 )
 
 var actionNames = [...]string{
 	ActNone: "none", ActStart: "start", ActCallModel: "call_model", ActRunStep: "run_step",
 	ActCompile: "compile", ActReflect: "reflect", ActWaitInput: "wait_input", ActWaitTask: "wait_task",
-	ActWaitUntil: "wait_until",
+	ActWaitUntil: "wait_until", ActAssign: "assign", ActWaitWorker: "wait_worker", ActRetry: "retry",
+	ActDeadLetter: "dead_letter",
 }
 
 func (k ActionKind) String() string {
@@ -130,6 +144,12 @@ func (a Action) String() string {
 		fmt.Fprintf(&b, " step=%d task=%s", a.Step, orDash(a.Task))
 	case ActWaitUntil:
 		fmt.Fprintf(&b, " at=%s", stamp(a.At))
+	case ActAssign:
+		if !a.At.IsZero() {
+			fmt.Fprintf(&b, " at=%s", stamp(a.At))
+		}
+	case ActWaitWorker:
+		fmt.Fprintf(&b, " worker=%s at=%s done=%s", orDash(a.Task), stamp(a.At), a.Done)
 	}
 	if ans := a.Answers(); len(ans) > 0 {
 		s := make([]string, len(ans))
@@ -156,6 +176,10 @@ var (
 	answersSubTask  = []EventType{SubTaskCreated, TaskNotify}
 	answersCompile  = []EventType{TaskCompleted}
 	answersPostRefl = []EventType{ModelCalled, ReflectionComplete}
+	answersAssign   = []EventType{DispatchAssigned}
+	answersWorker   = []EventType{DispatchStarted, DispatchProgress, DispatchCompleted, DispatchFailed, DispatchTimedOut}
+	answersRetry    = []EventType{DispatchRetried}
+	answersDLQ      = []EventType{DispatchDeadLettered}
 )
 
 // Answers lists the event types the loop appends to record the outcome of
@@ -197,6 +221,14 @@ func (a Action) Answers() []EventType {
 		return answersCompile
 	case ActReflect:
 		return answersPostRefl
+	case ActAssign:
+		return answersAssign
+	case ActWaitWorker:
+		return answersWorker
+	case ActRetry:
+		return answersRetry
+	case ActDeadLetter:
+		return answersDLQ
 	}
 	return nil
 }
@@ -217,7 +249,8 @@ func (a Action) Answered(et EventType) bool {
 // unfinished task, and the loop fails a task whatever was due.
 func IsCommand(et EventType) bool {
 	switch et {
-	case MessageReceived, WebhookTriggered, ScheduleFired, TaskSuspended, TaskResumed, TaskFailed:
+	case MessageReceived, WebhookTriggered, ScheduleFired, TaskSuspended, TaskResumed, TaskFailed,
+		DispatchRequeued, DispatchUpdated:
 		return true
 	}
 	return false

@@ -66,6 +66,20 @@ func randomEvent(rng *rand.Rand, s *stepper, m Machine, t Task) Event {
 	if rng.Intn(20) == 0 {
 		a.kv["tool"] = "other"
 	}
+	if et == DispatchCreated {
+		// Short deadlines and few retries, so that walks reach timed_out
+		// and the dead-letter queue.
+		a.kv["timeout"] = fmt.Sprint(1 + rng.Intn(4))
+		a.kv["max_retries"] = fmt.Sprint(rng.Intn(3))
+		a.kv["heartbeat"] = fmt.Sprint(rng.Intn(3))
+		a.kv["backoff"] = fmt.Sprint(rng.Intn(2))
+	}
+	if et == DispatchFailed && rng.Intn(3) == 0 {
+		a.kv["retry"] = "false"
+	}
+	if rng.Intn(25) == 0 && (et == DispatchStarted || et == DispatchCompleted || et == DispatchFailed || et == DispatchProgress) {
+		a.kv["agent"] = "intruder"
+	}
 	if et == ReflectDone {
 		a.kv["verdict"] = []string{VerdictComplete, VerdictContinue, VerdictReplan, "maybe"}[rng.Intn(4)]
 	}
@@ -149,7 +163,7 @@ func randomWalks(t *testing.T, m Machine, seed int64) {
 				}
 				continue
 			}
-			if from.IsTerminal() && next.State != from {
+			if task.IsTerminal() && next.State != from && ev.Type != DispatchRequeued { // a requeue revives a dead letter
 				t.Fatalf("%s: left terminal state for %s", where, next.State)
 			}
 			isFact := len(next.History) == len(task.History)

@@ -187,11 +187,17 @@ func applyEvent(v int, n *Task, ev *Event) error {
 	if err != nil {
 		return err
 	}
+	applied(n, ev)
+	return nil
+}
+
+// applied records in n the envelope of ev, which every machine just
+// applied to it.
+func applied(n *Task, ev *Event) {
 	n.UpdatedAt = ev.Time.UTC()
 	n.Version = ev.Version
 	n.Seq = ev.Seq
 	n.LastEvent = ev.ID
-	return nil
 }
 
 // createdBody returns ev's TASK_CREATED body after checking that it names

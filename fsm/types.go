@@ -46,7 +46,8 @@ var States = []State{StateIdle, StateReasoning, StateActing, StateSuspended, Sta
 // AllStates lists the states of every machine this build has, in a stable
 // order: the current machine's, then those only older machines have.
 var AllStates = []State{StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed,
-	StatePerceiving, StateThinking, StatePlanning, StateReflecting}
+	StatePerceiving, StateThinking, StatePlanning, StateReflecting,
+	StatePending, StateAssigned, StateInProgress, StateTimedOut}
 
 // ActiveStates lists the active (suspendable, working) states of every
 // machine: a task in one of them has a stage to run or resume.
@@ -78,7 +79,8 @@ func (s State) String() string {
 func (s State) Valid() bool {
 	switch s {
 	case StateIdle, StateReasoning, StateActing, StateSuspended, StateCompleted, StateFailed,
-		StatePerceiving, StateThinking, StatePlanning, StateReflecting:
+		StatePerceiving, StateThinking, StatePlanning, StateReflecting,
+		StatePending, StateAssigned, StateInProgress, StateTimedOut:
 		return true
 	}
 	return false
@@ -202,6 +204,9 @@ type Task struct {
 	LastEvent ulid.ULID         `msgpack:"last_event" json:"last_event"`
 	// ParentID is the task whose sub_task step created this one, or "".
 	ParentID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// Dispatch holds the broker's fields of a dispatch.task task; nil for
+	// the tasks of every other machine.
+	Dispatch *Dispatch `msgpack:"dispatch" json:"dispatch,omitempty"`
 }
 
 // Transition records one state transition (the StateTransition of the spec).

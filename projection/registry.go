@@ -51,9 +51,10 @@ type slot struct {
 // stateIndex orders the states of every machine for per-state counters:
 // the non-terminal ones first (slots 0 to nonTerminal-1).
 var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended,
-	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting, fsm.StateCompleted, fsm.StateFailed}
+	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting,
+	fsm.StatePending, fsm.StateAssigned, fsm.StateInProgress, fsm.StateTimedOut, fsm.StateCompleted, fsm.StateFailed}
 
-const nonTerminal = 8
+const nonTerminal = 12
 
 func stateSlot(s fsm.State) int {
 	if s == "" {
@@ -145,7 +146,7 @@ func (r *Registry) Remove(id string) bool {
 // ListActive returns the non-terminal tasks ordered by id, which is creation
 // order (task ids are ULIDs).
 func (r *Registry) ListActive() []fsm.Task {
-	return r.list(func(t *fsm.Task) bool { return !t.State.IsTerminal() })
+	return r.list(func(t *fsm.Task) bool { return !t.IsTerminal() })
 }
 
 // ListAll returns every task in memory ordered by id.
@@ -197,7 +198,7 @@ func (r *Registry) list(keep func(*fsm.Task) bool) []fsm.Task {
 func (r *Registry) CleanupTerminal() []string {
 	var ids []string
 	for id, sl := range r.slots {
-		if sl.task.State.IsTerminal() {
+		if sl.task.IsTerminal() { // a dispatch task that failed may still be retried
 			ids = append(ids, id)
 		}
 	}

@@ -279,7 +279,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 			}
 			sets = append(sets, kv{taskKey(prefProg, id), pb})
 		}
-		if r.Task.State.IsTerminal() {
+		if r.Task.IsTerminal() {
 			dels = append(dels, taskKey(prefActive, id))
 		} else {
 			sets = append(sets, kv{taskKey(prefActive, id), nil})

@@ -446,7 +446,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if summaries[tasks[i].ID], err = s.Encode(); err != nil {
 			return err
 		}
-		if !tasks[i].State.IsTerminal() {
+		if !tasks[i].IsTerminal() { // the machine's rule: a failed dispatch task may be retried
 			active[tasks[i].ID] = true
 		}
 	}

@@ -28,7 +28,7 @@ import (
 
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
-	return []cli.Flag{
+	return append(brokerFlags(),
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
 		&cli.StringFlag{Name: "token", EnvVars: env("TOKEN"), Usage: "bearer token required on every route but /healthz and /readyz; required to listen beyond loopback"},
@@ -56,7 +56,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("LOG_LEVEL"), Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: env("LOG_FORMAT"), Usage: "text or json (default: text on a terminal, json otherwise)"},
 		&cli.StringFlag{Name: "metrics-addr", EnvVars: env("METRICS_ADDR"), Usage: "serve /metrics on this loopback address, without the token, instead of on --addr behind it"},
-	}
+	)
 }
 
 // config is everything serve needs, read from flags once.
@@ -81,6 +81,7 @@ type config struct {
 	// logOptions are the log's base options; tests set FS to inject I/O
 	// errors (errorfs).
 	logOptions eventlog.Options
+	broker     brokerConfig
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -94,6 +95,10 @@ func configFrom(cc *cli.Context) (*config, error) {
 		maxBody: cc.Int64("max-body-bytes"), shutdownTimeout: cc.Duration("shutdown-timeout"),
 		logLevel: cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
 		acceptDataLoss: cc.Bool("accept-data-loss"),
+	}
+	var err error
+	if c.broker, err = brokerConfigFrom(cc); err != nil {
+		return nil, err
 	}
 	if cc.NArg() > 0 {
 		return nil, usageError{fmt.Sprintf("serve takes no arguments (got %q)", cc.Args().First())}
@@ -299,6 +304,10 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}
 	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
+	if err := d.server.startBroker(l, a.View(), cfg); err != nil {
+		a.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	d.http = &http.Server{
 		Handler:           d.startWeb(metricsLn),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -401,6 +410,7 @@ func (d *daemon) shutdown() error {
 		d.http.Close()
 	}
 	d.web.stop(ctx)
+	d.server.stopBroker()
 	aerr := d.agent.Stop(ctx)
 	return errors.Join(aerr)
 }

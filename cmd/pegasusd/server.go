@@ -36,6 +36,7 @@ type server struct {
 	cancelBase context.CancelFunc
 	draining   atomic.Bool
 	idem       idemLocks
+	broker     *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
 }
 
 // newServer serves a started agent a, its log l and the name of its model.
@@ -83,6 +84,7 @@ func (s *server) routes() http.Handler {
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
 	route("/v1/openapi.json", map[string]handler{"GET": s.openAPI})
+	s.brokerRoutes(route)
 	route("/healthz", map[string]handler{"GET": s.healthz})
 	route("/readyz", map[string]handler{"GET": s.readyz})
 	mux.Handle("/", s.wrap(func(w http.ResponseWriter, r *http.Request) *apiError {

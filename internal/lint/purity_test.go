@@ -43,6 +43,7 @@ var rules = []rule{
 	}},
 	{dir: "replay", forbidden: []string{module + "agent", module + "cmd/"}},
 	{dir: "agent", forbidden: []string{module + "cmd/"}},
+	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/"}},
 	// The canonical codec sits under everything: it imports nothing of the
 	// module, so every layer can use it.
 	{dir: "internal/codec", pure: true, forbidden: append([]string{module}, impure...)},

@@ -15,7 +15,7 @@ import (
 // loops lists the packages that drive tasks: they do what fsm.Next says is
 // due and never switch on a machine's states, so a new machine needs no new
 // loop. Their non-test files must not name an fsm.State* constant.
-var loops = []string{"agent"}
+var loops = []string{"agent", "broker"}
 
 func TestLoopsNameNoState(t *testing.T) {
 	root := filepath.Join("..", "..")

@@ -1,0 +1,333 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// fakeClock is the broker's clock in tests: time moves only by Advance,
+// and armed tells the test that the loop went back to sleep.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []fakeTimer
+	armed  chan struct{} // one value per After call
+}
+
+type fakeTimer struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC), armed: make(chan struct{}, 1024)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+	} else {
+		c.timers = append(c.timers, fakeTimer{c.now.Add(d), ch})
+	}
+	c.armed <- struct{}{}
+	return ch
+}
+
+// Advance moves the clock and fires the timers that are due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	keep := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.at.After(c.now) {
+			t.ch <- c.now
+		} else {
+			keep = append(keep, t)
+		}
+	}
+	c.timers = keep
+}
+
+// settle waits until the loop has done everything due now: with the view
+// caught up with the log, two full steps after a kick that append nothing.
+func (h *harness) settle() {
+	h.t.Helper()
+	for range 100 {
+		head := h.log.Head()
+		if err := h.b.tasks.WaitFor(h.ctx, head); err != nil {
+			h.t.Fatal(err)
+		}
+		for range 2 {
+			for len(h.clk.armed) > 0 {
+				<-h.clk.armed
+			}
+			h.b.wake()
+			select {
+			case <-h.clk.armed:
+			case <-time.After(10 * time.Second):
+				h.t.Fatal("the broker loop never went back to sleep")
+			}
+		}
+		if h.log.Head() == head {
+			return
+		}
+	}
+	h.t.Fatal("the broker never settled")
+}
+
+type harness struct {
+	t   *testing.T
+	ctx context.Context
+	log *eventlog.Log
+	b   *Broker
+	clk *fakeClock
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := eventlog.Open("data", &eventlog.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := replay.Open(ctx, l, &replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newFakeClock()
+	b, err := New(l, FromView(v), Options{Now: clk.Now, After: clk.After, Jitter: func(time.Duration) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = v.Follow(ctx, l, nil) }()
+	go func() { defer wg.Done(); _ = b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		_ = l.Close()
+	})
+	return &harness{t: t, ctx: ctx, log: l, b: b, clk: clk}
+}
+
+func (h *harness) create(title string, prio int, caps ...string) fsm.Task {
+	h.t.Helper()
+	body := fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: title, Priority: prio,
+		RequiredCapabilities: caps, MaxRetries: fsm.DefaultMaxRetries, RetryEligible: true})
+	return h.createBody(body)
+}
+
+func (h *harness) createBody(body fsm.DispatchCreatedBody) fsm.Task {
+	h.t.Helper()
+	t, err := h.b.Create(h.ctx, ulid.ULID{}, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return t
+}
+
+func (h *harness) register(id string, maxTasks int, caps ...string) {
+	h.t.Helper()
+	if _, err := h.b.Register(h.ctx, id, caps, maxTasks); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// waitTask waits until cond holds for task id.
+func (h *harness) waitTask(id string, what string, cond func(*fsm.Task) bool) fsm.Task {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	var t fsm.Task
+	err := h.b.Wait(ctx, func() bool {
+		var err error
+		t, err = h.b.Task(id)
+		return err == nil && cond(&t)
+	})
+	if err != nil {
+		h.t.Fatalf("task %s: never %s; now %s\n%s", id, what, t.State, fsm.Describe(t))
+	}
+	return t
+}
+
+func assignedTo(w string) func(*fsm.Task) bool {
+	return func(t *fsm.Task) bool { return t.State == fsm.StateAssigned && t.Dispatch.AssignedAgent == w }
+}
+
+// TestQueueOrderAndMatching: priority DESC then created_at ASC; every
+// required capability, case-insensitive; max_tasks per worker; the least
+// loaded eligible worker; drained workers get nothing new.
+func TestQueueOrderAndMatching(t *testing.T) {
+	h := newHarness(t)
+	low := h.create("low", 1)
+	high := h.create("high", 9)
+	gpu := h.create("gpu job", 5, "GPU", "cuda")
+	old := h.create("old mid", 5)
+	young := h.create("young mid", 5)
+	h.settle() // no worker: everything waits in pending
+	for _, task := range []fsm.Task{low, high, gpu, old, young} {
+		if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+			t.Fatalf("%s assigned without a worker: %s", task.Dispatch.Title, got.State)
+		}
+	}
+	// One slot: the highest priority goes first.
+	h.register("cpu", 1, "general")
+	h.waitTask(high.ID, "assigned to cpu", assignedTo("cpu"))
+	h.settle()
+	for _, task := range []fsm.Task{low, gpu, old, young} {
+		if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+			t.Fatalf("%s assigned beyond max_tasks=1", task.Dispatch.Title)
+		}
+	}
+	// A worker with the capabilities (other case) takes the gpu job, not
+	// the older mid-priority task it could also run: that one needs
+	// nothing, so it goes to ... whoever is least loaded next.
+	h.register("gpu-box", 1, "gpu", "CUDA", "general")
+	h.waitTask(gpu.ID, "assigned to gpu-box", assignedTo("gpu-box"))
+	// Finish high: cpu is free and takes the oldest of the priority-5 tasks.
+	if _, _, err := h.b.Report(h.ctx, high.ID, "cpu", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{}`}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitTask(old.ID, "assigned to cpu", assignedTo("cpu"))
+	// Drain gpu-box: when its task ends it gets nothing new.
+	if _, err := h.b.Drain(h.ctx, "gpu-box", "operator"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.b.Report(h.ctx, gpu.ID, "gpu-box", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{}`}); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if got, _ := h.b.Task(young.ID); got.State != fsm.StatePending {
+		t.Fatalf("a drained worker got a new task: %s", got.Dispatch.AssignedAgent)
+	}
+	w, _ := h.b.Worker("gpu-box")
+	if !w.Draining || w.DrainedBy != "operator" || len(w.ActiveTasks) != 0 {
+		t.Fatalf("gpu-box: %+v", w)
+	}
+}
+
+// TestTimeoutWatcher: the loop wakes at the deadline the machine said, not
+// before; the timed-out task is retried and, after max_retries, dead-
+// lettered; a requeue brings it back with its retries reset.
+func TestTimeoutWatcher(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 1, RetryEligible: true}))
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	h.settle()
+	h.clk.Advance(59 * time.Second) // the 30 s check fires: nothing is due yet
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned {
+		t.Fatalf("timed out before its deadline: %s", got.State)
+	}
+	h.b.Seen("w1") // still alive, still silent about the task
+	h.clk.Advance(time.Second)
+	got := h.waitTask(task.ID, "retried and assigned again", func(t *fsm.Task) bool {
+		return t.Dispatch.RetryCount == 1 && t.State == fsm.StateAssigned
+	})
+	if !got.Dispatch.AssignedAt.Equal(h.clk.Now()) {
+		t.Fatalf("assigned at %s, clock %s", got.Dispatch.AssignedAt, h.clk.Now())
+	}
+	h.settle()
+	h.b.Seen("w1")
+	h.clk.Advance(60 * time.Second)
+	got = h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	if got.State != fsm.StateTimedOut || got.Dispatch.DeadLetterReason != fsm.DeadLetterExhausted {
+		t.Fatalf("dead letter: %s %s", got.State, got.Dispatch.DeadLetterReason)
+	}
+	if n := len(h.b.DLQ()); n != 1 {
+		t.Fatalf("DLQ has %d tasks", n)
+	}
+	st := h.b.Stats()
+	if st.DeadLetters != 1 || st.Retries != 1 || st.ByStatus["timed_out"] != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+	// Requeue by filter: one atomic append, recorded with who did it.
+	n, err := h.b.RequeueMatching(h.ctx, "mike", "fixed", projection.DLQFilter{Error: ""})
+	if err != nil || n != 1 {
+		t.Fatalf("requeue: %d %v", n, err)
+	}
+	got = h.waitTask(task.ID, "assigned after the requeue", assignedTo("w1"))
+	if got.Dispatch.RetryCount != 0 || got.Dispatch.Requeues != 1 {
+		t.Fatalf("after requeue: %+v", got.Dispatch)
+	}
+	if _, err := h.b.Requeue(h.ctx, task.ID, "mike", ""); !errors.Is(err, ErrNotDeadLetter) {
+		t.Fatalf("requeue of a live task: %v", err)
+	}
+}
+
+// TestReports: only the assigned worker reports (nothing recorded
+// otherwise); a failure with retry_eligible comes back and succeeds on
+// another try; a repeated completion is answered like the first.
+func TestReports(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	task := h.create("flaky", 0)
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	before, _ := h.b.Task(task.ID)
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w2", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{}`}); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("report from another worker: %v", err)
+	}
+	if after, _ := h.b.Task(task.ID); after.Version != before.Version {
+		t.Fatal("a refused report changed the task")
+	}
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchProgress, fsm.DispatchReportBody{Message: "10%"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchFailed, fsm.DispatchReportBody{Error: "flaked"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitTask(task.ID, "retried and assigned", func(t *fsm.Task) bool { return t.Dispatch.RetryCount == 1 && t.State == fsm.StateAssigned })
+	done, replayed, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{"n":1}`})
+	if err != nil || replayed || done.State != fsm.StateCompleted {
+		t.Fatalf("complete: %s %v %v", done.State, replayed, err)
+	}
+	again, replayed, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{"n":1}`})
+	if err != nil || !replayed || again.Version != done.Version {
+		t.Fatalf("repeated complete: v%d (first v%d) replayed=%v %v", again.Version, done.Version, replayed, err)
+	}
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{"n":2}`}); !errors.Is(err, ErrNotAssigned) {
+		t.Fatalf("a different second completion: %v", err)
+	}
+}
+
+// TestDelayedAndBackoff: run_at keeps a task pending until then; the loop
+// wakes at that time.
+func TestDelayedTask(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	at := h.clk.Now().Add(10 * time.Second)
+	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "later", RunAt: at, MaxRetries: 3, RetryEligible: true}))
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+		t.Fatalf("assigned before run_at: %s", got.State)
+	}
+	h.b.Seen("w1")
+	h.clk.Advance(10 * time.Second)
+	got := h.waitTask(task.ID, "assigned at run_at", assignedTo("w1"))
+	if !got.Dispatch.AssignedAt.Equal(at) {
+		t.Fatalf("assigned at %s, want %s", got.Dispatch.AssignedAt, at)
+	}
+}

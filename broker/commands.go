@@ -1,0 +1,370 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// Seen records that agent made a request now (liveness, memory only).
+func (b *Broker) Seen(agent string) {
+	if agent == "" {
+		return
+	}
+	now := b.opts.Now()
+	b.mu.Lock()
+	_, known := b.seen[agent]
+	b.seen[agent] = now
+	_, worker := b.workers[agent]
+	b.mu.Unlock()
+	if worker && !known {
+		b.wake() // a worker came (back): it may take queued tasks
+	}
+}
+
+func (b *Broker) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Create appends DISPATCH_CREATED for a new task with id (zero: a new one;
+// the same id again, with the same body, answers the first task: the
+// Idempotency-Key path) and returns the task as folded. body holds
+// resolved values (fsm.DispatchDefaults); a parent must exist.
+func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody) (fsm.Task, error) {
+	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
+		return fsm.Task{}, fmt.Errorf("%w: %s", ErrInvalid, bad)
+	}
+	if body.ParentTaskID != "" {
+		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
+			return fsm.Task{}, fmt.Errorf("%w: parent_task_id %q: no such task", ErrInvalid, body.ParentTaskID)
+		}
+	}
+	if id == (ulid.ULID{}) {
+		id = b.newID()
+	}
+	data, err := fsm.Encode(&body)
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	ev := eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: b.opts.Now(), Schema: fsm.SchemaVersion, Body: data}
+	res, err := b.log.Append(ctx, id.String(), eventlog.NoStream, ev)
+	if errors.Is(err, eventlog.ErrConflict) {
+		// The same id again (an Idempotency-Key retry whose first append
+		// is stored): the log already answered identical content above,
+		// so a conflict means the stream exists: return it.
+		if t, terr := b.tasks.Task(id.String()); terr == nil {
+			return t, nil
+		}
+	}
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	if err := b.tasks.WaitFor(ctx, res.LastSeq); err != nil {
+		return fsm.Task{}, err
+	}
+	return b.Task(id.String())
+}
+
+// Task returns the dispatch task id as folded.
+func (b *Broker) Task(id string) (fsm.Task, error) {
+	t, err := b.tasks.Task(id)
+	if err != nil || t.Dispatch == nil {
+		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotFound, id)
+	}
+	return t, nil
+}
+
+// Live returns the dispatch tasks that are not finished (queued,
+// assigned, in progress, failed or timed out and not dead-lettered),
+// oldest first: cheaper than Tasks, for a worker's long poll.
+func (b *Broker) Live() []fsm.Task {
+	out := b.liveTasks()
+	slices.SortFunc(out, func(x, y fsm.Task) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// Tasks returns every dispatch task as folded, oldest first.
+func (b *Broker) Tasks() []fsm.Task {
+	all := b.tasks.DispatchTasks()
+	out := all[:0]
+	for _, t := range all {
+		if t.Dispatch != nil {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(x, y fsm.Task) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}
+
+// Report is a worker's report on a task: progress (message), complete
+// (result, JSON text) or fail (error, retryEligible). Only the assigned
+// worker may report (ErrNotAssigned otherwise, and nothing is recorded).
+// A report the task already reflects (the same completion or failure from
+// the same worker, sent again) is answered like the first: the task, with
+// replayed true. A completion or failure of a task not started yet records
+// DISPATCH_STARTED first, in the same atomic append.
+func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventType, rep fsm.DispatchReportBody) (t fsm.Task, replayed bool, err error) {
+	b.Seen(agent)
+	rep.AgentID = agent
+	for attempt := 0; attempt < 3; attempt++ {
+		if t, err = b.Task(id); err != nil {
+			return t, false, err
+		}
+		d := t.Dispatch
+		if repeated(&t, kind, &rep) {
+			return t, true, nil
+		}
+		act := fsm.Next(&t)
+		if act.Kind != fsm.ActWaitWorker || d.AssignedAgent != agent {
+			return t, false, fmt.Errorf("%w: task %q is %s, assigned to %q", ErrNotAssigned, id, t.State, d.AssignedAgent)
+		}
+		var evs []typedBody
+		started := !d.StartedAt.IsZero()
+		switch {
+		case kind == fsm.DispatchProgress && !started:
+			r := rep
+			r.Kind = fsm.DispatchStarted
+			evs = append(evs, eventOf(fsm.DispatchStarted, &r))
+		case !started:
+			evs = append(evs, eventOf(fsm.DispatchStarted, &fsm.DispatchReportBody{Kind: fsm.DispatchStarted, AgentID: agent}))
+			fallthrough
+		default:
+			r := rep
+			r.Kind = kind
+			evs = append(evs, eventOf(kind, &r))
+		}
+		if _, err = b.append(ctx, &t, b.opts.Now(), evs...); errors.Is(err, eventlog.ErrConflict) {
+			continue // the task moved (a timeout?): look again
+		}
+		if err != nil {
+			return t, false, err
+		}
+		t, err = b.Task(id)
+		return t, false, err
+	}
+	return t, false, err
+}
+
+// repeated reports whether rep, of type kind, is already what t records
+// as its last outcome (a retried HTTP request).
+func repeated(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool {
+	d := t.Dispatch
+	if d.LastAgent != rep.AgentID || len(t.History) == 0 || t.History[len(t.History)-1].Event != kind {
+		return false
+	}
+	switch kind {
+	case fsm.DispatchCompleted:
+		return d.Result == rep.Result
+	case fsm.DispatchFailed:
+		return d.Error == rep.Error || d.DeadLettered
+	}
+	return false
+}
+
+// Update merges metadata into a task, recording who did it.
+func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]string) (fsm.Task, error) {
+	if by == "" || len(metadata) == 0 {
+		return fsm.Task{}, fmt.Errorf("%w: an update needs an agent and metadata", ErrInvalid)
+	}
+	for attempt := 0; ; attempt++ {
+		t, err := b.Task(id)
+		if err != nil {
+			return t, err
+		}
+		_, err = b.append(ctx, &t, b.opts.Now(), eventOf(fsm.DispatchUpdated, &fsm.DispatchUpdatedBody{AgentID: by, Metadata: metadata}))
+		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return t, err
+		}
+		return b.Task(id)
+	}
+}
+
+// Requeue sends the dead letter id back to pending with its retries reset,
+// recording who did it.
+func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, error) {
+	n, err := b.requeue(ctx, by, reason, func(t *fsm.Task) bool { return t.ID == id }, id)
+	if err != nil {
+		return fsm.Task{}, err
+	}
+	if n == 0 {
+		if _, err := b.Task(id); err != nil {
+			return fsm.Task{}, err
+		}
+		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotDeadLetter, id)
+	}
+	return b.Task(id)
+}
+
+// RequeueMatching requeues every dead letter f selects, in one atomic
+// append, and returns how many.
+func (b *Broker) RequeueMatching(ctx context.Context, by, reason string, f projection.DLQFilter) (int, error) {
+	return b.requeue(ctx, by, reason, f.Match, "")
+}
+
+func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm.Task) bool, only string) (int, error) {
+	if by == "" {
+		return 0, fmt.Errorf("%w: a requeue records who did it", ErrInvalid)
+	}
+	data, err := fsm.Encode(&fsm.DispatchRequeuedBody{AgentID: by, Reason: reason})
+	if err != nil {
+		return 0, err
+	}
+	for attempt := 0; ; attempt++ {
+		var candidates []fsm.Task
+		if only != "" {
+			if t, err := b.Task(only); err == nil {
+				candidates = []fsm.Task{t}
+			}
+		} else {
+			candidates = b.DLQ()
+		}
+		now := b.opts.Now()
+		var appends []eventlog.StreamAppend
+		for i := range candidates {
+			t := &candidates[i]
+			if !t.IsDeadLetter() || !match(t) {
+				continue
+			}
+			appends = append(appends, eventlog.StreamAppend{Stream: t.ID, Expected: eventlog.Exactly(t.Version),
+				Events: []eventlog.Event{{Type: string(fsm.DispatchRequeued), Time: now, Schema: fsm.SchemaVersion, Body: data, Causation: t.LastEvent}}})
+		}
+		if len(appends) == 0 {
+			return 0, nil
+		}
+		res, err := b.log.AppendMulti(ctx, appends...)
+		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if err := b.tasks.WaitFor(ctx, res[len(res)-1].LastSeq); err != nil {
+			return 0, err
+		}
+		return len(appends), nil
+	}
+}
+
+// DLQ returns the dead letters, oldest dead-lettered first.
+func (b *Broker) DLQ() []fsm.Task {
+	var out []fsm.Task
+	for _, t := range b.Tasks() {
+		if t.IsDeadLetter() {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(x, y fsm.Task) int { return x.Dispatch.DeadLetteredAt.Compare(y.Dispatch.DeadLetteredAt) })
+	return out
+}
+
+// Stats returns the broker's stats now.
+func (b *Broker) Stats() projection.BrokerStats {
+	return projection.ComputeBrokerStats(b.Tasks(), b.opts.Now())
+}
+
+// WorkerInfo is a worker as GET /api/v1/agents shows it.
+type WorkerInfo struct {
+	projection.Worker
+	ActiveTasks []string  `json:"active_tasks"`
+	LastSeen    time.Time `json:"last_seen,omitzero"`
+	Alive       bool      `json:"alive"`
+}
+
+// Register registers or updates worker id (a WORKER_REGISTERED event; it
+// also ends a drain). maxTasks 0 means 1.
+func (b *Broker) Register(ctx context.Context, id string, caps []string, maxTasks int) (WorkerInfo, error) {
+	if id == "" || maxTasks < 0 {
+		return WorkerInfo{}, fmt.Errorf("%w: a worker needs an id and max_tasks >= 0", ErrInvalid)
+	}
+	for _, c := range caps {
+		if strings.TrimSpace(c) == "" {
+			return WorkerInfo{}, fmt.Errorf("%w: an empty capability", ErrInvalid)
+		}
+	}
+	b.Seen(id)
+	if err := b.workerEvent(ctx, projection.WorkerRegistered, &projection.WorkerBody{Worker: id, Capabilities: caps, MaxTasks: max(maxTasks, 1), By: id}); err != nil {
+		return WorkerInfo{}, err
+	}
+	return b.Worker(id)
+}
+
+// Drain stops new assignments to worker id (its running tasks finish),
+// recording who did it.
+func (b *Broker) Drain(ctx context.Context, id, by string) (WorkerInfo, error) {
+	b.mu.Lock()
+	_, ok := b.workers[id]
+	b.mu.Unlock()
+	if !ok {
+		return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+	}
+	if err := b.workerEvent(ctx, projection.WorkerDrained, &projection.WorkerBody{Worker: id, By: by}); err != nil {
+		return WorkerInfo{}, err
+	}
+	return b.Worker(id)
+}
+
+// workerEvent appends a worker event and folds it into the registry.
+func (b *Broker) workerEvent(ctx context.Context, et fsm.EventType, body *projection.WorkerBody) error {
+	data, err := projection.EncodeWorker(body)
+	if err != nil {
+		return err
+	}
+	now := b.opts.Now()
+	if _, err := b.log.Append(ctx, projection.WorkersStream, eventlog.Any,
+		eventlog.Event{Type: string(et), Time: now, Schema: projection.WorkerSchemaVersion, Body: data}); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	err = b.workers.Apply(et, body, now)
+	b.mu.Unlock()
+	b.notify()
+	return err
+}
+
+// Worker returns one worker's state.
+func (b *Broker) Worker(id string) (WorkerInfo, error) {
+	for _, w := range b.Workers() {
+		if w.ID == id {
+			return w, nil
+		}
+	}
+	return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+}
+
+// Workers lists the registered workers with their active tasks and
+// liveness, by id.
+func (b *Broker) Workers() []WorkerInfo {
+	active := map[string][]string{}
+	for _, t := range b.liveTasks() {
+		if a := fsm.Next(&t); a.Kind == fsm.ActWaitWorker {
+			active[a.Task] = append(active[a.Task], t.ID)
+		}
+	}
+	now := b.opts.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]WorkerInfo, 0, len(b.workers))
+	for id, w := range b.workers {
+		seen, ok := b.seen[id]
+		ts := active[id]
+		slices.Sort(ts)
+		out = append(out, WorkerInfo{Worker: *w, ActiveTasks: ts, LastSeen: seen, Alive: ok && now.Sub(seen) <= b.opts.WorkerTTL})
+	}
+	slices.SortFunc(out, func(x, y WorkerInfo) int { return strings.Compare(x.ID, y.ID) })
+	return out
+}

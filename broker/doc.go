@@ -1,0 +1,25 @@
+// Package broker hands dispatch.task tasks to external workers: the
+// Dispatch broker of docs/broker.md, built on the log.
+//
+// It is the only place that does the broker's I/O, in the agent's loop
+// shape (etcd raft's Ready): for every live dispatch task it asks the pure
+// machine what is due (fsm.Next) and appends the outcome. The machine
+// says when (a deadline, run_at, a retry's backoff); the broker's clock
+// only wakes the loop then, and at least every Options.CheckInterval. So
+// every decision (assigned, timed out, retried, dead-lettered) is an event
+// that replays, verifies and explains itself; the broker names no state of
+// any machine (a lint test checks it).
+//
+// Invariants:
+//   - A decision is appended at the version of the task it was taken on
+//     (eventlog.Exactly): a concurrent report wins, and the loop looks
+//     again. The machine refuses a timeout before its deadline and an
+//     assignment before run_at, so a wrong clock cannot break a task.
+//   - A worker's report is recorded only when the task is assigned to
+//     that worker (ErrNotAssigned otherwise, and nothing is written).
+//   - Worker registrations and drains are events on projection.WorkersStream;
+//     liveness (the last request carrying X-Agent-ID) is kept in memory
+//     only: after a restart no worker gets a task before it calls again.
+//   - The broker reads tasks from the daemon's folded view (Tasks); it
+//     does not fold events itself.
+package broker

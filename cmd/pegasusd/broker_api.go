@@ -1,0 +1,575 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/urfave/cli/v2"
+
+	"github.com/pegasus-engine/pegasus/broker"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// The Dispatch broker's API (docs/broker.md) under /api/v1, as the seed
+// draws it: every route needs X-Agent-ID; admin routes also the admin
+// token.
+
+// brokerConfig is the broker's part of the daemon's config.
+type brokerConfig struct {
+	adminToken   string
+	checkEvery   time.Duration
+	workerTTL    time.Duration
+	disableAdmin bool // no admin token and not on loopback: admin routes refuse
+}
+
+func brokerFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "admin-token", EnvVars: []string{"PEGASUS_ADMIN_TOKEN"}, Usage: "bearer token of the broker's admin routes (/api/v1/stats, agents, drain, dlq); empty: admin routes are open on loopback only"},
+		&cli.DurationFlag{Name: "timeout-check-interval", Value: 30 * time.Second, EnvVars: []string{"PEGASUS_TIMEOUT_CHECK_INTERVAL"}, Usage: "longest the broker sleeps between checks of deadlines (it also wakes at each deadline)"},
+		&cli.DurationFlag{Name: "worker-ttl", Value: 90 * time.Second, EnvVars: []string{"PEGASUS_WORKER_TTL"}, Usage: "a worker not heard from for this long gets no new task"},
+	}
+}
+
+func brokerConfigFrom(cc *cli.Context) (brokerConfig, error) {
+	c := brokerConfig{adminToken: cc.String("admin-token"), checkEvery: cc.Duration("timeout-check-interval"), workerTTL: cc.Duration("worker-ttl")}
+	if err := checkToken(c.adminToken); err != nil {
+		return c, errors.New(strings.ReplaceAll(err.Error(), "--token (PEGASUS_TOKEN)", "--admin-token (PEGASUS_ADMIN_TOKEN)"))
+	}
+	if c.checkEvery < time.Second {
+		return c, errors.New("--timeout-check-interval must be at least 1s")
+	}
+	return c, nil
+}
+
+// brokerAPI is the broker and its loop, owned by the server.
+type brokerAPI struct {
+	b     *broker.Broker
+	log   *eventlog.Log
+	admin *tokenCheck
+	open  bool // admin routes without a token (loopback, no admin token)
+	wg    sync.WaitGroup
+}
+
+// startBroker starts the broker's loop over the log l and the agent's
+// folded view v of it; it stops when the server's base context ends
+// (stopBroker waits for it).
+func (s *server) startBroker(l *eventlog.Log, v *replay.View, cfg *config) error {
+	b, err := broker.New(l, broker.FromView(v), broker.Options{
+		CheckInterval: cfg.broker.checkEvery, WorkerTTL: cfg.broker.workerTTL, Logger: s.log.With("component", "broker"),
+	})
+	if err != nil {
+		return err
+	}
+	host, _, _ := strings.Cut(cfg.addr, ":")
+	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), open: cfg.broker.adminToken == "" && isLoopback(host)}
+	s.broker.wg.Add(1)
+	go func() {
+		defer s.broker.wg.Done()
+		if err := b.Run(s.base); err != nil && s.base.Err() == nil {
+			s.log.Error("broker stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// stopBroker waits for the broker's loop, which ends with the base context.
+func (s *server) stopBroker() {
+	if s.broker != nil {
+		s.broker.wg.Wait()
+	}
+}
+
+func (s *server) brokerRoutes(route func(string, map[string]handler)) {
+	w, a := s.workerRoute, s.adminRoute
+	route("/api/v1/tasks", map[string]handler{"POST": w(s.apiCreate), "GET": w(s.apiList)})
+	route("/api/v1/tasks/{id}", map[string]handler{"GET": w(s.apiGet), "PATCH": w(s.apiPatch)})
+	route("/api/v1/tasks/{id}/events", map[string]handler{"GET": w(s.apiEvents)})
+	route("/api/v1/tasks/{id}/progress", map[string]handler{"POST": w(s.apiReport(fsm.DispatchProgress))})
+	route("/api/v1/tasks/{id}/complete", map[string]handler{"POST": w(s.apiReport(fsm.DispatchCompleted))})
+	route("/api/v1/tasks/{id}/fail", map[string]handler{"POST": w(s.apiReport(fsm.DispatchFailed))})
+	route("/api/v1/agents/{id}", map[string]handler{"PUT": w(s.apiRegister)})
+	route("/api/v1/agents", map[string]handler{"GET": a(s.apiAgents)})
+	route("/api/v1/agents/{id}/drain", map[string]handler{"POST": a(s.apiDrain)})
+	route("/api/v1/stats", map[string]handler{"GET": a(s.apiStats)})
+	route("/api/v1/dlq", map[string]handler{"GET": a(s.apiDLQ)})
+	route("/api/v1/dlq/requeue", map[string]handler{"POST": a(s.apiRequeueMatching)})
+	route("/api/v1/dlq/{id}/requeue", map[string]handler{"POST": a(s.apiRequeue)})
+}
+
+type agentHandler func(w http.ResponseWriter, r *http.Request, agentID string) *apiError
+
+// workerRoute requires X-Agent-ID and records the agent's liveness.
+func (s *server) workerRoute(h agentHandler) handler {
+	return func(w http.ResponseWriter, r *http.Request) *apiError {
+		if s.broker == nil {
+			return errShuttingDown
+		}
+		id := strings.TrimSpace(r.Header.Get("X-Agent-ID"))
+		if id == "" {
+			return errBadRequest("the X-Agent-ID header is required on /api/v1")
+		}
+		s.broker.b.Seen(id)
+		return h(w, r, id)
+	}
+}
+
+// adminRoute is workerRoute plus the admin token.
+func (s *server) adminRoute(h agentHandler) handler {
+	return s.workerRoute(func(w http.ResponseWriter, r *http.Request, id string) *apiError {
+		if !s.isAdmin(r) {
+			return &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,
+				Message: "an admin route: send Authorization: Bearer <admin token> (--admin-token)"}
+		}
+		return h(w, r, id)
+	})
+}
+
+func (s *server) isAdmin(r *http.Request) bool {
+	if s.broker.admin == nil {
+		return s.broker.open
+	}
+	return s.broker.admin.ok(r)
+}
+
+// fromBrokerError maps the broker's errors to the API.
+func (s *server) fromBrokerError(err error) *apiError {
+	switch {
+	case errors.Is(err, broker.ErrNotFound):
+		return errNotFound("%v", err)
+	case errors.Is(err, broker.ErrInvalid):
+		return errBadRequest("%v", err)
+	case errors.Is(err, broker.ErrNotAssigned), errors.Is(err, broker.ErrNotDeadLetter):
+		return errConflict("%v", err)
+	}
+	return s.fromError(err)
+}
+
+// dispatchJSON is a dispatch task as the API shows it: the seed's
+// swarm_tasks columns, plus dead_lettered and the extensions.
+type dispatchJSON struct {
+	TaskID               string            `json:"task_id"`
+	Title                string            `json:"title"`
+	Description          string            `json:"description"`
+	Owner                string            `json:"owner"`
+	RequiredCapabilities []string          `json:"required_capabilities"`
+	Status               fsm.State         `json:"status"`
+	AssignedAgent        string            `json:"assigned_agent"`
+	CreatedAt            time.Time         `json:"created_at"`
+	AssignedAt           time.Time         `json:"assigned_at,omitzero"`
+	StartedAt            time.Time         `json:"started_at,omitzero"`
+	CompletedAt          time.Time         `json:"completed_at,omitzero"`
+	UpdatedAt            time.Time         `json:"updated_at"`
+	Result               json.RawMessage   `json:"result"`
+	Error                string            `json:"error"`
+	RetryCount           int               `json:"retry_count"`
+	MaxRetries           int               `json:"max_retries"`
+	RetryEligible        bool              `json:"retry_eligible"`
+	TimeoutSeconds       int               `json:"timeout_seconds"`
+	Priority             int               `json:"priority"`
+	Source               string            `json:"source"`
+	ParentTaskID         string            `json:"parent_task_id"`
+	Metadata             map[string]string `json:"metadata"`
+	DeadLettered         bool              `json:"dead_lettered"`
+	DeadLetterReason     string            `json:"dead_letter_reason,omitempty"`
+	RunAt                time.Time         `json:"run_at,omitzero"`
+	HeartbeatSeconds     int               `json:"heartbeat_seconds"`
+	RetryBackoffSeconds  int               `json:"retry_backoff_seconds"`
+	Deadline             time.Time         `json:"deadline,omitzero"`
+	Progress             string            `json:"progress,omitempty"`
+	Version              uint64            `json:"version"`
+	Children             []string          `json:"children,omitempty"`
+}
+
+func toDispatchJSON(t *fsm.Task) dispatchJSON {
+	d := t.Dispatch
+	j := dispatchJSON{
+		TaskID: t.ID, Title: d.Title, Description: d.Description, Owner: d.Owner, RequiredCapabilities: d.RequiredCapabilities,
+		Status: t.State, AssignedAgent: d.AssignedAgent, CreatedAt: t.CreatedAt, AssignedAt: d.AssignedAt, StartedAt: d.StartedAt,
+		UpdatedAt: t.UpdatedAt, Error: d.Error, RetryCount: d.RetryCount, MaxRetries: d.MaxRetries, RetryEligible: d.RetryEligible,
+		TimeoutSeconds: d.TimeoutSeconds, Priority: t.Priority, Source: t.Context.Source, ParentTaskID: t.ParentID,
+		Metadata: t.Metadata, DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, RunAt: d.RunAt,
+		HeartbeatSeconds: d.HeartbeatSeconds, RetryBackoffSeconds: d.RetryBackoffSeconds, Progress: d.Progress, Version: t.Version,
+	}
+	if j.RequiredCapabilities == nil {
+		j.RequiredCapabilities = []string{}
+	}
+	if j.Metadata == nil {
+		j.Metadata = map[string]string{}
+	}
+	if d.Result != "" {
+		j.Result = json.RawMessage(d.Result)
+	} else {
+		j.Result = json.RawMessage("null")
+	}
+	if !d.CompletedAt.IsZero() {
+		j.CompletedAt = d.CompletedAt
+	} else if t.IsTerminal() {
+		j.CompletedAt = d.DeadLetteredAt
+	}
+	j.Deadline, _ = fsm.DispatchDeadline(t)
+	return j
+}
+
+// createDispatchReq is POST /api/v1/tasks: only title is required.
+type createDispatchReq struct {
+	Title                string            `json:"title"`
+	Description          string            `json:"description"`
+	Owner                string            `json:"owner"`
+	RequiredCapabilities []string          `json:"required_capabilities"`
+	Priority             int               `json:"priority"`
+	TimeoutSeconds       int               `json:"timeout_seconds"`
+	MaxRetries           *int              `json:"max_retries"`
+	RetryEligible        *bool             `json:"retry_eligible"`
+	Source               string            `json:"source"`
+	ParentTaskID         string            `json:"parent_task_id"`
+	Metadata             map[string]string `json:"metadata"`
+	RunAt                time.Time         `json:"run_at"`
+	DelaySeconds         int               `json:"delay_seconds"`
+	HeartbeatSeconds     int               `json:"heartbeat_seconds"`
+	RetryBackoffSeconds  int               `json:"retry_backoff_seconds"`
+}
+
+func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var req createDispatchReq
+	if e := decodeBody(r, &req, false); e != nil {
+		return e
+	}
+	body := fsm.DispatchCreatedBody{
+		AgentID: agentID, Title: req.Title, Description: req.Description, Owner: req.Owner,
+		RequiredCapabilities: req.RequiredCapabilities, Priority: req.Priority, TimeoutSeconds: req.TimeoutSeconds,
+		MaxRetries: fsm.DefaultMaxRetries, RetryEligible: true, Source: req.Source, ParentTaskID: req.ParentTaskID,
+		Metadata: req.Metadata, RunAt: req.RunAt, HeartbeatSeconds: req.HeartbeatSeconds, RetryBackoffSeconds: req.RetryBackoffSeconds,
+	}
+	if req.MaxRetries != nil {
+		body.MaxRetries = *req.MaxRetries
+	}
+	if req.RetryEligible != nil {
+		body.RetryEligible = *req.RetryEligible
+	}
+	switch {
+	case req.DelaySeconds < 0:
+		return errBadRequest("delay_seconds %d: want at least 0", req.DelaySeconds)
+	case req.DelaySeconds > 0 && !req.RunAt.IsZero():
+		return errBadRequest("give run_at or delay_seconds, not both")
+	case req.DelaySeconds > 0:
+		body.RunAt = time.Now().UTC().Add(time.Duration(req.DelaySeconds) * time.Second).Truncate(time.Millisecond)
+	}
+	body = fsm.DispatchDefaults(body)
+	var t fsm.Task
+	err := s.keyed(w, r, func(id ulid.ULID) error {
+		var err error
+		t, err = s.broker.b.Create(r.Context(), id, body)
+		return err
+	})
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusCreated, toDispatchJSON(&t))
+	return nil
+}
+
+// apiList is GET /api/v1/tasks with the seed's filters, a cursor (the last
+// task_id of the previous page) and a long poll: with wait=DURATION an
+// empty page waits until a task matches (a worker learns of its
+// assignments with ?agent=ME&status=assigned&wait=30s).
+func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	q, e := query(r, "status", "owner", "source", "agent", "cursor", "limit", "wait")
+	if e != nil {
+		return e
+	}
+	limit := 100
+	if ls := q.Get("limit"); ls != "" {
+		n, err := strconv.Atoi(ls)
+		if err != nil || n < 1 || n > 1000 {
+			return errBadRequest("limit %q: give 1 to 1000", ls)
+		}
+		limit = n
+	}
+	var wait time.Duration
+	if ws := q.Get("wait"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			return errBadRequest("wait %q: give a duration such as 30s", ws)
+		}
+		wait = min(d, maxWait)
+	}
+	match := func(t *fsm.Task) bool {
+		return (q.Get("status") == "" || string(t.State) == q.Get("status")) &&
+			(q.Get("owner") == "" || t.Dispatch.Owner == q.Get("owner")) &&
+			(q.Get("source") == "" || t.Context.Source == q.Get("source")) &&
+			(q.Get("agent") == "" || t.Dispatch.AssignedAgent == q.Get("agent")) &&
+			t.ID > q.Get("cursor")
+	}
+	var page []dispatchJSON
+	var more bool
+	source := s.broker.b.Tasks
+	switch fsm.State(q.Get("status")) {
+	case fsm.StatePending, fsm.StateAssigned, fsm.StateInProgress:
+		source = s.broker.b.Live // a worker's long poll: the live tasks only
+	}
+	list := func() bool {
+		page, more = page[:0], false
+		for _, t := range source() {
+			if !match(&t) {
+				continue
+			}
+			if len(page) == limit {
+				more = true
+				break
+			}
+			page = append(page, toDispatchJSON(&t))
+		}
+		return len(page) > 0
+	}
+	if !list() && wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		defer cancel()
+		_ = s.broker.b.Wait(ctx, list)
+	}
+	out := struct {
+		Tasks      []dispatchJSON `json:"tasks"`
+		NextCursor string         `json:"next_cursor,omitempty"`
+	}{Tasks: page}
+	if out.Tasks == nil {
+		out.Tasks = []dispatchJSON{}
+	}
+	if more {
+		out.NextCursor = page[len(page)-1].TaskID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) apiGet(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	t, err := s.broker.b.Task(r.PathValue("id"))
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	j := toDispatchJSON(&t)
+	for _, c := range s.broker.b.Tasks() {
+		if c.ParentID == t.ID {
+			j.Children = append(j.Children, c.ID)
+		}
+	}
+	writeJSON(w, http.StatusOK, j)
+	return nil
+}
+
+func (s *server) apiPatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var req struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	if e := decodeBody(r, &req, false); e != nil {
+		return e
+	}
+	t, err := s.broker.b.Update(r.Context(), r.PathValue("id"), agentID, req.Metadata)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusOK, toDispatchJSON(&t))
+	return nil
+}
+
+// apiReport is a worker's progress, complete or fail.
+func (s *server) apiReport(kind fsm.EventType) agentHandler {
+	return func(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+		if e := s.mutating(); e != nil {
+			return e
+		}
+		var req struct {
+			Message       string          `json:"message"`
+			Result        json.RawMessage `json:"result"`
+			Error         string          `json:"error"`
+			RetryEligible *bool           `json:"retry_eligible"`
+		}
+		if e := decodeBody(r, &req, kind == fsm.DispatchProgress); e != nil {
+			return e
+		}
+		rep := fsm.DispatchReportBody{Message: req.Message}
+		switch kind {
+		case fsm.DispatchCompleted:
+			if len(req.Result) > 0 {
+				var compact bytes.Buffer
+				if err := json.Compact(&compact, req.Result); err != nil {
+					return errBadRequest("result: %v", err)
+				}
+				rep.Result = compact.String()
+			}
+		case fsm.DispatchFailed:
+			if strings.TrimSpace(req.Error) == "" {
+				return errBadRequest("error is required")
+			}
+			rep.Error, rep.RetryEligible = req.Error, req.RetryEligible
+		default:
+			if len(req.Result) > 0 || req.Error != "" || req.RetryEligible != nil {
+				return errBadRequest("progress takes a message only")
+			}
+		}
+		t, replayed, err := s.broker.b.Report(r.Context(), r.PathValue("id"), agentID, kind, rep)
+		if err != nil {
+			return s.fromBrokerError(err)
+		}
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		writeJSON(w, http.StatusOK, toDispatchJSON(&t))
+		return nil
+	}
+}
+
+// apiEvents is the task's events (the seed's swarm_task_events) in the one
+// event JSON form, each with the agent that caused it.
+func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	t, err := s.broker.b.Task(r.PathValue("id"))
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	type eventWithAgent struct {
+		replay.EventJSON
+		AgentID string `json:"agent_id"`
+	}
+	out := struct {
+		Events []eventWithAgent `json:"events"`
+	}{Events: []eventWithAgent{}}
+	it := s.broker.log.ReadStream(t.ID, 1)
+	defer it.Close()
+	for it.Next() {
+		ev := it.Event()
+		j := eventWithAgent{EventJSON: replay.NewEventJSON(ev)}
+		var who struct {
+			AgentID string `json:"agent_id"`
+		}
+		_ = json.Unmarshal(j.Data, &who)
+		j.AgentID = who.AgentID
+		out.Events = append(out.Events, j)
+	}
+	if err := it.Err(); err != nil {
+		return s.fromError(err)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *server) apiRegister(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	id := r.PathValue("id")
+	if id != agentID && !s.isAdmin(r) {
+		return errConflict("X-Agent-ID %q may register itself only, not %q (admins may register any worker)", agentID, id)
+	}
+	var req struct {
+		Capabilities []string `json:"capabilities"`
+		MaxTasks     int      `json:"max_tasks"`
+	}
+	if e := decodeBody(r, &req, true); e != nil {
+		return e
+	}
+	wi, err := s.broker.b.Register(r.Context(), id, req.Capabilities, req.MaxTasks)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusOK, workerJSON(wi))
+	return nil
+}
+
+func workerJSON(w broker.WorkerInfo) broker.WorkerInfo {
+	if w.Capabilities == nil {
+		w.Capabilities = []string{}
+	}
+	if w.ActiveTasks == nil {
+		w.ActiveTasks = []string{}
+	}
+	return w
+}
+
+func (s *server) apiAgents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	ws := s.broker.b.Workers()
+	for i := range ws {
+		ws[i] = workerJSON(ws[i])
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": ws})
+	return nil
+}
+
+func (s *server) apiDrain(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	wi, err := s.broker.b.Drain(r.Context(), r.PathValue("id"), agentID)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusOK, workerJSON(wi))
+	return nil
+}
+
+func (s *server) apiStats(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	writeJSON(w, http.StatusOK, s.broker.b.Stats())
+	return nil
+}
+
+func (s *server) apiDLQ(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	out := []dispatchJSON{}
+	for _, t := range s.broker.b.DLQ() {
+		out = append(out, toDispatchJSON(&t))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+	return nil
+}
+
+func (s *server) apiRequeue(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var req struct {
+		Reason string `json:"reason"`
+	}
+	if e := decodeBody(r, &req, true); e != nil {
+		return e
+	}
+	t, err := s.broker.b.Requeue(r.Context(), r.PathValue("id"), agentID, req.Reason)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusOK, toDispatchJSON(&t))
+	return nil
+}
+
+// apiRequeueMatching requeues every dead letter a filter selects in one
+// atomic append: {"capability", "error", "from", "to", "reason"}.
+func (s *server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	if e := s.mutating(); e != nil {
+		return e
+	}
+	var req struct {
+		projection.DLQFilter
+		Reason string `json:"reason"`
+	}
+	if e := decodeBody(r, &req, true); e != nil {
+		return e
+	}
+	n, err := s.broker.b.RequeueMatching(r.Context(), agentID, req.Reason, req.DLQFilter)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
+	return nil
+}
