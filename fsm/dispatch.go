@@ -427,7 +427,7 @@ func (dispatchMachine) Next(t *Task) Action {
 		return Action{Kind: ActAssign, At: d.notBefore()}
 	case StateAssigned, StateInProgress:
 		at, _ := DispatchDeadline(t)
-		return Action{Kind: ActWaitWorker, At: at, Task: d.AssignedAgent, Done: DispatchTimedOut}
+		return Action{Kind: ActWaitWorker, At: at, Task: d.AssignedAgent, Done: DispatchTimedOut, Started: t.State == StateInProgress}
 	case StateFailed, StateTimedOut:
 		if d.DeadLettered {
 			return Action{}

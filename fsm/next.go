@@ -110,8 +110,12 @@ type Action struct {
 	Done EventType
 	// Task is the child task waited for (ActWaitTask).
 	Task string
-	// At is the time to wait for (ActWaitUntil).
+	// At is the time to wait for (ActWaitUntil), the deadline
+	// (ActWaitWorker) or the not-before time (ActAssign).
 	At time.Time
+	// Started says the worker has reported its start (ActWaitWorker): its
+	// reports are progress and the end; before, the start.
+	Started bool
 }
 
 // Next returns the work due for t under the machine t was created with
@@ -177,7 +181,8 @@ var (
 	answersCompile  = []EventType{TaskCompleted}
 	answersPostRefl = []EventType{ModelCalled, ReflectionComplete}
 	answersAssign   = []EventType{DispatchAssigned}
-	answersWorker   = []EventType{DispatchStarted, DispatchProgress, DispatchCompleted, DispatchFailed, DispatchTimedOut}
+	answersAssigned = []EventType{DispatchStarted, DispatchTimedOut}
+	answersWorker   = []EventType{DispatchProgress, DispatchCompleted, DispatchFailed, DispatchTimedOut}
 	answersRetry    = []EventType{DispatchRetried}
 	answersDLQ      = []EventType{DispatchDeadLettered}
 )
@@ -224,6 +229,9 @@ func (a Action) Answers() []EventType {
 	case ActAssign:
 		return answersAssign
 	case ActWaitWorker:
+		if !a.Started {
+			return answersAssigned
+		}
 		return answersWorker
 	case ActRetry:
 		return answersRetry

@@ -8,6 +8,9 @@ import "testing"
 // have no answer.
 func TestNextIsLegalAndCurrent(t *testing.T) {
 	for _, m := range Machines() {
+		if m.Ref() == DispatchMachine {
+			continue // its tasks carry no plan: TestDispatchNextIsLegal
+		}
 		for _, v := range variants(m) {
 			task := v.build()
 			act := Next(&task)
@@ -39,6 +42,40 @@ func TestNextIsLegalAndCurrent(t *testing.T) {
 			}
 			if act.Kind == ActRunStep && act.StepType != ActionToolCall && act.StepType != ActionSubTask && StepDone(act, "", false) == nil {
 				t.Errorf("%s: %s has no body for its end", v, act)
+			}
+		}
+	}
+}
+
+// TestDispatchNextIsLegal: in every state, retry budget, eligibility and
+// dead-letter flag of dispatch.task, the work Next says is due is answered
+// only by events legal there (never by a command), something is due in
+// every state that is not final, and only the waits have no answer.
+func TestDispatchNextIsLegal(t *testing.T) {
+	m := dispatchMachine{}
+	for _, s := range DispatchStates {
+		for _, budget := range [][2]int{{0, 3}, {2, 3}, {3, 3}, {0, 0}} {
+			for _, el := range []bool{true, false} {
+				for _, dl := range []bool{false, true} {
+					v := dispatchVariant{state: s, retries: budget[0], max: budget[1], eligible: el, deadLettered: dl}
+					task := v.build()
+					act := Next(&task)
+					for _, et := range act.Answers() {
+						if !m.CanTransition(task.State, et) {
+							t.Errorf("%+v: %s is answered by %s, not legal in %s", v, act, et, task.State)
+						}
+						if IsCommand(et) {
+							t.Errorf("%+v: %s is answered by the command %s", v, act, et)
+						}
+					}
+					if act.Kind == ActNone && !task.IsTerminal() {
+						t.Errorf("%+v: nothing due in %s", v, task.State)
+					}
+					waits := act.Kind == ActNone || act.Kind == ActWaitInput || act.Kind == ActWaitUntil
+					if waits != (len(act.Answers()) == 0) {
+						t.Errorf("%+v: %s answered by %v", v, act, act.Answers())
+					}
+				}
 			}
 		}
 	}
