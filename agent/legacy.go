@@ -201,6 +201,18 @@ func (a *Agent) createChild(ctx context.Context, parent *fsm.Task, b *fsm.SubTas
 	return err
 }
 
+// releaseWaiting gives up the slot of t, which waits for child. The child
+// may have ended since t's stage looked at it: its wake (wakeParent) then
+// found t still holding its slot and only asked the running stage to look
+// again, which the release turns into nothing. So look at the child once
+// more after the release: the view has folded its end before the wake.
+func (a *Agent) releaseWaiting(t *fsm.Task, child string) {
+	a.sched.release(t.ID, false)
+	if c, err := a.view.Task(child); err == nil && Done(&c) {
+		a.sched.schedule(t.ID, t.Priority)
+	}
+}
+
 // awaitChild runs for a task waiting for its child (act.Task): if the
 // child has ended, it records the child's outcome as the end of the step
 // (ACT_DONE); if the child does not exist yet (a crash between
@@ -215,9 +227,9 @@ func (a *Agent) awaitChild(ctx context.Context, t *fsm.Task, act fsm.Action) {
 				a.opts.Logger.Error("creating a sub task failed", taskIDAttr(t.ID), "child", act.Task, "err", err)
 			}
 		}
-		a.sched.release(t.ID, false)
+		a.releaseWaiting(t, act.Task)
 	case err != nil || !Done(&child):
-		a.sched.release(t.ID, false)
+		a.releaseWaiting(t, act.Task)
 	default:
 		failed := !child.Context.ResultRecorded // Done: failed, or completed with its result
 		text := child.Context.FinalResult
