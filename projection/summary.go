@@ -70,6 +70,8 @@ type Filter struct {
 	States  []fsm.State `json:"states,omitempty"`
 	Types   []string    `json:"types,omitempty"`
 	Sources []string    `json:"sources,omitempty"`
+	// Machines are NAME@VERSION, as Summary.Machine.
+	Machines []string `json:"machines,omitempty"`
 	// MinPriority and MaxPriority bound the priority, inclusive.
 	MinPriority *int `json:"min_priority,omitempty"`
 	MaxPriority *int `json:"max_priority,omitempty"`
@@ -88,6 +90,9 @@ func (f *Filter) Match(s *Summary) bool {
 		return false
 	}
 	if len(f.Sources) > 0 && !in(f.Sources, s.Source) {
+		return false
+	}
+	if len(f.Machines) > 0 && !in(f.Machines, s.Machine) {
 		return false
 	}
 	if f.MinPriority != nil && s.Priority < *f.MinPriority {

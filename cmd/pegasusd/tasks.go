@@ -208,7 +208,7 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 }
 
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "state", "type", "source", "limit", "cursor", "order")
+	q, e := query(r, "state", "machine", "type", "source", "limit", "cursor", "order")
 	if e != nil {
 		return e
 	}
@@ -229,6 +229,13 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 			return errBadRequest("state %q: give one of idle, reasoning, acting, suspended, completed, failed (version 0: perceiving, thinking, planning, reflecting)", st)
 		}
 		rq.States = append(rq.States, fsm.State(st))
+	}
+	for _, m := range splitList(q.Get("machine")) {
+		ref, err := fsm.ParseMachineRef(m)
+		if err != nil {
+			return errBadRequest("machine %q: give NAME@VERSION of a machine this build folds, for example %s", m, fsm.CurrentMachine)
+		}
+		rq.Machines = append(rq.Machines, ref.String())
 	}
 	rq.Types = splitList(q.Get("type"))
 	rq.Sources = splitList(q.Get("source"))
