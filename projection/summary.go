@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -70,7 +72,8 @@ type Filter struct {
 	States  []fsm.State `json:"states,omitempty"`
 	Types   []string    `json:"types,omitempty"`
 	Sources []string    `json:"sources,omitempty"`
-	// Machines are NAME@VERSION, as Summary.Machine.
+	// Machines keeps tasks of these machines: NAME (any version, e.g.
+	// dispatch.task) or NAME@VERSION.
 	Machines []string `json:"machines,omitempty"`
 	// MinPriority and MaxPriority bound the priority, inclusive.
 	MinPriority *int `json:"min_priority,omitempty"`
@@ -92,7 +95,9 @@ func (f *Filter) Match(s *Summary) bool {
 	if len(f.Sources) > 0 && !in(f.Sources, s.Source) {
 		return false
 	}
-	if len(f.Machines) > 0 && !in(f.Machines, s.Machine) {
+	if len(f.Machines) > 0 && !slices.ContainsFunc(f.Machines, func(m string) bool {
+		return m == s.Machine || strings.HasPrefix(s.Machine, m+"@")
+	}) {
 		return false
 	}
 	if f.MinPriority != nil && s.Priority < *f.MinPriority {

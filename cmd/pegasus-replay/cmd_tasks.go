@@ -26,9 +26,8 @@ func tasksCommand(std *stdio) *cli.Command {
 			&cli.StringSliceFlag{Name: "state", EnvVars: env("tasks", "state"),
 				Usage: "only tasks in `STATE` (idle, reasoning, acting, suspended, completed, failed; version 0: perceiving, thinking, planning, reflecting)"},
 			&cli.StringSliceFlag{Name: "type", EnvVars: env("tasks", "type"), Usage: "only tasks of `TYPE` (general, explore, plan)"},
-			&cli.StringSliceFlag{Name: "machine", EnvVars: env("tasks", "machine"),
-				Usage: "only tasks of machine `NAME@VERSION` (pegasus.task@1, pegasus.task@0)"},
 			&cli.StringSliceFlag{Name: "source", EnvVars: env("tasks", "source"), Usage: "only tasks from `SOURCE`"},
+			&cli.StringSliceFlag{Name: "machine", EnvVars: env("tasks", "machine"), Usage: "only tasks of `MACHINE` (dispatch.task, or pegasus.task@0)"},
 			&cli.StringFlag{Name: "since", EnvVars: env("tasks", "since"), Usage: "only tasks created at or after `TIME` (RFC 3339, or a duration ago like 2h)"},
 			&cli.StringFlag{Name: "until", EnvVars: env("tasks", "until"), Usage: "only tasks created before `TIME` (RFC 3339, or a duration ago)"},
 			&cli.IntFlag{Name: "limit", Value: replay.DefaultLimit, EnvVars: env("tasks", "limit"),
@@ -91,15 +90,9 @@ func tasksQuery(c *cli.Context, now time.Time) (replay.Query, error) {
 		}
 		q.States = append(q.States, st)
 	}
-	for _, m := range splitList(c.StringSlice("machine")) {
-		ref, err := fsm.ParseMachineRef(m)
-		if err != nil {
-			return q, usagef("--machine: %v", err)
-		}
-		q.Machines = append(q.Machines, ref.String())
-	}
 	q.Types = splitList(c.StringSlice("type"))
 	q.Sources = splitList(c.StringSlice("source"))
+	q.Machines = splitList(c.StringSlice("machine"))
 	var err error
 	if q.CreatedFrom, err = parseWhen(c.String("since"), now); err != nil {
 		return q, usagef("--since: %v", err)

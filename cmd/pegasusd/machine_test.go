@@ -34,14 +34,15 @@ func TestHTTPSubmitUnderVersion0(t *testing.T) {
 	if other.Machine != fsm.CurrentMachine.String() {
 		t.Fatalf("default machine = %s", other.Machine)
 	}
-	// The list filters by machine (NAME@VERSION, or the NAME/vVERSION
-	// form), and the stats count tasks by machine.
+	// The list filters by machine (NAME@VERSION, the NAME/vVERSION form,
+	// or NAME for every version), and the stats count tasks by machine.
 	for q, want := range map[string]string{
 		"machine=pegasus.task@0":                 created.TaskID,
 		"machine=pegasus.task/v1":                other.TaskID,
 		"machine=pegasus.task@1&state=completed": other.TaskID,
 		"machine=pegasus.task@0,pegasus.task@1":  created.TaskID + " " + other.TaskID,
 		"machine=pegasus.task@0&type=explore":    "",
+		"machine=pegasus.task":                   created.TaskID + " " + other.TaskID,
 		"machine=pegasus.task@1&limit=1":         other.TaskID,
 	} {
 		var list struct {
@@ -59,7 +60,7 @@ func TestHTTPSubmitUnderVersion0(t *testing.T) {
 			t.Errorf("GET /v1/tasks?%s = %q, want %q", q, got, want)
 		}
 	}
-	for _, q := range []string{"machine=pegasus.task@9", "machine=nomachine"} {
+	for _, q := range []string{"machine=pegasus.task@9", "machine=nomachine", "machine=pegasus.task/vx"} {
 		if r := td.do("GET", "/v1/tasks?"+q, ""); r.status != 400 || r.errorCode(t) != "bad_request" {
 			t.Errorf("GET /v1/tasks?%s: %d %s", q, r.status, r.body)
 		}
