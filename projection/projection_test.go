@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/codec"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -437,5 +438,79 @@ func TestProgressJSONListsAreNeverNull(t *testing.T) {
 	b, _ = json.Marshal(Progress{NextSteps: []string{"call search"}})
 	if !strings.Contains(string(b), `"next_steps":["call search"]`) {
 		t.Errorf("a non-empty list is not kept: %s", b)
+	}
+}
+
+// TestStatsByMachine: tasks are counted by the machine they were created
+// under, NAME@VERSION, through the real fold, and the count survives the
+// persisted form.
+func TestStatsByMachine(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	mustApply(t, s, sc.ev("", created("cli")))
+	mustApply(t, s, sc.ev("", created("api")))
+	v0 := created("api")
+	v0.Machine = fsm.MachineRef{Name: fsm.MachineName, Version: 0}
+	mustApply(t, s, sc.ev("", v0))
+	r := s.Stats().Report()
+	want := map[string]int64{"pegasus.task@1": 2, "pegasus.task@0": 1}
+	if !reflect.DeepEqual(r.ByMachine, want) || fsm.CurrentMachine.String() != "pegasus.task@1" {
+		t.Fatalf("by machine: %v, want %v", r.ByMachine, want)
+	}
+	b, err := s.Stats().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := DecodeStats(b, s.Stats().Options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Report().ByMachine; !reflect.DeepEqual(got, want) {
+		t.Fatalf("decoded by machine: %v, want %v", got, want)
+	}
+	j, _ := json.Marshal(st.Report())
+	if !strings.Contains(string(j), `"by_machine":{"pegasus.task@0":1,"pegasus.task@1":2}`) {
+		t.Fatalf("JSON form: %s", j)
+	}
+}
+
+// TestStatsDecodeBeforeByMachine: a stats record persisted before the
+// by_machine field existed still decodes, with every other count intact,
+// and counts machines from the next created task on.
+func TestStatsDecodeBeforeByMachine(t *testing.T) {
+	st := NewStats(StatsOptions{})
+	after := fsm.Task{State: fsm.StateReasoning, Type: "general", Machine: fsm.CurrentMachine, CreatedAt: t0, Context: fsm.Context{Source: "cli"}}
+	st.task(fsm.Event{Type: fsm.TaskCreated, Time: t0}, &fsm.Task{}, &after)
+	b, err := st.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old record: the same fields without by_machine.
+	var old map[string]any
+	if err := codec.Decode(b, &old); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := old["by_machine"]; !ok {
+		t.Fatalf("the new record has no by_machine: %v", old)
+	}
+	delete(old, "by_machine")
+	ob, err := codec.Encode(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeStats(ob, st.Options())
+	if err != nil {
+		t.Fatalf("old record: %v", err)
+	}
+	r := got.Report()
+	if r.Tasks != 1 || r.ByType["general"] != 1 || r.BySource["cli"] != 1 || r.ByState[fsm.StateReasoning] != 1 || len(r.ByMachine) != 0 {
+		t.Fatalf("old record decoded as %+v", r)
+	}
+	if r.ByMachine == nil {
+		t.Fatal("the report's by_machine is nil: JSON would show null")
+	}
+	got.task(fsm.Event{Type: fsm.TaskCreated, Time: t0}, &fsm.Task{}, &after)
+	if n := got.Report().ByMachine[fsm.CurrentMachine.String()]; n != 1 {
+		t.Fatalf("after one more task: %v", got.Report().ByMachine)
 	}
 }

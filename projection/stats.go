@@ -8,7 +8,7 @@ import (
 )
 
 // OtherKey is where the stats count values beyond their bound of distinct
-// keys (task types, sources, failure reasons), so that hostile or
+// keys (machines, task types, sources, failure reasons), so that hostile or
 // high-cardinality input cannot grow them without limit.
 const OtherKey = "(other)"
 
@@ -16,7 +16,8 @@ const OtherKey = "(other)"
 // tasks with more iterations are counted there.
 const maxIterationBucket = 100
 
-// Stats is the stats projection: counts by state, task type and source;
+// Stats is the stats projection: counts by state, machine, task type and
+// source;
 // created, completed and failed per minute over a window; task duration
 // percentiles; iterations per finished task; top failure reasons. Every
 // piece is bounded (see StatsOptions) and deterministic: times come from
@@ -35,8 +36,8 @@ type StatsOptions struct {
 	//
 	// The default value is 60.
 	Window int
-	// MaxKeys bounds the distinct task types, sources and failure reasons
-	// counted; further ones are counted under OtherKey.
+	// MaxKeys bounds the distinct machines, task types, sources and failure
+	// reasons counted; further ones are counted under OtherKey.
 	//
 	// The default value is 256.
 	MaxKeys int
@@ -69,6 +70,7 @@ type statsState struct {
 	Completed      int64                   // tasks
 	Failed         int64                   // tasks
 	ByState        map[fsm.State]int64     // tasks now in each state
+	ByMachine      map[string]int64        // tasks created per machine (NAME@VERSION)
 	ByType         map[string]int64        // tasks created per type
 	BySource       map[string]int64        // tasks created per source
 	Inputs         map[fsm.EventType]int64 // inputs that created tasks (and events on $inputs), per type
@@ -143,6 +145,7 @@ func (st *Stats) task(ev fsm.Event, before, after *fsm.Task) {
 			st.input(ev)
 		}
 		st.s.Created++
+		st.bumpBounded(&st.s.ByMachine, after.Machine.String())
 		st.bumpBounded(&st.s.ByType, after.Type)
 		st.bumpBounded(&st.s.BySource, after.Context.Source)
 		st.minute(ev.Time, func(m *Minute) { m.Created++ })
@@ -285,6 +288,7 @@ type statsWire struct {
 	Completed      int64     `msgpack:"completed"`
 	Failed         int64     `msgpack:"failed"`
 	ByState        []kv      `msgpack:"by_state"`
+	ByMachine      []kv      `msgpack:"by_machine"` // absent in records written before it existed
 	ByType         []kv      `msgpack:"by_type"`
 	BySource       []kv      `msgpack:"by_source"`
 	Inputs         []kv      `msgpack:"inputs"`
@@ -305,7 +309,7 @@ func (st *Stats) Encode() ([]byte, error) {
 	s := &st.s
 	return marshal(&statsWire{
 		Events: s.Events, Refused: s.Refused, Created: s.Created, Completed: s.Completed, Failed: s.Failed,
-		ByState: sortedKV(s.ByState), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
+		ByState: sortedKV(s.ByState), ByMachine: sortedKV(s.ByMachine), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
 		Inputs: sortedKV(s.Inputs), System: sortedKV(s.System), MemoryEvents: s.MemoryEvents,
 		FailureReasons: sortedKV(s.FailureReasons), Minutes: s.Minutes, LastMinute: s.LastMinute,
 		Durations: s.Durations.wire(), CompletedDur: s.CompletedDur.wire(), FailedDur: s.FailedDur.wire(),
@@ -323,7 +327,8 @@ func DecodeStats(data []byte, o StatsOptions) (*Stats, error) {
 	st := NewStats(o)
 	st.s = statsState{
 		Events: w.Events, Refused: w.Refused, Created: w.Created, Completed: w.Completed, Failed: w.Failed,
-		ByState: fromKV[fsm.State](w.ByState), ByType: fromKV[string](w.ByType), BySource: fromKV[string](w.BySource),
+		ByState: fromKV[fsm.State](w.ByState), ByMachine: fromKV[string](w.ByMachine),
+		ByType: fromKV[string](w.ByType), BySource: fromKV[string](w.BySource),
 		Inputs: fromKV[fsm.EventType](w.Inputs), System: fromKV[string](w.System), MemoryEvents: w.MemoryEvents,
 		FailureReasons: fromKV[string](w.FailureReasons), Minutes: w.Minutes, LastMinute: w.LastMinute,
 		Durations: w.Durations.histogram(), CompletedDur: w.CompletedDur.histogram(), FailedDur: w.FailedDur.histogram(),
@@ -340,6 +345,7 @@ type StatsReport struct {
 	Completed      int64                   `json:"completed"`
 	Failed         int64                   `json:"failed"`
 	ByState        map[fsm.State]int64     `json:"by_state"`
+	ByMachine      map[string]int64        `json:"by_machine"` // tasks created per machine, NAME@VERSION
 	ByType         map[string]int64        `json:"by_type"`
 	BySource       map[string]int64        `json:"by_source"`
 	Inputs         map[fsm.EventType]int64 `json:"inputs"`
@@ -403,7 +409,7 @@ func (st *Stats) Report() StatsReport {
 	s := &st.s
 	r := StatsReport{
 		Events: s.Events, Refused: s.Refused, Tasks: s.Created, Completed: s.Completed, Failed: s.Failed,
-		ByState: map[fsm.State]int64{}, ByType: copyMap(s.ByType), BySource: copyMap(s.BySource),
+		ByState: map[fsm.State]int64{}, ByMachine: copyMap(s.ByMachine), ByType: copyMap(s.ByType), BySource: copyMap(s.BySource),
 		Inputs: copyMap(s.Inputs), System: copyMap(s.System), MemoryEvents: s.MemoryEvents,
 		Duration: durationReport(&s.Durations), CompletedDur: durationReport(&s.CompletedDur),
 		FailedDur: durationReport(&s.FailedDur), LastEventTime: s.LastEventTime,

@@ -14,7 +14,7 @@ import (
 func statsCommand(std *stdio) *cli.Command {
 	return &cli.Command{
 		Name:  "stats",
-		Usage: "print the stats projection: counts by state, type and source, durations, failures",
+		Usage: "print the stats projection: counts by state, machine, type and source, durations, failures",
 		Description: "The same read model as pegasusd's GET /v1/stats, folded from the chosen source.\n" +
 			"Durations are in milliseconds; percentiles are upper bounds exact to within 12.5%.\n\n" +
 			"   pegasus-replay -d ./pegasus-data stats",
@@ -74,6 +74,7 @@ func printStats(p *printer, st projection.StatsReport) {
 		}
 		_ = ct.print(p)
 	}
+	counts("by machine", st.ByMachine)
 	counts("by type", st.ByType)
 	counts("by source", st.BySource)
 	inputs := map[string]int64{}

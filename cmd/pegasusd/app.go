@@ -116,6 +116,7 @@ func newApp(c *client) *cli.App {
 				Usage: "list tasks, oldest first (as pegasus-replay tasks)",
 				Flags: with("tasks",
 					&cli.StringFlag{Name: "state", EnvVars: env("tasks", "state"), Usage: "only tasks in these states (comma-separated)"},
+					&cli.StringFlag{Name: "machine", EnvVars: env("tasks", "machine"), Usage: "only tasks of these machines, NAME@VERSION (comma-separated)"},
 					&cli.StringFlag{Name: "type", EnvVars: env("tasks", "type"), Usage: "only tasks of these types (comma-separated)"},
 					&cli.IntFlag{Name: "limit", Value: cliconv.PageSize, EnvVars: env("tasks", "limit"), Usage: "page size"},
 					&cli.StringFlag{Name: "cursor", EnvVars: env("tasks", "cursor"), Usage: "continue from the `CURSOR` a previous page printed"},

@@ -37,8 +37,10 @@ func (c *client) tasks(cc *cli.Context) error {
 	if s := cc.String("state"); s != "" {
 		q.Set("state", s)
 	}
-	if s := cc.String("type"); s != "" {
-		q.Set("type", s)
+	for _, k := range []string{"machine", "type"} {
+		if s := cc.String(k); s != "" {
+			q.Set(k, s)
+		}
 	}
 	q.Set("cursor", cc.String("cursor"))
 	type item struct {

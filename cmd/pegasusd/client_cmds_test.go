@@ -5,6 +5,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
 // TestClientCommands: the operator's commands without curl, with flags
@@ -30,6 +32,14 @@ func TestClientCommands(t *testing.T) {
 	cursor := strings.Fields(lines[2])[2]
 	if code, out, _ := runClient(t, "", false, "tasks", "--server", td.url, "--cursor", cursor); code != 0 || !strings.Contains(out, asking) {
 		t.Fatalf("tasks --cursor: exit %d\n%s", code, out)
+	}
+	// --machine filters by machine: both tasks run the current one.
+	if code, out, _ := runClient(t, "", false, "tasks", "--server", td.url, "--machine", "pegasus.task@0"); code != 0 || strings.Contains(out, first) {
+		t.Fatalf("tasks --machine pegasus.task@0: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runClient(t, "", false, "tasks", "--server", td.url, "--machine", fsm.CurrentMachine.String(), "--limit", "5"); code != 0 ||
+		!strings.Contains(out, first) || !strings.Contains(out, asking) {
+		t.Fatalf("tasks --machine %s: exit %d\n%s", fsm.CurrentMachine, code, out)
 	}
 
 	// A flag after the argument.

@@ -189,6 +189,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[string](b, `document.querySelector('#counts [data-count="all tasks"]').textContent`); got != "4" {
 		t.Errorf("overview: all tasks = %s, want 4", got)
 	}
+	if got := eval[string](b, `document.querySelector('#by-machine [data-key="pegasus.task@1"]').textContent`); got != "4" {
+		t.Errorf("overview: tasks by machine pegasus.task@1 = %s, want 4", got)
+	}
 	// The token lives in the tab's sessionStorage, never in the URL.
 	if got := eval[string](b, `sessionStorage.getItem("pegasus.token") || ""`); got != token {
 		t.Errorf("sessionStorage token = %q", got)
@@ -257,6 +260,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("the list", chromedp.Navigate(p.url+"/#/tasks?state=completed"))
 	b.until("completed tasks", `document.querySelectorAll('#tasks tbody tr[data-state="completed"]').length === 4`)
 	b.shot("tasks")
+	// By machine: the select offers the machines the stats count.
+	b.do("the list by machine", chromedp.Navigate(p.url+"/#/tasks?machine=pegasus.task%400"))
+	b.until("no task of version 0", `document.getElementById("list-status").textContent.startsWith("0 tasks") &&
+		document.querySelector('#f-machine option[value="pegasus.task@1"]') !== null`)
+	eval[bool](b, `(() => { const s = document.getElementById("f-machine"); s.value = "pegasus.task@1"; s.dispatchEvent(new Event("change")); return true; })()`)
+	b.until("the tasks of version 1", `location.hash === "#/tasks?machine=pegasus.task%401" && document.querySelectorAll('#tasks tbody tr[data-id]').length === 5`)
 
 	// A phone's width.
 	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))

@@ -208,7 +208,7 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 }
 
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "state", "type", "source", "limit", "cursor", "order")
+	q, e := query(r, "state", "machine", "type", "source", "limit", "cursor", "order")
 	if e != nil {
 		return e
 	}
@@ -230,6 +230,13 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 		}
 		rq.States = append(rq.States, fsm.State(st))
 	}
+	for _, m := range splitList(q.Get("machine")) {
+		name, ok := machineFilter(m)
+		if !ok {
+			return errBadRequest("machine %q: give NAME (any version) or NAME@VERSION of a machine this build folds, for example %s", m, fsm.CurrentMachine)
+		}
+		rq.Machines = append(rq.Machines, name)
+	}
 	rq.Types = splitList(q.Get("type"))
 	rq.Sources = splitList(q.Get("source"))
 	page, err := s.view.Tasks(r.Context(), rq)
@@ -249,6 +256,22 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// machineFilter reads a machine filter: NAME@VERSION or NAME/vVERSION
+// (returned as NAME@VERSION), or a NAME alone, which projection.Filter
+// matches at any version. Either must name a machine this build folds.
+func machineFilter(m string) (string, bool) {
+	if !strings.ContainsAny(m, "@/") {
+		for _, mc := range fsm.Machines() {
+			if mc.Ref().Name == m {
+				return m, true
+			}
+		}
+		return "", false
+	}
+	ref, err := fsm.ParseMachineRef(m)
+	return ref.String(), err == nil
 }
 
 func splitList(s string) []string {

@@ -316,13 +316,15 @@ function renderCharts(el, st, oldest) {
       h("dt", {}, "fold lag"), h("dd", {}, `${lg.head - lg.folded} events`),
       h("dt", {}, "refused events"), h("dd", {}, lg.refused),
       h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
-  // Counts by machine once the stats carry them (the machines work), and by
-  // type and source.
-  const table = (title, m) => h("section", { class: "card" }, h("h2", {}, title),
-    Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1]).slice(0, 10)
-      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k), h("td", { class: "num" }, n))))) : h("p", { class: "muted" }, "none yet"));
-  set(el, thr, lat, fail, runtime, t.by_machine ? table("Tasks by machine", t.by_machine) : null,
-    table("Tasks by type", t.by_type), table("Tasks by source", t.by_source));
+  // Tasks created by machine (NAME@VERSION), type and source, each a link
+  // to the task list filtered by it ("(other)" counts the keys beyond the
+  // stats' bound and has no filter).
+  const table = (title, m, filter) => h("section", { class: "card", id: "by-" + filter }, h("h2", {}, title),
+    Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, 10)
+      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
+        h("td", { class: "num", "data-key": k }, n))))) : h("p", { class: "muted" }, "none yet"));
+  set(el, thr, lat, fail, runtime, table("Tasks by machine", t.by_machine, "machine"),
+    table("Tasks by type", t.by_type, "type"), table("Tasks by source", t.by_source, "source"));
 }
 
 function taskRow(t) {
@@ -339,6 +341,10 @@ views.tasks = async function (signal, params) {
   const q = new URLSearchParams(params || "");
   const state = h("select", { id: "f-state", "aria-label": "State" }, h("option", { value: "" }, "any state"),
     STATES.map(s => h("option", { value: s, selected: q.get("state") === s }, s)));
+  // The machines to choose from are those /v1/stats counts (filled in
+  // below), and the one in the URL.
+  const machine = h("select", { id: "f-machine", "aria-label": "Machine" }, h("option", { value: "" }, "any machine"),
+    q.get("machine") ? h("option", { value: q.get("machine"), selected: true }, q.get("machine")) : null);
   const type = h("input", { id: "f-type", type: "text", placeholder: "general, plan…", value: q.get("type") || "" });
   const source = h("input", { id: "f-source", type: "text", placeholder: "api, cli, webhook:…", value: q.get("source") || "" });
   const text = h("input", { id: "f-text", type: "search", placeholder: "text in the input", value: q.get("q") || "" });
@@ -350,6 +356,7 @@ views.tasks = async function (signal, params) {
   const pager = h("div", { class: "pager" });
   const filters = h("form", { class: "filters card wide", role: "search" },
     h("div", { class: "field" }, h("label", { for: "f-state" }, "State"), state),
+    h("div", { class: "field" }, h("label", { for: "f-machine" }, "Machine"), machine),
     h("div", { class: "field" }, h("label", { for: "f-type" }, "Type"), type),
     h("div", { class: "field" }, h("label", { for: "f-source" }, "Source"), source),
     h("div", { class: "field grow" }, h("label", { for: "f-text" }, "Search (press / to focus)"), text),
@@ -359,13 +366,14 @@ views.tasks = async function (signal, params) {
     ev.preventDefault();
     const p = new URLSearchParams();
     if (state.value) p.set("state", state.value);
+    if (machine.value) p.set("machine", machine.value);
     if (type.value.trim()) p.set("type", type.value.trim());
     if (source.value.trim()) p.set("source", source.value.trim());
     if (text.value.trim()) p.set("q", text.value.trim());
     if (order.value !== "desc") p.set("order", order.value);
     location.hash = "#/tasks" + (p.toString() ? "?" + p : "");
   });
-  [state, order].forEach(el => el.addEventListener("change", () => filters.requestSubmit()));
+  [state, machine, order].forEach(el => el.addEventListener("change", () => filters.requestSubmit()));
   set(main, h("h1", {}, "Tasks"), filters,
     h("section", { class: "card wide" }, h("div", { class: "tablewrap" }, h("table", { id: "tasks" },
       h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
@@ -376,7 +384,7 @@ views.tasks = async function (signal, params) {
   const needle = (q.get("q") || "").toLowerCase();
   async function load() {
     const p = new URLSearchParams();
-    for (const k of ["state", "type", "source"]) if (q.get(k)) p.set(k, q.get(k));
+    for (const k of ["state", "machine", "type", "source"]) if (q.get(k)) p.set(k, q.get(k));
     // A text search reads the 1000 tasks the other filters allow and
     // filters their input here: the API has no text index.
     p.set("limit", needle ? "1000" : "50");
@@ -399,6 +407,8 @@ views.tasks = async function (signal, params) {
   try {
     await load();
     const st = await api("GET", "/v1/stats");
+    for (const m of Object.keys(st.tasks.by_machine || {}).sort())
+      if (m !== q.get("machine") && m !== "(other)") machine.append(h("option", { value: m }, m));
     const again = debounce(() => load().catch(() => {}), 400);
     stream("/v1/events/stream", st.log.head, () => again(), signal);
   } catch (e) { showError(main, e); }
