@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"log/slog"
 
 	"github.com/oklog/ulid/v2"
@@ -10,8 +9,9 @@ import (
 )
 
 // Every log line about a task carries these typed attributes, with the
-// same keys in text and JSON logs: task_id, machine ("name/vN", empty
-// before TASK_CREATED) and, for a line about one event, event_id.
+// same keys in text and JSON logs: task_id, machine ("name@N", as the API
+// writes it; empty before TASK_CREATED) and, for a line about one event,
+// event_id.
 
 func taskIDAttr(id string) slog.Attr { return slog.String("task_id", id) }
 
@@ -19,7 +19,7 @@ func machineAttr(t *fsm.Task) slog.Attr {
 	if t.Machine == (fsm.MachineRef{}) {
 		return slog.String("machine", "")
 	}
-	return slog.String("machine", fmt.Sprintf("%s/v%d", t.Machine.Name, t.Machine.Version))
+	return slog.String("machine", t.Machine.String())
 }
 
 func eventIDAttr(id ulid.ULID) slog.Attr { return slog.String("event_id", id.String()) }

@@ -53,7 +53,7 @@ func TestLogLinesCarryTaskAttributes(t *testing.T) {
 		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "fold refused an event" {
 			continue
 		}
-		if rec["task_id"] != id || rec["machine"] != "pegasus.task/v1" || rec["event_id"] != res.Events[0].ID.String() {
+		if rec["task_id"] != id || rec["machine"] != "pegasus.task@1" || rec["event_id"] != res.Events[0].ID.String() {
 			t.Errorf("attributes: %v", rec)
 		}
 		return

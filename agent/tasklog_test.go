@@ -52,7 +52,7 @@ func TestLifecycleLogLines(t *testing.T) {
 		}
 	}
 	done := filterTask(logRecords(t, logs, "task completed"), ok)
-	if len(done) != 1 || done[0]["machine"] != "pegasus.task/v1" || done[0]["duration"] == nil {
+	if len(done) != 1 || done[0]["machine"] != "pegasus.task@1" || done[0]["duration"] == nil {
 		t.Errorf("task completed: %v", done)
 	}
 	failed := filterTask(logRecords(t, logs, "task failed"), bad)

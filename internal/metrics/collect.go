@@ -76,7 +76,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range v.Active() {
 		machine := "none"
 		if t.Machine != (fsm.MachineRef{}) {
-			machine = fmt.Sprintf("%s/v%d", t.Machine.Name, t.Machine.Version)
+			machine = t.Machine.String()
 		}
 		active[key{string(t.State), machine}]++
 		if a.Queued(t.ID) {
