@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
 
-	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // TestBrokerCrash kills the daemon with SIGKILL while tasks are queued,
@@ -127,24 +124,7 @@ func TestBrokerCrash(t *testing.T) {
 	}
 	p.stop(t)
 
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	rep, err := replay.Verify(ctx, l, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("verify: %s\n%+v", rep.Summary(), rep.Problems)
-	}
-	v, _, err := replay.Open(ctx, l, &replay.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, v := openVerified(t, data)
 	for id, isSilent := range ids {
 		task, err := v.Task(id)
 		if err != nil {

@@ -253,8 +253,10 @@ func TestCrashRecovery(t *testing.T) {
 	checkLog(t, data, ackedAll)
 }
 
-// checkLog audits a stopped daemon's data directory.
-func checkLog(t *testing.T, data string, acked map[string]bool) {
+// openVerified opens a stopped daemon's data directory read-only, fails
+// the test unless verify finds nothing wrong, and folds it. The log is
+// closed when the test ends.
+func openVerified(t *testing.T, data string) (*eventlog.Log, *replay.View) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -262,7 +264,7 @@ func checkLog(t *testing.T, data string, acked map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	rep, err := replay.Verify(ctx, l, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +276,13 @@ func checkLog(t *testing.T, data string, acked map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return l, v
+}
+
+// checkLog audits a stopped daemon's data directory.
+func checkLog(t *testing.T, data string, acked map[string]bool) {
+	t.Helper()
+	l, v := openVerified(t, data)
 	for id := range acked {
 		task, err := v.Task(id)
 		if err != nil {
