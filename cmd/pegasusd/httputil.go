@@ -240,30 +240,6 @@ func (t *tokenCheck) ok(r *http.Request) bool {
 	return subtle.ConstantTimeCompare(h[:], t[:]) == 1
 }
 
-// statusRecorder remembers the status for the access log.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection (SSE flushes and
-// write deadlines).
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
 func logRequest(l *slog.Logger, r *http.Request, status int) {
 	l.Debug("http", "method", r.Method, "path", r.URL.Path, "status", status, "remote", r.RemoteAddr)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
+	"github.com/pegasus-engine/pegasus/internal/metrics"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -105,18 +106,18 @@ func (s *server) wrap(h handler) http.Handler {
 // middleware authenticates, bounds the body, recovers panics and logs.
 func (s *server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &metrics.StatusRecorder{ResponseWriter: w}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
 				s.log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
-				if rec.status == 0 {
+				if rec.Status == 0 {
 					writeError(rec, &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error"})
 				}
 			}
-			logRequest(s.log, r, rec.status)
+			logRequest(s.log, r, rec.Status)
 		}()
 		if s.token != nil && r.URL.Path != "/healthz" && r.URL.Path != "/readyz" && !s.token.ok(r) {
 			writeError(rec, &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,

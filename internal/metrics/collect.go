@@ -196,38 +196,42 @@ func fsyncHistogram(pm *pebble.Metrics) (prometheus.Metric, bool) {
 func (m *Metrics) InstrumentHTTP(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &recorder{ResponseWriter: w}
+		rec := &StatusRecorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
 		route := r.Pattern
 		if route == "" {
 			route = "unmatched"
 		}
-		if rec.status == 0 {
-			rec.status = http.StatusOK
+		if rec.Status == 0 {
+			rec.Status = http.StatusOK
 		}
-		m.httpRequests.WithLabelValues(route, fmt.Sprint(rec.status)).Inc()
+		m.httpRequests.WithLabelValues(route, fmt.Sprint(rec.Status)).Inc()
 		m.httpDuration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
 
-type recorder struct {
+// StatusRecorder remembers the status a handler answered with (200 if it
+// wrote a body without one), for the metrics here and the daemon's access
+// log.
+type StatusRecorder struct {
 	http.ResponseWriter
-	status int
+	Status int
 }
 
-func (r *recorder) WriteHeader(code int) {
-	if r.status == 0 {
-		r.status = code
+func (r *StatusRecorder) WriteHeader(code int) {
+	if r.Status == 0 {
+		r.Status = code
 	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
-func (r *recorder) Write(b []byte) (int, error) {
-	if r.status == 0 {
-		r.status = http.StatusOK
+func (r *StatusRecorder) Write(b []byte) (int, error) {
+	if r.Status == 0 {
+		r.Status = http.StatusOK
 	}
 	return r.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the connection (SSE flushes).
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+// Unwrap lets http.ResponseController reach the connection (SSE flushes
+// and write deadlines).
+func (r *StatusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
