@@ -143,13 +143,23 @@ async function brokerAPI(method, path, body) {
   for (;;) {
     const hd = { "X-Agent-ID": "dashboard" };
     if (body !== undefined) hd["Content-Type"] = "application/json";
-    const sent = sessionStorage.getItem(ADMIN_KEY) || sessionStorage.getItem(TOKEN_KEY);
+    const sentAdmin = sessionStorage.getItem(ADMIN_KEY), sentToken = sessionStorage.getItem(TOKEN_KEY);
+    const sent = sentAdmin || sentToken;
     if (sent) hd["Authorization"] = "Bearer " + sent;
     const res = await fetch(path, { method, headers: hd, body: body !== undefined ? JSON.stringify(body) : undefined });
     if (res.status !== 401) return answer(res);
-    const data = await res.clone().json().catch(() => null);
+    const data = await res.json().catch(() => null);
     const msg = (data && data.error && data.error.message) || "";
-    if (!msg.startsWith("an admin route")) { await refused(sessionStorage.getItem(TOKEN_KEY)); continue; }
+    if (!msg.startsWith("an admin route")) {
+      // The daemon's own check: an admin token it refuses cannot be the
+      // daemon's token, and one header cannot carry both.
+      if (sentAdmin) {
+        if (sessionStorage.getItem(ADMIN_KEY) === sentAdmin) sessionStorage.removeItem(ADMIN_KEY);
+        throw new APIError(401, "unauthorized", "the daemon refused the admin token: with --token set, --admin-token must be the same value");
+      }
+      await refused(sentToken);
+      continue;
+    }
     if ((sessionStorage.getItem(ADMIN_KEY) || sessionStorage.getItem(TOKEN_KEY)) !== sent) continue;
     const had = sessionStorage.getItem(ADMIN_KEY);
     sessionStorage.removeItem(ADMIN_KEY);
