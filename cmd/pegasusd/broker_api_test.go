@@ -52,6 +52,23 @@ func (td *testDaemon) poll(worker string) []dispatchJSON {
 	return page.Tasks
 }
 
+// waitDLQ returns the DLQ once it holds n tasks (the broker dead-letters a
+// task right after its last failure), or after five seconds of long polls.
+func (td *testDaemon) waitDLQ(n int) []dispatchJSON {
+	td.t.Helper()
+	var dlq struct {
+		Tasks []dispatchJSON `json:"tasks"`
+	}
+	for range 50 {
+		td.admin("GET", "/api/v1/dlq", "").json(td.t, &dlq)
+		if len(dlq.Tasks) == n {
+			break
+		}
+		td.as("ops", "GET", "/api/v1/tasks?agent=nobody&wait=100ms", "")
+	}
+	return dlq.Tasks
+}
+
 // TestBrokerAPI drives the seed's endpoints over real HTTP against a real
 // daemon: headers and tokens, defaults, idempotent create, capability
 // routing and priority order, long polls, reports only from the assigned
@@ -136,18 +153,9 @@ func TestBrokerAPI(t *testing.T) {
 		t.Fatalf("gen got %+v, want child", got)
 	}
 	mustStatus(t, td.as("gen", "POST", "/api/v1/tasks/"+child.TaskID+"/fail", `{"error":"bad input"}`), 200)
-	var dlq struct {
-		Tasks []dispatchJSON `json:"tasks"`
-	}
-	for range 50 { // the broker dead-letters it right after the failure
-		td.admin("GET", "/api/v1/dlq", "").json(t, &dlq)
-		if len(dlq.Tasks) == 1 {
-			break
-		}
-		td.as("gen", "GET", "/api/v1/tasks?agent=nobody&wait=100ms", "")
-	}
-	if len(dlq.Tasks) != 1 || dlq.Tasks[0].TaskID != child.TaskID || dlq.Tasks[0].DeadLetterReason != "retries_exhausted" {
-		t.Fatalf("dlq: %+v", dlq.Tasks)
+	dlq := td.waitDLQ(1)
+	if len(dlq) != 1 || dlq[0].TaskID != child.TaskID || dlq[0].DeadLetterReason != "retries_exhausted" {
+		t.Fatalf("dlq: %+v", dlq)
 	}
 	parent := dtask(t, td.as("mike", "GET", "/api/v1/tasks/"+urgent.TaskID, ""))
 	if len(parent.Children) != 1 || parent.Children[0] != child.TaskID {

@@ -115,6 +115,18 @@ func (b *browser) fail(what string, err error) {
 	b.t.Fatalf("%s: %v\npage text:\n%s\nscreenshot: %s", what, err, text, path)
 }
 
+// tokenKept checks that token lives in the tab's sessionStorage under key,
+// never in the URL.
+func (b *browser) tokenKept(key, token string) {
+	b.t.Helper()
+	if got := eval[string](b, fmt.Sprintf(`sessionStorage.getItem(%q) || ""`, key)); got != token {
+		b.t.Errorf("sessionStorage %s = %q, want %q", key, got, token)
+	}
+	if u := eval[string](b, `location.href`); strings.Contains(u, token) {
+		b.t.Errorf("the token is in the URL %s", u)
+	}
+}
+
 // shot saves a full-page screenshot and prints its path.
 func (b *browser) shot(name string) string {
 	b.t.Helper()
@@ -192,13 +204,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[string](b, `document.querySelector('#by-machine [data-key="pegasus.task@1"]').textContent`); got != "4" {
 		t.Errorf("overview: tasks by machine pegasus.task@1 = %s, want 4", got)
 	}
-	// The token lives in the tab's sessionStorage, never in the URL.
-	if got := eval[string](b, `sessionStorage.getItem("pegasus.token") || ""`); got != token {
-		t.Errorf("sessionStorage token = %q", got)
-	}
-	if u := eval[string](b, `location.href`); strings.Contains(u, token) {
-		t.Errorf("the token is in the URL %s", u)
-	}
+	b.tokenKept("pegasus.token", token)
 	b.shot("overview")
 
 	// A task submitted elsewhere appears live and completes without a

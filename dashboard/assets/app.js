@@ -5,6 +5,7 @@
 
 const STATES = ["idle", "reasoning", "acting", "suspended", "completed", "failed"];
 const TOKEN_KEY = "pegasus.token";
+const ADMIN_KEY = "pegasus.admin-token"; // the broker's, when it differs
 const main = document.getElementById("main");
 const liveEl = document.getElementById("live");
 
@@ -71,13 +72,18 @@ function authHeaders(extra) {
 
 let tokenWaiters = null;
 // askToken shows the token dialog once, however many calls were refused.
-function askToken(message) {
+// With key ADMIN_KEY it asks for the broker's admin token instead.
+function askToken(message, key) {
   if (tokenWaiters) return tokenWaiters.promise;
+  key = key || TOKEN_KEY;
   let resolve;
   const promise = new Promise(r => { resolve = r; });
   tokenWaiters = { promise };
   const dlg = document.getElementById("token-dialog");
   const input = document.getElementById("token-input");
+  const admin = key === ADMIN_KEY;
+  document.getElementById("token-title").textContent = admin ? "The broker needs its admin token" : "This daemon needs a token";
+  document.getElementById("token-what").textContent = admin ? "the broker's admin token (--admin-token or PEGASUS_ADMIN_TOKEN)" : "the daemon's bearer token (--token or PEGASUS_TOKEN)";
   document.getElementById("token-error").textContent = message || "";
   input.value = "";
   const form = document.getElementById("token-form");
@@ -85,7 +91,7 @@ function askToken(message) {
     ev.preventDefault();
     const v = input.value.trim();
     if (!v) return;
-    sessionStorage.setItem(TOKEN_KEY, v);
+    sessionStorage.setItem(key, v);
     form.removeEventListener("submit", done);
     dlg.close();
     document.getElementById("token-btn").hidden = false;
@@ -116,12 +122,48 @@ async function api(method, path, body) {
       await refused(sent);
       continue;
     }
+    return answer(res);
+  }
+}
+
+// answer returns a response's JSON, or throws the API's error.
+async function answer(res) {
+  const data = await res.json().catch(() => null);
+  if (!res.ok) {
+    const e = (data && data.error) || {};
+    throw new APIError(res.status, e.code || "http_" + res.status, e.message || res.statusText);
+  }
+  return data;
+}
+
+// brokerAPI calls the broker's /api/v1 as the agent "dashboard", with the
+// admin token if one was given, else the daemon's. A 401 from an admin
+// route asks for the admin token once; from the daemon, for its token.
+async function brokerAPI(method, path, body) {
+  for (;;) {
+    const hd = { "X-Agent-ID": "dashboard" };
+    if (body !== undefined) hd["Content-Type"] = "application/json";
+    const sentAdmin = sessionStorage.getItem(ADMIN_KEY), sentToken = sessionStorage.getItem(TOKEN_KEY);
+    const sent = sentAdmin || sentToken;
+    if (sent) hd["Authorization"] = "Bearer " + sent;
+    const res = await fetch(path, { method, headers: hd, body: body !== undefined ? JSON.stringify(body) : undefined });
+    if (res.status !== 401) return answer(res);
     const data = await res.json().catch(() => null);
-    if (!res.ok) {
-      const e = (data && data.error) || {};
-      throw new APIError(res.status, e.code || "http_" + res.status, e.message || res.statusText);
+    const msg = (data && data.error && data.error.message) || "";
+    if (!msg.startsWith("an admin route")) {
+      // The daemon's own check: an admin token it refuses cannot be the
+      // daemon's token, and one header cannot carry both.
+      if (sentAdmin) {
+        if (sessionStorage.getItem(ADMIN_KEY) === sentAdmin) sessionStorage.removeItem(ADMIN_KEY);
+        throw new APIError(401, "unauthorized", "the daemon refused the admin token: with --token set, --admin-token must be the same value");
+      }
+      await refused(sentToken);
+      continue;
     }
-    return data;
+    if ((sessionStorage.getItem(ADMIN_KEY) || sessionStorage.getItem(TOKEN_KEY)) !== sent) continue;
+    const had = sessionStorage.getItem(ADMIN_KEY);
+    sessionStorage.removeItem(ADMIN_KEY);
+    await askToken(had ? "That admin token was refused. Try again." : "", ADMIN_KEY);
   }
 }
 
@@ -602,10 +644,112 @@ function renderTree(el, why, taskID) {
     why.truncated ? h("p", { class: "muted" }, "… cut at 500 events.") : null);
 }
 
-// views.broker: the broker (broker/, dispatch.task) has not landed. When it
-// does, its page goes here: workers with capabilities, load, last seen and
-// draining; the DLQ with requeue of one task or of every task matching a
-// filter, and search by error text; all through the broker's HTTP routes.
+// views.broker: the Dispatch broker (docs/broker.md) through /api/v1:
+// its stats, its workers, and the dead-letter queue with requeue of one
+// task or of every task a filter selects.
+views.broker = async function (signal, params) {
+  document.title = "Broker · Pegasus";
+  const q = new URLSearchParams(params || "");
+  const counts = h("div", { class: "counts", id: "broker-counts", "aria-label": "Dispatch tasks by status" });
+  const figures = h("dl", { class: "figures", id: "broker-figures" });
+  const workers = h("tbody");
+  const dlq = h("tbody");
+  const dlqStatus = h("p", { class: "muted", id: "dlq-status" });
+  const dlqErr = h("p", { class: "error", role: "alert", id: "dlq-error" });
+  const ftext = h("input", { id: "dlq-error-text", type: "search", placeholder: "text in the error", value: q.get("error") || "" });
+  const fcap = h("input", { id: "dlq-capability", type: "text", placeholder: "a capability", value: q.get("capability") || "" });
+  const filter = () => {
+    const f = {};
+    if (ftext.value.trim()) f.error = ftext.value.trim();
+    if (fcap.value.trim()) f.capability = fcap.value.trim();
+    return f;
+  };
+  const requeueAll = h("button", { type: "button", id: "dlq-requeue-all" }, "Requeue all matching");
+  const form = h("form", { class: "filters row", role: "search", id: "dlq-filter" },
+    h("div", { class: "field" }, h("label", { for: "dlq-error-text" }, "Error contains"), ftext),
+    h("div", { class: "field" }, h("label", { for: "dlq-capability" }, "Capability"), fcap),
+    h("button", { type: "submit", class: "quiet", id: "dlq-filter-btn" }, "Filter"), requeueAll);
+  set(main,
+    h("h1", {}, "Broker"),
+    counts,
+    h("section", { class: "card wide", "aria-labelledby": "bstats-h" }, h("h2", { id: "bstats-h" }, "Queue"), figures),
+    h("section", { class: "card wide", "aria-labelledby": "workers-h" },
+      h("h2", { id: "workers-h" }, "Workers"),
+      h("div", { class: "tablewrap" }, h("table", { id: "workers" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Worker"), h("th", {}, "Capabilities"), h("th", {}, "Load"),
+          h("th", {}, "Last seen"), h("th", {}, "State"))), workers))),
+    h("section", { class: "card wide", "aria-labelledby": "dlq-h" },
+      h("h2", { id: "dlq-h" }, "Dead letters"), form, dlqErr, dlqStatus,
+      h("div", { class: "tablewrap" }, h("table", { id: "dlq" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "Title"), h("th", { class: "hide-narrow" }, "Capabilities"),
+          h("th", {}, "Error"), h("th", { class: "hide-narrow" }, "Retries"), h("th", { class: "hide-narrow" }, "Dead since"), h("th", {}, ""))), dlq))));
+
+  const requeue = async (what, path, body) => {
+    dlqErr.textContent = "";
+    dlqStatus.textContent = "";
+    try {
+      const r = await brokerAPI("POST", path, body);
+      dlqStatus.textContent = what(r);
+      await refresh();
+    } catch (e) { dlqErr.textContent = e.code + ": " + e.message; }
+  };
+  requeueAll.addEventListener("click", () => {
+    const f = filter();
+    requeue(r => "Requeued " + r.requeued + " task" + (r.requeued === 1 ? "" : "s") + ".", "/api/v1/dlq/requeue",
+      Object.assign({ reason: "requeued from the dashboard" }, f));
+  });
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const f = new URLSearchParams(filter()).toString();
+    location.hash = "#/broker" + (f ? "?" + f : "");
+  });
+
+  async function refresh() {
+    const [st, ag, dl] = await Promise.all([brokerAPI("GET", "/api/v1/stats"), brokerAPI("GET", "/api/v1/agents"), brokerAPI("GET", "/api/v1/dlq")]);
+    if (signal.aborted) return;
+    const cell = (label, n, key) => h("div", { class: "count", "data-state": key },
+      h("span", { class: "n", "data-count": key }, n), h("span", { class: "l" }, label));
+    set(counts, cell("dispatch tasks", st.tasks, "all"),
+      ...Object.entries(st.by_status).map(([k, n]) => cell(k.replace("_", " "), n, k)));
+    const fig = (label, v, key) => [h("dt", {}, label), h("dd", { "data-figure": key }, v)];
+    set(figures,
+      fig("Queue depth (pending)", st.queue_depth, "queue_depth"),
+      fig("Oldest queued", st.queue_depth ? fmtMs(Math.round(st.oldest_queued_seconds * 1000)) : "—", "oldest_queued"),
+      fig("Retries", st.retries, "retries"),
+      fig("Dead letters", st.dead_letters, "dead_letters"),
+      fig("Requeues", st.requeues, "requeues"),
+      fig("Time to assign p50 / p99", st.time_to_assign.n ? fmtMs(Math.round(st.time_to_assign.p50_ms)) + " / " + fmtMs(Math.round(st.time_to_assign.p99_ms)) : "—", "time_to_assign"),
+      fig("Time to complete p50 / p99", st.time_to_complete.n ? fmtMs(Math.round(st.time_to_complete.p50_ms)) + " / " + fmtMs(Math.round(st.time_to_complete.p99_ms)) : "—", "time_to_complete"));
+    set(workers, ...ag.agents.map(w => h("tr", { "data-id": w.id },
+      h("td", {}, h("code", {}, w.id)),
+      h("td", {}, w.capabilities.length ? w.capabilities.join(", ") : h("span", { class: "muted" }, "any task without requirements")),
+      h("td", { "data-load": w.active_tasks.length + "/" + (w.max_tasks || 1) }, w.active_tasks.length + " / " + (w.max_tasks || 1)),
+      h("td", {}, w.last_seen ? h("time", { datetime: w.last_seen, title: fmtTime(w.last_seen) }, ago(w.last_seen)) : "—"),
+      h("td", {}, w.draining ? h("span", { class: "state suspended" }, "draining") : w.alive ? h("span", { class: "state completed" }, "alive") : h("span", { class: "state failed" }, "gone")))));
+    if (!ag.agents.length) workers.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No worker has registered.")));
+    const f = filter();
+    const shown = dl.tasks.filter(t => (!f.error || (t.error || "").includes(f.error)) &&
+      (!f.capability || t.required_capabilities.some(c => c.toLowerCase() === f.capability.toLowerCase())));
+    set(dlq, ...shown.map(t => h("tr", { "data-id": t.task_id },
+      h("td", {}, h("code", { title: t.task_id }, t.task_id.slice(-8))),
+      h("td", {}, t.title),
+      h("td", { class: "hide-narrow" }, t.required_capabilities.join(", ")),
+      h("td", { class: "wrap" }, t.error || t.dead_letter_reason || ""),
+      h("td", { class: "hide-narrow" }, t.retry_count + " / " + t.max_retries),
+      h("td", { class: "hide-narrow" }, fmtTime(t.completed_at)),
+      h("td", {}, h("button", { type: "button", class: "quiet", "data-requeue": t.task_id, onclick: (ev) => {
+        const id = ev.currentTarget.dataset.requeue;
+        requeue(() => "Requeued " + id + ".", "/api/v1/dlq/" + encodeURIComponent(id) + "/requeue", { reason: "requeued from the dashboard" });
+      } }, "Requeue")))));
+    if (!shown.length) dlq.append(h("tr", {}, h("td", { colspan: 7, class: "muted" }, dl.tasks.length ? "No dead letter matches." : "The dead-letter queue is empty.")));
+    requeueAll.disabled = shown.length === 0;
+  }
+  try {
+    const [head] = await Promise.all([api("GET", "/v1/stats").then(st => st.log.head), refresh()]);
+    const again = debounce(() => refresh().catch(e => { dlqErr.textContent = e.code + ": " + e.message; }), 250);
+    stream("/v1/events/stream", head, () => again(), signal);
+  } catch (e) { showError(main, e); }
+};
 
 // ---- router
 
@@ -619,6 +763,7 @@ async function route() {
   let name = "overview";
   if (parts[0] === "tasks" && parts[1]) { name = "task"; views.task(cleanup.signal, params, parts[1]); }
   else if (parts[0] === "tasks") { name = "tasks"; views.tasks(cleanup.signal, params); }
+  else if (parts[0] === "broker") { name = "broker"; views.broker(cleanup.signal, params); }
   else views.overview(cleanup.signal);
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === (name === "task" ? "tasks" : name)) a.setAttribute("aria-current", "page");
@@ -636,6 +781,7 @@ document.addEventListener("keydown", (ev) => {
 });
 document.getElementById("token-btn").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(ADMIN_KEY); // asked for again by the next admin call
   askToken("Enter a new token.").then(route);
 });
 if (sessionStorage.getItem(TOKEN_KEY)) document.getElementById("token-btn").hidden = false;

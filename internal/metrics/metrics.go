@@ -54,6 +54,7 @@ type Metrics struct {
 	taskDuration  *prometheus.HistogramVec
 	httpRequests  *prometheus.CounterVec
 	httpDuration  *prometheus.HistogramVec
+	broker        map[string]prometheus.Counter // by DISPATCH_* event type
 
 	mu       sync.Mutex
 	bounds   map[string]map[string]bool // label name -> values seen
@@ -98,6 +99,11 @@ func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pegasus_http_request_duration_seconds",
 		Help: "Time to answer HTTP requests (event streams: their whole life), by route pattern.", Buckets: latency},
 		[]string{"route"})
+	m.broker = map[string]prometheus.Counter{}
+	for _, c := range brokerCounters {
+		m.broker[string(c.event)] = prometheus.NewCounter(prometheus.CounterOpts{Name: c.name, Help: c.help})
+		m.reg.MustRegister(m.broker[string(c.event)])
+	}
 	m.reg.MustRegister(m.events, m.commits, m.commitLatency, m.modelCalls, m.modelLatency, m.modelRetries,
 		m.tokens, m.toolCalls, m.toolDuration, m.taskDuration, m.httpRequests, m.httpDuration,
 		(*stateCollector)(m), (*storageCollector)(m))
@@ -208,9 +214,24 @@ func (m *Metrics) observeGroup(g *commitGroup, started time.Time) {
 	*g = commitGroup{}
 }
 
+// brokerCounters are the Dispatch broker's counters, one per event type.
+var brokerCounters = []struct {
+	event      fsm.EventType
+	name, help string
+}{
+	{fsm.DispatchAssigned, "pegasus_broker_assignments_total", "Dispatch tasks assigned to a worker since the start."},
+	{fsm.DispatchRetried, "pegasus_broker_retries_total", "Dispatch tasks put back to pending after a failure or a timeout since the start."},
+	{fsm.DispatchTimedOut, "pegasus_broker_timeouts_total", "Dispatch tasks timed out (deadline or heartbeat) since the start."},
+	{fsm.DispatchDeadLettered, "pegasus_broker_dead_letters_total", "Dispatch tasks dead-lettered since the start."},
+	{fsm.DispatchRequeued, "pegasus_broker_requeues_total", "Dead letters requeued by an operator since the start."},
+}
+
 // observe derives the counters of one committed event.
 func (m *Metrics) observe(ev eventlog.Event) {
 	m.events.WithLabelValues(m.bounded("type", ev.Type)).Inc()
+	if c := m.broker[ev.Type]; c != nil {
+		c.Inc()
+	}
 	fe, err := replay.Decode(ev)
 	if err != nil {
 		return
