@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"sync"
+
+	"github.com/pegasus-engine/pegasus/internal/watermark"
 )
 
 // watchers is who waits on the fold, with its own lock: the waiters of
@@ -14,8 +16,7 @@ type watchers struct {
 	waiters   map[string]chan struct{}
 	listeners map[int]func(Notification)
 	nextL     int
-	hooked    uint64        // the last sequence the hook has dispatched
-	hookedCh  chan struct{} // closed when hooked moves, if someone waits
+	hooked    watermark.Mark // the last sequence the hook has dispatched
 }
 
 func newWatchers() *watchers {
@@ -45,36 +46,12 @@ func (w *watchers) changed(id string) <-chan struct{} {
 }
 
 // markHooked records that the hook has dispatched seq.
-func (w *watchers) markHooked(seq uint64) {
-	w.mu.Lock()
-	w.hooked = seq
-	if w.hookedCh != nil {
-		close(w.hookedCh)
-		w.hookedCh = nil
-	}
-	w.mu.Unlock()
-}
+func (w *watchers) markHooked(seq uint64) { w.hooked.Advance(seq) }
 
 // waitHooked blocks until the hook has dispatched seq: the event is folded
 // and whatever it made due is scheduled (a new task is running or queued).
 func (w *watchers) waitHooked(ctx context.Context, seq uint64) error {
-	for {
-		w.mu.Lock()
-		if w.hooked >= seq {
-			w.mu.Unlock()
-			return nil
-		}
-		if w.hookedCh == nil {
-			w.hookedCh = make(chan struct{})
-		}
-		ch := w.hookedCh
-		w.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return w.hooked.Wait(ctx, seq)
 }
 
 // listen registers fn for every notification and returns its remover.

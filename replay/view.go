@@ -13,6 +13,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/watermark"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -34,9 +35,9 @@ type View struct {
 	since  int    // events folded since the last checkpoint began
 	issues []Issue
 	nIssue int
-	// advanced is closed (and cleared) when the position moves, if a
-	// WaitFor is waiting.
-	advanced chan struct{}
+	// folded is the position WaitFor waits on: set.Seq(), moved forward
+	// after every fold and once the recovery fold is done.
+	folded watermark.Mark
 
 	// Checkpoints (see checkpoint). ckSem holds one token: one checkpoint
 	// at a time. The fields below are guarded by mu.
@@ -72,7 +73,9 @@ func NewView(opts *Options) (*View, error) {
 
 // viewFrom wraps a Set restored for a per-task fold.
 func viewFrom(o *Options, set *projection.Set) *View {
-	return &View{opts: o, set: set, ckSem: make(chan struct{}, 1)}
+	v := &View{opts: o, set: set, ckSem: make(chan struct{}, 1)}
+	v.folded.Advance(set.Seq())
+	return v
 }
 
 // Seq returns the global sequence of the last event folded, 0 for none.
@@ -111,10 +114,7 @@ func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
 		}
 	}
 	v.since++
-	if v.advanced != nil {
-		close(v.advanced)
-		v.advanced = nil
-	}
+	v.folded.Advance(v.set.Seq())
 	if v.write {
 		if err := v.budgetLocked(ctx); err != nil {
 			return Change{}, err
@@ -271,23 +271,7 @@ func (v *View) identity() string { return projection.Identity(v.opts.setOptions(
 // WaitFor blocks until the View has folded seq (read-your-writes after an
 // append) or ctx ends.
 func (v *View) WaitFor(ctx context.Context, seq uint64) error {
-	for {
-		v.mu.Lock()
-		if v.set.Seq() >= seq {
-			v.mu.Unlock()
-			return nil
-		}
-		if v.advanced == nil {
-			v.advanced = make(chan struct{})
-		}
-		ch := v.advanced
-		v.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return v.folded.Wait(ctx, seq)
 }
 
 // Follow folds the live log into v from v.Seq()+1 until ctx ends, calling
@@ -514,6 +498,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: recovery fold from seq %d: %w", rec.Checkpoint+1, err)
 	}
+	v.folded.Advance(v.set.Seq()) // a checkpoint at the head folds nothing
 	if err := v.Checkpoint(ctx); err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/watermark"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -56,10 +57,9 @@ type Metrics struct {
 	httpDuration  *prometheus.HistogramVec
 	broker        map[string]prometheus.Counter // by DISPATCH_* event type
 
-	mu       sync.Mutex
-	bounds   map[string]map[string]bool // label name -> values seen
-	seen     uint64                     // the last sequence Run observed
-	advanced chan struct{}              // closed when seen moves, if WaitFor waits
+	mu     sync.Mutex
+	bounds map[string]map[string]bool // label name -> values seen
+	seen   watermark.Mark             // the last sequence Run observed
 }
 
 // New returns the metrics of the daemon running a over the log l; a must
@@ -168,36 +168,14 @@ func (m *Metrics) Run(ctx context.Context, from uint64) error {
 		if ev.Seq >= m.l.Head() {
 			m.observeGroup(&group, started)
 		}
-		m.mu.Lock()
-		m.seen = ev.Seq
-		if m.advanced != nil {
-			close(m.advanced)
-			m.advanced = nil
-		}
-		m.mu.Unlock()
+		m.seen.Advance(ev.Seq)
 	}
 }
 
 // WaitFor blocks until Run has observed seq, or ctx ends: a scrape after
 // it counts every event up to seq.
 func (m *Metrics) WaitFor(ctx context.Context, seq uint64) error {
-	for {
-		m.mu.Lock()
-		if m.seen >= seq {
-			m.mu.Unlock()
-			return nil
-		}
-		if m.advanced == nil {
-			m.advanced = make(chan struct{})
-		}
-		ch := m.advanced
-		m.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return m.seen.Wait(ctx, seq)
 }
 
 // commitGroup accumulates consecutive events of one commit group.
