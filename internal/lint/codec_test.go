@@ -2,12 +2,8 @@ package lint
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -40,35 +36,12 @@ func TestOneMsgpackCodec(t *testing.T) {
 // checkMsgpack returns one line for each msgpack entry point the file at
 // path (rel, relative to the module root) calls without being allowed to.
 func checkMsgpack(path, rel string) ([]string, error) {
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-	if err != nil {
-		return nil, err
-	}
-	name := ""
-	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == msgpackPath {
-			name = "msgpack"
-			if imp.Name != nil {
-				name = imp.Name.Name
-			}
+	return selectorsOf(path, msgpackPath, "msgpack", func(_, name string) string {
+		if !msgpackEntryPoints[name] || msgpackAllowed[rel][name] {
+			return ""
 		}
-	}
-	if name == "" {
-		return nil, nil
-	}
-	var problems []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		sel, ok := n.(*ast.SelectorExpr)
-		if !ok {
-			return true
-		}
-		if id, ok := sel.X.(*ast.Ident); ok && id.Name == name && msgpackEntryPoints[sel.Sel.Name] && !msgpackAllowed[rel][sel.Sel.Name] {
-			problems = append(problems, fmt.Sprintf("%s: msgpack.%s outside internal/codec: use codec.Encode or codec.Decode", fset.Position(sel.Pos()), sel.Sel.Name))
-		}
-		return true
+		return fmt.Sprintf("msgpack.%s outside internal/codec: use codec.Encode or codec.Decode", name)
 	})
-	return problems, nil
 }
 
 // TestMsgpackRuleCatchesViolations proves the rule is not vacuous, also

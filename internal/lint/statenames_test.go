@@ -18,27 +18,27 @@ import (
 var loops = []string{"agent", "broker"}
 
 func TestLoopsNameNoState(t *testing.T) {
-	root := filepath.Join("..", "..")
 	for _, dir := range loops {
-		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-				return err
-			}
-			problems, err := stateNames(path)
-			for _, p := range problems {
-				t.Error(p)
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		walkSources(t, filepath.Join(root, dir), func(path, _ string) ([]string, error) { return stateNames(path) })
 	}
 }
 
 // stateNames returns one line for each fsm.State* constant the file at
 // path names.
 func stateNames(path string) ([]string, error) {
+	return selectorsOf(path, module+"fsm", "fsm", func(local, name string) string {
+		if !strings.HasPrefix(name, "State") {
+			return ""
+		}
+		return fmt.Sprintf("%s.%s: a loop dispatches on fsm.Next, never on a machine's state", local, name)
+	})
+}
+
+// selectorsOf parses the Go file at path and calls problem for every
+// selector local.Name on the package imported from importPath (named pkg,
+// or whatever name the file gives it); each non-empty answer is a problem,
+// prefixed with its position. Nil if the file does not import it.
+func selectorsOf(path, importPath, pkg string, problem func(local, name string) string) ([]string, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 	if err != nil {
@@ -46,8 +46,8 @@ func stateNames(path string) ([]string, error) {
 	}
 	local := ""
 	for _, imp := range f.Imports {
-		if p, _ := strconv.Unquote(imp.Path.Value); p == module+"fsm" {
-			local = "fsm"
+		if p, _ := strconv.Unquote(imp.Path.Value); p == importPath {
+			local = pkg
 			if imp.Name != nil {
 				local = imp.Name.Name
 			}
@@ -59,8 +59,10 @@ func stateNames(path string) ([]string, error) {
 	var problems []string
 	ast.Inspect(f, func(n ast.Node) bool {
 		if sel, ok := n.(*ast.SelectorExpr); ok {
-			if id, ok := sel.X.(*ast.Ident); ok && id.Name == local && strings.HasPrefix(sel.Sel.Name, "State") {
-				problems = append(problems, fmt.Sprintf("%s: %s.%s: a loop dispatches on fsm.Next, never on a machine's state", fset.Position(sel.Pos()), local, sel.Sel.Name))
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == local {
+				if p := problem(local, sel.Sel.Name); p != "" {
+					problems = append(problems, fmt.Sprintf("%s: %s", fset.Position(sel.Pos()), p))
+				}
 			}
 		}
 		return true
