@@ -130,6 +130,26 @@ func crashOnce(t *testing.T, iter int, rng *rand.Rand, fs *vfs.MemFS, acked map[
 	return clone
 }
 
+// switchedFS wraps fs so that, while switched on, the operations match
+// selects fail with err.
+func switchedFS(fs vfs.FS, err error, match func(errorfs.Op) bool) (vfs.FS, func(on bool)) {
+	var mu sync.Mutex
+	inject := false
+	efs := errorfs.Wrap(fs, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if inject && match(op) {
+			return err
+		}
+		return nil
+	}))
+	return efs, func(on bool) {
+		mu.Lock()
+		inject = on
+		mu.Unlock()
+	}
+}
+
 // TestInjectedIOErrors makes the WAL fail (on write or on sync) in the middle
 // of concurrent appends: the appends fail, no partial batch is ever visible,
 // the log refuses writes afterwards, and after a restart every batch is
@@ -139,23 +159,14 @@ func TestInjectedIOErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			mem := vfs.NewMem()
-			var on sync.Mutex
-			inject := false
-			efs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				on.Lock()
-				defer on.Unlock()
-				if inject && strings.HasSuffix(op.Path, ".log") && (op.Kind == kind || (kind == errorfs.OpFileSync && op.Kind == errorfs.OpFileSyncData)) {
-					return errorfs.ErrInjected
-				}
-				return nil
-			}))
+			efs, inject := switchedFS(mem, errorfs.ErrInjected, func(op errorfs.Op) bool {
+				return strings.HasSuffix(op.Path, ".log") && (op.Kind == kind || (kind == errorfs.OpFileSync && op.Kind == errorfs.OpFileSyncData))
+			})
 			l := mustOpen(t, "db", testOptions(efs))
 			for i := range 10 {
 				mustAppend(t, l, "s", Any, ev("OK", fmt.Sprint(i)))
 			}
-			on.Lock()
-			inject = true
-			on.Unlock()
+			inject(true)
 
 			var wg sync.WaitGroup
 			batches := make([][]Event, 8)
@@ -185,9 +196,7 @@ func TestInjectedIOErrors(t *testing.T) {
 					}
 				}
 			}
-			on.Lock()
-			inject = false
-			on.Unlock()
+			inject(false)
 			// Health says so at once, and Failed has fired.
 			select {
 			case <-l.Failed():
@@ -254,22 +263,11 @@ func TestInjectedStorageErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
 			mem := vfs.NewMem()
-			var on sync.Mutex
-			inject := false
-			efs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				on.Lock()
-				defer on.Unlock()
-				if inject && c.match(op) {
-					return syscall.ENOSPC
-				}
-				return nil
-			}))
+			efs, inject := switchedFS(mem, syscall.ENOSPC, c.match)
 			o := testOptions(efs)
 			o.MemTableSize = 1 << 20
 			l := mustOpen(t, "db", o)
-			on.Lock()
-			inject = true
-			on.Unlock()
+			inject(true)
 			var acked []Event
 			body := bytes.Repeat([]byte("x"), 16<<10)
 			for range c.appends {
@@ -290,9 +288,7 @@ func TestInjectedStorageErrors(t *testing.T) {
 				t.Fatalf("append after the failure: %v", err)
 			}
 			l.Close() // may report the failure
-			on.Lock()
-			inject = false
-			on.Unlock()
+			inject(false)
 
 			l = mustOpen(t, "db", testOptions(mem))
 			defer closeLog(t, l)
