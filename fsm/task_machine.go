@@ -326,7 +326,7 @@ func create(v int, n *Task, ev *Event) error {
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
 // writes to n: on error n is unchanged.
-func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
+func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 	switch ev.Type {
 	case ReasonDone:
 		b, err := bodyAs[ReasonDoneBody](from, ev)
@@ -359,7 +359,7 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 			EventID:    ev.ID,
 		})
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
-		m.finishStep(n, from, ev)
+		finishStep(1, n, from, ev)
 		return nil
 
 	case ReflectionComplete:
@@ -452,11 +452,7 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 		})
 		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
 		n.Context.PendingCall = nil
-		if v == 0 {
-			taskMachineV0{}.finishTool(n, from, ev)
-		} else {
-			taskMachineV1{}.finishStep(n, from, ev)
-		}
+		finishStep(v, n, from, ev)
 		return nil
 
 	case TaskSuspended:
@@ -537,20 +533,24 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 	return eventErr(from, ev.Type, "no rule for this event")
 }
 
-// finishStep marks the current step of n's plan completed and routes:
+// finishStep marks the current step of n's plan completed (a tool_call
+// step under either version, any step under v1) and routes:
 //
-//	more steps             -> acting (a self-transition, recorded in History)
-//	all done, any tool_call -> reasoning (next iteration: the model sees the results)
-//	all done, no tool_call  -> completed (respond and generate steps only)
+//	more steps                  -> acting (a self-transition, recorded in History)
+//	all done, v0                -> reflecting
+//	all done, v1, any tool_call -> reasoning (next iteration: the model sees the results)
+//	all done, v1, no tool_call  -> completed (respond and generate steps only)
 //
 // The plan is copied before the step is marked, so the task the caller
 // passed to Apply keeps its own plan.
-func (taskMachineV1) finishStep(n *Task, from State, ev *Event) {
+func finishStep(v int, n *Task, from State, ev *Event) {
 	markStepDone(n)
 	p := n.Context.Plan
 	switch {
 	case p.HasMoreSteps():
 		moveTo(n, from, StateActing, ev)
+	case v == 0:
+		moveTo(n, from, StateReflecting, ev)
 	case p.HasToolCall():
 		n.Context.Iteration++
 		moveTo(n, from, StateReasoning, ev)
