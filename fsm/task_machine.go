@@ -351,14 +351,13 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: step.ActionType,
 			Success:    true,
 			Result:     b.Result,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		}, b.NewMessages)
 		finishStep(1, n, from, ev)
 		return nil
 
@@ -440,7 +439,7 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 		if b.Tool != "" && b.Tool != tool {
 			return eventErr(from, ev.Type, "tool %q is not step %d's tool %q", b.Tool, step.Index, tool)
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: ActionToolCall,
 			Tool:       tool,
@@ -449,8 +448,7 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 			Error:      b.Error,
 			DurationMS: b.DurationMS,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		}, b.NewMessages)
 		n.Context.PendingCall = nil
 		finishStep(v, n, from, ev)
 		return nil
@@ -557,6 +555,13 @@ func finishStep(v int, n *Task, from State, ev *Event) {
 	default:
 		moveTo(n, from, StateCompleted, ev)
 	}
+}
+
+// recordResult records the outcome of the current step and the messages
+// it brought.
+func recordResult(n *Task, r ActionResult, msgs []Message) {
+	n.Context.ActionsDone = append(n.Context.ActionsDone, r)
+	n.Context.Messages = append(n.Context.Messages, msgs...)
 }
 
 // currentStep returns the current step of t's plan if it has index idx and

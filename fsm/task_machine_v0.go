@@ -175,15 +175,14 @@ func (taskMachineV0) step(n *Task, from State, ev *Event) error {
 		} else if b.SubTask != "" || b.Error != "" {
 			return eventErr(from, ev.Type, "generate step %d has no child task and cannot fail", step.Index)
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: step.ActionType,
 			Success:    b.Error == "",
 			Result:     b.Result,
 			Error:      b.Error,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		}, b.NewMessages)
 		n.Context.PendingSubTask = nil
 		markStepDone(n)
 		moveTo(n, from, StateReflecting, ev)
