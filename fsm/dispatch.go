@@ -402,7 +402,7 @@ func DispatchBackoff(t *Task) time.Duration {
 	return time.Duration(d.RetryBackoffSeconds) * time.Second << min(d.RetryCount, maxBackoffShift)
 }
 
-// NotBefore returns when a pending dispatch task may be assigned: the
+// notBefore returns when a pending dispatch task may be assigned: the
 // later of run_at and a retry's backoff (zero: at once).
 func (d *Dispatch) notBefore() time.Time {
 	if d.NotBefore.After(d.RunAt) {
@@ -503,9 +503,6 @@ func dispatchCreate(n *Task, ev *Event) error {
 			HeartbeatSeconds: b.HeartbeatSeconds, RetryBackoffSeconds: b.RetryBackoffSeconds,
 			RunAt: b.RunAt.UTC(), LastAgent: b.AgentID,
 		},
-	}
-	if b.RunAt.IsZero() {
-		n.Dispatch.RunAt = time.Time{}
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -264,33 +263,14 @@ func exhaustiveDispatch(t *testing.T) {
 			case cell == "fact":
 				want, fact = string(v.state), true
 			}
-			var te *TransitionError
-			var ee *EventError
-			switch {
-			case cell == "-":
-				if !errors.As(err, &te) || !errors.Is(err, ErrInvalidTransition) {
-					t.Errorf("%s: want *TransitionError, got %v", name, err)
-				}
-			case wantErr:
-				if !errors.As(err, &ee) || errors.Is(err, ErrInvalidTransition) {
-					t.Errorf("%s: want *EventError, got %v", name, err)
-				}
-			case err != nil:
-				t.Errorf("%s: want %s, got %v", name, want, err)
-			default:
-				if string(got.State) != want {
-					t.Errorf("%s: state %s, want %s", name, got.State, want)
-				}
-				hist := len(task.History) + 1
-				if fact {
-					hist--
-				}
-				if v.state == StateNone {
-					hist = 1
-				}
-				if len(got.History) != hist {
-					t.Errorf("%s: history %d entries, want %d", name, len(got.History), hist)
-				}
+			hist := len(task.History) + 1
+			if fact {
+				hist--
+			}
+			if v.state == StateNone {
+				hist = 1
+			}
+			if checkOutcome(t, name, v.state, et, got, err, cell == "-", wantErr, want, hist) {
 				if bad := checkDispatchHistory(got); bad != "" && v.state != StateNone {
 					// build's synthetic History is well formed; so must be the result.
 					t.Errorf("%s: %s", name, bad)

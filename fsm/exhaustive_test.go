@@ -332,30 +332,11 @@ func exhaustive(t *testing.T, m Machine, table string) {
 			if can := m.CanTransition(v.state, et); can != (cellv != "-") {
 				t.Errorf("%s: CanTransition=%v, reference %q", name, can, cellv)
 			}
-			var te *TransitionError
-			switch {
-			case cellv == "-":
-				if !errors.As(err, &te) || te.From != v.state || te.Event != et || !errors.Is(err, ErrInvalidTransition) {
-					t.Errorf("%s: want *TransitionError, got %v", name, err)
-				}
-			case wantEventErr:
-				var ee *EventError
-				if !errors.As(err, &ee) || !errors.Is(err, ErrInvalidEvent) || errors.Is(err, ErrInvalidTransition) {
-					t.Errorf("%s: want *EventError, got %v", name, err)
-				}
-			case err != nil:
-				t.Errorf("%s: want %s, got %v", name, want, err)
-			default:
-				if string(got.State) != want {
-					t.Errorf("%s: state %s, want %s", name, got.State, want)
-				}
-				hist := len(task.History) + 1
-				if isFact {
-					hist--
-				}
-				if len(got.History) != hist {
-					t.Errorf("%s: history %d entries, want %d", name, len(got.History), hist)
-				}
+			hist := len(task.History) + 1
+			if isFact {
+				hist--
+			}
+			if checkOutcome(t, name, v.state, et, got, err, cellv == "-", wantEventErr, want, hist) {
 				if got.Version != ev.Version || got.Seq != ev.Seq || got.LastEvent != ev.ID || !got.UpdatedAt.Equal(ev.Time) {
 					t.Errorf("%s: envelope bookkeeping not applied: %+v", name, got)
 				}
@@ -423,4 +404,36 @@ func mustEncode(t testing.TB, task Task) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// checkOutcome checks what Apply returned for an event of type et in state
+// from against a reference table's verdict: refused (a *TransitionError),
+// wantErr (an *EventError), or else the state want with hist History
+// entries. It reports whether the event was applied, for the caller's
+// further checks.
+func checkOutcome(t *testing.T, name string, from State, et EventType, got Task, err error, refused, wantErr bool, want string, hist int) (applied bool) {
+	t.Helper()
+	var te *TransitionError
+	var ee *EventError
+	switch {
+	case refused:
+		if !errors.As(err, &te) || te.From != from || te.Event != et || !errors.Is(err, ErrInvalidTransition) {
+			t.Errorf("%s: want *TransitionError, got %v", name, err)
+		}
+	case wantErr:
+		if !errors.As(err, &ee) || !errors.Is(err, ErrInvalidEvent) || errors.Is(err, ErrInvalidTransition) {
+			t.Errorf("%s: want *EventError, got %v", name, err)
+		}
+	case err != nil:
+		t.Errorf("%s: want %s, got %v", name, want, err)
+	default:
+		if string(got.State) != want {
+			t.Errorf("%s: state %s, want %s", name, got.State, want)
+		}
+		if len(got.History) != hist {
+			t.Errorf("%s: history %d entries, want %d", name, len(got.History), hist)
+		}
+		return true
+	}
+	return false
 }

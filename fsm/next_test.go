@@ -1,6 +1,9 @@
 package fsm
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // TestNextIsLegalAndCurrent: in every state and plan shape of both
 // machines, the work Next says is due is answered only by events legal
@@ -14,14 +17,7 @@ func TestNextIsLegalAndCurrent(t *testing.T) {
 		for _, v := range variants(m) {
 			task := v.build()
 			act := Next(&task)
-			for _, et := range act.Answers() {
-				if !m.CanTransition(task.State, et) {
-					t.Errorf("%s: %s is answered by %s, not legal in %s", v, act, et, task.State)
-				}
-				if IsCommand(et) {
-					t.Errorf("%s: %s is answered by the command %s", v, act, et)
-				}
-			}
+			checkAnswers(t, v.String(), m, &task, act)
 			cur := task.Context.Plan.CurrentStep()
 			switch act.Kind {
 			case ActRunStep, ActWaitTask:
@@ -32,10 +28,6 @@ func TestNextIsLegalAndCurrent(t *testing.T) {
 				if !task.State.IsTerminal() && task.State != StateNone && task.State != StateActing {
 					t.Errorf("%s: nothing due in %s", v, task.State)
 				}
-			}
-			waits := act.Kind == ActNone || act.Kind == ActWaitInput || act.Kind == ActWaitUntil
-			if waits != (len(act.Answers()) == 0) {
-				t.Errorf("%s: %s answered by %v", v, act, act.Answers())
 			}
 			if act.Done != "" && !act.Answered(act.Done) {
 				t.Errorf("%s: %s is not answered by its own Done", v, act)
@@ -60,23 +52,31 @@ func TestDispatchNextIsLegal(t *testing.T) {
 					v := dispatchVariant{state: s, retries: budget[0], max: budget[1], eligible: el, deadLettered: dl}
 					task := v.build()
 					act := Next(&task)
-					for _, et := range act.Answers() {
-						if !m.CanTransition(task.State, et) {
-							t.Errorf("%+v: %s is answered by %s, not legal in %s", v, act, et, task.State)
-						}
-						if IsCommand(et) {
-							t.Errorf("%+v: %s is answered by the command %s", v, act, et)
-						}
-					}
+					checkAnswers(t, fmt.Sprintf("%+v", v), m, &task, act)
 					if act.Kind == ActNone && !task.IsTerminal() {
 						t.Errorf("%+v: nothing due in %s", v, task.State)
-					}
-					waits := act.Kind == ActNone || act.Kind == ActWaitInput || act.Kind == ActWaitUntil
-					if waits != (len(act.Answers()) == 0) {
-						t.Errorf("%+v: %s answered by %v", v, act, act.Answers())
 					}
 				}
 			}
 		}
+	}
+}
+
+// checkAnswers checks that act, the work Next says is due for task under m,
+// is answered only by events legal in task's state, never by a command, and
+// that it has no answer exactly when it is a wait. name says which case.
+func checkAnswers(t *testing.T, name string, m Machine, task *Task, act Action) {
+	t.Helper()
+	for _, et := range act.Answers() {
+		if !m.CanTransition(task.State, et) {
+			t.Errorf("%s: %s is answered by %s, not legal in %s", name, act, et, task.State)
+		}
+		if IsCommand(et) {
+			t.Errorf("%s: %s is answered by the command %s", name, act, et)
+		}
+	}
+	waits := act.Kind == ActNone || act.Kind == ActWaitInput || act.Kind == ActWaitUntil
+	if waits != (len(act.Answers()) == 0) {
+		t.Errorf("%s: %s answered by %v", name, act, act.Answers())
 	}
 }

@@ -326,7 +326,7 @@ func create(v int, n *Task, ev *Event) error {
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
 // writes to n: on error n is unchanged.
-func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
+func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 	switch ev.Type {
 	case ReasonDone:
 		b, err := bodyAs[ReasonDoneBody](from, ev)
@@ -351,15 +351,14 @@ func (m taskMachineV1) step(n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: step.ActionType,
 			Success:    true,
 			Result:     b.Result,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
-		m.finishStep(n, from, ev)
+		}, b.NewMessages)
+		finishStep(1, n, from, ev)
 		return nil
 
 	case ReflectionComplete:
@@ -440,7 +439,7 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 		if b.Tool != "" && b.Tool != tool {
 			return eventErr(from, ev.Type, "tool %q is not step %d's tool %q", b.Tool, step.Index, tool)
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: ActionToolCall,
 			Tool:       tool,
@@ -449,14 +448,9 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 			Error:      b.Error,
 			DurationMS: b.DurationMS,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		}, b.NewMessages)
 		n.Context.PendingCall = nil
-		if v == 0 {
-			taskMachineV0{}.finishTool(n, from, ev)
-		} else {
-			taskMachineV1{}.finishStep(n, from, ev)
-		}
+		finishStep(v, n, from, ev)
 		return nil
 
 	case TaskSuspended:
@@ -537,26 +531,37 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 	return eventErr(from, ev.Type, "no rule for this event")
 }
 
-// finishStep marks the current step of n's plan completed and routes:
+// finishStep marks the current step of n's plan completed (a tool_call
+// step under either version, any step under v1) and routes:
 //
-//	more steps             -> acting (a self-transition, recorded in History)
-//	all done, any tool_call -> reasoning (next iteration: the model sees the results)
-//	all done, no tool_call  -> completed (respond and generate steps only)
+//	more steps                  -> acting (a self-transition, recorded in History)
+//	all done, v0                -> reflecting
+//	all done, v1, any tool_call -> reasoning (next iteration: the model sees the results)
+//	all done, v1, no tool_call  -> completed (respond and generate steps only)
 //
 // The plan is copied before the step is marked, so the task the caller
 // passed to Apply keeps its own plan.
-func (taskMachineV1) finishStep(n *Task, from State, ev *Event) {
+func finishStep(v int, n *Task, from State, ev *Event) {
 	markStepDone(n)
 	p := n.Context.Plan
 	switch {
 	case p.HasMoreSteps():
 		moveTo(n, from, StateActing, ev)
+	case v == 0:
+		moveTo(n, from, StateReflecting, ev)
 	case p.HasToolCall():
 		n.Context.Iteration++
 		moveTo(n, from, StateReasoning, ev)
 	default:
 		moveTo(n, from, StateCompleted, ev)
 	}
+}
+
+// recordResult records the outcome of the current step and the messages
+// it brought.
+func recordResult(n *Task, r ActionResult, msgs []Message) {
+	n.Context.ActionsDone = append(n.Context.ActionsDone, r)
+	n.Context.Messages = append(n.Context.Messages, msgs...)
 }
 
 // currentStep returns the current step of t's plan if it has index idx and

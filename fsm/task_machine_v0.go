@@ -120,7 +120,7 @@ func (taskMachineV0) Next(t *Task) Action {
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
 // writes to n: on error n is unchanged.
-func (m taskMachineV0) step(n *Task, from State, ev *Event) error {
+func (taskMachineV0) step(n *Task, from State, ev *Event) error {
 	switch ev.Type {
 	case PerceiveDone:
 		b, err := bodyAs[PerceiveDoneBody](from, ev)
@@ -175,15 +175,14 @@ func (m taskMachineV0) step(n *Task, from State, ev *Event) error {
 		} else if b.SubTask != "" || b.Error != "" {
 			return eventErr(from, ev.Type, "generate step %d has no child task and cannot fail", step.Index)
 		}
-		n.Context.ActionsDone = append(n.Context.ActionsDone, ActionResult{
+		recordResult(n, ActionResult{
 			StepIndex:  step.Index,
 			ActionType: step.ActionType,
 			Success:    b.Error == "",
 			Result:     b.Result,
 			Error:      b.Error,
 			EventID:    ev.ID,
-		})
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		}, b.NewMessages)
 		n.Context.PendingSubTask = nil
 		markStepDone(n)
 		moveTo(n, from, StateReflecting, ev)
@@ -232,17 +231,6 @@ func (m taskMachineV0) step(n *Task, from State, ev *Event) error {
 		return nil
 	}
 	return sharedStep(0, n, from, ev)
-}
-
-// finishTool marks the current (tool_call) step completed and routes:
-// more steps -> acting (a self-transition), none left -> reflecting.
-func (taskMachineV0) finishTool(n *Task, from State, ev *Event) {
-	markStepDone(n)
-	if n.Context.Plan.HasMoreSteps() {
-		moveTo(n, from, StateActing, ev)
-		return
-	}
-	moveTo(n, from, StateReflecting, ev)
 }
 
 // markStepDone marks the current step of n's plan completed, on a copy of
