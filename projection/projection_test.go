@@ -514,3 +514,18 @@ func TestStatsDecodeBeforeByMachine(t *testing.T) {
 		t.Fatalf("after one more task: %v", got.Report().ByMachine)
 	}
 }
+
+// TestFilterText keeps tasks whose id or summarised input contains the
+// text, ignoring case, and nothing else.
+func TestFilterText(t *testing.T) {
+	s := Summary{ID: "01JABCDEF", Input: "What time is it in Lisbon?"}
+	for _, c := range []struct {
+		text string
+		want bool
+	}{{"", true}, {"lisbon", true}, {"TIME IS", true}, {"abcdef", true}, {"paris", false}} {
+		f := Filter{Text: c.text}
+		if got := f.Match(&s); got != c.want {
+			t.Errorf("Text %q: Match = %v, want %v", c.text, got, c.want)
+		}
+	}
+}

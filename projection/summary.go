@@ -75,6 +75,9 @@ type Filter struct {
 	// Machines keeps tasks of these machines: NAME (any version, e.g.
 	// dispatch.task) or NAME@VERSION.
 	Machines []string `json:"machines,omitempty"`
+	// Text keeps tasks whose id or input (as the summary holds it: its
+	// first MaxSummaryText bytes) contains it, ignoring case.
+	Text string `json:"text,omitempty"`
 	// MinPriority and MaxPriority bound the priority, inclusive.
 	MinPriority *int `json:"min_priority,omitempty"`
 	MaxPriority *int `json:"max_priority,omitempty"`
@@ -100,6 +103,9 @@ func (f *Filter) Match(s *Summary) bool {
 	}) {
 		return false
 	}
+	if f.Text != "" && !containsFold(s.Input, f.Text) && !containsFold(s.ID, f.Text) {
+		return false
+	}
 	if f.MinPriority != nil && s.Priority < *f.MinPriority {
 		return false
 	}
@@ -113,6 +119,10 @@ func (f *Filter) Match(s *Summary) bool {
 		return false
 	}
 	return true
+}
+
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }
 
 func in[T comparable](list []T, v T) bool {

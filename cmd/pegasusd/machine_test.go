@@ -44,6 +44,9 @@ func TestHTTPSubmitUnderVersion0(t *testing.T) {
 		"machine=pegasus.task@0&type=explore":    "",
 		"machine=pegasus.task":                   created.TaskID + " " + other.TaskID,
 		"machine=pegasus.task@1&limit=1":         other.TaskID,
+		"q=TIME+IS":                              created.TaskID,
+		"q=hello&machine=pegasus.task":           other.TaskID,
+		"q=" + other.TaskID[20:]:                 other.TaskID,
 	} {
 		var list struct {
 			Tasks []struct {

@@ -141,6 +141,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	call("POST", "/v1/tasks", js, `{"input":"x","colour":"red"}`, 400)
 	call("GET", "/v1/tasks?limit=1&order=asc&state=completed,suspended&type=general", "", "", 200)
 	call("GET", "/v1/tasks?machine=pegasus.task@1&source=api", "", "", 200)
+	call("GET", "/v1/tasks?q=TIME", "", "", 200)
 	call("GET", "/v1/tasks?limit=0", "", "", 400)
 	call("GET", "/v1/tasks/"+id+"?wait=1s", "", "", 200)
 	call("GET", "/v1/tasks/01JABCDEFGHJKMNPQRSTVWXYZ0", "", "", 404)

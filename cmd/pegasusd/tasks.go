@@ -208,7 +208,7 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 }
 
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "state", "machine", "type", "source", "limit", "cursor", "order")
+	q, e := query(r, "state", "machine", "type", "source", "q", "limit", "cursor", "order")
 	if e != nil {
 		return e
 	}
@@ -239,6 +239,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	rq.Types = splitList(q.Get("type"))
 	rq.Sources = splitList(q.Get("source"))
+	rq.Text = q.Get("q")
 	page, err := s.view.Tasks(r.Context(), rq)
 	if err != nil {
 		return s.fromError(err)

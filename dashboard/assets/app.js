@@ -423,28 +423,24 @@ views.tasks = async function (signal, params) {
 
   const cursors = [""];
   let page = 0;
-  const needle = (q.get("q") || "").toLowerCase();
   async function load() {
     const p = new URLSearchParams();
-    for (const k of ["state", "machine", "type", "source"]) if (q.get(k)) p.set(k, q.get(k));
-    // A text search reads the 1000 tasks the other filters allow and
-    // filters their input here: the API has no text index.
-    p.set("limit", needle ? "1000" : "50");
+    for (const k of ["state", "machine", "type", "source", "q"]) if (q.get(k)) p.set(k, q.get(k));
+    p.set("limit", "50");
     if (q.get("order") === "asc") p.set("order", "asc");
-    if (cursors[page] && !needle) p.set("cursor", cursors[page]);
+    if (cursors[page]) p.set("cursor", cursors[page]);
     const r = await api("GET", "/v1/tasks?" + p);
     if (signal.aborted) return;
     let ts = r.tasks;
-    if (needle) ts = ts.filter(t => (t.input || "").toLowerCase().includes(needle) || t.task_id.toLowerCase().includes(needle));
     if (q.get("order") === "queue") ts = ts.slice().sort((a, b) => (b.queued - a.queued) || (a.priority - b.priority) || (a.task_id < b.task_id ? -1 : 1));
     set(body, ...ts.map(taskRow));
     if (!ts.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No task matches.")));
-    status.textContent = `${ts.length} task${ts.length === 1 ? "" : "s"} on this page` + (needle ? ` (search over the ${r.tasks.length} newest that match the filters)` : "");
+    status.textContent = `${ts.length} task${ts.length === 1 ? "" : "s"} on this page`;
     cursors[page + 1] = r.next_cursor || "";
     set(pager, 
       h("button", { type: "button", class: "quiet", disabled: page === 0, onclick: () => { page--; load(); } }, "← Previous"),
       h("span", { class: "muted" }, "page " + (page + 1)),
-      h("button", { type: "button", class: "quiet", disabled: !r.next_cursor || !!needle, onclick: () => { page++; load(); } }, "Next →"));
+      h("button", { type: "button", class: "quiet", disabled: !r.next_cursor, onclick: () => { page++; load(); } }, "Next →"));
   }
   try {
     await load();
