@@ -157,12 +157,12 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			return errBadRequest("wait %q: give a duration such as 30s", ws)
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), min(d, maxWait))
+	wait, e := waitParam(q)
+	if e != nil {
+		return e
+	}
+	if wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		defer cancel()
 		if nt, err := s.a.WaitUntil(ctx, t.ID, settled); err == nil || ctx.Err() != nil {
 			if err == nil {
@@ -205,6 +205,20 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 		return 0, errBadRequest("%s %q: give an integer from %d to %d", name, v, lo, hi)
 	}
 	return n, nil
+}
+
+// waitParam reads ?wait=DURATION for a long poll, bounded by maxWait; zero
+// when absent.
+func waitParam(q url.Values) (time.Duration, *apiError) {
+	ws := q.Get("wait")
+	if ws == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(ws)
+	if err != nil || d < 0 {
+		return 0, errBadRequest("wait %q: give a duration such as 30s", ws)
+	}
+	return min(d, maxWait), nil
 }
 
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
