@@ -129,16 +129,22 @@ func validID(id string) bool {
 	return err == nil
 }
 
-func (s *server) lookup(r *http.Request) (fsm.Task, *apiError) {
+// lookup is the preamble of a task's routes: it parses the query string,
+// refusing parameters other than known, then finds the task the path names.
+func (s *server) lookup(r *http.Request, known ...string) (fsm.Task, url.Values, *apiError) {
+	q, e := query(r, known...)
+	if e != nil {
+		return fsm.Task{}, nil, e
+	}
 	id := r.PathValue("id")
 	if !validID(id) {
-		return fsm.Task{}, errNotFound("no such task %q", id)
+		return fsm.Task{}, nil, errNotFound("no such task %q", id)
 	}
 	t, err := s.a.Task(id)
 	if err != nil {
-		return t, s.fromError(err)
+		return t, nil, s.fromError(err)
 	}
-	return t, nil
+	return t, q, nil
 }
 
 // settled reports whether a task waits for nobody but the user: finished
@@ -149,11 +155,7 @@ func settled(t *fsm.Task) bool { return agent.Done(t) || t.State == fsm.StateSus
 const maxWait = 60 * time.Second
 
 func (s *server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "wait")
-	if e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, q, e := s.lookup(r, "wait")
 	if e != nil {
 		return e
 	}
@@ -299,11 +301,7 @@ func splitList(s string) []string {
 }
 
 func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "after_version", "limit")
-	if e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, q, e := s.lookup(r, "after_version", "limit")
 	if e != nil {
 		return e
 	}
@@ -329,10 +327,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError {
-	if _, e := query(r); e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, _, e := s.lookup(r)
 	if e != nil {
 		return e
 	}
