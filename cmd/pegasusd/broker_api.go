@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -291,21 +290,13 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	if e != nil {
 		return e
 	}
-	limit := 100
-	if ls := q.Get("limit"); ls != "" {
-		n, err := strconv.Atoi(ls)
-		if err != nil || n < 1 || n > 1000 {
-			return errBadRequest("limit %q: give 1 to 1000", ls)
-		}
-		limit = n
+	limit, e := intParam(q, "limit", 100, 1, 1000)
+	if e != nil {
+		return e
 	}
-	var wait time.Duration
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			return errBadRequest("wait %q: give a duration such as 30s", ws)
-		}
-		wait = min(d, maxWait)
+	wait, e := waitParam(q)
+	if e != nil {
+		return e
 	}
 	match := func(t *fsm.Task) bool {
 		return (q.Get("status") == "" || string(t.State) == q.Get("status")) &&

@@ -60,10 +60,7 @@ func TestOneEventForm(t *testing.T) {
 	td.do("GET", "/v1/tasks/"+created.ID+"/events", "").json(t, &task)
 	served["GET /v1/tasks/{id}/events"] = task.Events
 	served["GET /v1/events/stream"] = readStream(t, td.url, len(page.Events))
-	if err := td.d.shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	td.d = nil
+	td.stop()
 
 	// The stored events, and an export of them.
 	l, err = eventlog.Open(cfg.dataDir, &eventlog.Options{ReadOnly: true})

@@ -19,10 +19,7 @@ import (
 // restart stops td's daemon and starts another on the same data directory.
 func (td *testDaemon) restart(cfg *config) *testDaemon {
 	td.t.Helper()
-	if err := td.d.shutdown(); err != nil {
-		td.t.Fatalf("shutdown: %v", err)
-	}
-	td.d = nil
+	td.stop()
 	return startDaemon(td.t, cfg)
 }
 

@@ -12,11 +12,7 @@ import (
 // sequence, an event id or an RFC 3339 time, folded by replay.StateAt as
 // `pegasus-replay state --at` does. Without at, the task now.
 func (s *server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "at")
-	if e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, q, e := s.lookup(r, "at")
 	if e != nil {
 		return e
 	}
@@ -60,11 +56,7 @@ func toWhyNode(n *replay.Node) *whyNode {
 // the task's creation up to its root input, and the tree of everything that
 // root led to, as `pegasus-replay why` shows them.
 func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "max_nodes")
-	if e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, q, e := s.lookup(r, "max_nodes")
 	if e != nil {
 		return e
 	}

@@ -61,6 +61,16 @@ func startDaemon(t testing.TB, cfg *config) *testDaemon {
 	return td
 }
 
+// stop shuts td's in-process daemon down, leaving its data directory for
+// the test to read, damage or start again.
+func (td *testDaemon) stop() {
+	td.t.Helper()
+	if err := td.d.shutdown(); err != nil {
+		td.t.Fatalf("shutdown: %v", err)
+	}
+	td.d = nil
+}
+
 type response struct {
 	status int
 	header http.Header

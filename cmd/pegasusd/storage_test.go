@@ -92,29 +92,15 @@ func TestDamagedLogAtStart(t *testing.T) {
 	for range 3 {
 		td.submit("some work")
 	}
-	if err := td.d.shutdown(); err != nil {
-		t.Fatal(err)
+	td.stop()
+	logs := dataFiles(t, cfg.dataDir, ".log")
+	if len(logs) == 0 {
+		t.Fatalf("no WAL in %s", cfg.dataDir)
 	}
-	td.d = nil
-	var newest string
-	names, err := os.ReadDir(cfg.dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if strings.HasSuffix(n.Name(), ".log") {
-			newest = filepath.Join(cfg.dataDir, n.Name())
-		}
-	}
-	data, err := os.ReadFile(newest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(newest, data[:len(data)/2], 0o600); err != nil {
-		t.Fatal(err)
-	}
+	newest := logs[len(logs)-1]
+	rewriteFile(t, newest, func(data []byte) []byte { return data[:len(data)/2] })
 
-	_, err = start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	_, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), filepath.Base(newest)) ||
 		!strings.Contains(err.Error(), "--accept-data-loss") || !strings.Contains(err.Error(), "checkpoint") {
 		t.Fatalf("start on a damaged log: %v", err)
@@ -150,38 +136,17 @@ func TestCorruptTableAtStart(t *testing.T) {
 	for range 5 {
 		td.waitTask(td.submit("some work"))
 	}
-	if err := td.d.shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	td.d = nil
+	td.stop()
 	// A second run flushes the first run's WAL into a table.
 	td = startDaemon(t, cfg)
-	if err := td.d.shutdown(); err != nil {
-		t.Fatal(err)
+	td.stop()
+	tables := dataFiles(t, cfg.dataDir, ".sst")
+	if len(tables) == 0 {
+		t.Fatalf("no table in %s", cfg.dataDir)
 	}
-	td.d = nil
-	names, err := os.ReadDir(cfg.dataDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sst string
-	for _, n := range names {
-		if strings.HasSuffix(n.Name(), ".sst") && sst == "" {
-			sst = n.Name()
-		}
-	}
-	if sst == "" {
-		t.Fatalf("no table in %v", names)
-	}
-	p := filepath.Join(cfg.dataDir, sst)
-	data, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[60] ^= 0x10
-	if err := os.WriteFile(p, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	p := tables[0]
+	sst := filepath.Base(p)
+	rewriteFile(t, p, func(data []byte) []byte { data[60] ^= 0x10; return data })
 
 	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -199,5 +164,34 @@ func TestCorruptTableAtStart(t *testing.T) {
 	}
 	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
+	}
+}
+
+// dataFiles lists the paths of the files in dir whose names end in suffix,
+// in name order (Pebble's file numbers: the newest last).
+func dataFiles(t *testing.T, dir, suffix string) []string {
+	t.Helper()
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasSuffix(n.Name(), suffix) {
+			out = append(out, filepath.Join(dir, n.Name()))
+		}
+	}
+	return out
+}
+
+// rewriteFile replaces the file at path with damage applied to its bytes.
+func rewriteFile(t *testing.T, path string, damage func([]byte) []byte) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, damage(data), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -129,16 +129,22 @@ func validID(id string) bool {
 	return err == nil
 }
 
-func (s *server) lookup(r *http.Request) (fsm.Task, *apiError) {
+// lookup is the preamble of a task's routes: it parses the query string,
+// refusing parameters other than known, then finds the task the path names.
+func (s *server) lookup(r *http.Request, known ...string) (fsm.Task, url.Values, *apiError) {
+	q, e := query(r, known...)
+	if e != nil {
+		return fsm.Task{}, nil, e
+	}
 	id := r.PathValue("id")
 	if !validID(id) {
-		return fsm.Task{}, errNotFound("no such task %q", id)
+		return fsm.Task{}, nil, errNotFound("no such task %q", id)
 	}
 	t, err := s.a.Task(id)
 	if err != nil {
-		return t, s.fromError(err)
+		return t, nil, s.fromError(err)
 	}
-	return t, nil
+	return t, q, nil
 }
 
 // settled reports whether a task waits for nobody but the user: finished
@@ -149,20 +155,16 @@ func settled(t *fsm.Task) bool { return agent.Done(t) || t.State == fsm.StateSus
 const maxWait = 60 * time.Second
 
 func (s *server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "wait")
+	t, q, e := s.lookup(r, "wait")
 	if e != nil {
 		return e
 	}
-	t, e := s.lookup(r)
+	wait, e := waitParam(q)
 	if e != nil {
 		return e
 	}
-	if ws := q.Get("wait"); ws != "" {
-		d, err := time.ParseDuration(ws)
-		if err != nil || d < 0 {
-			return errBadRequest("wait %q: give a duration such as 30s", ws)
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), min(d, maxWait))
+	if wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		defer cancel()
 		if nt, err := s.a.WaitUntil(ctx, t.ID, settled); err == nil || ctx.Err() != nil {
 			if err == nil {
@@ -205,6 +207,20 @@ func intParam(q url.Values, name string, def, lo, hi int) (int, *apiError) {
 		return 0, errBadRequest("%s %q: give an integer from %d to %d", name, v, lo, hi)
 	}
 	return n, nil
+}
+
+// waitParam reads ?wait=DURATION for a long poll, bounded by maxWait; zero
+// when absent.
+func waitParam(q url.Values) (time.Duration, *apiError) {
+	ws := q.Get("wait")
+	if ws == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(ws)
+	if err != nil || d < 0 {
+		return 0, errBadRequest("wait %q: give a duration such as 30s", ws)
+	}
+	return min(d, maxWait), nil
 }
 
 func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
@@ -286,11 +302,7 @@ func splitList(s string) []string {
 }
 
 func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
-	q, e := query(r, "after_version", "limit")
-	if e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, q, e := s.lookup(r, "after_version", "limit")
 	if e != nil {
 		return e
 	}
@@ -316,10 +328,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError {
-	if _, e := query(r); e != nil {
-		return e
-	}
-	t, e := s.lookup(r)
+	t, _, e := s.lookup(r)
 	if e != nil {
 		return e
 	}
