@@ -43,8 +43,9 @@ import (
 // step 1 to 3 atomic within the daemon, which holds the log's directory
 // lock, so two concurrent requests with one key cannot both create.
 //
-// A reservation is never deleted: a key is bound for as long as the log
-// holds its event, which is for ever today. Keys share one namespace across
+// A reservation whose request failed without its event reaching the log is
+// deleted, so the key can be used again; any other is kept: a key is bound
+// for as long as the log holds its event, which is for ever today. Keys share one namespace across
 // routes (a key used to create a task and then for a message is a
 // conflict).
 //
