@@ -89,21 +89,43 @@ func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 // until waits for a JavaScript predicate to hold in the page.
 func (b *browser) until(what, predicate string) {
 	b.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
 	b.do(what, chromedp.Steps(func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
-		_, err := chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingTimeout(20*time.Second))(ctx, t)
-		return chromedp.Void{}, err
+		for {
+			_, err := chromedp.Poll[chromedp.Void](predicate, chromedp.WithPollingTimeout(time.Until(deadline)))(ctx, t)
+			if !contextLost(err) || time.Now().After(deadline) {
+				return chromedp.Void{}, err
+			}
+		}
 	}))
+}
+
+// contextLost reports the race between a navigation and an evaluation:
+// the browser dropped the page's JavaScript context that chromedp had
+// recorded, and a new one is on its way. Evaluating again uses it.
+func contextLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Cannot find context with specified id") ||
+		strings.Contains(msg, "Execution context was destroyed")
 }
 
 func eval[T any](b *browser, expr string) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, testTimeout)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		b.fail(expr, err)
+	for {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+		if contextLost(err) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			b.fail(expr, err)
+		}
+		return v
 	}
-	return v
 }
 
 func (b *browser) fail(what string, err error) {
