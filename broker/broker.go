@@ -152,18 +152,25 @@ type Broker struct {
 	changed chan struct{}        // closed and replaced after every dispatch event folded
 	kick    chan struct{}        // wakes the loop (buffered 1)
 	running bool
+
+	children *childIndex // parent_task_id -> children (children.go)
 }
 
 // New returns a broker over the log l and the view tasks of it, with the
 // live dispatch tasks and the registered workers loaded.
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]struct{}{},
-		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
+		children: newChildIndex()}
 	for _, t := range tasks.DispatchTasks() {
 		if t.Dispatch != nil && !t.IsTerminal() {
 			b.live[t.ID] = struct{}{}
 		}
+		if t.Dispatch != nil {
+			b.children.add(t.ParentID, t.ID)
+		}
 	}
+	b.loadChildren()
 	it := l.ReadStream(projection.WorkersStream, 1)
 	defer it.Close()
 	for it.Next() {
@@ -240,6 +247,9 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 				delete(b.live, ev.Stream)
 			}
 			b.mu.Unlock()
+			if err == nil && ev.Version == 1 {
+				b.children.add(t.ParentID, t.ID)
+			}
 		}
 		b.notify()
 	}
@@ -369,6 +379,9 @@ func (b *Broker) pick(t *fsm.Task, load map[string]int, now time.Time) (string, 
 		seen, ok := b.seen[id]
 		if !ok || now.Sub(seen) > b.opts.WorkerTTL || w.Draining || load[id] >= w.MaxTasks || !w.Has(t.Dispatch.RequiredCapabilities) {
 			continue
+		}
+		if id == AgentWorkerID && len(t.Dispatch.RequiredCapabilities) == 0 {
+			continue // the built-in agent runs only the tasks that ask for one of its capabilities
 		}
 		if best == "" || load[id] < bestLoad || (load[id] == bestLoad && id < best) {
 			best, bestLoad = id, load[id]

@@ -74,6 +74,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 	if err := b.tasks.WaitFor(ctx, res.LastSeq); err != nil {
 		return fsm.Task{}, err
 	}
+	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once
 	return b.Task(id.String())
 }
 

@@ -27,6 +27,8 @@ import (
 // brokerConfig is the broker's part of the daemon's config.
 type brokerConfig struct {
 	adminToken   string
+	agentToken   string // required on worker routes when set
+	agentWorker  bool   // the built-in agent registers as worker "pegasus"
 	checkEvery   time.Duration
 	workerTTL    time.Duration
 	disableAdmin bool // no admin token and not on loopback: admin routes refuse
@@ -36,14 +38,20 @@ func brokerFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "admin-token", EnvVars: []string{"PEGASUS_ADMIN_TOKEN"}, Usage: "bearer token of the broker's admin routes (/api/v1/stats, agents, drain, dlq); empty: admin routes are open on loopback only"},
 		&cli.DurationFlag{Name: "timeout-check-interval", Value: 30 * time.Second, EnvVars: []string{"PEGASUS_TIMEOUT_CHECK_INTERVAL"}, Usage: "longest the broker sleeps between checks of deadlines (it also wakes at each deadline)"},
+		&cli.StringFlag{Name: "agent-token", EnvVars: []string{"PEGASUS_AGENT_TOKEN"}, Usage: "bearer token the broker's worker routes require (register, poll, progress, complete, fail); empty: not required"},
+		&cli.BoolFlag{Name: "agent-worker", Value: true, EnvVars: []string{"PEGASUS_AGENT_WORKER"}, Usage: "the built-in agent is a broker worker (\"pegasus\": agent, general, explore, plan)"},
 		&cli.DurationFlag{Name: "worker-ttl", Value: 90 * time.Second, EnvVars: []string{"PEGASUS_WORKER_TTL"}, Usage: "a worker not heard from for this long gets no new task"},
 	}
 }
 
 func brokerConfigFrom(cc *cli.Context) (brokerConfig, error) {
-	c := brokerConfig{adminToken: cc.String("admin-token"), checkEvery: cc.Duration("timeout-check-interval"), workerTTL: cc.Duration("worker-ttl")}
+	c := brokerConfig{adminToken: cc.String("admin-token"), agentToken: cc.String("agent-token"), agentWorker: cc.Bool("agent-worker"),
+		checkEvery: cc.Duration("timeout-check-interval"), workerTTL: cc.Duration("worker-ttl")}
 	if err := checkToken(c.adminToken); err != nil {
 		return c, errors.New(strings.ReplaceAll(err.Error(), "--token (PEGASUS_TOKEN)", "--admin-token (PEGASUS_ADMIN_TOKEN)"))
+	}
+	if err := checkToken(c.agentToken); err != nil {
+		return c, errors.New(strings.ReplaceAll(err.Error(), "--token (PEGASUS_TOKEN)", "--agent-token (PEGASUS_AGENT_TOKEN)"))
 	}
 	if c.checkEvery < time.Second {
 		return c, errors.New("--timeout-check-interval must be at least 1s")
@@ -56,7 +64,8 @@ type brokerAPI struct {
 	b     *broker.Broker
 	log   *eventlog.Log
 	admin *tokenCheck
-	open  bool // admin routes without a token (loopback, no admin token)
+	agent *tokenCheck // worker routes' token, nil: none required
+	open  bool        // admin routes without a token (loopback, no admin token)
 	wg    sync.WaitGroup
 }
 
@@ -71,7 +80,8 @@ func (s *server) startBroker(l *eventlog.Log, v *replay.View, cfg *config) error
 		return err
 	}
 	host, _, _ := strings.Cut(cfg.addr, ":")
-	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), open: cfg.broker.adminToken == "" && isLoopback(host)}
+	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), agent: newTokenCheck(cfg.broker.agentToken),
+		open: cfg.broker.adminToken == "" && isLoopback(host)}
 	s.broker.wg.Add(1)
 	go func() {
 		defer s.broker.wg.Done()
@@ -79,6 +89,15 @@ func (s *server) startBroker(l *eventlog.Log, v *replay.View, cfg *config) error
 			s.log.Error("broker stopped", "err", err)
 		}
 	}()
+	if cfg.broker.agentWorker {
+		s.broker.wg.Add(1)
+		go func() {
+			defer s.broker.wg.Done()
+			if err := b.RunAgentWorker(s.base, cfg.maxActive); err != nil && s.base.Err() == nil {
+				s.log.Error("the built-in agent stopped working for the broker", "err", err)
+			}
+		}()
+	}
 	return nil
 }
 
@@ -90,14 +109,14 @@ func (s *server) stopBroker() {
 }
 
 func (s *server) brokerRoutes(route func(string, map[string]handler)) {
-	w, a := s.workerRoute, s.adminRoute
-	route("/api/v1/tasks", map[string]handler{"POST": w(s.apiCreate), "GET": w(s.apiList)})
+	w, a, k := s.workerRoute, s.adminRoute, s.agentRoute
+	route("/api/v1/tasks", map[string]handler{"POST": w(s.apiCreate), "GET": w(s.agentAuth(s.apiList, isPoll))})
 	route("/api/v1/tasks/{id}", map[string]handler{"GET": w(s.apiGet), "PATCH": w(s.apiPatch)})
 	route("/api/v1/tasks/{id}/events", map[string]handler{"GET": w(s.apiEvents)})
-	route("/api/v1/tasks/{id}/progress", map[string]handler{"POST": w(s.apiReport(fsm.DispatchProgress))})
-	route("/api/v1/tasks/{id}/complete", map[string]handler{"POST": w(s.apiReport(fsm.DispatchCompleted))})
-	route("/api/v1/tasks/{id}/fail", map[string]handler{"POST": w(s.apiReport(fsm.DispatchFailed))})
-	route("/api/v1/agents/{id}", map[string]handler{"PUT": w(s.apiRegister)})
+	route("/api/v1/tasks/{id}/progress", map[string]handler{"POST": k(s.apiReport(fsm.DispatchProgress))})
+	route("/api/v1/tasks/{id}/complete", map[string]handler{"POST": k(s.apiReport(fsm.DispatchCompleted))})
+	route("/api/v1/tasks/{id}/fail", map[string]handler{"POST": k(s.apiReport(fsm.DispatchFailed))})
+	route("/api/v1/agents/{id}", map[string]handler{"PUT": k(s.apiRegister)})
 	route("/api/v1/agents", map[string]handler{"GET": a(s.apiAgents)})
 	route("/api/v1/agents/{id}/drain", map[string]handler{"POST": a(s.apiDrain)})
 	route("/api/v1/stats", map[string]handler{"GET": a(s.apiStats)})
@@ -351,11 +370,7 @@ func (s *server) apiGet(w http.ResponseWriter, r *http.Request, _ string) *apiEr
 		return s.fromBrokerError(err)
 	}
 	j := toDispatchJSON(&t)
-	for _, c := range s.broker.b.Tasks() {
-		if c.ParentID == t.ID {
-			j.Children = append(j.Children, c.ID)
-		}
-	}
+	j.Children = s.broker.b.Children(t.ID)
 	writeJSON(w, http.StatusOK, j)
 	return nil
 }
@@ -563,4 +578,31 @@ func (s *server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agen
 	}
 	writeJSON(w, http.StatusOK, map[string]int{"requeued": n})
 	return nil
+}
+
+// agentRoute is workerRoute plus the agent token (--agent-token), when
+// one is set: the routes only a worker calls (register, progress,
+// complete, fail).
+func (s *server) agentRoute(h agentHandler) handler {
+	return s.workerRoute(s.agentAuth(h, nil))
+}
+
+// agentAuth requires the agent token, when one is set, of the requests
+// when selects (nil: every request). The admin token passes too: an admin
+// may act for a worker (register it, for one).
+func (s *server) agentAuth(h agentHandler, when func(*http.Request) bool) agentHandler {
+	return func(w http.ResponseWriter, r *http.Request, id string) *apiError {
+		if s.broker.agent != nil && (when == nil || when(r)) && !s.broker.agent.ok(r) && (s.broker.admin == nil || !s.broker.admin.ok(r)) {
+			return &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,
+				Message: "a worker route: send Authorization: Bearer <agent token> (--agent-token)"}
+		}
+		return h(w, r, id)
+	}
+}
+
+// isPoll reports whether a GET /api/v1/tasks is a worker's poll: it names
+// an agent or waits.
+func isPoll(r *http.Request) bool {
+	q := r.URL.Query()
+	return q.Has("agent") || q.Has("wait")
 }

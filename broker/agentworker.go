@@ -1,0 +1,236 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// The built-in agent as a worker (docs/broker.md, "The built-in agent").
+//
+// It registers as AgentWorkerID with AgentCapabilities. A broker task
+// assigned to it runs as a pegasus.task child: the worker reports the
+// start (DISPATCH_STARTED), appends the child's input (MESSAGE_RECEIVED
+// with parent_task_id = the broker task, source AgentSource), which the
+// agent runs like any task, and when the child ends it completes the
+// broker task with the child's result or fails it with retry_eligible
+// true, so a broker task run by the agent gets deadlines, retries and the
+// DLQ like any other.
+//
+// It acts only on what the machines say is due (fsm.Next of the broker
+// task, fsm.Next and IsTerminal of the child), and is restartable by
+// construction: the child's id is fixed by the attempt (agentChildID), so
+// creating it again after a crash finds it in the log and appends nothing,
+// and every report is appended at the version of the task it was decided
+// on, so a report that made it before the crash is not made twice. Its
+// start-up step is the same as every other step: for each live broker
+// task assigned to it, do what is due (start, create the child, report
+// its end).
+const (
+	// AgentWorkerID is the worker id of the built-in agent.
+	AgentWorkerID = "pegasus"
+	// AgentSource is the source of the pegasus.task children the built-in
+	// worker creates.
+	AgentSource = "broker"
+)
+
+// AgentCapabilities are the built-in agent's capabilities: "agent", and
+// its task types. A broker task must require at least one of them (and
+// nothing else) to be run by the agent; a task that requires nothing goes
+// to external workers only.
+var AgentCapabilities = []string{"agent", "general", "explore", "plan"}
+
+// agentTaskTypes are the capabilities that name the child's task type.
+var agentTaskTypes = []string{"general", "explore", "plan"}
+
+// RunAgentWorker runs the built-in agent as a worker until ctx ends: it
+// registers (when not registered as such already: a drain survives a
+// restart), then, at start and after every broker event and every event
+// of a child it runs, does what is due for the broker tasks assigned to
+// it. maxTasks is how many it runs at once (0 means 1).
+func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
+	sub := b.log.Subscribe(ctx, b.log.Head()+1)
+	defer sub.Close()
+	if err := b.registerAgent(ctx, max(maxTasks, 1)); err != nil {
+		return err
+	}
+	wake := make(chan struct{}, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- b.agentFollow(ctx, sub, wake) }()
+	for {
+		b.Seen(AgentWorkerID) // alive while it runs
+		b.agentStep(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		case <-wake:
+		case <-b.opts.After(b.opts.WorkerTTL / 3):
+		}
+	}
+}
+
+// registerAgent records WORKER_REGISTERED for the built-in agent unless
+// the registry already holds it with these capabilities and max_tasks.
+func (b *Broker) registerAgent(ctx context.Context, maxTasks int) error {
+	b.mu.Lock()
+	w, ok := b.workers[AgentWorkerID]
+	same := ok && w.MaxTasks == maxTasks && slices.Equal(w.Capabilities, AgentCapabilities)
+	b.mu.Unlock()
+	if same {
+		return nil
+	}
+	_, err := b.Register(ctx, AgentWorkerID, AgentCapabilities, maxTasks)
+	return err
+}
+
+// agentFollow wakes the worker's loop, once the view folded it, after
+// every broker event and every event of a child the index knows.
+func (b *Broker) agentFollow(ctx context.Context, sub *eventlog.Subscription, wake chan<- struct{}) error {
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(ev.Type, "DISPATCH_") && b.children.parentOf(ev.Stream) == "" {
+			continue
+		}
+		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
+			return err
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// agentStep does what is due for every live broker task assigned to the
+// built-in agent.
+func (b *Broker) agentStep(ctx context.Context) {
+	for _, t := range b.liveTasks() {
+		if act := fsm.Next(&t); act.Kind == fsm.ActWaitWorker && act.Task == AgentWorkerID {
+			if err := b.agentAdvance(ctx, &t, act); err != nil && ctx.Err() == nil {
+				b.opts.Logger.Warn("built-in worker: not advanced; tried again at its next event", "task", t.ID, "err", err)
+			}
+		}
+	}
+}
+
+// agentAdvance moves one attempt of broker task t, assigned to the
+// built-in agent, as far as it can now: report the start, create the
+// child, and once the child ended, report its outcome.
+func (b *Broker) agentAdvance(ctx context.Context, t *fsm.Task, act fsm.Action) error {
+	child := agentChildID(t)
+	if !act.Started {
+		nt, _, err := b.Report(ctx, t.ID, AgentWorkerID, fsm.DispatchProgress,
+			fsm.DispatchReportBody{Message: "running as pegasus.task " + child.String()})
+		if errors.Is(err, ErrNotAssigned) {
+			return nil // the task moved meanwhile (a timeout): nothing is due
+		}
+		if err != nil {
+			return err
+		}
+		t = &nt
+	}
+	if err := b.createAgentChild(ctx, t, child); err != nil {
+		return err
+	}
+	c, err := b.tasks.Task(child.String())
+	if err != nil || !c.IsTerminal() || fsm.Next(&c).Kind == fsm.ActCompile {
+		return nil // not folded yet, or running: its events wake the loop
+	}
+	kind, rep := fsm.DispatchCompleted, fsm.DispatchReportBody{}
+	if c.Context.ResultRecorded {
+		res, err := json.Marshal(map[string]string{"pegasus_task_id": c.ID, "result": c.Context.FinalResult})
+		if err != nil {
+			return err
+		}
+		rep.Result = string(res)
+	} else {
+		retry := true
+		kind, rep.Error, rep.RetryEligible = fsm.DispatchFailed, fmt.Sprintf("pegasus.task %s failed: %s", c.ID, c.Context.Error), &retry
+	}
+	if _, _, err := b.Report(ctx, t.ID, AgentWorkerID, kind, rep); err != nil && !errors.Is(err, ErrNotAssigned) {
+		return err
+	}
+	return nil
+}
+
+// createAgentChild appends the input of t's child for this attempt unless
+// the log holds it: its id is fixed by the attempt, so this runs once
+// however often it is asked (a crash between the start report and the
+// child, or a restart, asks again).
+func (b *Broker) createAgentChild(ctx context.Context, t *fsm.Task, child ulid.ULID) error {
+	_, err := b.log.Get(child)
+	if err == nil {
+		b.children.add(t.ID, child.String())
+		return nil
+	}
+	if !errors.Is(err, eventlog.ErrNotFound) {
+		return err
+	}
+	d := t.Dispatch
+	text := d.Title
+	if d.Description != "" {
+		text += "\n\n" + d.Description
+	}
+	data, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: AgentSource, TaskType: agentTaskType(d.RequiredCapabilities),
+		Priority: -t.Priority, Metadata: t.Metadata, ParentTaskID: t.ID})
+	if err != nil {
+		return err
+	}
+	var corr ulid.ULID // the broker task's root: its DISPATCH_CREATED, whose id is the task's
+	if id, err := ulid.ParseStrict(t.ID); err == nil {
+		corr = id
+	}
+	// Indexed first, so that the follower wakes the loop on the child's
+	// events from its very first.
+	b.children.add(t.ID, child.String())
+	res, err := b.log.Append(ctx, child.String(), eventlog.NoStream, eventlog.Event{ID: child, Type: string(fsm.MessageReceived),
+		Time: b.opts.Now(), Causation: t.LastEvent, Correlation: corr, Schema: fsm.SchemaVersion, Body: data})
+	if err != nil {
+		return err
+	}
+	b.opts.Logger.Debug("built-in worker: child created", "task", t.ID, "child", child)
+	return b.tasks.WaitFor(ctx, res.LastSeq)
+}
+
+// agentChildID is the id of the pegasus.task child of t's current
+// attempt: a ULID stamped with the attempt's assignment time whose random
+// part is a hash of the task and the attempt (requeues, retry_count: every
+// attempt differs in one of them). The same attempt always names the same
+// child; the log stores an id once.
+func agentChildID(t *fsm.Task) ulid.ULID {
+	d := t.Dispatch
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Timestamp(d.AssignedAt.Truncate(time.Millisecond)))
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s/%d/%d", t.ID, d.Requeues, d.RetryCount))
+	copy(id[6:], sum[:10])
+	return id
+}
+
+// agentTaskType is the child's task type: the first required capability
+// that names one, else general.
+func agentTaskType(caps []string) string {
+	for _, c := range caps {
+		if c = strings.ToLower(c); slices.Contains(agentTaskTypes, c) {
+			return c
+		}
+	}
+	return "general"
+}

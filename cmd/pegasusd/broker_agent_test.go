@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pegasus-engine/pegasus/broker"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// waitDispatch returns broker task id once cond holds, looking again
+// after each bounded long poll (at most five seconds in all).
+func (td *testDaemon) waitDispatch(id, what string, cond func(*dispatchJSON) bool) dispatchJSON {
+	td.t.Helper()
+	var j dispatchJSON
+	for range 50 {
+		td.as("mike", "GET", "/api/v1/tasks/"+id, "").json(td.t, &j)
+		if cond(&j) {
+			return j
+		}
+		td.as("mike", "GET", "/api/v1/tasks?agent=nobody&wait=100ms", "")
+	}
+	td.t.Fatalf("task %s never %s: %+v", id, what, j)
+	return j
+}
+
+// TestBrokerAgentWorker runs broker tasks on the built-in agent (the
+// offline model) over real HTTP against a real daemon: it is registered as
+// worker "pegasus"; a task asking for "general" runs as a pegasus.task
+// child whose result completes it; a child that fails (cancelled while it
+// waits for an answer) fails the attempt, retryable, and the retry's child
+// completes; the children are listed on the broker task.
+func TestBrokerAgentWorker(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.broker.adminToken, cfg.broker.agentWorker = "admin-secret", true
+	td := startDaemon(t, cfg)
+
+	var agents struct {
+		Agents []broker.WorkerInfo `json:"agents"`
+	}
+	td.admin("GET", "/api/v1/agents", "").json(t, &agents)
+	if len(agents.Agents) != 1 || agents.Agents[0].ID != "pegasus" || !slices.Equal(agents.Agents[0].Capabilities, broker.AgentCapabilities) {
+		t.Fatalf("agents: %+v", agents.Agents)
+	}
+
+	// A task for the agent completes with the child's result.
+	task := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"what is event sourcing?","required_capabilities":["General"]}`))
+	done := td.waitDispatch(task.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+	var res struct {
+		Child  string `json:"pegasus_task_id"`
+		Result string `json:"result"`
+	}
+	if err := json.Unmarshal(done.Result, &res); err != nil || !strings.Contains(res.Result, "what is event sourcing?") ||
+		done.AssignedAgent != "pegasus" || len(done.Children) != 1 || done.Children[0] != res.Child {
+		t.Fatalf("completed: %+v %s (%v)", done, done.Result, err)
+	}
+	var child taskJSON
+	td.do("GET", "/v1/tasks/"+res.Child, "").json(t, &child)
+	if child.State != fsm.StateCompleted || child.Source != broker.AgentSource || child.Type != "general" || child.Result != res.Result {
+		t.Fatalf("child: %+v", child)
+	}
+
+	// The retry path: "?" makes the offline model ask a question, so the
+	// child waits; cancelling it fails the attempt; the retry runs a new
+	// child, which is answered and completes the broker task.
+	ask := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["agent"],"max_retries":2}`))
+	first := td.waitDispatch(ask.TaskID, "running a child", func(j *dispatchJSON) bool { return len(j.Children) == 1 })
+	if c := td.waitTask(first.Children[0]); c.State != fsm.StateSuspended {
+		t.Fatalf("first child: %s", c.State)
+	}
+	mustStatus(t, td.do("POST", "/v1/tasks/"+first.Children[0]+"/cancel", `{"reason":"test"}`), 200)
+	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *dispatchJSON) bool {
+		return j.RetryCount == 1 && len(j.Children) == 2 && j.Status == "in_progress"
+	})
+	second := retried.Children[0]
+	if second == first.Children[0] {
+		second = retried.Children[1]
+	}
+	if c := td.waitTask(second); c.State != fsm.StateSuspended {
+		t.Fatalf("second child: %s", c.State)
+	}
+	mustStatus(t, td.do("POST", "/v1/tasks/"+second+"/messages", `{"text":"what is event sourcing?"}`), 200)
+	end := td.waitDispatch(ask.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+	if end.RetryCount != 1 || !strings.Contains(string(end.Result), second) {
+		t.Fatalf("after the retry: %+v %s", end, end.Result)
+	}
+	want := "DISPATCH_CREATED/mike DISPATCH_ASSIGNED/$broker DISPATCH_STARTED/pegasus DISPATCH_FAILED/pegasus DISPATCH_RETRIED/$broker " +
+		"DISPATCH_ASSIGNED/$broker DISPATCH_STARTED/pegasus DISPATCH_COMPLETED/pegasus"
+	if got := td.eventAgents(ask.TaskID); got != want {
+		t.Fatalf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+// eventAgents is a broker task's events as TYPE/AGENT, space-separated.
+func (td *testDaemon) eventAgents(id string) string {
+	td.t.Helper()
+	var evs struct {
+		Events []struct {
+			Type    string `json:"type"`
+			AgentID string `json:"agent_id"`
+		} `json:"events"`
+	}
+	td.as("mike", "GET", "/api/v1/tasks/"+id+"/events", "").json(td.t, &evs)
+	var line []string
+	for _, e := range evs.Events {
+		line = append(line, e.Type+"/"+e.AgentID)
+	}
+	return strings.Join(line, " ")
+}
