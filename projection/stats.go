@@ -2,6 +2,7 @@ package projection
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -69,7 +70,8 @@ type statsState struct {
 	Created        int64                   // tasks
 	Completed      int64                   // tasks
 	Failed         int64                   // tasks
-	ByState        map[fsm.State]int64     // tasks now in each state
+	ByState        map[fsm.State]int64     // tasks now in each state, of every machine but dispatch.task
+	ByMachineState map[string]int64        // tasks now in each state per machine: "NAME STATE"
 	ByMachine      map[string]int64        // tasks created per machine (NAME@VERSION)
 	ByType         map[string]int64        // tasks created per type
 	BySource       map[string]int64        // tasks created per source
@@ -150,12 +152,14 @@ func (st *Stats) task(ev fsm.Event, before, after *fsm.Task) {
 		st.bumpBounded(&st.s.BySource, after.Context.Source)
 		st.minute(ev.Time, func(m *Minute) { m.Created++ })
 	} else if before.State != after.State {
-		bump(&st.s.ByState, before.State, -1)
+		st.byState(before, -1)
 	}
 	if created || before.State != after.State {
-		bump(&st.s.ByState, after.State, 1)
+		st.byState(after, 1)
 	}
-	if after.State.IsTerminal() && !before.State.IsTerminal() {
+	// Finished as its machine says: a dispatch task that failed and will be
+	// retried is not (it is once completed or dead-lettered).
+	if after.IsTerminal() && !before.IsTerminal() {
 		ms := ev.Time.Sub(after.CreatedAt).Milliseconds()
 		st.s.Durations.Add(ms)
 		it := after.Context.Iteration
@@ -173,11 +177,24 @@ func (st *Stats) task(ev fsm.Event, before, after *fsm.Task) {
 			reason := "unknown"
 			if b, ok := ev.Body.(*fsm.TaskFailedBody); ok && b != nil && b.Reason != "" {
 				reason = b.Reason
+			} else if b, ok := ev.Body.(*fsm.DispatchDeadLetteredBody); ok && b != nil && b.Reason != "" {
+				reason = b.Reason
 			}
 			st.bumpBounded(&st.s.FailureReasons, reason)
 			st.minute(ev.Time, func(m *Minute) { m.Failed++ })
 		}
 	}
+}
+
+// byState counts t in its state, d: per machine, and in ByState unless
+// it is a broker task (dispatch.task shares completed and failed with
+// pegasus.task but not their meaning; its figures are by_machine_state's
+// and GET /api/v1/stats').
+func (st *Stats) byState(t *fsm.Task, d int64) {
+	if t.Machine.Name != fsm.DispatchMachineName {
+		bump(&st.s.ByState, t.State, d)
+	}
+	bump(&st.s.ByMachineState, t.Machine.Name+" "+string(t.State), d)
 }
 
 // minute adds to the bucket of t's minute if it is inside the window,
@@ -288,6 +305,7 @@ type statsWire struct {
 	Completed      int64     `msgpack:"completed"`
 	Failed         int64     `msgpack:"failed"`
 	ByState        []kv      `msgpack:"by_state"`
+	ByMachineState []kv      `msgpack:"by_machine_state"`
 	ByMachine      []kv      `msgpack:"by_machine"` // absent in records written before it existed
 	ByType         []kv      `msgpack:"by_type"`
 	BySource       []kv      `msgpack:"by_source"`
@@ -309,7 +327,7 @@ func (st *Stats) Encode() ([]byte, error) {
 	s := &st.s
 	return marshal(&statsWire{
 		Events: s.Events, Refused: s.Refused, Created: s.Created, Completed: s.Completed, Failed: s.Failed,
-		ByState: sortedKV(s.ByState), ByMachine: sortedKV(s.ByMachine), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
+		ByState: sortedKV(s.ByState), ByMachineState: sortedKV(s.ByMachineState), ByMachine: sortedKV(s.ByMachine), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
 		Inputs: sortedKV(s.Inputs), System: sortedKV(s.System), MemoryEvents: s.MemoryEvents,
 		FailureReasons: sortedKV(s.FailureReasons), Minutes: s.Minutes, LastMinute: s.LastMinute,
 		Durations: s.Durations.wire(), CompletedDur: s.CompletedDur.wire(), FailedDur: s.FailedDur.wire(),
@@ -327,7 +345,7 @@ func DecodeStats(data []byte, o StatsOptions) (*Stats, error) {
 	st := NewStats(o)
 	st.s = statsState{
 		Events: w.Events, Refused: w.Refused, Created: w.Created, Completed: w.Completed, Failed: w.Failed,
-		ByState: fromKV[fsm.State](w.ByState), ByMachine: fromKV[string](w.ByMachine),
+		ByState: fromKV[fsm.State](w.ByState), ByMachineState: fromKV[string](w.ByMachineState), ByMachine: fromKV[string](w.ByMachine),
 		ByType: fromKV[string](w.ByType), BySource: fromKV[string](w.BySource),
 		Inputs: fromKV[fsm.EventType](w.Inputs), System: fromKV[string](w.System), MemoryEvents: w.MemoryEvents,
 		FailureReasons: fromKV[string](w.FailureReasons), Minutes: w.Minutes, LastMinute: w.LastMinute,
@@ -339,26 +357,29 @@ func DecodeStats(data []byte, o StatsOptions) (*Stats, error) {
 
 // StatsReport is the stats as the API and the CLI show them.
 type StatsReport struct {
-	Events         int64                   `json:"events"`
-	Refused        int64                   `json:"refused"`
-	Tasks          int64                   `json:"tasks"`
-	Completed      int64                   `json:"completed"`
-	Failed         int64                   `json:"failed"`
-	ByState        map[fsm.State]int64     `json:"by_state"`
-	ByMachine      map[string]int64        `json:"by_machine"` // tasks created per machine, NAME@VERSION
-	ByType         map[string]int64        `json:"by_type"`
-	BySource       map[string]int64        `json:"by_source"`
-	Inputs         map[fsm.EventType]int64 `json:"inputs"`
-	System         map[string]int64        `json:"system"`
-	MemoryEvents   int64                   `json:"memory_events"`
-	PerMinute      []MinuteReport          `json:"per_minute"`
-	Duration       DurationReport          `json:"duration_ms"`
-	CompletedDur   DurationReport          `json:"completed_duration_ms"`
-	FailedDur      DurationReport          `json:"failed_duration_ms"`
-	Iterations     []IterationCount        `json:"iterations"`
-	FailureReasons []ReasonCount           `json:"top_failure_reasons"`
-	LastEventTime  time.Time               `json:"last_event_time"`
-	WindowMinutes  int                     `json:"window_minutes"`
+	Events    int64               `json:"events"`
+	Refused   int64               `json:"refused"`
+	Tasks     int64               `json:"tasks"`
+	Completed int64               `json:"completed"`
+	Failed    int64               `json:"failed"`
+	ByState   map[fsm.State]int64 `json:"by_state"` // every machine's but dispatch.task's
+	// ByMachineState is the tasks now in each state per machine NAME
+	// (pegasus.task, dispatch.task), each machine's states apart.
+	ByMachineState map[string]map[fsm.State]int64 `json:"by_machine_state"`
+	ByMachine      map[string]int64               `json:"by_machine"` // tasks created per machine, NAME@VERSION
+	ByType         map[string]int64               `json:"by_type"`
+	BySource       map[string]int64               `json:"by_source"`
+	Inputs         map[fsm.EventType]int64        `json:"inputs"`
+	System         map[string]int64               `json:"system"`
+	MemoryEvents   int64                          `json:"memory_events"`
+	PerMinute      []MinuteReport                 `json:"per_minute"`
+	Duration       DurationReport                 `json:"duration_ms"`
+	CompletedDur   DurationReport                 `json:"completed_duration_ms"`
+	FailedDur      DurationReport                 `json:"failed_duration_ms"`
+	Iterations     []IterationCount               `json:"iterations"`
+	FailureReasons []ReasonCount                  `json:"top_failure_reasons"`
+	LastEventTime  time.Time                      `json:"last_event_time"`
+	WindowMinutes  int                            `json:"window_minutes"`
 }
 
 // MinuteReport is one minute of activity.
@@ -422,6 +443,14 @@ func (st *Stats) Report() StatsReport {
 		if n != 0 {
 			r.ByState[state] = n // the states of older machines, when some task is in one
 		}
+	}
+	r.ByMachineState = map[string]map[fsm.State]int64{}
+	for k, n := range s.ByMachineState {
+		name, state, _ := strings.Cut(k, " ")
+		if r.ByMachineState[name] == nil {
+			r.ByMachineState[name] = map[fsm.State]int64{}
+		}
+		r.ByMachineState[name][fsm.State(state)] = n
 	}
 	for _, m := range s.Minutes {
 		r.PerMinute = append(r.PerMinute, MinuteReport{
