@@ -283,12 +283,19 @@ func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID strin
 		return errBadRequest("delay_seconds %d: want at least 0", req.DelaySeconds)
 	case req.DelaySeconds > 0 && !req.RunAt.IsZero():
 		return errBadRequest("give run_at or delay_seconds, not both")
-	case req.DelaySeconds > 0:
-		body.RunAt = time.Now().UTC().Add(time.Duration(req.DelaySeconds) * time.Second).Truncate(time.Millisecond)
 	}
 	body = fsm.DispatchDefaults(body)
 	var t fsm.Task
 	err := s.keyed(w, r, func(id ulid.ULID) error {
+		if req.DelaySeconds > 0 {
+			// The delay counts from the task id's time: a keyed create sent
+			// again has the same id, so the same run_at, and the log
+			// recognises it as the same request.
+			if id == (ulid.ULID{}) {
+				id = s.broker.log.NewID()
+			}
+			body.RunAt = ulid.Time(id.Time()).UTC().Add(time.Duration(req.DelaySeconds) * time.Second)
+		}
 		var err error
 		t, err = s.broker.b.Create(r.Context(), id, body)
 		return err
