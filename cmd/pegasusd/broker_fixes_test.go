@@ -50,3 +50,49 @@ func TestBrokerRepeatedFailAfterRetry(t *testing.T) {
 		t.Fatalf("repeated /fail: %s", r.body)
 	}
 }
+
+// TestBrokerAgentToken: with --agent-token, the worker routes (register,
+// poll, progress, complete, fail) refuse a request without it (401 in the
+// error envelope, nothing recorded) and take it, or the admin token; the
+// client routes (create, list, get) do not ask for it.
+func TestBrokerAgentToken(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.broker.adminToken, cfg.broker.agentToken = "admin-secret", "agent-secret"
+	td := startDaemon(t, cfg)
+	agent := []string{"Authorization", "Bearer agent-secret"}
+	refused := func(r response) {
+		t.Helper()
+		if r.status != 401 || r.errorCode(t) != codeUnauthorized {
+			t.Fatalf("want 401 unauthorized: %d %s", r.status, r.body)
+		}
+	}
+	refused(td.as("w", "PUT", "/api/v1/agents/w", `{}`))
+	refused(td.as("w", "PUT", "/api/v1/agents/w", `{}`, "Authorization", "Bearer wrong"))
+	mustStatus(t, td.as("w", "PUT", "/api/v1/agents/w", `{}`, agent...), 200)
+	mustStatus(t, td.as("ops", "PUT", "/api/v1/agents/w2", `{}`, "Authorization", "Bearer admin-secret"), 200)
+
+	task := dtask(t, td.as("c", "POST", "/api/v1/tasks", `{"title":"x"}`)) // a client's routes need no agent token
+	mustStatus(t, td.as("c", "GET", "/api/v1/tasks", ""), 200)
+	mustStatus(t, td.as("c", "GET", "/api/v1/tasks/"+task.TaskID, ""), 200)
+	refused(td.as("w", "GET", "/api/v1/tasks?agent=w&status=assigned", ""))
+	refused(td.as("w", "GET", "/api/v1/tasks?wait=1s", ""))
+	var page struct {
+		Tasks []dispatchJSON `json:"tasks"`
+	}
+	td.as("w", "GET", "/api/v1/tasks?agent=w&status=assigned&wait=20s", "", agent...).json(t, &page)
+	if len(page.Tasks) != 1 {
+		t.Fatalf("poll with the token: %+v", page)
+	}
+	w := page.Tasks[0].AssignedAgent
+	for _, path := range []string{"/progress", "/complete", "/fail"} {
+		refused(td.as(w, "POST", "/api/v1/tasks/"+task.TaskID+path, `{"error":"e"}`))
+	}
+	if j := dtask(t, td.as("c", "GET", "/api/v1/tasks/"+task.TaskID, "")); j.Version != page.Tasks[0].Version {
+		t.Fatal("a refused report changed the task")
+	}
+	mustStatus(t, td.as(w, "POST", "/api/v1/tasks/"+task.TaskID+"/progress", `{"message":"m"}`, agent...), 200)
+	done := dtask(t, td.as(w, "POST", "/api/v1/tasks/"+task.TaskID+"/complete", `{"result":{}}`, agent...))
+	if done.Status != "completed" {
+		t.Fatalf("complete with the token: %+v", done)
+	}
+}
