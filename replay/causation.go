@@ -8,6 +8,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -114,6 +115,9 @@ type Why struct {
 	Missing   ulid.ULID // a causation not in the source, zero if none
 	Tree      *Node
 	Truncated bool
+	// Decisions words the broker's decisions and the workers' reports, for
+	// a dispatch task (nil for other tasks): see DispatchDecisions.
+	Decisions []Decision
 }
 
 // Explain returns the Why of a task (`pegasus-replay why`). A task id is
@@ -134,5 +138,8 @@ func Explain(ctx context.Context, r Reader, taskID string, maxNodes int) (*Why, 
 	w := &Why{TaskID: taskID, Chain: chain, Missing: missing}
 	root := chain[len(chain)-1]
 	w.Tree, w.Truncated, err = Descendants(ctx, r, root.ID, maxNodes)
+	if err == nil && chain[0].Type == string(fsm.DispatchCreated) {
+		w.Decisions, err = DispatchDecisions(ctx, r, taskID)
+	}
 	return w, err
 }

@@ -47,7 +47,7 @@ func whyCommand(std *stdio) *cli.Command {
 			if p.json {
 				return p.JSON(whyJSON{
 					TaskID: w.TaskID, Chain: chainJSON(w.Chain), Missing: idString(w.Missing),
-					Tree: toNodeJSON(w.Tree), Truncated: w.Truncated,
+					Tree: toNodeJSON(w.Tree), Truncated: w.Truncated, Decisions: w.Decisions,
 				})
 			}
 			created := ulid.ULID{}
@@ -55,6 +55,12 @@ func whyCommand(std *stdio) *cli.Command {
 				created = w.Chain[0].ID
 			}
 			printChain(p, "task "+w.TaskID+" was started by", w.Chain, w.Missing)
+			if len(w.Decisions) > 0 {
+				p.Printf("\nwhat the broker decided and the workers reported:\n")
+				for _, d := range w.Decisions {
+					p.Printf("  %s %s\n", seqLabel(d.Seq), d.Text)
+				}
+			}
 			if w.Tree != nil {
 				p.Printf("\neverything that followed from %s (%d events; <== is the task's creation):\n",
 					seqLabel(w.Tree.Event.Seq), w.Tree.Size())
@@ -128,6 +134,8 @@ type whyJSON struct {
 	Missing   string      `json:"missing_causation,omitempty"`
 	Tree      *nodeJSON   `json:"tree"`
 	Truncated bool        `json:"truncated"`
+	// Decisions words a broker task's history (absent for other tasks).
+	Decisions []replay.Decision `json:"decisions,omitempty"`
 }
 
 // traceJSON is the --json output of trace. Chain runs from the event up to

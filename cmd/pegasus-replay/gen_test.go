@@ -356,6 +356,35 @@ func genCorrupt(t testing.TB) []eventlog.Event {
 	return h.evs
 }
 
+// genBroker records one broker task (dispatch.task) through every kind of
+// decision: assigned, started, a progress report, timed out for want of a
+// heartbeat, retried, assigned to another worker that fails it as not
+// retryable, dead-lettered, requeued by an operator, and completed. It
+// returns the events and the task's id.
+func genBroker(t testing.TB) ([]eventlog.Event, string) {
+	h := newHist(t, histStart)
+	id := h.peekID()
+	h.add(id, ulid.ULID{}, &fsm.DispatchCreatedBody{AgentID: "mike", Title: "resize the photos", Owner: "mike",
+		RequiredCapabilities: []string{"image"}, Priority: 2, TimeoutSeconds: 60, MaxRetries: 2, RetryEligible: true,
+		Source: "agent", HeartbeatSeconds: 20})
+	h.corr[id] = h.last[id]
+	h.next(id, time.Second, &fsm.DispatchAssignedBody{AgentID: "$broker", Worker: "resizer-1", Score: 1.1})
+	h.next(id, 2*time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchStarted, AgentID: "resizer-1", Message: "loading"})
+	h.next(id, 5*time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchProgress, AgentID: "resizer-1", Message: "10 of 40"})
+	h.next(id, 20*time.Second, &fsm.DispatchTimedOutBody{AgentID: "$broker"})
+	h.next(id, time.Millisecond, &fsm.DispatchRetriedBody{AgentID: "$broker"})
+	h.next(id, time.Second, &fsm.DispatchAssignedBody{AgentID: "$broker", Worker: "resizer-2", Score: 1.1})
+	h.next(id, time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchStarted, AgentID: "resizer-2"})
+	no := false
+	h.next(id, 3*time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchFailed, AgentID: "resizer-2", Error: "corrupt input", RetryEligible: &no})
+	h.next(id, time.Millisecond, &fsm.DispatchDeadLetteredBody{AgentID: "$broker", Reason: fsm.DeadLetterNotEligible})
+	h.next(id, time.Minute, &fsm.DispatchRequeuedBody{AgentID: "ops", Reason: "fixed the input"})
+	h.next(id, time.Second, &fsm.DispatchAssignedBody{AgentID: "$broker", Worker: "resizer-1", Score: 1.1})
+	h.next(id, time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchStarted, AgentID: "resizer-1"})
+	h.next(id, 4*time.Second, &fsm.DispatchReportBody{Kind: fsm.DispatchCompleted, AgentID: "resizer-1", Result: `{"resized":40}`})
+	return h.evs, id
+}
+
 // writeExport writes evs as a complete NDJSON export.
 func writeExport(t testing.TB, path string, evs []eventlog.Event) {
 	var b bytes.Buffer
@@ -388,10 +417,11 @@ func writeFile(t testing.TB, path string, data []byte) {
 // documents them), and rewrites them with -update.
 func TestGenerateHistories(t *testing.T) {
 	evs, _ := genHistory(t)
+	broker, _ := genBroker(t)
 	for _, f := range []struct {
 		name string
 		evs  []eventlog.Event
-	}{{"history.ndjson", evs}, {"corrupt.ndjson", genCorrupt(t)}} {
+	}{{"history.ndjson", evs}, {"corrupt.ndjson", genCorrupt(t)}, {"broker.ndjson", broker}} {
 		path := filepath.Join("testdata", f.name)
 		if *update {
 			writeExport(t, path, f.evs)

@@ -71,6 +71,7 @@ var (
 type fixture struct {
 	history, corrupt string // data directories
 	ids              historyTasks
+	broker           string // the task of broker.ndjson
 }
 
 func loadFixtures(t testing.TB) fixture {
@@ -92,13 +93,14 @@ func loadFixtures(t testing.TB) fixture {
 	if fixtureErr != nil {
 		t.Fatal(fixtureErr)
 	}
-	return fixture{history: filepath.Join(fixtureRoot, "history"), corrupt: filepath.Join(fixtureRoot, "corrupt"), ids: fixtureIDs}
+	_, broker := genBroker(t)
+	return fixture{history: filepath.Join(fixtureRoot, "history"), corrupt: filepath.Join(fixtureRoot, "corrupt"), ids: fixtureIDs, broker: broker}
 }
 
-// expand replaces {D} {C} {S} {R} {F} {T} in args.
+// expand replaces {D} {C} {S} {R} {F} {T} {B} in args.
 func (f fixture) expand(args []string) []string {
 	r := strings.NewReplacer("{D}", f.history, "{C}", f.corrupt, "{S}", f.ids.success, "{R}", f.ids.resumed,
-		"{F}", f.ids.failed, "{T}", f.ids.toolFailed)
+		"{F}", f.ids.failed, "{T}", f.ids.toolFailed, "{B}", f.broker)
 	out := make([]string, len(args))
 	for i, a := range args {
 		out[i] = r.Replace(a)
@@ -184,6 +186,9 @@ var goldenCases = []struct {
 	{"state-failed.json", []string{"-d", "{D}", "state", "{F}", "--json"}, 0},
 	{"why-success", []string{"-d", "{D}", "why", "{S}"}, 0},
 	{"why-resumed.json", []string{"-d", "{D}", "why", "{R}", "--json"}, 0},
+	{"why-broker", []string{"-f", "testdata/broker.ndjson", "why", "{B}"}, 0},
+	{"why-broker.json", []string{"-f", "testdata/broker.ndjson", "why", "{B}", "--json"}, 0},
+	{"show-broker", []string{"-f", "testdata/broker.ndjson", "show", "{B}"}, 0},
 	{"trace", []string{"-d", "{D}", "trace", "{T}"}, 0},
 	{"verify-ok", []string{"-d", "{D}", "verify"}, 0},
 	{"verify-corrupt", []string{"-d", "{C}", "verify"}, 1},
