@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -61,14 +62,16 @@ var agentTaskTypes = []string{"general", "explore", "plan"}
 func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 	sub := b.log.Subscribe(ctx, b.log.Head()+1)
 	defer sub.Close()
-	if err := b.registerAgent(ctx, max(maxTasks, 1)); err != nil {
+	if err := b.RegisterAgentWorker(ctx, maxTasks); err != nil {
 		return err
 	}
-	wake := make(chan struct{}, 1)
+	w := &agentWorker{b: b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}}
+	w.endedBefore()
 	errc := make(chan error, 1)
-	go func() { errc <- b.agentFollow(ctx, sub, wake) }()
+	go func() { errc <- w.follow(ctx, sub) }()
 	for {
 		b.Seen(AgentWorkerID) // alive while it runs
+		w.cancelStale(ctx)
 		b.agentStep(ctx)
 		select {
 		case <-ctx.Done():
@@ -78,15 +81,18 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 				return ctx.Err()
 			}
 			return err
-		case <-wake:
+		case <-w.wake:
 		case <-b.opts.After(b.opts.WorkerTTL / 3):
 		}
 	}
 }
 
-// registerAgent records WORKER_REGISTERED for the built-in agent unless
-// the registry already holds it with these capabilities and max_tasks.
-func (b *Broker) registerAgent(ctx context.Context, maxTasks int) error {
+// RegisterAgentWorker records WORKER_REGISTERED for the built-in agent
+// unless the registry already holds it with these capabilities and
+// max_tasks (0 means 1). RunAgentWorker calls it; a daemon calls it first
+// too, so that the worker is registered once it serves.
+func (b *Broker) RegisterAgentWorker(ctx context.Context, maxTasks int) error {
+	maxTasks = max(maxTasks, 1)
 	b.mu.Lock()
 	w, ok := b.workers[AgentWorkerID]
 	same := ok && w.MaxTasks == maxTasks && slices.Equal(w.Capabilities, AgentCapabilities)
@@ -98,9 +104,22 @@ func (b *Broker) registerAgent(ctx context.Context, maxTasks int) error {
 	return err
 }
 
-// agentFollow wakes the worker's loop, once the view folded it, after
-// every broker event and every event of a child the index knows.
-func (b *Broker) agentFollow(ctx context.Context, sub *eventlog.Subscription, wake chan<- struct{}) error {
+// agentWorker is the state of one RunAgentWorker: its wake-up and the
+// broker tasks whose attempt ended by a timeout, whose children may still
+// run.
+type agentWorker struct {
+	b    *Broker
+	wake chan struct{} // buffered 1
+
+	mu    sync.Mutex
+	ended map[string]ulid.ULID // broker task -> the event that ended an attempt (the cancel's cause)
+}
+
+// follow wakes the worker's loop, once the view folded it, after every
+// broker event and every event of a child the index knows; it notes the
+// tasks whose attempt timed out.
+func (w *agentWorker) follow(ctx context.Context, sub *eventlog.Subscription) error {
+	b := w.b
 	for {
 		ev, err := sub.Next(ctx)
 		if err != nil {
@@ -112,11 +131,82 @@ func (b *Broker) agentFollow(ctx context.Context, sub *eventlog.Subscription, wa
 		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
 			return err
 		}
+		if ev.Type == string(fsm.DispatchTimedOut) && len(b.children.of(ev.Stream)) > 0 {
+			w.mu.Lock()
+			w.ended[ev.Stream] = ev.ID
+			w.mu.Unlock()
+		}
 		select {
-		case wake <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// endedBefore notes, at start, the broker tasks with a child of the
+// built-in agent still running: an attempt may have timed out before a
+// crash, its child left running.
+func (w *agentWorker) endedBefore() {
+	s, ok := w.b.tasks.(sourced)
+	if !ok {
+		return
+	}
+	for _, c := range s.TasksFrom(AgentSource) {
+		if !c.IsTerminal() && c.ParentID != "" {
+			w.ended[c.ParentID] = c.LastEvent
+		}
+	}
+}
+
+// cancelStale cancels the running children of the noted tasks that are not
+// their task's current attempt: an attempt that timed out while its child
+// ran. The child would finish for nothing (its outcome is ignored, the
+// retry runs a new child); TASK_FAILED (reason cancelled), the operator's
+// cancel, stops it. It is appended at the child's version: a child that
+// moved meanwhile is looked at again at the next wake.
+func (w *agentWorker) cancelStale(ctx context.Context) {
+	w.mu.Lock()
+	ended := w.ended
+	w.ended = map[string]ulid.ULID{}
+	w.mu.Unlock()
+	b := w.b
+	for id, cause := range ended {
+		current := ""
+		if t, err := b.tasks.Task(id); err == nil {
+			if act := fsm.Next(&t); act.Kind == fsm.ActWaitWorker && act.Task == AgentWorkerID {
+				current = agentChildID(&t).String()
+			}
+		}
+		for _, cid := range b.children.of(id) {
+			c, err := b.tasks.Task(cid)
+			if err != nil || cid == current || c.Context.Source != AgentSource || c.IsTerminal() || !c.CanTransition(fsm.TaskFailed) {
+				continue
+			}
+			if err := b.cancelChild(ctx, &c, id, cause); err != nil {
+				b.opts.Logger.Debug("built-in worker: a stale child not cancelled", "task", id, "child", cid, "err", err)
+				w.mu.Lock()
+				w.ended[id] = cause // look again at the next wake
+				w.mu.Unlock()
+			}
+		}
+	}
+}
+
+// cancelChild fails child c of broker task parent, caused by cause.
+func (b *Broker) cancelChild(ctx context.Context, c *fsm.Task, parent string, cause ulid.ULID) error {
+	data, err := fsm.Encode(&fsm.TaskFailedBody{Reason: "cancelled",
+		Error: fmt.Sprintf("cancelled: the attempt of broker task %s it ran for ended (timed out)", parent)})
+	if err != nil {
+		return err
+	}
+	corr, _ := ulid.ParseStrict(parent)
+	res, err := b.log.Append(ctx, c.ID, eventlog.Exactly(c.Version), eventlog.Event{Type: string(fsm.TaskFailed),
+		Time: b.opts.Now(), Causation: cause, Correlation: corr, Schema: fsm.SchemaVersion, Body: data})
+	if err != nil {
+		return err
+	}
+	b.opts.Logger.Debug("built-in worker: stale child cancelled", "task", parent, "child", c.ID)
+	return b.tasks.WaitFor(ctx, res.LastSeq)
 }
 
 // agentStep does what is due for every live broker task assigned to the

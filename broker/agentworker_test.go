@@ -288,3 +288,51 @@ func TestChildIndex(t *testing.T) {
 		t.Fatalf("a leaf has children %v", got)
 	}
 }
+
+// TestAgentWorkerCancelsStaleChild: when an attempt run by the built-in
+// agent times out, its child, still running, is cancelled (TASK_FAILED,
+// caused by the timeout); the retry's child runs.
+func TestAgentWorkerCancelsStaleChild(t *testing.T) {
+	h := newHarness(t)
+	h.runAgentWorker(h.b)
+	h.waitWorker(AgentWorkerID)
+	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "slow thought",
+		RequiredCapabilities: []string{"agent"}, TimeoutSeconds: 60, MaxRetries: 1, RetryEligible: true}))
+	first := h.waitChildren(h.b, task.ID, 1)[0]
+	h.childEvents(first.ID, childCreated(&first)) // the agent admitted it: it reasons
+	h.waitTask(task.ID, "started", func(t *fsm.Task) bool { return t.State == fsm.StateInProgress })
+	h.clk.Advance(60 * time.Second)
+	children := h.waitChildren(h.b, task.ID, 2)
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	sub := h.log.Subscribe(ctx, 1)
+	defer sub.Close()
+	for {
+		c, err := h.b.tasks.Task(first.ID)
+		if err == nil && c.IsTerminal() {
+			if c.Context.Error == "" || !strings.Contains(c.Context.Error, task.ID) {
+				t.Fatalf("the stale child ended with %q", c.Context.Error)
+			}
+			ev, _ := h.log.Get(mustULID(t, c.LastEvent.String()))
+			if cause, _ := h.log.Get(ev.Causation); cause.Type != string(fsm.DispatchTimedOut) {
+				t.Fatalf("the cancel is caused by %s, want the timeout", cause.Type)
+			}
+			break
+		}
+		ev, err := sub.Next(ctx)
+		if err == nil {
+			err = h.b.tasks.WaitFor(ctx, ev.Seq)
+		}
+		if err != nil {
+			t.Fatalf("the stale child was never cancelled: %v", err)
+		}
+	}
+	for _, c := range children {
+		if now, _ := h.b.tasks.Task(c.ID); c.ID != first.ID && now.IsTerminal() {
+			t.Fatal("the retry's child was cancelled")
+		}
+	}
+	if got, _ := h.b.Task(task.ID); got.Dispatch.RetryCount != 1 {
+		t.Fatalf("task: %s", fsm.Describe(got))
+	}
+}

@@ -91,6 +91,18 @@ func TestBrokerAgentWorker(t *testing.T) {
 	if got := td.eventAgents(ask.TaskID); got != want {
 		t.Fatalf("events:\n got %s\nwant %s", got, want)
 	}
+
+	// A restart changes nothing (no second report, no second child), and
+	// verify finds the linked machines' histories clean.
+	td = td.restart(cfg)
+	if again := dtask(t, td.as("mike", "GET", "/api/v1/tasks/"+ask.TaskID, "")); again.Version != end.Version || len(again.Children) != 2 {
+		t.Fatalf("after a restart: %+v", again)
+	}
+	if got := td.eventAgents(ask.TaskID); got != want {
+		t.Fatalf("events after a restart:\n got %s\nwant %s", got, want)
+	}
+	td.stop()
+	openVerified(t, cfg.dataDir)
 }
 
 // eventAgents is a broker task's events as TYPE/AGENT, space-separated.

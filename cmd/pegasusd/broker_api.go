@@ -82,6 +82,13 @@ func (s *server) startBroker(l *eventlog.Log, v *replay.View, cfg *config) error
 	host, _, _ := strings.Cut(cfg.addr, ":")
 	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), agent: newTokenCheck(cfg.broker.agentToken),
 		open: cfg.broker.adminToken == "" && isLoopback(host)}
+	if cfg.broker.agentWorker {
+		// Registered before the daemon serves: a client sees worker
+		// "pegasus" at once.
+		if err := b.RegisterAgentWorker(s.base, cfg.maxActive); err != nil {
+			return err
+		}
+	}
 	s.broker.wg.Add(1)
 	go func() {
 		defer s.broker.wg.Done()
