@@ -92,6 +92,18 @@ func TestBrokerAgentWorker(t *testing.T) {
 		t.Fatalf("events:\n got %s\nwant %s", got, want)
 	}
 
+	// why words the broker's decisions.
+	var why struct {
+		Decisions []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"decisions"`
+	}
+	td.do("GET", "/v1/tasks/"+ask.TaskID+"/why", "").json(t, &why)
+	if len(why.Decisions) != 8 || !strings.HasPrefix(why.Decisions[3].Text, "failed by pegasus") || !strings.HasPrefix(why.Decisions[4].Text, "retried (1 of 2)") {
+		t.Fatalf("why: %+v", why.Decisions)
+	}
+
 	// A restart changes nothing (no second report, no second child), and
 	// verify finds the linked machines' histories clean.
 	td = td.restart(cfg)

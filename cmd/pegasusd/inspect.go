@@ -76,7 +76,11 @@ func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 	if why.Missing != (ulid.ULID{}) {
 		missing = why.Missing.String()
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "chain": chain, "missing": missing,
-		"tree": toWhyNode(why.Tree), "truncated": why.Truncated})
+	out := map[string]any{"task_id": t.ID, "chain": chain, "missing": missing,
+		"tree": toWhyNode(why.Tree), "truncated": why.Truncated}
+	if why.Decisions != nil {
+		out["decisions"] = why.Decisions // a broker task's decisions, worded
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
