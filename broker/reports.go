@@ -5,23 +5,24 @@ import (
 )
 
 // repeatedEarlier reports whether rep, of type kind, repeats the last
-// report agent made on t in an earlier attempt: the same completion or
-// failure sent again after the broker retried the task (a worker's HTTP
-// retry that arrives after the retry, or after the task was handed to it
-// again). It is answered as the first was, not recorded as the outcome of
-// the new attempt, nor refused.
+// report agent made on t, in an earlier attempt that is over: the same
+// completion or failure sent again (a worker's HTTP retry) after the
+// broker retried the task and while it waits in the queue, runs on
+// another worker, or has ended. It is answered as the first was, not
+// refused.
 //
-// Only the agent's latest report counts: a worker that reported anything
-// on the new attempt (its start, progress) is reporting on that attempt.
-// A first attempt has nothing earlier to repeat, so the common path reads
-// nothing; otherwise the task's stream is read (a broker task has few
-// events).
+// A task waiting for this very agent's report is not asked: the agent was
+// handed the task again and reports on the new attempt, and a worker that
+// fails every attempt with the same error is common (without an attempt
+// number in the request, the two cannot be told apart). A first attempt
+// has nothing earlier to repeat, so the common path reads nothing;
+// otherwise the task's stream is read (a broker task has few events).
 func (b *Broker) repeatedEarlier(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool {
 	d := t.Dispatch
 	if (kind != fsm.DispatchCompleted && kind != fsm.DispatchFailed) || d.RetryCount+d.Requeues == 0 {
 		return false
 	}
-	if act := fsm.Next(t); act.Kind == fsm.ActWaitWorker && act.Task == rep.AgentID && act.Started {
+	if act := fsm.Next(t); act.Kind == fsm.ActWaitWorker && act.Task == rep.AgentID {
 		return false
 	}
 	var last *fsm.DispatchReportBody

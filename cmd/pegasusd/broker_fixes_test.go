@@ -29,8 +29,8 @@ func TestBrokerKeyedDelayedCreate(t *testing.T) {
 }
 
 // TestBrokerRepeatedFailAfterRetry: the same /fail sent again after the
-// broker retried the task (and handed it to the same worker) is answered
-// as the first was, and records nothing.
+// broker retried the task (waiting in the queue: its worker is drained)
+// is answered as the first was, and records nothing.
 func TestBrokerRepeatedFailAfterRetry(t *testing.T) {
 	td := brokerDaemon(t)
 	mustStatus(t, td.as("w", "PUT", "/api/v1/agents/w", `{}`), 200)
@@ -38,15 +38,22 @@ func TestBrokerRepeatedFailAfterRetry(t *testing.T) {
 	if got := td.poll("w"); len(got) != 1 {
 		t.Fatalf("poll: %+v", got)
 	}
+	mustStatus(t, td.admin("POST", "/api/v1/agents/w/drain", ""), 200)
 	const fail = `{"error":"connection refused","retry_eligible":true}`
 	mustStatus(t, td.as("w", "POST", "/api/v1/tasks/"+task.TaskID+"/fail", fail), 200)
-	got := td.poll("w")
-	if len(got) != 1 || got[0].RetryCount != 1 {
-		t.Fatalf("after the failure: %+v", got)
+	var queued dispatchJSON
+	for range 50 {
+		if queued = dtask(t, td.as("c", "GET", "/api/v1/tasks/"+task.TaskID, "")); queued.RetryCount == 1 {
+			break
+		}
+		td.as("c", "GET", "/api/v1/tasks?agent=nobody&wait=100ms", "")
+	}
+	if queued.Status != "pending" || queued.RetryCount != 1 {
+		t.Fatalf("after the failure: %+v", queued)
 	}
 	r := td.as("w", "POST", "/api/v1/tasks/"+task.TaskID+"/fail", fail)
 	mustStatus(t, r, 200)
-	if j := dtask(t, r); j.Version != got[0].Version || j.RetryCount != 1 || r.header.Get("Idempotent-Replayed") != "true" {
+	if j := dtask(t, r); j.Version != queued.Version || r.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("repeated /fail: %s", r.body)
 	}
 }
