@@ -114,8 +114,9 @@ func (b *Broker) Tasks() []fsm.Task {
 // worker may report (ErrNotAssigned otherwise, and nothing is recorded).
 // A report the task already reflects (the same completion or failure from
 // the same worker, sent again), or that repeats the worker's last report
-// on an earlier attempt (sent again after a retry, see repeatedEarlier),
-// is answered like the first: the task, with replayed true. A completion or failure of a task not started yet records
+// on an attempt that is over (sent again after a retry, see
+// repeatedEarlier), is answered like the first: the task, with replayed
+// true. A completion or failure of a task not started yet records
 // DISPATCH_STARTED first, in the same atomic append.
 func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventType, rep fsm.DispatchReportBody) (t fsm.Task, replayed bool, err error) {
 	b.Seen(agent)

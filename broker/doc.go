@@ -21,5 +21,13 @@
 //     liveness (the last request carrying X-Agent-ID) is kept in memory
 //     only: after a restart no worker gets a task before it calls again.
 //   - The broker reads tasks from the daemon's folded view (Tasks); it
-//     does not fold events itself.
+//     does not fold events itself. It keeps one index of its own, parent ->
+//     children (children.go), loaded at New and kept as it follows the log.
+//
+// The built-in agent is a worker too (agentworker.go): "pegasus", which
+// runs a broker task assigned to it as a pegasus.task child and reports
+// the child's end. It is driven like the broker, by what the machines say
+// is due, and resumes what a crash left half done at start, once (the
+// child's id is fixed by the attempt; reports are appended at the version
+// they were decided on).
 package broker
