@@ -12,6 +12,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,7 +33,8 @@ func main() {
 	var maxTasks, slots int
 	flag.StringVar(&c.url, "url", "http://127.0.0.1:7070", "the daemon's address")
 	flag.StringVar(&c.id, "id", "example-worker", "this worker's id (X-Agent-ID)")
-	flag.StringVar(&c.token, "token", os.Getenv("PEGASUS_TOKEN"), "the daemon's --token, if it has one")
+	flag.StringVar(&c.token, "token", cmp.Or(os.Getenv("PEGASUS_AGENT_TOKEN"), os.Getenv("PEGASUS_TOKEN")),
+		"the daemon's --agent-token (or --token), if it has one")
 	flag.StringVar(&caps, "caps", "general", "comma-separated capabilities")
 	flag.IntVar(&slots, "max-tasks", 1, "tasks at once (the broker's max_tasks)")
 	flag.IntVar(&maxTasks, "stop-after", 0, "stop after finishing this many tasks (0: never)")
