@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -132,4 +134,48 @@ func (td *testDaemon) eventAgents(id string) string {
 		line = append(line, e.Type+"/"+e.AgentID)
 	}
 	return strings.Join(line, " ")
+}
+
+// TestBrokerAgentWorkerCrash kills the daemon (SIGKILL) while broker tasks
+// run on the built-in agent as children waiting for an answer, restarts
+// it, and checks: no child is created twice, each child answered
+// completes its broker task, and verify is clean.
+func TestBrokerAgentWorkerCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon binary")
+	}
+	bin := buildDaemon(t)
+	data := filepath.Join(t.TempDir(), "data")
+	flags := []string{"--admin-token", "admin-secret"}
+	p := startProc(t, bin, data, flags...)
+	td := &testDaemon{t: t, url: p.url}
+	children := map[string]string{} // broker task -> its child
+	for i := range 3 {
+		j := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["agent"]}`, "Idempotency-Key", fmt.Sprint("ask-", i)))
+		running := td.waitDispatch(j.TaskID, "running a child", func(j *dispatchJSON) bool { return len(j.Children) == 1 })
+		if c := td.waitTask(running.Children[0]); c.State != fsm.StateSuspended {
+			t.Fatalf("child %s: %s", c.TaskID, c.State)
+		}
+		children[j.TaskID] = running.Children[0]
+	}
+	p.kill(t)
+
+	p = startProc(t, bin, data, flags...)
+	td = &testDaemon{t: t, url: p.url}
+	for id, child := range children {
+		j := dtask(t, td.as("mike", "GET", "/api/v1/tasks/"+id, ""))
+		if j.Status != "in_progress" || len(j.Children) != 1 || j.Children[0] != child {
+			t.Fatalf("after the restart %s: %+v", id, j)
+		}
+		mustStatus(t, td.do("POST", "/v1/tasks/"+child+"/messages", `{"text":"what is event sourcing?"}`), 200)
+		done := td.waitDispatch(id, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+		if done.RetryCount != 0 || !strings.Contains(string(done.Result), child) {
+			t.Fatalf("completed: %+v %s", done, done.Result)
+		}
+		if got := td.eventAgents(id); got != "DISPATCH_CREATED/mike DISPATCH_ASSIGNED/$broker DISPATCH_STARTED/pegasus DISPATCH_COMPLETED/pegasus" {
+			t.Fatalf("events: %s", got)
+		}
+	}
+	p.stop(t)
+	openVerified(t, data)
 }
