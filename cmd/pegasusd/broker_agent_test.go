@@ -30,7 +30,9 @@ func (td *testDaemon) waitDispatch(id, what string, cond func(*dispatchJSON) boo
 
 // TestBrokerAgentWorker runs broker tasks on the built-in agent (the
 // offline model) over real HTTP against a real daemon: it is registered as
-// worker "pegasus"; a task asking for "general" runs as a pegasus.task
+// worker "pegasus"; beside an external worker, tasks go by capability (a
+// task asking for nothing never to the agent); a task asking for
+// "general" runs as a pegasus.task
 // child whose result completes it; a child that fails (cancelled while it
 // waits for an answer) fails the attempt, retryable, and the retry's child
 // completes; the children are listed on the broker task.
@@ -46,6 +48,21 @@ func TestBrokerAgentWorker(t *testing.T) {
 	if len(agents.Agents) != 1 || agents.Agents[0].ID != "pegasus" || !slices.Equal(agents.Agents[0].Capabilities, broker.AgentCapabilities) {
 		t.Fatalf("agents: %+v", agents.Agents)
 	}
+
+	// Routing beside an external worker: research goes to sci, a task
+	// asking for nothing too (never to the agent), plan to the agent.
+	mustStatus(t, td.as("sci", "PUT", "/api/v1/agents/sci", `{"capabilities":["research"],"max_tasks":2}`), 200)
+	research := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"dig","required_capabilities":["research"]}`))
+	plain := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"anything"}`))
+	plan := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"plan a trip","required_capabilities":["plan"]}`))
+	for _, c := range []struct {
+		id, worker string
+	}{{research.TaskID, "sci"}, {plain.TaskID, "sci"}, {plan.TaskID, "pegasus"}} {
+		if j := td.waitDispatch(c.id, "assigned", func(j *dispatchJSON) bool { return j.AssignedAgent != "" }); j.AssignedAgent != c.worker {
+			t.Fatalf("%s went to %s, want %s", j.Title, j.AssignedAgent, c.worker)
+		}
+	}
+	td.waitDispatch(plan.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
 
 	// A task for the agent completes with the child's result.
 	task := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"what is event sourcing?","required_capabilities":["General"]}`))
