@@ -65,14 +65,16 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 	if err := b.RegisterAgentWorker(ctx, maxTasks); err != nil {
 		return err
 	}
-	w := &agentWorker{b: b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}}
+	w := &agentWorker{b: b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}, mine: map[string]struct{}{}}
 	w.endedBefore()
 	errc := make(chan error, 1)
 	go func() { errc <- w.follow(ctx, sub) }()
+	all := true // look at every live task: at start, then at each tick
 	for {
 		b.Seen(AgentWorkerID) // alive while it runs
 		w.cancelStale(ctx)
-		b.agentStep(ctx)
+		w.step(ctx, all)
+		all = false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -83,6 +85,7 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 			return err
 		case <-w.wake:
 		case <-b.opts.After(b.opts.WorkerTTL / 3):
+			all = true
 		}
 	}
 }
@@ -104,20 +107,23 @@ func (b *Broker) RegisterAgentWorker(ctx context.Context, maxTasks int) error {
 	return err
 }
 
-// agentWorker is the state of one RunAgentWorker: its wake-up and the
-// broker tasks whose attempt ended by a timeout, whose children may still
-// run.
+// agentWorker is the state of one RunAgentWorker: its wake-up, the broker
+// tasks assigned to it, and those whose attempt ended by a timeout, whose
+// children may still run.
 type agentWorker struct {
 	b    *Broker
 	wake chan struct{} // buffered 1
 
 	mu    sync.Mutex
+	mine  map[string]struct{}  // broker tasks assigned to the agent (a hint: step asks the machine)
 	ended map[string]ulid.ULID // broker task -> the event that ended an attempt (the cancel's cause)
 }
 
-// follow wakes the worker's loop, once the view folded it, after every
-// broker event and every event of a child the index knows; it notes the
-// tasks whose attempt timed out.
+// follow wakes the worker's loop, once the view folded it, after an
+// assignment to the agent, a timeout of a task with children, and every
+// event of a child the index knows. It reads nothing else, so a busy
+// broker of external workers costs it a map lookup per event and the
+// decoding of each assignment's small body.
 func (w *agentWorker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 	b := w.b
 	for {
@@ -125,13 +131,33 @@ func (w *agentWorker) follow(ctx context.Context, sub *eventlog.Subscription) er
 		if err != nil {
 			return err
 		}
-		if !strings.HasPrefix(ev.Type, "DISPATCH_") && b.children.parentOf(ev.Stream) == "" {
+		assigned, timedOut := ev.Type == string(fsm.DispatchAssigned), ev.Type == string(fsm.DispatchTimedOut)
+		if assigned {
+			// Another worker's assignment is none of its business: read
+			// the body, not the folded task (the step asks the machine).
+			body, err := fsm.Decode(fsm.DispatchAssigned, ev.Schema, ev.Body)
+			if a, ok := body.(*fsm.DispatchAssignedBody); err != nil || !ok || a.Worker != AgentWorkerID {
+				continue
+			}
+		}
+		if !assigned && !timedOut && b.children.parentOf(ev.Stream) == "" {
 			continue
 		}
 		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
 			return err
 		}
-		if ev.Type == string(fsm.DispatchTimedOut) && len(b.children.of(ev.Stream)) > 0 {
+		switch {
+		case assigned:
+			if t, err := b.tasks.Task(ev.Stream); err != nil || !waitsForAgent(&t) {
+				continue
+			}
+			w.mu.Lock()
+			w.mine[ev.Stream] = struct{}{}
+			w.mu.Unlock()
+		case timedOut:
+			if len(b.children.of(ev.Stream)) == 0 {
+				continue
+			}
 			w.mu.Lock()
 			w.ended[ev.Stream] = ev.ID
 			w.mu.Unlock()
@@ -172,10 +198,8 @@ func (w *agentWorker) cancelStale(ctx context.Context) {
 	b := w.b
 	for id, cause := range ended {
 		current := ""
-		if t, err := b.tasks.Task(id); err == nil {
-			if act := fsm.Next(&t); act.Kind == fsm.ActWaitWorker && act.Task == AgentWorkerID {
-				current = agentChildID(&t).String()
-			}
+		if t, err := b.tasks.Task(id); err == nil && waitsForAgent(&t) {
+			current = agentChildID(&t).String()
 		}
 		for _, cid := range b.children.of(id) {
 			c, err := b.tasks.Task(cid)
@@ -209,16 +233,58 @@ func (b *Broker) cancelChild(ctx context.Context, c *fsm.Task, parent string, ca
 	return b.tasks.WaitFor(ctx, res.LastSeq)
 }
 
-// agentStep does what is due for every live broker task assigned to the
-// built-in agent.
-func (b *Broker) agentStep(ctx context.Context) {
-	for _, t := range b.liveTasks() {
-		if act := fsm.Next(&t); act.Kind == fsm.ActWaitWorker && act.Task == AgentWorkerID {
-			if err := b.agentAdvance(ctx, &t, act); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Warn("built-in worker: not advanced; tried again at its next event", "task", t.ID, "err", err)
+// step does what is due for the broker tasks assigned to the built-in
+// agent: those it noted, or with all every live task (at start, and at
+// each tick, should a note have been missed). A task whose machine no
+// longer says it waits for the agent is forgotten.
+func (w *agentWorker) step(ctx context.Context, all bool) {
+	b := w.b
+	var tasks []fsm.Task
+	if all {
+		tasks = b.liveTasks()
+	} else {
+		for _, id := range w.noted() {
+			if t, err := b.tasks.Task(id); err == nil {
+				tasks = append(tasks, t)
 			}
 		}
 	}
+	for _, t := range tasks {
+		if !waitsForAgent(&t) {
+			continue
+		}
+		w.mu.Lock()
+		w.mine[t.ID] = struct{}{}
+		w.mu.Unlock()
+		if err := b.agentAdvance(ctx, &t, fsm.Next(&t)); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Warn("built-in worker: not advanced; tried again at its next event", "task", t.ID, "err", err)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id := range w.mine {
+		if t, err := b.tasks.Task(id); err != nil || !waitsForAgent(&t) {
+			delete(w.mine, id)
+		}
+	}
+}
+
+// noted returns the tasks noted as assigned to the agent.
+func (w *agentWorker) noted() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.mine))
+	for id := range w.mine {
+		out = append(out, id)
+	}
+	return out
+}
+
+// waitsForAgent reports whether t's machine says it waits for the
+// built-in agent's report.
+func waitsForAgent(t *fsm.Task) bool {
+	act := fsm.Next(t)
+	return act.Kind == fsm.ActWaitWorker && act.Task == AgentWorkerID
 }
 
 // agentAdvance moves one attempt of broker task t, assigned to the
