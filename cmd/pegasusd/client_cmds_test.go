@@ -56,7 +56,7 @@ func TestClientCommands(t *testing.T) {
 
 	// follow on a finished task prints it and its result at once.
 	code, out, _ = runClient(t, "", false, "task", first, "--follow", "--server", td.url)
-	if code != 0 || !strings.Contains(out, "result    The current time is") {
+	if code != 0 || !strings.Contains(out, "result: \"The current time is") {
 		t.Fatalf("task --follow: exit %d\n%s", code, out)
 	}
 
