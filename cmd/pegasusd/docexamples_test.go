@@ -527,8 +527,14 @@ func matchLine(want, got string, ids map[string]string) (bound map[string]string
 // quiet reports whether nothing more is due for a task: it waits for an
 // answer, or it ended and its post-task reflection, if it gets one, is
 // recorded. (The agent reflects on a completed task that took more than
-// one iteration or called a tool: agent.defaultShouldReflect.)
+// one iteration or called a tool: agent.defaultShouldReflect.) A broker
+// task is quiet unless the broker is about to retry or dead-letter it: it
+// waits for a worker or is finished.
 func quiet(t *fsm.Task) bool {
+	if t.Dispatch != nil {
+		k := fsm.Next(t).Kind
+		return k != fsm.ActRetry && k != fsm.ActDeadLetter
+	}
 	switch next := fsm.Next(t).Kind; {
 	case t.State == fsm.StateSuspended, t.State == fsm.StateFailed:
 		return true
