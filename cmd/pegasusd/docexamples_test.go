@@ -181,6 +181,15 @@ var docBin struct {
 	err  error
 }
 
+// TestMain removes the binary buildReplay built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if docBin.dir != "" {
+		os.RemoveAll(docBin.dir)
+	}
+	os.Exit(code)
+}
+
 // buildReplay builds pegasus-replay into a directory of its own (once per
 // test binary) and returns the directory.
 func buildReplay(t *testing.T) string {
