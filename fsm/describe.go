@@ -12,35 +12,17 @@ import (
 // before cutting it with "…". Texts are quoted, so each stays on one line.
 const maxText = 72
 
-// Describe renders a task as stable, human-readable lines: identity, state,
-// input, reasoning, plan (with [x] for completed steps and > for the current
-// one), actions, messages, pending tool call, suspension, result, error,
-// reflection and history. Empty sections are left out. The same input gives
-// the same text; the CLI prints it and fsm/testdata scripts compare against
-// it.
+// Describe renders a task as stable, human-readable lines: its summary
+// (DescribeSummary), then reasoning, plan (with [x] for completed steps and
+// [>] for the current one), actions, messages, pending tool call,
+// suspension, result, error, reflection, the broker's fields and history.
+// Empty sections are left out. The same input gives the same text; every
+// command that prints a task (pegasus-replay state, show and fork, pegasusd
+// task) prints it, and fsm/testdata scripts compare against it.
 func Describe(t Task) string {
 	var b strings.Builder
 	c := &t.Context
-	state := t.State
-	if state == "" {
-		state = StateIdle
-	}
-	fmt.Fprintf(&b, "task %s machine=%s/v%d", orDash(t.ID), orDash(t.Machine.Name), t.Machine.Version)
-	if t.Type != "" {
-		fmt.Fprintf(&b, " type=%s", t.Type)
-	}
-	fmt.Fprintf(&b, " priority=%d", t.Priority)
-	if t.ParentID != "" {
-		fmt.Fprintf(&b, " parent=%s", t.ParentID)
-	}
-	b.WriteByte('\n')
-	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
-	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {
-		fmt.Fprintf(&b, "created=%s updated=%s\n", stamp(t.CreatedAt), stamp(t.UpdatedAt))
-	}
-	if c.InputText != "" || c.Source != "" {
-		fmt.Fprintf(&b, "input: %s source=%s\n", text(c.InputText), orDash(c.Source))
-	}
+	b.WriteString(DescribeSummary(t))
 	if len(c.InputMetadata) > 0 {
 		fmt.Fprintf(&b, "input metadata: %s\n", pairs(c.InputMetadata))
 	}
@@ -167,10 +149,54 @@ func Describe(t Task) string {
 	if len(t.History) > 0 {
 		b.WriteString("history:\n")
 		for _, h := range t.History {
-			fmt.Fprintf(&b, "  %s -(%s)-> %s\n", h.From, h.Event, h.To)
+			fmt.Fprintf(&b, "  %s\n", DescribeTransition(h))
 		}
 	}
 	return b.String()
+}
+
+// DescribeSummary renders the first lines of Describe: identity (id,
+// machine as NAME@VERSION, type, priority, parent), state, times and
+// input. A timeline (pegasus-replay show) heads its events with it.
+func DescribeSummary(t Task) string {
+	var b strings.Builder
+	c := &t.Context
+	state := t.State
+	if state == "" {
+		state = StateIdle
+	}
+	fmt.Fprintf(&b, "task %s machine=%s", orDash(t.ID), machineText(t.Machine))
+	if t.Type != "" {
+		fmt.Fprintf(&b, " type=%s", t.Type)
+	}
+	fmt.Fprintf(&b, " priority=%d", t.Priority)
+	if t.ParentID != "" {
+		fmt.Fprintf(&b, " parent=%s", t.ParentID)
+	}
+	b.WriteByte('\n')
+	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
+	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {
+		fmt.Fprintf(&b, "created=%s updated=%s\n", stamp(t.CreatedAt), stamp(t.UpdatedAt))
+	}
+	if c.InputText != "" || c.Source != "" {
+		fmt.Fprintf(&b, "input: %s source=%s\n", text(c.InputText), orDash(c.Source))
+	}
+	return b.String()
+}
+
+// DescribeTransition renders one transition of a task's history as
+// Describe does, without indentation: "reasoning -(REASON_DONE)-> acting".
+func DescribeTransition(h Transition) string {
+	return fmt.Sprintf("%s -(%s)-> %s", h.From, h.Event, h.To)
+}
+
+// machineText is a machine as NAME@VERSION (MachineRef.String), the one
+// spelling of the API, the logs and the CLIs; "-" when unnamed.
+func machineText(m MachineRef) string {
+	if m.Name == "" {
+		return "-"
+	}
+	return m.String()
 }
 
 // DescribeEvent renders an event as one line: its type and what its body
@@ -195,7 +221,7 @@ func DescribeEvent(ev Event) string {
 			w("task_type=%s", x.TaskType)
 		}
 		if x.Machine != nil {
-			w("machine=%s/v%d", x.Machine.Name, x.Machine.Version)
+			w("machine=%s", machineText(*x.Machine))
 		}
 		if x.ParentTaskID != "" {
 			w("parent=%s", x.ParentTaskID)
@@ -205,7 +231,7 @@ func DescribeEvent(ev Event) string {
 		if m == (MachineRef{}) {
 			m = CurrentMachine
 		}
-		w("machine=%s/v%d", m.Name, m.Version)
+		w("machine=%s", machineText(m))
 		if x.ParentTaskID != "" {
 			w("parent=%s", x.ParentTaskID)
 		}

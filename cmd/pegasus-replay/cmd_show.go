@@ -95,17 +95,12 @@ func printTimeline(ctx context.Context, p *printer, r replay.Reader, tl *replay.
 	if p.json {
 		return p.JSON(toTimelineJSON(tl, b, injectedFrom))
 	}
-	t := &tl.Task
-	p.Printf("task %s  machine=%s  type=%s priority=%d  state=%s  events=%d", tl.TaskID, t.Machine, orDash(t.Type), t.Priority,
-		p.paint(stateColour(string(t.State)), string(t.State)), len(tl.Steps))
+	// The task's summary, as every command that prints a task does; its
+	// version is the number of events below.
 	if !b.IsZero() {
-		p.Printf("  at %s", b)
+		p.Printf("as of %s\n", b)
 	}
-	p.Printf("\n")
-	if t.Context.InputText != "" {
-		p.Printf("input: %s\n", truncate(t.Context.InputText, 100))
-	}
-	p.Printf("\n")
+	p.Printf("%s\n", fsm.DescribeSummary(tl.Task))
 	tab := newTable("SEQ", "TIME", "DELTA", "EVENT", "STATE", "CAUSE", "SUMMARY")
 	known := map[ulid.ULID]uint64{}
 	for i, s := range tl.Steps {

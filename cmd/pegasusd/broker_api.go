@@ -16,6 +16,7 @@ import (
 	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -171,11 +172,11 @@ func (s *server) isAdmin(r *http.Request) bool {
 func (s *server) fromBrokerError(err error) *apiError {
 	switch {
 	case errors.Is(err, broker.ErrNotFound):
-		return errNotFound("%v", err)
+		return errNotFound("%s", cliconv.Message(err))
 	case errors.Is(err, broker.ErrInvalid):
-		return errBadRequest("%v", err)
+		return errBadRequest("%s", cliconv.Message(err))
 	case errors.Is(err, broker.ErrNotAssigned), errors.Is(err, broker.ErrNotDeadLetter):
-		return errConflict("%v", err)
+		return errConflict("%s", cliconv.Message(err))
 	}
 	return s.fromError(err)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -118,49 +119,62 @@ func (c *client) task(cc *cli.Context) error {
 		_, err := c.stdout.Write(raw)
 		return err
 	}
-	var t taskJSON
-	if err := api.call(cc.Context, "GET", path, nil, &t); err != nil {
-		return err
-	}
-	c.printTask(t)
-	return nil
+	_, err = c.printTask(cc.Context, api, path)
+	return err
 }
 
-func (c *client) printTask(t taskJSON) {
-	w := c.stdout
-	state := string(t.State)
-	if t.Queued {
-		state += " (queued for a slot)"
+// printTask prints the task as every command that prints a task does,
+// through fsm.Describe: its events are read from the daemon in their one
+// JSON form, stored bytes and all, and folded here by replay, as
+// pegasus-replay --server does, so both CLIs print the same text for the
+// same task. It returns the task it printed.
+func (c *client) printTask(ctx context.Context, api *apiClient, path string) (fsm.Task, error) {
+	var cur struct {
+		ID     string `json:"task_id"`
+		Queued bool   `json:"queued"`
 	}
-	fmt.Fprintf(w, "task      %s\nstate     %s\nmachine   %s\ntype      %s (priority %d, source %s)\ncreated   %s\niteration %d\ninput     %s\n",
-		t.TaskID, state, t.Machine, t.Type, t.Priority, t.Source, cliconv.Time(t.CreatedAt), t.Iteration, oneLine(t.Input, 200))
-	if t.Question != "" {
-		fmt.Fprintf(w, "waiting   %s\n", t.Question)
+	if err := api.call(ctx, "GET", path, nil, &cur); err != nil {
+		return fsm.Task{}, err
 	}
-	if t.Result != "" {
-		fmt.Fprintf(w, "result    %s\n", t.Result)
-	}
-	if t.Error != "" {
-		fmt.Fprintf(w, "error     %s\n", t.Error)
-	}
-	if t.Plan != nil && len(t.Plan.Steps) > 0 {
-		fmt.Fprintln(w, "plan")
-		for _, s := range t.Plan.Steps {
-			mark := " "
-			if s.Completed {
-				mark = "x"
+	var evs []eventlog.Event
+	for {
+		var page struct {
+			Events []json.RawMessage `json:"events"`
+		}
+		q := url.Values{"after_version": {fmt.Sprint(len(evs))}, "limit": {"10000"}}
+		if err := api.call(ctx, "GET", path+"/events?"+q.Encode(), nil, &page); err != nil {
+			return fsm.Task{}, err
+		}
+		for _, raw := range page.Events {
+			ev, err := replay.ParseEvent(raw)
+			if err != nil {
+				return fsm.Task{}, fmt.Errorf("task %s: %w", cur.ID, err)
 			}
-			fmt.Fprintf(w, "  [%s] %d %s\n", mark, s.Index, oneLine(s.Description, 100))
+			evs = append(evs, ev)
+		}
+		if len(page.Events) < 10000 {
+			break
 		}
 	}
-	fmt.Fprintln(w, "history")
-	for _, h := range t.History {
-		c.printTransition(h)
+	mem, err := replay.NewMemLog(evs...)
+	if err != nil {
+		return fsm.Task{}, err
 	}
+	t, err := replay.StateAt(ctx, mem, cur.ID, replay.Bound{})
+	if err != nil {
+		return fsm.Task{}, fmt.Errorf("task %s: %w", cur.ID, err)
+	}
+	fmt.Fprint(c.stdout, fsm.Describe(t))
+	if cur.Queued {
+		fmt.Fprintln(c.stdout, "queued: waiting for an admission slot")
+	}
+	return t, nil
 }
 
+// printTransition prints one new transition of a followed task, as a line
+// of Describe's history.
 func (c *client) printTransition(h fsm.Transition) {
-	fmt.Fprintf(c.stdout, "  %s  %-9s -> %-9s %s\n", cliconv.Time(h.Timestamp), h.From, h.To, h.Event)
+	fmt.Fprintf(c.stdout, "  %s\n", fsm.DescribeTransition(h))
 }
 
 // follow prints the task, then each new transition as it happens (it
@@ -176,14 +190,19 @@ func (c *client) follow(ctx context.Context, api *apiClient, path string, asJSON
 	if err := api.call(ctx, "GET", "/v1/events?limit=1", nil, &head); err != nil {
 		return err
 	}
+	printed, showResult := 0, false
+	if !asJSON {
+		shown, err := c.printTask(ctx, api, path)
+		if err != nil {
+			return err
+		}
+		// The result of a task that completes while followed (Describe
+		// printed it already for one that had).
+		printed, showResult = len(shown.History), shown.State != fsm.StateCompleted
+	}
 	var t taskJSON
 	if err := api.call(ctx, "GET", path, nil, &t); err != nil {
 		return err
-	}
-	printed := 0
-	if !asJSON {
-		c.printTask(t)
-		printed = len(t.History)
 	}
 	asked := ""
 	// show prints what is new in t and says whether following is over.
@@ -199,8 +218,8 @@ func (c *client) follow(ctx context.Context, api *apiClient, path string, asJSON
 		}
 		switch t.State {
 		case fsm.StateCompleted:
-			if !asJSON {
-				fmt.Fprintf(c.stdout, "result    %s\n", t.Result)
+			if showResult {
+				fmt.Fprintf(c.stdout, "result: %s\n", t.Result)
 			}
 			return true, nil
 		case fsm.StateFailed:

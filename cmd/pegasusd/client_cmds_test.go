@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -56,7 +58,7 @@ func TestClientCommands(t *testing.T) {
 
 	// follow on a finished task prints it and its result at once.
 	code, out, _ = runClient(t, "", false, "task", first, "--follow", "--server", td.url)
-	if code != 0 || !strings.Contains(out, "result    The current time is") {
+	if code != 0 || !strings.Contains(out, "result: \"The current time is") {
 		t.Fatalf("task --follow: exit %d\n%s", code, out)
 	}
 
@@ -114,5 +116,35 @@ func TestAddressInUse(t *testing.T) {
 	code, _, errs := runClient(t, "", false, "serve", "--addr", ln.Addr().String(), "--data-dir", t.TempDir())
 	if code != exitError || !strings.Contains(errs, "is already in use") || !strings.Contains(errs, "--addr") {
 		t.Fatalf("exit %d %q", code, errs)
+	}
+}
+
+// TestOneTaskRenderer: pegasusd task and pegasus-replay state print a task
+// through the same renderer, byte for byte, for each machine.
+func TestOneTaskRenderer(t *testing.T) {
+	bin := buildReplay(t)
+	td := startDaemon(t, testConfig(t))
+	var ids []string
+	for _, m := range []string{"pegasus.task@1", "pegasus.task@0"} {
+		code, out, errs := runClient(t, "", false, "submit", "--server", td.url, "--no-wait", "--machine", m, "what time is it?")
+		if code != 0 {
+			t.Fatalf("submit --machine %s: exit %d %s", m, code, errs)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	r := td.as("client", "POST", "/api/v1/tasks", `{"title":"crawl","required_capabilities":["web"]}`)
+	mustStatus(t, r, 201)
+	ids = append(ids, dtask(t, r).TaskID)
+	settle(t, td)
+	for _, id := range ids {
+		code, got, errs := runClient(t, "", false, "task", "--server", td.url, id)
+		if code != 0 {
+			t.Fatalf("task %s: exit %d %s", id, code, errs)
+		}
+		out, err := exec.Command(filepath.Join(bin, "pegasus-replay"), "--server", td.url, "state", id).CombinedOutput()
+		want, ok := strings.CutPrefix(string(out), "as of head\n")
+		if err != nil || !ok || got != want {
+			t.Errorf("task %s: pegasusd task printed\n%s\npegasus-replay state printed (%v)\n%s", id, got, err, out)
+		}
 	}
 }

@@ -247,6 +247,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[string](b, `document.querySelector("#task-state .state").textContent`); got != "completed" {
 		t.Errorf("detail state = %q", got)
 	}
+	if got := eval[string](b, `document.querySelector("#task-machine").textContent`); got != "pegasus.task@1" {
+		t.Errorf("detail machine = %q, want pegasus.task@1 (NAME@VERSION, as the API and the CLIs say)", got)
+	}
 	if got := eval[int](b, `document.querySelectorAll("#tree li[data-type]").length`); got < int(tj.Version) {
 		t.Errorf("the causation tree has %d events, the task %d", got, tj.Version)
 	}

@@ -4,11 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -16,45 +22,89 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// docExampleFiles are the documents whose `$ pegasusd ...` examples
-// TestDocExamples runs. The curl examples of api.md and metrics.md and
-// the pegasus-replay examples of replay.md are not run yet.
-var docExampleFiles = []string{"../../README.md", "../../docs/cli.md", "../../docs/api.md"}
-
-// docExample is one `$ command` line of a fenced sh block and the output
-// shown under it.
-type docExample struct {
-	where string // file:line
-	cmd   string
-	want  []string
+// docFile is a document whose examples TestDocExamples runs, and what its
+// reader has in the working directory before the first one.
+type docFile struct {
+	path string
+	// files are copied into the working directory: name -> source.
+	files map[string]string
+	// daemonDir is the running daemon's data directory in the working
+	// directory; "pegasus-data" unless the document uses that name for
+	// something else.
+	daemonDir string
 }
 
+// docExampleFiles are the documents whose examples TestDocExamples runs:
+// every `$ ` line of their ```sh blocks.
+var docExampleFiles = []docFile{
+	{path: "../../README.md"},
+	{path: "../../docs/cli.md"},
+	{path: "../../docs/api.md"},
+	{path: "../../docs/operations.md"},
+	{path: "../../docs/export.md"},
+	{path: "../../docs/metrics.md"},
+	{path: "../../docs/broker.md"},
+	{path: "../../docs/replay.md", daemonDir: "live-data", files: map[string]string{
+		"bundle.ndjson":  "../pegasus-replay/testdata/history.ndjson",
+		"corrupt.ndjson": "../pegasus-replay/testdata/corrupt.ndjson",
+		"what-if.ndjson": "../pegasus-replay/testdata/inject-respond.ndjson",
+	}},
+}
+
+// docItem is one `$ command` line of a fenced sh block and the output shown
+// under it, or a directive (an HTML comment "<!-- doc-examples: ... -->"
+// between blocks) that changes what the examples after it run against.
+type docItem struct {
+	where     string // file:line
+	cmd       string
+	want      []string
+	directive string
+}
+
+var directiveRE = regexp.MustCompile(`^\s*<!-- doc-examples: (.*) -->\s*$`)
+
 // readDocExamples extracts the examples of a Markdown file: in each ```sh
-// block, a line starting with "$ " is a command and the lines up to the
-// next command or the end of the block are its output.
-func readDocExamples(t *testing.T, file string) []docExample {
+// block (indented or not), a line starting with "$ " is a command and the
+// lines up to the next command or the end of the block are its output.
+func readDocExamples(t *testing.T, file string) []docItem {
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []docExample
+	var out []docItem
 	fenced, in := false, false // in a fenced block; in an sh one
+	indent := ""               // the block's indentation
 	cur := -1                  // the example whose output is being read
 	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
+		where := fmt.Sprintf("%s:%d", filepath.Base(file), n)
+		trimmed := strings.TrimLeft(line, " ")
 		switch {
-		case strings.HasPrefix(line, "```"):
+		case strings.HasPrefix(trimmed, "```"):
 			fenced = !fenced
-			in, cur = fenced && strings.TrimPrefix(line, "```") == "sh", -1
+			indent = line[:len(line)-len(trimmed)]
+			in, cur = fenced && strings.TrimPrefix(trimmed, "```") == "sh", -1
+		case !fenced && directiveRE.MatchString(line):
+			out = append(out, docItem{where: where, directive: directiveRE.FindStringSubmatch(line)[1]})
 		case !in:
-		case strings.HasPrefix(line, "$ "):
-			out = append(out, docExample{where: fmt.Sprintf("%s:%d", filepath.Base(file), n), cmd: line[2:]})
+		case strings.HasPrefix(line, indent+"$ "):
+			out = append(out, docItem{where: where, cmd: line[len(indent)+2:]})
 			cur = len(out) - 1
 		case cur >= 0:
-			out[cur].want = append(out[cur].want, line)
+			out[cur].want = append(out[cur].want, strings.TrimPrefix(line, indent))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Blank lines that end an output separate it from the next example.
+	for i := range out {
+		for n := len(out[i].want); n > 0 && strings.TrimSpace(out[i].want[n-1]) == ""; n-- {
+			out[i].want = out[i].want[:n-1]
 		}
 	}
 	return out
@@ -62,21 +112,29 @@ func readDocExamples(t *testing.T, file string) []docExample {
 
 var (
 	ulidRE    = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
-	timeRE    = regexp.MustCompile(`\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?Z?|\b\d{2}:\d{2}:\d{2}\.\d{3}\b`)
+	shortRE   = regexp.MustCompile(`…[0-9A-HJKMNP-TV-Z]{8}\b`)
+	timeRE    = regexp.MustCompile(`\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?Z?|\b\d{2}:\d{2}:\d{2}\.\d{3}\b|\b\d{8}T\d{6}(\.\d+)?Z`)
 	addrRE    = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 	ageRE     = regexp.MustCompile(`\s\d+[smhd]\s`)
+	durRE     = regexp.MustCompile(`(^|[\s=(])\+?\d+(\.\d+)?(ns|µs|ms|s|m|h)\b`)
+	rateRE    = regexp.MustCompile(`[\d,]+ events/s`)
 	goVerRE   = regexp.MustCompile(`go1\.\d+(\.\d+)?\S* \S+/\S+`)
 	commentRE = regexp.MustCompile(`\s{2,}#.*$`)
+	shellRE   = regexp.MustCompile(`[|<>;&$*` + "`" + `]`)
 )
 
-// normalize makes a line comparable: times, addresses, ages, the Go
-// version and runs of spaces (column widths) are not the documentation's
-// business; ids are compared through bindings (see match).
+// normalize makes a line comparable: times, durations, rates, addresses,
+// ages, short ids, the Go version and runs of spaces (column widths) are
+// not the documentation's business. Full ids are kept: match binds them.
 func normalize(s string) string {
 	s = timeRE.ReplaceAllString(s, "TIME")
 	s = addrRE.ReplaceAllString(s, "ADDR")
 	s = goVerRE.ReplaceAllString(s, "GOVERSION")
+	s = shortRE.ReplaceAllString(s, "…SHORTID")
 	s = ageRE.ReplaceAllString(" "+s+" ", " AGE ")
+	s = ageRE.ReplaceAllString(s, " AGE ") // adjacent columns
+	s = durRE.ReplaceAllString(s, "${1}DUR")
+	s = rateRE.ReplaceAllString(s, "RATE")
 	return strings.Join(strings.Fields(s), " ")
 }
 
@@ -111,54 +169,280 @@ func splitWords(s string) []string {
 	return words
 }
 
-// TestDocExamples runs every `$ pegasusd ...` example of the documents
-// against a real daemon (the offline model) and compares its output with
-// the documented one, after normalising times, ages, addresses and column
-// widths. A task id the documentation shows in an output is bound to the
-// real one, and later commands use the real one. A documented line "..."
-// stands for any lines; a line ending in "..." for any line with that
-// beginning. An example shown without output must exit 0.
-func TestDocExamples(t *testing.T) {
-	n := 0
-	for _, file := range docExampleFiles {
-		// Each document starts from a fresh daemon, as its reader would.
-		td := startDaemon(t, testConfig(t))
-		addr := strings.TrimPrefix(td.url, "http://")
-		t.Setenv("PEGASUS_SERVER", td.url)
-		ids := map[string]string{} // documented id -> real id, in this file
-		for _, ex := range readDocExamples(t, file) {
-			cmd := commentRE.ReplaceAllString(ex.cmd, "")
-			if w := strings.Fields(cmd); len(w) == 0 || strings.TrimPrefix(w[0], "bin/") != "pegasusd" {
-				continue
-			}
-			cmd = strings.ReplaceAll(cmd, "127.0.0.1:7070", addr)
-			cmd = ulidRE.ReplaceAllStringFunc(cmd, func(id string) string {
-				if real, ok := ids[id]; ok {
-					return real
-				}
-				t.Errorf("%s: %q uses task %s, which no earlier example printed", ex.where, ex.cmd, id)
-				return id
-			})
-			args := splitWords(cmd)
-			n++
-			settle(t, td)
-			var out bytes.Buffer
-			c := &client{stdin: strings.NewReader(""), stdout: &out, stderr: &out, interactive: new(bool)}
-			app := newApp(c)
-			args[0] = "pegasusd"
-			code := exitCode(app.Run(cliconv.Interspersed(app, args)), &out)
-			got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-			if len(ex.want) == 0 && code != 0 {
-				t.Errorf("%s: $ %s: exit %d (an example without output must succeed)\n%s", ex.where, ex.cmd, code, out.String())
-			} else if !matchDoc(ex.want, got, ids) {
-				t.Errorf("%s: $ %s\n--- documented\n%s\n--- got\n%s", ex.where, ex.cmd, strings.Join(ex.want, "\n"), out.String())
-			}
+// docsGot is where TestDocExamples writes what every example printed, to
+// help rewrite a document: go test ./cmd/pegasusd -run TestDocExamples
+// -docs-got /tmp/got.txt.
+var docsGot = flag.String("docs-got", "", "write what each documentation example printed to `FILE`")
+
+// docBin holds the pegasus-replay binary the examples run, built once.
+var docBin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// TestMain removes the binary buildReplay built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if docBin.dir != "" {
+		os.RemoveAll(docBin.dir)
+	}
+	os.Exit(code)
+}
+
+// buildReplay builds pegasus-replay into a directory of its own (once per
+// test binary) and returns the directory.
+func buildReplay(t *testing.T) string {
+	t.Helper()
+	docBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "pegasus-doc-bin")
+		if err != nil {
+			docBin.err = err
+			return
 		}
+		docBin.dir = dir
+		out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "pegasus-replay"), "../pegasus-replay").CombinedOutput()
+		if err != nil {
+			docBin.err = fmt.Errorf("go build ../pegasus-replay: %v\n%s", err, out)
+		}
+	})
+	if docBin.err != nil {
+		t.Fatal(docBin.err)
+	}
+	return docBin.dir
+}
+
+// docRun is the state of one document's run: its working directory, the
+// daemons its examples talk to (by the port the document names), the
+// variables its examples exported, and the ids bound so far.
+type docRun struct {
+	t       *testing.T
+	dir     string
+	bin     string
+	daemons map[string]*testDaemon // "7070" -> daemon
+	env     map[string]string
+	ids     map[string]string // documented id -> real id
+}
+
+// TestDocExamples runs every example of the documents (README.md and
+// docs/) and compares its output with the documented one: `pegasusd`
+// client commands in-process, everything else (curl, pegasus-replay,
+// pipes) with sh in a working directory of the document's own, against a
+// real daemon (the offline model) listening where the document says
+// (127.0.0.1:7070 or localhost:7070). curl and jq must be installed
+// (.ci/run installs them).
+//
+// Before the comparison, times, durations, rates, ages, addresses, short
+// ids and column widths are normalised. A task id the documentation shows
+// in an output is bound to the real one, and later commands use the real
+// one. A documented line "..." stands for any lines; "..." inside a line
+// for any text. An example shown without output must exit 0; the output
+// of one that never ends (an event stream) is read until it matches.
+//
+// Directives between blocks, as HTML comments, change the setting:
+// "<!-- doc-examples: stop the daemon -->" stops it (its data directory
+// stays for the examples that read it), "<!-- doc-examples: port P runs a
+// daemon with --token T -->" starts another one.
+func TestDocExamples(t *testing.T) {
+	for _, tool := range []string{"sh", "curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the documentation's examples need %s: install it (.ci/run does)", tool)
+		}
+	}
+	bin := buildReplay(t)
+	n := 0
+	for _, df := range docExampleFiles {
+		t.Run(filepath.Base(df.path), func(t *testing.T) {
+			n += runDocFile(t, df, bin)
+		})
 	}
 	if n == 0 {
 		t.Fatal("no examples found")
 	}
 	t.Logf("%d examples run", n)
+}
+
+// runDocFile runs one document's examples from a fresh daemon and working
+// directory, as its reader would, and returns how many it ran.
+func runDocFile(t *testing.T, df docFile, bin string) int {
+	dir := t.TempDir()
+	for name, src := range df.files {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bin/ holds the binaries, as after the README's build step.
+	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(bin, "pegasus-replay"), filepath.Join(dir, "bin", "pegasus-replay")); err != nil {
+		t.Fatal(err)
+	}
+	daemonDir := df.daemonDir
+	if daemonDir == "" {
+		daemonDir = "pegasus-data"
+	}
+	cfg := testConfig(t)
+	cfg.dataDir = filepath.Join(dir, daemonDir)
+	cfg.checkpointDir = cfg.dataDir + "-checkpoints"
+	r := &docRun{t: t, dir: dir, bin: bin, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
+		env: map[string]string{}, ids: map[string]string{}}
+	t.Setenv("PEGASUS_SERVER", r.daemons["7070"].url)
+	n := 0
+	for _, it := range readDocExamples(t, df.path) {
+		if it.directive != "" {
+			r.direct(it)
+			continue
+		}
+		n++
+		r.run(it)
+	}
+	return n
+}
+
+var tokenDirectiveRE = regexp.MustCompile(`^port (\d+) runs a daemon with --token (\S+)$`)
+
+// direct applies a directive.
+func (r *docRun) direct(it docItem) {
+	t := r.t
+	switch m := tokenDirectiveRE.FindStringSubmatch(it.directive); {
+	case it.directive == "stop the daemon":
+		r.daemons["7070"].stop()
+		delete(r.daemons, "7070")
+	case m != nil:
+		cfg := testConfig(t)
+		cfg.token = m[2]
+		r.daemons[m[1]] = startDaemon(t, cfg)
+	default:
+		t.Fatalf("%s: unknown directive %q", it.where, it.directive)
+	}
+}
+
+// run runs one example and compares its output.
+func (r *docRun) run(ex docItem) {
+	t := r.t
+	cmd := commentRE.ReplaceAllString(ex.cmd, "")
+	for port, td := range r.daemons {
+		addr := strings.TrimPrefix(td.url, "http://")
+		cmd = strings.ReplaceAll(cmd, "127.0.0.1:"+port, addr)
+		cmd = strings.ReplaceAll(cmd, "localhost:"+port, addr)
+	}
+	cmd = ulidRE.ReplaceAllStringFunc(cmd, func(id string) string {
+		if real, ok := r.ids[id]; ok {
+			return real
+		}
+		return id // a recorded id (replay.md's bundle), or one not bound yet
+	})
+	for _, td := range r.daemons {
+		if td.d != nil {
+			settle(t, td)
+		}
+	}
+	words := splitWords(cmd)
+	var got []string
+	var code int
+	switch {
+	case len(words) == 2 && words[0] == "export" && strings.Contains(words[1], "="):
+		k, v, _ := strings.Cut(words[1], "=")
+		r.env[k] = v
+		return
+	case len(words) > 0 && strings.TrimPrefix(words[0], "bin/") == "pegasusd" && !shellRE.MatchString(cmd):
+		var out bytes.Buffer
+		c := &client{stdin: strings.NewReader(""), stdout: &out, stderr: &out, interactive: new(bool)}
+		app := newApp(c)
+		words[0] = "pegasusd"
+		code = exitCode(app.Run(cliconv.Interspersed(app, words)), &out)
+		got = strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
+	default:
+		got, code = r.shell(ex, cmd)
+	}
+	if *docsGot != "" {
+		f, err := os.OpenFile(*docsGot, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(f, "%s: exit %d\n$ %s\n%s\n\n", ex.where, code, ex.cmd, strings.Join(got, "\n"))
+		f.Close()
+	}
+	if len(ex.want) == 0 && code != 0 {
+		t.Errorf("%s: $ %s: exit %d (an example without output must succeed)\n%s", ex.where, ex.cmd, code, strings.Join(got, "\n"))
+	} else if len(ex.want) > 0 && !matchDoc(ex.want, got, r.ids) {
+		t.Errorf("%s: $ %s\n--- documented\n%s\n--- got\n%s", ex.where, ex.cmd, strings.Join(ex.want, "\n"), strings.Join(got, "\n"))
+	}
+}
+
+// endlessRE matches the commands that do not end by themselves: event
+// streams.
+var endlessRE = regexp.MustCompile(`curl .*-N|tail\b[^|]*$`)
+
+// shell runs cmd with sh in the working directory, with the binaries on
+// the PATH and stdout and stderr merged in order. A command that never
+// ends is stopped as soon as its output matches the documented one.
+func (r *docRun) shell(ex docItem, cmd string) ([]string, int) {
+	t := r.t
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.Dir = r.dir
+	// sh and what it starts are one process group, stopped together (a
+	// curl left behind would hold the output open).
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
+	c.Env = []string{"PATH=" + r.bin + ":" + os.Getenv("PATH"), "HOME=" + r.dir, "TZ=UTC", "LANG=C.UTF-8"}
+	for k, v := range r.env {
+		c.Env = append(c.Env, k+"="+v)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stdout, c.Stderr = pw, pw
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	endless := endlessRE.MatchString(cmd) && !strings.Contains(cmd, "--count")
+	var got []string
+	sc := bufio.NewScanner(pr)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		got = append(got, strings.TrimRight(sc.Text(), "\r"))
+		if endless && matchDoc(ex.want, got, copyIDs(r.ids)) {
+			c.Cancel()
+			break
+		}
+	}
+	io.Copy(io.Discard, pr)
+	pr.Close()
+	err = c.Wait()
+	if endless {
+		return got, 0
+	}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return got, ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %s: %v", ex.where, cmd, err)
+	}
+	// sh prints nothing for an empty output: compare as one empty line,
+	// as the in-process commands do.
+	if len(got) == 0 {
+		got = []string{""}
+	}
+	return got, 0
+}
+
+func copyIDs(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 // settle waits until no task has work due: each is suspended, failed, or
@@ -184,10 +468,9 @@ func settle(t *testing.T, td *testDaemon) {
 // binding the documented ids it meets to the real ones.
 func matchDoc(want, got []string, ids map[string]string) bool {
 	if len(want) == 0 {
-		return true
+		return len(got) == 0 || len(got) == 1 && got[0] == ""
 	}
-	w := strings.TrimSpace(want[0])
-	if w == "..." {
+	if strings.TrimSpace(want[0]) == "..." {
 		for i := 0; i <= len(got); i++ {
 			if matchDoc(want[1:], got[i:], ids) {
 				return true
@@ -198,38 +481,69 @@ func matchDoc(want, got []string, ids map[string]string) bool {
 	if len(got) == 0 {
 		return false
 	}
-	wl, gl := want[0], got[0]
-	wIDs, gIDs := ulidRE.FindAllString(wl, -1), ulidRE.FindAllString(gl, -1)
-	if len(wIDs) != len(gIDs) {
+	bound, ok := matchLine(want[0], got[0], ids)
+	if !ok || !matchDoc(want[1:], got[1:], ids) {
 		return false
 	}
-	for i, id := range wIDs {
-		if real, ok := ids[id]; ok && real != gIDs[i] {
-			return false
-		}
-	}
-	wn, gn := normalize(ulidRE.ReplaceAllString(wl, "ID")), normalize(ulidRE.ReplaceAllString(gl, "ID"))
-	if strings.HasSuffix(wn, "...") {
-		if !strings.HasPrefix(gn, strings.TrimSuffix(wn, "...")) {
-			return false
-		}
-	} else if wn != gn {
-		return false
-	}
-	if !matchDoc(want[1:], got[1:], ids) {
-		return false
-	}
-	for i, id := range wIDs {
-		ids[id] = gIDs[i]
+	for k, v := range bound {
+		ids[k] = v
 	}
 	return true
+}
+
+// matchLine compares one documented line with a real one, both
+// normalised: "..." in the documented line matches any text, and each id
+// in it matches the real id it is bound to, or any id (which it then
+// binds, returned in bound).
+func matchLine(want, got string, ids map[string]string) (bound map[string]string, ok bool) {
+	wn, gn := normalize(want), normalize(got)
+	var pat strings.Builder
+	var names []string // the documented ids captured, in order
+	pat.WriteString("^")
+	for i, piece := range strings.Split(wn, "...") {
+		if i > 0 {
+			pat.WriteString(".*")
+		}
+		last := 0
+		for _, loc := range ulidRE.FindAllStringIndex(piece, -1) {
+			pat.WriteString(regexp.QuoteMeta(piece[last:loc[0]]))
+			id := piece[loc[0]:loc[1]]
+			if real, ok := ids[id]; ok {
+				pat.WriteString(regexp.QuoteMeta(real))
+			} else {
+				pat.WriteString(`([0-9A-HJKMNP-TV-Z]{26})`)
+				names = append(names, id)
+			}
+			last = loc[1]
+		}
+		pat.WriteString(regexp.QuoteMeta(piece[last:]))
+	}
+	pat.WriteString("$")
+	m := regexp.MustCompile(pat.String()).FindStringSubmatch(gn)
+	if m == nil {
+		return nil, false
+	}
+	bound = map[string]string{}
+	for i, id := range names {
+		if prev, ok := bound[id]; ok && prev != m[i+1] {
+			return nil, false // one documented id, two real ones
+		}
+		bound[id] = m[i+1]
+	}
+	return bound, true
 }
 
 // quiet reports whether nothing more is due for a task: it waits for an
 // answer, or it ended and its post-task reflection, if it gets one, is
 // recorded. (The agent reflects on a completed task that took more than
-// one iteration or called a tool: agent.defaultShouldReflect.)
+// one iteration or called a tool: agent.defaultShouldReflect.) A broker
+// task is quiet unless the broker is about to retry or dead-letter it: it
+// waits for a worker or is finished.
 func quiet(t *fsm.Task) bool {
+	if t.Dispatch != nil {
+		k := fsm.Next(t).Kind
+		return k != fsm.ActRetry && k != fsm.ActDeadLetter
+	}
 	switch next := fsm.Next(t).Kind; {
 	case t.State == fsm.StateSuspended, t.State == fsm.StateFailed:
 		return true

@@ -103,7 +103,10 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 		case errors.As(err, &typ) && typ.Field == "":
 			return errBadRequest("the body must be a JSON object")
 		case errors.As(err, &typ):
-			return errBadRequest("field %q must be a %s", typ.Field, typ.Type)
+			return errBadRequest("field %q must be %s", typ.Field, jsonKind(typ.Type))
+		case errors.As(err, new(*time.ParseError)), strings.Contains(err.Error(), "Time.UnmarshalJSON"):
+			// time.Time's own errors name Go functions and layouts.
+			return errBadRequest("a time must be an RFC 3339 string, like 2026-01-02T15:04:05Z")
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return errBadRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
 		}
@@ -242,4 +245,27 @@ func (t *tokenCheck) ok(r *http.Request) bool {
 
 func logRequest(l *slog.Logger, r *http.Request, status int) {
 	l.Debug("http", "method", r.Method, "path", r.URL.Path, "status", status, "remote", r.RemoteAddr)
+}
+
+// jsonKind names what a Go type holds in JSON's terms, for an error that
+// speaks the client's language ("an integer", not "int").
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another JSON type"
 }

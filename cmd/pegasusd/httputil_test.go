@@ -35,6 +35,11 @@ func TestDecodeBodyExactNames(t *testing.T) {
 		`{"input":"x","input":"y"}`:         `field "input" appears twice`,
 		`{"inner":{"name":"a","name":"b"}}`: `field "inner.name" appears twice`,
 		`{"Hidden":"h"}`:                    `unknown field "Hidden"`,
+		`{"Plain":"one"}`:                   `field "Plain" must be an integer`,
+		`{"input":5}`:                       `field "input" must be a string`,
+		`{"meta":[]}`:                       `field "meta" must be an object`,
+		`{"when":3}`:                        `a time must be an RFC 3339 string, like 2026-01-02T15:04:05Z`,
+		`{"when":"yesterday"}`:              `a time must be an RFC 3339 string, like 2026-01-02T15:04:05Z`,
 	} {
 		var b body
 		e := decodeBody(httptest.NewRequest("POST", "/", strings.NewReader(in)), &b, false)

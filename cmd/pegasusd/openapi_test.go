@@ -104,7 +104,9 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	vt := &validatingTransport{t: t, router: router, seen: map[string]bool{}}
 	hc := &http.Client{Transport: vt}
-	call := func(method, path, contentType, body string, want int) []byte {
+	// callAs sends a request, with headers as name, value pairs, and
+	// checks its status; a 400 is a request the document refuses too.
+	callAs := func(method, path, contentType, body string, want int, header ...string) []byte {
 		t.Helper()
 		var rd io.Reader
 		if body != "" {
@@ -118,6 +120,9 @@ func TestOpenAPIDocument(t *testing.T) {
 		if contentType != "" {
 			req.Header.Set("Content-Type", contentType)
 		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +133,10 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, want, data)
 		}
 		return data
+	}
+	call := func(method, path, contentType, body string, want int) []byte {
+		t.Helper()
+		return callAs(method, path, contentType, body, want)
 	}
 	const js = "application/json"
 	var created createdJSON
@@ -176,6 +185,44 @@ func TestOpenAPIDocument(t *testing.T) {
 	if err != nil || !bytes.Equal(served, onDisk) {
 		t.Errorf("/v1/openapi.json does not serve openapi.json")
 	}
+
+	// The broker's /api/v1 (docs/broker.md): a worker takes a task and
+	// completes it, another task fails into the dead-letter queue and is
+	// requeued, and the admin routes (open on loopback without
+	// --admin-token) show the rest.
+	w := func(method, path, body string, want int) []byte {
+		t.Helper()
+		return callAs(method, path, js, body, want, "X-Agent-ID", "w1")
+	}
+	var d1, d2 dispatchJSON
+	json.Unmarshal(callAs("POST", "/api/v1/tasks", js, `{"title":"crawl","required_capabilities":["web"],"metadata":{"k":"v"}}`, 201,
+		"X-Agent-ID", "client", "Idempotency-Key", "crawl-1"), &d1)
+	callAs("POST", "/api/v1/tasks", js, `{"title":"crawl","required_capabilities":["web"],"metadata":{"k":"v"}}`, 201,
+		"X-Agent-ID", "client", "Idempotency-Key", "crawl-1")
+	callAs("POST", "/api/v1/tasks", js, `{"title":"x","colour":"red"}`, 400, "X-Agent-ID", "client")
+	call("GET", "/api/v1/tasks", "", "", 400) // no X-Agent-ID
+	w("PUT", "/api/v1/agents/w1", `{"capabilities":["web"],"max_tasks":1}`, 200)
+	w("GET", "/api/v1/tasks?agent=w1&status=assigned&wait=20s&limit=10", "", 200)
+	w("GET", "/api/v1/tasks/"+d1.TaskID, "", 200)
+	w("GET", "/api/v1/tasks/01JABCDEFGHJKMNPQRSTVWXYZ0", "", 404)
+	w("PATCH", "/api/v1/tasks/"+d1.TaskID, `{"metadata":{"seen":"yes"}}`, 200)
+	w("POST", "/api/v1/tasks/"+d1.TaskID+"/progress", `{"message":"reading"}`, 200)
+	w("POST", "/api/v1/tasks/"+d1.TaskID+"/complete", `{"result":{"pages":42}}`, 200)
+	w("POST", "/api/v1/tasks/"+d1.TaskID+"/fail", `{"error":"late"}`, 409)
+	w("GET", "/api/v1/tasks/"+d1.TaskID+"/events", "", 200)
+	json.Unmarshal(callAs("POST", "/api/v1/tasks", js, `{"title":"flaky","required_capabilities":["web"],"max_retries":0}`, 201,
+		"X-Agent-ID", "client"), &d2)
+	w("GET", "/api/v1/tasks?agent=w1&status=assigned&wait=20s", "", 200)
+	w("POST", "/api/v1/tasks/"+d2.TaskID+"/fail", `{"error":"connection refused","retry_eligible":true}`, 200)
+	td.waitDLQ(1)
+	w("GET", "/api/v1/dlq", "", 200)
+	w("POST", "/api/v1/dlq/"+d2.TaskID+"/requeue", `{"reason":"fixed"}`, 200)
+	w("POST", "/api/v1/dlq/"+d1.TaskID+"/requeue", "", 409)
+	w("POST", "/api/v1/dlq/requeue", `{"error":"connection refused"}`, 200)
+	w("GET", "/api/v1/agents", "", 200)
+	w("POST", "/api/v1/agents/w1/drain", "", 200)
+	w("GET", "/api/v1/stats", "", 200)
+	w("GET", "/api/v1/tasks?status=completed&owner=&source=", "", 200)
 
 	// The stream: its first event is an event in the document's JSON form.
 	sctx, cancel := context.WithCancel(ctx)

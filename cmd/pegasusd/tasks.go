@@ -13,6 +13,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -90,7 +91,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Machine != "" {
 		ref, err := fsm.ParseMachineRef(req.Machine)
 		if err != nil {
-			return errBadRequest(`"machine": %v`, err)
+			return errBadRequest(`"machine": %s`, cliconv.Message(err))
 		}
 		in.Machine = ref
 	}

@@ -536,7 +536,8 @@ views.task = async function (signal, params, id) {
   function renderHead(el, actionsEl, errEl, t, evs) {
     const created = evs.find(e => e.type === "TASK_CREATED");
     const m = created && created.data && created.data.machine;
-    const machine = m && m.name ? `${m.name}/v${m.version}` : (created ? "pegasus.task (current)" : "— (not started)");
+    // NAME@VERSION, the one spelling of the API, the logs and the CLIs.
+    const machine = t.machine || (m && m.name ? `${m.name}@${m.version}` : (created ? "pegasus.task (current)" : "— (not started)"));
     const running = t.state === "reasoning" || t.state === "acting";
     const finished = t.state === "completed" || t.state === "failed";
     const answer = h("form", { class: "inline", id: "answer-form" },

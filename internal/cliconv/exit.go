@@ -84,7 +84,7 @@ func Code(err error) int {
 // packagePrefix matches the package prefix of a sentinel error's text
 // ("replay: ", "eventlog: "), which means something to a Go programmer and
 // nothing to an operator.
-var packagePrefix = regexp.MustCompile(`\b(replay|eventlog|fsm|projection|agent|codec|llm|tools|cliconv|pegasusd): `)
+var packagePrefix = regexp.MustCompile(`\b(replay|eventlog|fsm|projection|agent|broker|codec|llm|tools|cliconv|pegasusd|json): `)
 
 // Message is err's text as a person should read it: without the package
 // prefixes of the sentinels it wraps. Programs print errors through it,

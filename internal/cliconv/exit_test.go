@@ -14,6 +14,12 @@ func TestMessage(t *testing.T) {
 	if got, want := Message(err), `export "x.ndjson": bad export header: not a log (a b)`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+	if got, want := Message(fmt.Errorf("%w: task %q", errors.New("broker: not found"), "T")), `not found: task "T"`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := Message(fmt.Errorf("line 1: not an event: %w", errors.New(`json: unknown field "x"`))), `line 1: not an event: unknown field "x"`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
 	if Code(Kind(ErrNotFound, err)) != ExitNotFound || Code(Usagef("x")) != ExitUsage || Code(err) != ExitFailed {
 		t.Error("exit codes")
 	}
