@@ -429,9 +429,9 @@ func (l *Log) checkFormat() error {
 			return fmt.Errorf("%w: %s is not a Pegasus log (bad format key)", ErrFormat, l.dir)
 		}
 		switch ver := binary.BigEndian.Uint32(v); {
-		case ver > FormatVersion:
+		case ver > FormatVersionArchived:
 			return fmt.Errorf("%w: %s has format version %d, newer than this build supports (%d)",
-				ErrFormat, l.dir, ver, FormatVersion)
+				ErrFormat, l.dir, ver, FormatVersionArchived)
 		case ver < 1:
 			return fmt.Errorf("%w: %s has unknown format version %d", ErrFormat, l.dir, ver)
 		}
