@@ -37,6 +37,12 @@ type Options struct {
 	// Clock gives the time the window ends at.
 	// The default value is time.Now.
 	Clock func() time.Time
+	// Checkpoint, if set, is called at the start of a run to persist the
+	// read models, so that every task finished before the run can be a
+	// candidate (only tasks in the persisted projections are). The daemon
+	// passes its View's Checkpoint.
+	// The default value is nil: the projections as last persisted.
+	Checkpoint func(context.Context) error
 	// Logger reports each run.
 	// The default value discards.
 	Logger *slog.Logger
@@ -115,6 +121,11 @@ func Run(ctx context.Context, l *eventlog.Log, opts *Options) (Result, error) {
 	var err error
 	if res.Orphans, err = removeOrphans(ctx, l, &o); err != nil {
 		return res, err
+	}
+	if o.Checkpoint != nil {
+		if err := o.Checkpoint(ctx); err != nil {
+			return res, fmt.Errorf("retention: checkpoint: %w", err)
+		}
 	}
 	cutoff := o.Clock().Add(-o.Window)
 	p, err := plan(ctx, l, cutoff, o.MaxEvents)
