@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,24 +43,7 @@ func TestRetentionCrashRecovery(t *testing.T) {
 	}
 	for cycle := range cycles {
 		p := startProc(t, bin, data, flags...)
-		killAfter := 5 + rng.IntN(40)
-		acked := make(chan string)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range 3 {
-			wg.Add(1)
-			sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
-			go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
-		}
-		for n := 0; n < killAfter; n++ {
-			ackedAll[<-acked] = true
-		}
-		p.kill(t)
-		close(stop)
-		go func() { wg.Wait(); close(acked) }()
-		for id := range acked {
-			ackedAll[id] = true
-		}
+		killUnderLoad(t, p, inputs, seed, cycle, 3, 5+rng.IntN(40), ackedAll)
 	}
 
 	// A last run: every task finishes (a finished task may be archived
@@ -71,18 +52,12 @@ func TestRetentionCrashRecovery(t *testing.T) {
 	client := &http.Client{Timeout: 70 * time.Second}
 	for id := range ackedAll {
 		for range 4 {
-			resp, err := client.Get(p.url + "/v1/tasks/" + id + "?wait=30s")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tj taskJSON
-			err = json.NewDecoder(resp.Body).Decode(&tj)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusNotFound {
+			tj, code, err := waitTask(client, p.url, id)
+			if code == http.StatusNotFound {
 				break
 			}
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("task %s: %d %v", id, resp.StatusCode, err)
+			if err != nil || code != 200 {
+				t.Fatalf("task %s: %d %v", id, code, err)
 			}
 			if tj.State.IsTerminal() {
 				break
