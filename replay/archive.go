@@ -249,6 +249,15 @@ func VerifyArchives(ctx context.Context, r Reader, fs vfs.FS, dir string) (*Arch
 	return rep, nil
 }
 
+// AddArchives records an archive check in the report: its problems count
+// as the log's.
+func (r *Report) AddArchives(ar *ArchiveReport) {
+	r.Archives = ar
+	for _, p := range ar.Problems {
+		r.add(p)
+	}
+}
+
 func verifyArchive(ctx context.Context, fs vfs.FS, path string, m *ArchiveManifest) (int, error) {
 	f, err := fs.Open(path)
 	if err != nil {

@@ -90,6 +90,9 @@ type Report struct {
 	FirstProblem    *Problem      `json:"first_problem,omitempty"`
 	Duration        time.Duration `json:"duration_ns"`
 	EventsPerSecond float64       `json:"events_per_second"`
+	// Archives is the check of the retention archives against their
+	// manifests, when asked for (AddArchives).
+	Archives *ArchiveReport `json:"archives,omitempty"`
 }
 
 // OK reports whether verify found nothing wrong.
