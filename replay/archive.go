@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/codec"
 	"github.com/pegasus-engine/pegasus/projection"
 )
@@ -336,7 +337,10 @@ func FinishedBefore(ctx context.Context, l *eventlog.Log, cutoff time.Time, max 
 		if err != nil {
 			return nil, fmt.Errorf("replay: persisted summary %q: %w", it.Key(), err)
 		}
-		if !sum.State.IsTerminal() || !sum.UpdatedAt.Before(cutoff) || sum.Seq > m.Seq || strings.HasPrefix(sum.ID, "$") {
+		// A dispatch task may be finished in any of its end states
+		// (dead-lettered after a timeout); the task record decides.
+		dispatch := strings.HasPrefix(sum.Machine, fsm.DispatchMachineName+"@")
+		if (!sum.State.IsTerminal() && !dispatch) || !sum.UpdatedAt.Before(cutoff) || sum.Seq > m.Seq || strings.HasPrefix(sum.ID, "$") {
 			continue
 		}
 		t, _, err := st.loadTask(sum.ID, false)

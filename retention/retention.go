@@ -161,17 +161,7 @@ func Run(ctx context.Context, l *eventlog.Log, opts *Options) (Result, error) {
 		return res, err
 	}
 	mev.ID = id
-	rt := eventlog.Retirement{Manifest: mev, Events: make([]eventlog.RetiredEvent, len(p.events))}
-	for i, ev := range p.events {
-		rt.Events[i] = eventlog.RetiredEvent{Seq: ev.Seq, ID: ev.ID, Causation: ev.Causation}
-	}
-	ids := make([]string, 0, len(p.streams))
-	for _, s := range p.streams {
-		rt.Streams = append(rt.Streams, eventlog.RetiredStream{Stream: s.ID, Version: s.Version})
-		ids = append(ids, s.ID)
-	}
-	rt.Aux = func(b *eventlog.AuxBatch) error { replay.ForgetTasks(b, ids); return nil }
-	ar, err := l.Retire(ctx, rt)
+	ar, err := l.Retire(ctx, p.retirement(mev))
 	if err != nil {
 		// The archive stays as an orphan; the next run deletes it.
 		return res, fmt.Errorf("retention: remove: %w", err)
@@ -186,6 +176,22 @@ func Run(ctx context.Context, l *eventlog.Log, opts *Options) (Result, error) {
 	o.Logger.Info("retention: archived finished tasks", "tasks", m.Tasks, "events", m.Events,
 		"ranges", len(m.Ranges), "file", m.File, "manifest_seq", res.Seq, "pinned", res.Pinned, "orphans", res.Orphans)
 	return res, nil
+}
+
+// retirement is the removal of the plan's tasks, recorded by manifest:
+// their events and index entries, and their persisted read models.
+func (p *runPlan) retirement(manifest eventlog.Event) eventlog.Retirement {
+	rt := eventlog.Retirement{Manifest: manifest, Events: make([]eventlog.RetiredEvent, len(p.events))}
+	for i, ev := range p.events {
+		rt.Events[i] = eventlog.RetiredEvent{Seq: ev.Seq, ID: ev.ID, Causation: ev.Causation}
+	}
+	ids := make([]string, 0, len(p.streams))
+	for _, s := range p.streams {
+		rt.Streams = append(rt.Streams, eventlog.RetiredStream{Stream: s.ID, Version: s.Version})
+		ids = append(ids, s.ID)
+	}
+	rt.Aux = func(b *eventlog.AuxBatch) error { replay.ForgetTasks(b, ids); return nil }
+	return rt
 }
 
 func (o *Options) step(s Step) {

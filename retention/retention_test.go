@@ -14,12 +14,13 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
 var (
-	crashIters = flag.Int("retention.crash.iters", 12, "iterations of TestRunCrash")
+	crashIters = flag.Int("retention.crash.iters", 6, "iterations of TestRunCrash")
 	crashSeed  = flag.Int64("retention.crash.seed", 0, "seed of TestRunCrash (0: time-based)")
 )
 
@@ -93,8 +94,8 @@ func taskStates(t testing.TB, l *eventlog.Log) map[string]fsm.Task {
 		t.Fatal(err)
 	}
 	out := map[string]fsm.Task{}
-	for _, tk := range v.InState(fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended,
-		fsm.StateCompleted, fsm.StateFailed) {
+	states := append([]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}, fsm.DispatchStates...)
+	for _, tk := range v.InState(states...) {
 		out[tk.ID] = tk
 	}
 	return out
@@ -327,5 +328,119 @@ func TestRunCrash(t *testing.T) {
 			t.Fatalf("iteration %d: after the next run: %+v", iter, ar)
 		}
 		l.Close()
+	}
+}
+
+// TestRunDispatchTasks: broker tasks follow the machine's rule: a
+// completed or dead-lettered dispatch task is archived, one that timed out
+// and may still be retried stays.
+func TestRunDispatchTasks(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	l := newLog(t, fs, 13, 5)
+	defer l.Close()
+	at := start.Add(time.Hour)
+	n := 0
+	task := func(bodies ...fsm.Body) string {
+		var id ulid.ULID
+		var evs []eventlog.Event
+		for _, b := range bodies {
+			n++
+			at = at.Add(10 * time.Minute) // past the deadline, for DISPATCH_TIMED_OUT
+			data, err := fsm.Encode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := eventlog.Event{ID: ulid.MustNew(ulid.Timestamp(at), ulid.DefaultEntropy()), Type: string(b.EventType()),
+				Time: at, Schema: fsm.SchemaVersion, Body: data}
+			if len(evs) == 0 {
+				id = ev.ID
+			} else {
+				ev.Causation = evs[len(evs)-1].ID
+			}
+			evs = append(evs, ev)
+		}
+		if _, err := l.Append(ctx, id.String(), eventlog.NoStream, evs...); err != nil {
+			t.Fatal(err)
+		}
+		return id.String()
+	}
+	created := &fsm.DispatchCreatedBody{AgentID: "op", Title: "t", Owner: "op", TimeoutSeconds: 300, MaxRetries: 3, RetryEligible: true}
+	assigned := &fsm.DispatchAssignedBody{AgentID: "$broker", Worker: "w1"}
+	report := func(k fsm.EventType) *fsm.DispatchReportBody { return &fsm.DispatchReportBody{Kind: k, AgentID: "w1", Result: "{}"} }
+	done := task(created, assigned, report(fsm.DispatchStarted), report(fsm.DispatchCompleted))
+	noRetry := *created
+	noRetry.MaxRetries = 0
+	dead := task(&noRetry, assigned, &fsm.DispatchTimedOutBody{AgentID: "$broker"},
+		&fsm.DispatchDeadLetteredBody{AgentID: "$broker", Reason: fsm.DeadLetterExhausted})
+	retry := task(created, assigned, &fsm.DispatchTimedOutBody{AgentID: "$broker"})
+	persist(t, l)
+	states := taskStates(t, l)
+	if !states[done].IsTerminal() || !states[dead].IsTerminal() || states[retry].IsTerminal() {
+		t.Fatalf("fixture: %s %s %s", states[done].State, states[dead].State, states[retry].State)
+	}
+	if _, err := Run(ctx, l, testOpts(fs)); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]bool{done: false, dead: false, retry: true} {
+		if v, _ := l.StreamVersion(id); (v > 0) != want {
+			t.Errorf("dispatch task %s in %s: in the log %v, want %v", id, states[id].State, v > 0, want)
+		}
+	}
+	verifyAll(t, l, fs)
+}
+
+// TestVerifyManifestMismatch: a removal whose manifest does not list the
+// holes it made is a problem of the log, as is a hole without a manifest
+// (eventlog/retire_test.go).
+func TestVerifyManifestMismatch(t *testing.T) {
+	ctx := context.Background()
+	l := newLog(t, vfs.NewMem(), 17, 20)
+	defer l.Close()
+	p, err := plan(ctx, l, start.AddDate(1, 0, 0), 1000)
+	if err != nil || len(p.events) == 0 {
+		t.Fatalf("plan: %d events, %v", len(p.events), err)
+	}
+	m := &replay.ArchiveManifest{File: "x", Tasks: len(p.streams), Events: len(p.events),
+		Ranges: []replay.SeqRange{{First: 1, Last: uint64(len(p.events))}}}
+	ev, err := replay.ManifestEvent(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := p.retirement(ev)
+	res, err := l.Retire(ctx, rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replay.Verify(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ProblemCount != 1 || rep.FirstProblem.Kind != replay.ProblemLog || rep.FirstProblem.Seq != res.FirstSeq {
+		t.Fatalf("verify of a manifest that lists other ranges: %s", rep.Summary())
+	}
+}
+
+// TestRebuildAfterRetention: projections rebuilt from zero (another
+// projection identity) fold the live log only and agree with verify.
+func TestRebuildAfterRetention(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	l := newLog(t, fs, 19, 40)
+	defer l.Close()
+	if res, err := Run(ctx, l, testOpts(fs)); err != nil || res.Manifest == nil {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	o := &replay.Options{Stats: projection.StatsOptions{Window: 61}}
+	v, rec, err := replay.Open(ctx, l, o)
+	if err != nil || !rec.Rebuilt {
+		t.Fatalf("open with another identity: %+v %v", rec, err)
+	}
+	if err := v.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := replay.Verify(ctx, l, &replay.VerifyOptions{Options: o})
+	if err != nil || !rep.OK() || rep.Checkpoint == 0 {
+		t.Fatalf("verify after a rebuild: %v %s (%s)", err, rep.Summary(), rep.ProjectionsNote)
 	}
 }
