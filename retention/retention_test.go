@@ -367,7 +367,9 @@ func TestRunDispatchTasks(t *testing.T) {
 	}
 	created := &fsm.DispatchCreatedBody{AgentID: "op", Title: "t", Owner: "op", TimeoutSeconds: 300, MaxRetries: 3, RetryEligible: true}
 	assigned := &fsm.DispatchAssignedBody{AgentID: "$broker", Worker: "w1"}
-	report := func(k fsm.EventType) *fsm.DispatchReportBody { return &fsm.DispatchReportBody{Kind: k, AgentID: "w1", Result: "{}"} }
+	report := func(k fsm.EventType) *fsm.DispatchReportBody {
+		return &fsm.DispatchReportBody{Kind: k, AgentID: "w1", Result: "{}"}
+	}
 	done := task(created, assigned, report(fsm.DispatchStarted), report(fsm.DispatchCompleted))
 	noRetry := *created
 	noRetry.MaxRetries = 0
