@@ -126,6 +126,14 @@ func Export(ctx context.Context, r Reader, w io.Writer, f ExportFilter) (int, er
 		fc := f
 		h.Filter = &fc
 	}
+	if lr, ok := r.(*LogReader); ok && h.Complete {
+		// Retention archived part of the log: the file has its holes.
+		holes, err := lr.Log.Holes()
+		if err != nil {
+			return 0, err
+		}
+		h.Complete = len(holes) == 0
+	}
 	e, err := NewExporter(w, h)
 	if err != nil {
 		return 0, err

@@ -1,6 +1,7 @@
 package retention
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -444,5 +445,26 @@ func TestRebuildAfterRetention(t *testing.T) {
 	rep, err := replay.Verify(ctx, l, &replay.VerifyOptions{Options: o})
 	if err != nil || !rep.OK() || rep.Checkpoint == 0 {
 		t.Fatalf("verify after a rebuild: %v %s (%s)", err, rep.Summary(), rep.ProjectionsNote)
+	}
+}
+
+// TestExportAfterRetention: an export of a log with holes says it is not
+// complete, so that a fold of it accepts the holes.
+func TestExportAfterRetention(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	l := newLog(t, fs, 23, 20)
+	defer l.Close()
+	if res, err := Run(ctx, l, testOpts(fs)); err != nil || res.Manifest == nil {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	var buf bytes.Buffer
+	n, err := replay.Export(ctx, replay.FromLog(l), &buf, replay.ExportFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, h, err := replay.ReadExport(&buf)
+	if err != nil || h.Complete || ml.Len() != n || uint64(n) >= l.Head() {
+		t.Fatalf("export: %d events, header %+v, %v", n, h, err)
 	}
 }
