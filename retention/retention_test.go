@@ -428,12 +428,7 @@ func TestVerifyManifestMismatch(t *testing.T) {
 // projection identity) fold the live log only and agree with verify.
 func TestRebuildAfterRetention(t *testing.T) {
 	ctx := context.Background()
-	fs := vfs.NewMem()
-	l := newLog(t, fs, 19, 40)
-	defer l.Close()
-	if res, err := Run(ctx, l, testOpts(fs)); err != nil || res.Manifest == nil {
-		t.Fatalf("run: %+v %v", res, err)
-	}
+	l := retainedLog(t, 19, 40)
 	o := &replay.Options{Stats: projection.StatsOptions{Window: 61}}
 	v, rec, err := replay.Open(ctx, l, o)
 	if err != nil || !rec.Rebuilt {
@@ -452,12 +447,7 @@ func TestRebuildAfterRetention(t *testing.T) {
 // complete, so that a fold of it accepts the holes.
 func TestExportAfterRetention(t *testing.T) {
 	ctx := context.Background()
-	fs := vfs.NewMem()
-	l := newLog(t, fs, 23, 20)
-	defer l.Close()
-	if res, err := Run(ctx, l, testOpts(fs)); err != nil || res.Manifest == nil {
-		t.Fatalf("run: %+v %v", res, err)
-	}
+	l := retainedLog(t, 23, 20)
 	var buf bytes.Buffer
 	n, err := replay.Export(ctx, replay.FromLog(l), &buf, replay.ExportFilter{})
 	if err != nil {
@@ -467,4 +457,17 @@ func TestExportAfterRetention(t *testing.T) {
 	if err != nil || h.Complete || ml.Len() != n || uint64(n) >= l.Head() {
 		t.Fatalf("export: %d events, header %+v, %v", n, h, err)
 	}
+}
+
+// retainedLog is a generated log retention ran on once; closed at the
+// test's end.
+func retainedLog(t *testing.T, seed uint64, tasks int) *eventlog.Log {
+	t.Helper()
+	fs := vfs.NewMem()
+	l := newLog(t, fs, seed, tasks)
+	t.Cleanup(func() { l.Close() })
+	if res, err := Run(context.Background(), l, testOpts(fs)); err != nil || res.Manifest == nil {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	return l
 }
