@@ -28,7 +28,7 @@ type appendReq struct {
 	done    chan struct{}
 	results []AppendResult
 	err     error
-	retire  *Retirement  // Retire: removal riding on the append
+	retire  *Retirement   // Retire: removal riding on the append
 	retAux  *pebble.Batch // its aux writes, built before queueing
 }
 

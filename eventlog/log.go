@@ -69,6 +69,9 @@ type Log struct {
 
 	// testHookLive, if set, is called when a subscription turns live.
 	testHookLive func(*Subscription)
+	// testHookRetire, if set, is called by Retire after its checks, before
+	// the request is queued.
+	testHookRetire func()
 
 	// readMu guards the DB against Close while reads use it; iters lets
 	// Close end open iterators, which Pebble requires before closing.

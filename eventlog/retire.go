@@ -125,10 +125,65 @@ func (l *Log) Retire(ctx context.Context, r Retirement) (AppendResult, error) {
 			return AppendResult{}, invalidf("retired event %d (seq %d) out of order or outside the log", i, e.Seq)
 		}
 	}
+	// A retry of a committed retirement (its manifest is in the log) is
+	// answered by the committer's idempotency check; its streams are gone.
+	if _, err := l.Get(r.Manifest.ID); r.Manifest.ID == (ulid.ULID{}) || err != nil {
+		if err := l.checkRetirement(&r); err != nil {
+			return AppendResult{}, err
+		}
+	}
+	if h := l.testHookRetire; h != nil {
+		h()
+	}
 	rt := r
 	rt.Streams = slices.Clone(r.Streams)
 	rt.Events = slices.Clone(r.Events)
 	return l.appendOne(ctx, StreamAppend{Stream: SystemStream, Expected: Any, Events: []Event{r.Manifest}}, &rt)
+}
+
+// checkRetirement makes sure the events are exactly the streams' (by
+// their stream index entries) and that each id is the event's (by the id
+// index), so that a wrong list can never delete another stream's records.
+// The committer then only checks that the streams did not grow.
+func (l *Log) checkRetirement(r *Retirement) error {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return ErrClosed
+	}
+	want := make(map[uint64]int, len(r.Events))
+	for i, e := range r.Events {
+		want[e.Seq] = i
+	}
+	seen := 0
+	for _, s := range r.Streams {
+		p := appendStreamPrefix(nil, s.Stream)
+		it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			seq, ok := DecodeSeqValue(it.Value())
+			if _, listed := want[seq]; !ok || !listed {
+				it.Close()
+				return invalidf("retirement of stream %q does not list its event at seq %d", s.Stream, seq)
+			}
+			seen++
+		}
+		if err := it.Close(); err != nil {
+			return err
+		}
+	}
+	if seen != len(r.Events) {
+		return invalidf("retirement lists %d events, its streams hold %d", len(r.Events), seen)
+	}
+	for _, e := range r.Events {
+		seq, err := l.getSeq(IDIndexKey(e.ID))
+		if err != nil || seq != e.Seq {
+			return invalidf("retired event %d: id %s is not its id", e.Seq, e.ID)
+		}
+	}
+	return nil
 }
 
 // appendOne is Append with an optional retirement riding on the request.
