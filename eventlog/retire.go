@@ -319,20 +319,27 @@ func newHoleIter(r pebble.Reader) (*pebble.Iterator, error) {
 // holesCover reports whether the holes seen by it cover every sequence of
 // [from, to] (adjacent holes of different runs included).
 func holesCover(it *pebble.Iterator, from, to uint64) (bool, error) {
+	u, err := uncovered(it, from, to)
+	return u > to, err
+}
+
+// uncovered returns the first sequence of [from, to] no hole covers, or
+// to+1 if holes cover them all.
+func uncovered(it *pebble.Iterator, from, to uint64) (uint64, error) {
 	for from <= to {
 		if !it.SeekLT(holeKey(from + 1)) {
-			return false, it.Error()
+			return from, it.Error()
 		}
 		h, ok := parseHole(it.Key(), it.Value())
 		if !ok {
-			return false, corruptKey(it.Key(), "malformed hole key")
+			return from, corruptKey(it.Key(), "malformed hole key")
 		}
 		if h.Last < from {
-			return false, nil
+			return from, nil
 		}
 		from = h.Last + 1
 	}
-	return true, nil
+	return from, nil
 }
 
 // CompactRetired asks Pebble to compact the key spaces a retention run

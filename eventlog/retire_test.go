@@ -212,7 +212,7 @@ func TestVerifyHoles(t *testing.T) {
 			b.Delete(EventKey(2), nil)
 			b.Delete(StreamIndexKey(e.Stream, e.Version), nil)
 			b.Delete(IDIndexKey(e.ID), nil)
-		}, "records 1 to 4 missing"},
+		}, "records 2 to 4 missing"},
 		"hole without manifest": {func(b *pebble.Batch, l *Log, m uint64) {
 			b.Set(holeKey(1), holeVal(1, m-1), nil) // m-1 is the $memory event
 		}, "which is not a EVENTS_ARCHIVED event"},

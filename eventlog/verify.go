@@ -253,8 +253,11 @@ func (v *verifier) checkLog() error {
 			return nil
 		}
 		if seq != next {
-			if covered, err := holesCover(v.holes, next, seq-1); err != nil || !covered {
+			// Report from the first sequence no hole covers.
+			if u, err := uncovered(v.holes, next, seq-1); err != nil {
 				v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
+			} else if u < seq {
+				v.rep.add(Problem{Seq: u, Reason: fmt.Sprintf("records %d to %d missing", u, seq-1)})
 			}
 		}
 		next = seq + 1
