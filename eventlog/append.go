@@ -28,6 +28,8 @@ type appendReq struct {
 	done    chan struct{}
 	results []AppendResult
 	err     error
+	retire  *Retirement   // Retire: removal riding on the append
+	retAux  *pebble.Batch // its aux writes, built before queueing
 }
 
 // Append appends events to stream atomically (all or none), after checking
@@ -55,6 +57,10 @@ func (l *Log) Append(ctx context.Context, stream string, expected ExpectedVersio
 // The context bounds the wait while the request is queued; once the
 // committer has taken the request its outcome stands and is returned.
 func (l *Log) AppendMulti(ctx context.Context, appends ...StreamAppend) ([]AppendResult, error) {
+	return l.appendMulti(ctx, appends, nil)
+}
+
+func (l *Log) appendMulti(ctx context.Context, appends []StreamAppend, rt *Retirement) ([]AppendResult, error) {
 	if l.readOnly {
 		return nil, ErrReadOnly
 	}
@@ -67,6 +73,15 @@ func (l *Log) AppendMulti(ctx context.Context, appends ...StreamAppend) ([]Appen
 	req, err := l.newRequest(appends)
 	if err != nil {
 		return nil, err
+	}
+	if rt != nil {
+		if req.retAux, err = l.retireAux(rt); err != nil {
+			return nil, err
+		}
+		req.retire = rt
+		if req.retAux != nil {
+			defer req.retAux.Close() // copied into the group's batch, if taken
+		}
 	}
 	l.closeMu.RLock()
 	if l.closing {
@@ -451,6 +466,11 @@ func (l *Log) prepare(r *appendReq) error {
 		r.results[i].Version = cur // start version, replaced below
 		g.local[sa.Stream] = cur + uint64(len(sa.Events))
 	}
+	if r.retire != nil {
+		if err := l.checkRetire(r.retire); err != nil {
+			return err
+		}
+	}
 
 	// Checks passed: assign positions and write.
 	for i, sa := range r.appends {
@@ -487,6 +507,13 @@ func (l *Log) prepare(r *appendReq) error {
 		res.LastSeq = g.nextSeq - 1
 		res.Version = ver
 		res.Events = sa.Events
+	}
+	if r.retire != nil {
+		// Cannot fail on a validated request: a Pebble batch only
+		// refuses writes once committed or closed.
+		if err := l.writeRetire(r.retire, r.retAux, g.nextSeq-1); err != nil {
+			panic(fmt.Sprintf("eventlog: writing a validated retirement failed: %v", err))
+		}
 	}
 	return nil
 }

@@ -32,16 +32,7 @@ var (
 // continues from the previous crash's state for a few generations, so
 // recovery from a recovered log is exercised too.
 func TestCrash(t *testing.T) {
-	seed := *crashSeed
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	t.Logf("seed %d (reproduce with -crash.seed=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	iters := *crashIters
-	if testing.Short() {
-		iters = min(iters, 20)
-	}
+	rng, seed, iters := crashParams(t, 0, *crashIters, 20)
 
 	var fs *vfs.MemFS
 	var acked map[ulid.ULID]uint64 // across generations
@@ -55,6 +46,20 @@ func TestCrash(t *testing.T) {
 			t.Fatalf("iteration %d failed (seed %d)", iter, seed)
 		}
 	}
+}
+
+// crashParams returns the random source of a crash test (its seed logged,
+// -crash.seed honoured) and its iterations (short under -short).
+func crashParams(t *testing.T, stream uint64, iters, short int) (*rand.Rand, int64, int) {
+	seed := *crashSeed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	t.Logf("seed %d (reproduce with -crash.seed=%d)", seed, seed)
+	if testing.Short() {
+		iters = min(iters, short)
+	}
+	return rand.New(rand.NewPCG(uint64(seed), stream)), seed, iters
 }
 
 func crashOnce(t *testing.T, iter int, rng *rand.Rand, fs *vfs.MemFS, acked map[ulid.ULID]uint64) *vfs.MemFS {

@@ -25,6 +25,10 @@
 //   - Checked reads. Every record carries a CRC32C that is verified on every
 //     read; corrupt or missing records are reported with their position
 //     (IsCorruption), never skipped.
+//   - Honest holes. Retire removes whole streams in one batch with the
+//     EVENTS_ARCHIVED event that records it and a hole key per removed
+//     range: reads step over holes, Verify accepts them and no other gap,
+//     and sequences are never reused.
 //   - Bounded memory. Iterators stream from Pebble; subscriptions buffer at
 //     most Options.SubscriberBuffer events and fall back to reading the log.
 //
@@ -41,6 +45,8 @@
 //	'i' | ULID (16)                                 seq (8)         id index
 //	'm' | "format"                                  version (4)     format version (1)
 //	'm' | "marker"                                  01              a head marker exists
+//	'm' | "hole" | first seq (8)                    last (8) |      a range removed by Retire
+//	                                                manifest (8)    (format 2)
 //	's' | stream (1..256, no 0x00) | 0x00 | ver (8) seq (8)         stream index
 //	'x' | aux key                                   aux value       read models (WriteAux)
 //

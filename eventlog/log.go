@@ -69,6 +69,9 @@ type Log struct {
 
 	// testHookLive, if set, is called when a subscription turns live.
 	testHookLive func(*Subscription)
+	// testHookRetire, if set, is called by Retire after its checks, before
+	// the request is queued.
+	testHookRetire func()
 
 	// readMu guards the DB against Close while reads use it; iters lets
 	// Close end open iterators, which Pebble requires before closing.
@@ -429,9 +432,9 @@ func (l *Log) checkFormat() error {
 			return fmt.Errorf("%w: %s is not a Pegasus log (bad format key)", ErrFormat, l.dir)
 		}
 		switch ver := binary.BigEndian.Uint32(v); {
-		case ver > FormatVersion:
+		case ver > FormatVersionArchived:
 			return fmt.Errorf("%w: %s has format version %d, newer than this build supports (%d)",
-				ErrFormat, l.dir, ver, FormatVersion)
+				ErrFormat, l.dir, ver, FormatVersionArchived)
 		case ver < 1:
 			return fmt.Errorf("%w: %s has unknown format version %d", ErrFormat, l.dir, ver)
 		}

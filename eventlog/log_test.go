@@ -254,7 +254,9 @@ func TestFormatVersion(t *testing.T) {
 	}
 	t.Run("newer", func(t *testing.T) {
 		mem := vfs.NewMem()
-		raw(t, mem, func(b *pebble.Batch) { b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersion+1), nil) })
+		raw(t, mem, func(b *pebble.Batch) {
+			b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersionArchived+1), nil)
+		})
 		_, err := Open("db", testOptions(mem))
 		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "newer than this build supports") {
 			t.Fatalf("newer format: %v", err)

@@ -37,7 +37,10 @@ type Iterator struct {
 	dir  Direction
 	it   *pebble.Iterator // over the log or the index
 	data *pebble.Iterator // over the log, for index reads
-	head uint64
+	// holes is over the hole keys (scans): a gap is read as a hole
+	// only where Retire recorded one.
+	holes *pebble.Iterator
+	head  uint64
 
 	lower, upper []byte
 	started      bool
@@ -80,9 +83,17 @@ func (it *Iterator) Next() bool {
 			}
 			it.err = readError(at, err)
 		} else if it.kind == iterScan && ((it.dir == Forward && it.next <= it.head) || (it.dir == Backward && it.next >= 1)) {
-			// The bounds say every seq from 1 to head exists: running out
-			// early is corruption, not the end of the log.
-			it.err = corruptSeq(it.next, "record missing")
+			// The bounds say every seq from 1 to head exists (but holes):
+			// running out early is corruption, not the end of the log.
+			lo, hi := it.next, it.head
+			if it.dir == Backward {
+				lo, hi = 1, it.next
+			}
+			if covered, err := holesCover(it.holes, lo, hi); err != nil {
+				it.err = err
+			} else if !covered {
+				it.err = corruptSeq(it.next, "record missing")
+			}
 		}
 		return false
 	}
@@ -109,7 +120,18 @@ func (it *Iterator) scanStep() error {
 		return corruptKey(it.it.Key(), "malformed event key")
 	}
 	if seq != it.next {
-		return corruptSeq(it.next, "record missing (next record is %d)", seq)
+		lo, hi := it.next, seq-1
+		if it.dir == Backward {
+			lo, hi = seq+1, it.next
+		}
+		covered, err := holesCover(it.holes, lo, hi)
+		if err != nil {
+			return err
+		}
+		if !covered {
+			return corruptSeq(it.next, "record missing (next record is %d)", seq)
+		}
+		it.next = seq
 	}
 	if it.dir == Backward {
 		it.next--
@@ -246,6 +268,10 @@ func (it *Iterator) closeLocked() {
 		it.data.Close()
 		it.data = nil
 	}
+	if it.holes != nil {
+		it.holes.Close()
+		it.holes = nil
+	}
 }
 
 // forceClose is called by Log.Close with itersMu held.
@@ -286,6 +312,14 @@ func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
 		})
 		if err != nil {
 			it.it.Close()
+			return errIterator(err)
+		}
+	}
+	if it.kind == iterScan {
+		// Opened after the scan's iterator: holes only grow, so this one
+		// knows every hole the scan can run into.
+		if it.holes, err = newHoleIter(l.db); err != nil {
+			it.closeLocked()
 			return errIterator(err)
 		}
 	}
@@ -385,7 +419,17 @@ func (l *Log) GetSeq(seq uint64) (Event, error) {
 	if seq == 0 || seq > l.Head() {
 		return Event{}, ErrNotFound
 	}
-	return l.readEvent(seq)
+	ev, err := l.readEvent(seq)
+	if err != nil && IsCorruption(err) {
+		if h, herr := newHoleIter(l.db); herr == nil {
+			covered, _ := holesCover(h, seq, seq)
+			h.Close()
+			if covered {
+				return Event{}, fmt.Errorf("%w: seq %d was removed by retention (archived)", ErrNotFound, seq)
+			}
+		}
+	}
+	return ev, err
 }
 
 // StreamVersion returns the stream's current (visible) version; 0 if the

@@ -77,6 +77,10 @@ type Report struct {
 	IDEntries        uint64
 	CausationEntries uint64
 	AuxKeys          uint64
+	// Holes counts the ranges a retention run removed (Retire), Retired
+	// the sequences in them: gaps the audit accepts because a hole key
+	// and its TypeEventsArchived event record them.
+	Holes, Retired uint64
 	// Problems lists the first MaxReportedProblems problems, the first
 	// found first (pass order: log records by seq, then the stream, id and
 	// causation indexes in key order, then stray keys).
@@ -145,6 +149,9 @@ type verifier struct {
 	// look has an iterator per index key space for point lookups, apart
 	// from the one each pass walks.
 	look map[byte]*pebble.Iterator
+	// holes is over the hole keys, for gaps in pass 1.
+	holes  *pebble.Iterator
+	format uint32
 }
 
 func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
@@ -186,7 +193,12 @@ func (v *verifier) run() error {
 		}
 		v.look[p] = it
 	}
-	for _, pass := range []func() error{v.checkLog, v.checkStreamIndex, v.checkIDIndex, v.checkCausationIndex, v.checkStrays} {
+	var err error
+	if v.holes, err = newHoleIter(v.r); err != nil {
+		return err
+	}
+	defer v.holes.Close()
+	for _, pass := range []func() error{v.checkLog, v.checkHoles, v.checkStreamIndex, v.checkIDIndex, v.checkCausationIndex, v.checkStrays} {
 		if err := pass(); err != nil {
 			return err
 		}
@@ -202,8 +214,11 @@ func (v *verifier) checkFormat() {
 		return
 	}
 	defer closer.Close()
-	if len(val) != 4 || binary.BigEndian.Uint32(val) != FormatVersion {
-		v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d", val, FormatVersion)})
+	if len(val) == 4 {
+		v.format = binary.BigEndian.Uint32(val)
+	}
+	if v.format != FormatVersion && v.format != FormatVersionArchived {
+		v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d or %d", val, FormatVersion, FormatVersionArchived)})
 	}
 }
 
@@ -238,7 +253,12 @@ func (v *verifier) checkLog() error {
 			return nil
 		}
 		if seq != next {
-			v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
+			// Report from the first sequence no hole covers.
+			if u, err := uncovered(v.holes, next, seq-1); err != nil {
+				v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
+			} else if u < seq {
+				v.rep.add(Problem{Seq: u, Reason: fmt.Sprintf("records %d to %d missing", u, seq-1)})
+			}
 		}
 		next = seq + 1
 		v.rep.Head = seq
@@ -262,6 +282,54 @@ func (v *verifier) checkLog() error {
 				return err
 			} else if !ok {
 				v.rep.add(Problem{Seq: seq, Reason: "causation index entry for " + ev.Causation.String() + " missing"})
+			}
+		}
+		return nil
+	})
+}
+
+// checkHoles is pass 1b: every hole key is well formed, holes do not
+// overlap, no record is left inside one, and each points to the
+// TypeEventsArchived event on SystemStream that records its removal,
+// after it. A log with holes has format FormatVersionArchived.
+func (v *verifier) checkHoles() error {
+	var prev Hole
+	var manifest Event
+	return v.walk(PrefixMeta, func(it *pebble.Iterator) error {
+		if !bytes.HasPrefix(it.Key(), holePrefix) {
+			return nil
+		}
+		h, ok := parseHole(it.Key(), it.Value())
+		if !ok {
+			v.rep.add(Problem{Key: it.Key(), Reason: "malformed hole key"})
+			return nil
+		}
+		if v.rep.Holes == 0 && v.format != FormatVersionArchived {
+			v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("the log has holes but format version %d", v.format)})
+		}
+		v.rep.Holes++
+		v.rep.Retired += h.Last - h.First + 1
+		if prev.Last >= h.First {
+			v.rep.add(Problem{Key: it.Key(), Seq: h.First, Reason: fmt.Sprintf("hole [%d, %d] overlaps hole [%d, %d]", h.First, h.Last, prev.First, prev.Last)})
+		}
+		prev = h
+		ev := v.look[PrefixEvent]
+		if ev.SeekGE(EventKey(h.First)) && bytes.Compare(ev.Key(), EventKey(h.Last+1)) < 0 {
+			s, _ := ParseEventKey(ev.Key())
+			v.rep.add(Problem{Key: it.Key(), Seq: s, Reason: fmt.Sprintf("record %d inside the archived range [%d, %d]", s, h.First, h.Last)})
+		} else if err := ev.Error(); err != nil {
+			return err
+		}
+		if manifest.Seq != h.Manifest {
+			val, ok, err := exact(ev, EventKey(h.Manifest))
+			if err != nil {
+				return err
+			}
+			manifest = Event{}
+			if !ok || decodeAt(val, h.Manifest, &manifest) != nil || manifest.Stream != SystemStream || manifest.Type != TypeEventsArchived {
+				v.rep.add(Problem{Key: it.Key(), Seq: h.First, Reason: fmt.Sprintf(
+					"hole [%d, %d] points to seq %d, which is not a %s event on %s", h.First, h.Last, h.Manifest, TypeEventsArchived, SystemStream)})
+				manifest = Event{}
 			}
 		}
 		return nil
@@ -387,7 +455,7 @@ func (v *verifier) checkStrays() error {
 			ok = all.SeekGE([]byte{k[0] + 1})
 			continue
 		case PrefixMeta:
-			if !bytes.Equal(k, FormatKey) && !bytes.Equal(k, markerKey) {
+			if !bytes.Equal(k, FormatKey) && !bytes.Equal(k, markerKey) && !bytes.HasPrefix(k, holePrefix) {
 				v.rep.add(Problem{Key: k, Reason: "unknown meta key"})
 			}
 		case PrefixAux:

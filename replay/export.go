@@ -3,6 +3,7 @@ package replay
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,9 @@ type ExportHeader struct {
 	Complete bool `json:"complete"`
 	// Filter records what was selected when not complete.
 	Filter *ExportFilter `json:"filter,omitempty"`
+	// Archive is the manifest of a retention run's archive (see
+	// docs/retention.md): the file holds the events it removed.
+	Archive *ArchiveManifest `json:"archive,omitempty"`
 }
 
 // ExportFilter selects the events to export. The zero filter selects all.
@@ -121,6 +125,14 @@ func Export(ctx context.Context, r Reader, w io.Writer, f ExportFilter) (int, er
 	if !h.Complete {
 		fc := f
 		h.Filter = &fc
+	}
+	if lr, ok := r.(*LogReader); ok && h.Complete {
+		// Retention archived part of the log: the file has its holes.
+		holes, err := lr.Log.Holes()
+		if err != nil {
+			return 0, err
+		}
+		h.Complete = len(holes) == 0
 	}
 	e, err := NewExporter(w, h)
 	if err != nil {
@@ -228,8 +240,19 @@ type ExportReader struct {
 // has a newer version.
 var ErrExportFormat = errors.New("replay: not a Pegasus export")
 
-// NewExportReader reads the header of an export from r.
+// NewExportReader reads the header of an export from r. A gzip-compressed
+// export (a retention archive) is decompressed as it is read.
 func NewExportReader(r io.Reader) (*ExportReader, error) {
+	br := bufio.NewReaderSize(r, 1<<16)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrExportFormat, err)
+		}
+		r = zr
+	} else {
+		r = br
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 1<<16), MaxExportLine)
 	er := &ExportReader{sc: sc}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -21,11 +23,16 @@ func verifyCommand(std *stdio) *cli.Command {
 			"body decodable, and the persisted projections and snapshots equal to a fresh fold.\n" +
 			"On --file or --server: the fold checks only. Exit code 0 when sound, 1 when a problem was\n" +
 			"found (the report names the first bad position).\n\n" +
+			"With --archive DIR, also re-read every retention archive the log's manifests name and\n" +
+			"check its events against the manifest's hash (docs/retention.md).\n\n" +
 			"   pegasus-replay -d ./pegasus-data verify\n" +
+			"   pegasus-replay -d ./pegasus-data verify --archive ./pegasus-data/archive\n" +
 			"   pegasus-replay -f task-bundle.ndjson verify --allow-gaps",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "allow-gaps", EnvVars: env("verify", "allow-gaps"),
 				Usage: "accept jumps in the global sequence (a filtered export); never for a data directory"},
+			&cli.StringFlag{Name: "archive", EnvVars: env("verify", "archive"),
+				Usage: "also check the retention archives in `DIR` against the log's manifests"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := exactArgs(c); err != nil {
@@ -64,6 +71,13 @@ func verifyCommand(std *stdio) *cli.Command {
 			bar.done()
 			if err != nil {
 				return err
+			}
+			if dir := c.String("archive"); dir != "" {
+				ar, err := replay.VerifyArchives(c.Context, src.reader, vfs.Default, dir)
+				if err != nil {
+					return err
+				}
+				rep.AddArchives(ar)
 			}
 			return reportVerify(std, g, src.desc, rep)
 		},
@@ -142,6 +156,16 @@ func printVerify(p *printer, desc string, r *replay.Report) {
 		t.row("projections", fmt.Sprintf("persisted at seq %d equal to a fresh fold there", r.Checkpoint))
 	case r.ProjectionsNote != "":
 		t.row("projections", r.ProjectionsNote)
+	}
+	if r.Log != nil && r.Log.Holes > 0 {
+		t.row("retention", fmt.Sprintf("%d events archived in %d hole(s), each recorded by its manifest", r.Log.Retired, r.Log.Holes))
+	}
+	if a := r.Archives; a != nil {
+		s := fmt.Sprintf("%d archive(s), %d events re-read against their manifests' hashes", a.Manifests, a.Events)
+		if len(a.Orphans) > 0 {
+			s += fmt.Sprintf("; %d orphan(s) of crashed runs: %s", len(a.Orphans), strings.Join(a.Orphans, ", "))
+		}
+		t.row("archives", s)
 	}
 	if r.Snapshots > 0 {
 		t.row("snapshots", fmt.Sprintf("%d compared", r.Snapshots))

@@ -151,6 +151,31 @@ func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string,
 	}
 }
 
+// killUnderLoad runs workers submitters against p, kills p with SIGKILL
+// once killAfter submissions were acknowledged, and records every
+// acknowledged task id in ackedAll (those acknowledged as the process died
+// too).
+func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, workers, killAfter int, ackedAll map[string]bool) {
+	t.Helper()
+	acked := make(chan string)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Add(1)
+		sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
+		go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
+	}
+	for n := 0; n < killAfter; n++ {
+		ackedAll[<-acked] = true
+	}
+	p.kill(t)
+	close(stop)
+	go func() { wg.Wait(); close(acked) }()
+	for id := range acked {
+		ackedAll[id] = true
+	}
+}
+
 // TestCrashRecovery runs pegasusd as a subprocess under concurrent
 // submissions and kills it with SIGKILL at random points, many times, then
 // restarts it once more and checks: every acknowledged task is present,
@@ -176,27 +201,10 @@ func TestCrashRecovery(t *testing.T) {
 	for cycle := range *crashCycles {
 		p := startProc(t, bin, data)
 		killAfter := rng.IntN(13) // acknowledged submissions before the kill; 0 kills during recovery's aftermath
-		acked := make(chan string)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range 4 {
-			wg.Add(1)
-			sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
-			go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
-		}
-		for n := 0; n < killAfter; n++ {
-			ackedAll[<-acked] = true
-		}
-		p.kill(t)
+		killUnderLoad(t, p, inputs, seed, cycle, 4, killAfter, ackedAll)
 		if m := resumedRE.FindStringSubmatch(p.output()); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			resumed += n
-		}
-		close(stop)
-		// Submissions acknowledged as the process died still count.
-		go func() { wg.Wait(); close(acked) }()
-		for id := range acked {
-			ackedAll[id] = true
 		}
 	}
 
@@ -207,15 +215,9 @@ func TestCrashRecovery(t *testing.T) {
 	client := &http.Client{Timeout: 70 * time.Second}
 	waitTerminal := func(id, what string) {
 		for range 4 { // each wait returns at a change or after 30s
-			resp, err := client.Get(p.url + "/v1/tasks/" + id + "?wait=30s")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var tj taskJSON
-			err = json.NewDecoder(resp.Body).Decode(&tj)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatalf("%s task %s: %d %v\n%s", what, id, resp.StatusCode, err, p.output())
+			tj, code, err := waitTask(client, p.url, id)
+			if err != nil || code != 200 {
+				t.Fatalf("%s task %s: %d %v\n%s", what, id, code, err, p.output())
 			}
 			if tj.State.IsTerminal() {
 				return
@@ -251,6 +253,21 @@ func TestCrashRecovery(t *testing.T) {
 	p.stop(t)
 	t.Logf("%d acknowledged tasks over %d crashes; restarts resumed %d in-flight tasks", len(ackedAll), *crashCycles, resumed)
 	checkLog(t, data, ackedAll)
+}
+
+// waitTask asks for a task, waiting up to 30s for a change; it returns
+// the task and the status code.
+func waitTask(client *http.Client, url, id string) (taskJSON, int, error) {
+	var tj taskJSON
+	resp, err := client.Get(url + "/v1/tasks/" + id + "?wait=30s")
+	if err != nil {
+		return tj, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return tj, resp.StatusCode, nil
+	}
+	return tj, resp.StatusCode, json.NewDecoder(resp.Body).Decode(&tj)
 }
 
 // openVerified opens a stopped daemon's data directory read-only, fails

@@ -28,7 +28,7 @@ import (
 
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
-	return append(brokerFlags(),
+	return append(append(brokerFlags(), retentionFlags()...),
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
 		&cli.StringFlag{Name: "token", EnvVars: env("TOKEN"), Usage: "bearer token required on every route but /healthz and /readyz; required to listen beyond loopback"},
@@ -82,6 +82,7 @@ type config struct {
 	// errors (errorfs).
 	logOptions eventlog.Options
 	broker     brokerConfig
+	retention  retentionConfig
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -98,6 +99,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 	}
 	var err error
 	if c.broker, err = brokerConfigFrom(cc); err != nil {
+		return nil, err
+	}
+	if c.retention, err = retentionConfigFrom(cc, c.dataDir); err != nil {
 		return nil, err
 	}
 	if cc.NArg() > 0 {
@@ -210,7 +214,8 @@ type daemon struct {
 	http   *http.Server
 	ln     net.Listener
 	cron   *cron.Cron
-	web    *web // dashboard and metrics (web.go)
+	web    *web      // dashboard and metrics (web.go)
+	retain *retainer // retention loop (retention.go), nil when off
 }
 
 func openDataDir(dir string) error {
@@ -323,6 +328,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		d.cron.Schedule(s.sched, d.scheduleJob(s))
 	}
 	d.cron.Start()
+	d.retain = startRetention(ctx, cfg.retention, l, a.View().Checkpoint, logger.With("component", "retention"))
 	go func() {
 		if err := d.http.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "err", err)
@@ -411,6 +417,7 @@ func (d *daemon) shutdown() error {
 	}
 	d.web.stop(ctx)
 	d.server.stopBroker()
+	d.retain.stop() // before the agent closes the log
 	aerr := d.agent.Stop(ctx)
 	return errors.Join(aerr)
 }

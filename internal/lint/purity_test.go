@@ -30,18 +30,21 @@ var impure = []string{
 }
 
 // Imports point downward: cmd -> agent -> replay -> projection -> fsm;
-// eventlog is used by agent, replay and cmd.
+// eventlog is used by agent, replay, retention and cmd. retention (the
+// policy that archives finished tasks) sits beside agent: cmd uses it, it
+// uses replay and eventlog, and nothing below imports it.
 var rules = []rule{
 	{dir: "fsm", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "cmd/",
+		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/",
 	}, impure...)},
 	{dir: "projection", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "replay", module + "agent", module + "cmd/",
+		module + "eventlog", module + "replay", module + "agent", module + "retention", module + "cmd/",
 	}, impure...)},
 	{dir: "eventlog", forbidden: []string{
-		module + "fsm", module + "projection", module + "replay", module + "agent", module + "cmd/",
+		module + "fsm", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/",
 	}},
-	{dir: "replay", forbidden: []string{module + "agent", module + "cmd/"}},
+	{dir: "replay", forbidden: []string{module + "agent", module + "retention", module + "cmd/"}},
+	{dir: "retention", forbidden: []string{module + "agent", module + "broker", module + "cmd/"}},
 	{dir: "agent", forbidden: []string{module + "cmd/"}},
 	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/"}},
 	// The canonical codec sits under everything: it imports nothing of the

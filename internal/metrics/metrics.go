@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -56,6 +57,7 @@ type Metrics struct {
 	httpRequests  *prometheus.CounterVec
 	httpDuration  *prometheus.HistogramVec
 	broker        map[string]prometheus.Counter // by DISPATCH_* event type
+	archived      *prometheus.CounterVec        // retention: tasks and events archived
 
 	mu     sync.Mutex
 	bounds map[string]map[string]bool // label name -> values seen
@@ -104,6 +106,9 @@ func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 		m.broker[string(c.event)] = prometheus.NewCounter(prometheus.CounterOpts{Name: c.name, Help: c.help})
 		m.reg.MustRegister(m.broker[string(c.event)])
 	}
+	m.archived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pegasus_retention_archived_total",
+		Help: "Tasks and events retention archived out of the live log since the start (EVENTS_ARCHIVED), by what."}, []string{"what"})
+	m.reg.MustRegister(m.archived)
 	m.reg.MustRegister(m.events, m.commits, m.commitLatency, m.modelCalls, m.modelLatency, m.modelRetries,
 		m.tokens, m.toolCalls, m.toolDuration, m.taskDuration, m.httpRequests, m.httpDuration,
 		(*stateCollector)(m), (*storageCollector)(m))
@@ -209,6 +214,13 @@ func (m *Metrics) observe(ev eventlog.Event) {
 	m.events.WithLabelValues(m.bounded("type", ev.Type)).Inc()
 	if c := m.broker[ev.Type]; c != nil {
 		c.Inc()
+	}
+	if ev.Type == eventlog.TypeEventsArchived && ev.Stream == eventlog.SystemStream {
+		for _, what := range []string{"tasks", "events"} {
+			if n, err := strconv.ParseUint(ev.Metadata[what], 10, 32); err == nil {
+				m.archived.WithLabelValues(what).Add(float64(n))
+			}
+		}
 	}
 	fe, err := replay.Decode(ev)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/retention"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -229,5 +230,26 @@ func TestBoundedLabels(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.toolCalls.WithLabelValues(OtherLabel, "ok")); got != 10 {
 		t.Errorf("(other) = %v, want 10", got)
+	}
+}
+
+// TestRetentionCounts: the archived tasks and events are counted from the
+// EVENTS_ARCHIVED event a retention run appends.
+func TestRetentionCounts(t *testing.T) {
+	a, m := startAgent(t)
+	runTasks(t, a, m, "what time is it?", "hello")
+	ctx := testCtx(t)
+	res, err := retention.Run(ctx, m.l, &retention.Options{Window: time.Nanosecond, ArchiveDir: "archive", FS: vfs.NewMem(),
+		Checkpoint: a.View().Checkpoint, Clock: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil || res.Manifest == nil {
+		t.Fatalf("retention: %+v, %v", res, err)
+	}
+	if err := m.WaitFor(ctx, m.l.Head()); err != nil {
+		t.Fatal(err)
+	}
+	for what, want := range map[string]int{"tasks": res.Manifest.Tasks, "events": res.Manifest.Events} {
+		if got := testutil.ToFloat64(m.archived.WithLabelValues(what)); got != float64(want) || want == 0 {
+			t.Errorf("retention_archived_total{what=%q} = %v, want %d", what, got, want)
+		}
 	}
 }

@@ -1,0 +1,162 @@
+package retention
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
+)
+
+var (
+	diskRounds = flag.Int("retention.disk.rounds", 8, "rounds of TestDiskLevelsOff (docs/benchmarks.md: 60)")
+	diskTasks  = flag.Int("retention.disk.tasks", 80, "tasks appended per round in TestDiskLevelsOff (docs/benchmarks.md: 300)")
+)
+
+// TestDiskLevelsOff is the retention benchmark of docs/benchmarks.md: a
+// steady load (the same number of tasks every round, about ten events
+// each), a retention run after each
+// round with a window of three rounds, and the data directory's size
+// measured after each run. The live log holds about four rounds of tasks
+// whatever the number of rounds, so its size levels off; the archive grows
+// with the history. With the default flags it is short enough for CI and
+// asserts the levelling; -v prints the curve.
+//
+//	go test ./retention -run TestDiskLevelsOff -v -retention.disk.rounds=60 -retention.disk.tasks=300
+//
+// The load is replaytest's generated tasks with their inputs written in
+// the task's own stream (the daemon's flow); events on "$inputs" are left
+// out, since retention keeps reserved streams. Long-term memory events
+// ("$memory") are kept and are the residual growth the table shows.
+func TestDiskLevelsOff(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	data, archive := filepath.Join(dir, "data"), filepath.Join(dir, "archive")
+	l, err := eventlog.Open(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	v, _, err := replay.Open(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounds, per := *diskRounds, *diskTasks
+	g := replaytest.New(1, replaytest.Config{Tasks: 2 * rounds * per, Start: start, Finish: true, Concurrency: 16})
+	var now time.Time
+	var appended, memory int
+	o := &Options{Window: 0, ArchiveDir: archive, Checkpoint: v.Checkpoint, Clock: func() time.Time { return now }}
+	sizes, total := make([]int64, rounds), make([]int, rounds)
+	t.Logf("%5s %10s %10s %10s %12s %12s", "round", "appended", "live", "$memory", "data MiB", "archive MiB")
+	for r := range rounds {
+		// One round: per tasks' worth of events, appended in batches.
+		var roundStart time.Time
+		for n := 0; n < per*10; {
+			evs := g.Next(500)
+			if evs == nil {
+				break
+			}
+			n += len(evs)
+			if roundStart.IsZero() {
+				roundStart = evs[0].Time
+			}
+			if err := appendKeep(ctx, l, evs, &appended, &memory); err != nil {
+				t.Fatal(err)
+			}
+			now = evs[len(evs)-1].Time
+		}
+		if r == 0 {
+			o.Window = 3 * now.Sub(roundStart)
+		}
+		if _, err := replay.Fold(ctx, v, replay.FromLog(l), replay.FoldOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Run(ctx, l, o); err != nil {
+			t.Fatal(err)
+		}
+		live := liveEvents(t, l)
+		sizes[r], total[r] = dirSize(t, data), appended
+		t.Logf("%5d %10d %10d %10d %12.2f %12.2f", r+1, appended, live, memory, mib(sizes[r]), mib(dirSize(t, archive)))
+	}
+	rep, err := replay.Verify(ctx, l, nil)
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify after %d rounds: %v %s", rounds, err, rep.Summary())
+	}
+	// Levelling off: once the window has filled and the first archived
+	// ranges are compacted (round 6), the live directory grows by less
+	// than a quarter of the rate the history grows at (what still grows
+	// is long-term memory, kept by design).
+	if rounds >= 8 {
+		grew := float64(sizes[rounds-1])/float64(sizes[5]) - 1
+		history := float64(total[rounds-1])/float64(total[5]) - 1
+		if grew > history/4 {
+			t.Fatalf("data directory %.2f MiB at round 6, %.2f MiB at round %d (+%.0f%%) while the history grew %.0f%%: not levelling off",
+				mib(sizes[5]), mib(sizes[rounds-1]), rounds, 100*grew, 100*history)
+		}
+	}
+}
+
+// appendKeep appends generated events, dropping those on "$inputs" (see
+// TestDiskLevelsOff), keeping their ids, times and bodies.
+func appendKeep(ctx context.Context, l *eventlog.Log, evs []eventlog.Event, appended, memory *int) error {
+	var as []eventlog.StreamAppend
+	for _, ev := range evs {
+		switch ev.Stream {
+		case projection.InputsStream:
+			continue
+		case projection.MemoryStream:
+			*memory++
+		}
+		*appended++
+		if k := len(as); k > 0 && as[k-1].Stream == ev.Stream {
+			as[k-1].Events = append(as[k-1].Events, ev)
+			continue
+		}
+		as = append(as, eventlog.StreamAppend{Stream: ev.Stream, Expected: eventlog.Any, Events: []eventlog.Event{ev}})
+	}
+	if len(as) == 0 {
+		return nil
+	}
+	_, err := l.AppendMulti(ctx, as...)
+	return err
+}
+
+func liveEvents(t testing.TB, l *eventlog.Log) int {
+	it := l.Scan(1, eventlog.Forward)
+	n := 0
+	for it.Next() {
+		n++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func dirSize(t testing.TB, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(fmt.Errorf("size of %s: %w", dir, err))
+	}
+	return n
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
