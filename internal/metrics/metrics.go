@@ -108,6 +108,9 @@ func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 	}
 	m.archived = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pegasus_retention_archived_total",
 		Help: "Tasks and events retention archived out of the live log since the start (EVENTS_ARCHIVED), by what."}, []string{"what"})
+	for _, what := range archivedWhat {
+		m.archived.WithLabelValues(what) // exposed at 0 before the first run, so rate() sees it start
+	}
 	m.reg.MustRegister(m.archived)
 	m.reg.MustRegister(m.events, m.commits, m.commitLatency, m.modelCalls, m.modelLatency, m.modelRetries,
 		m.tokens, m.toolCalls, m.toolDuration, m.taskDuration, m.httpRequests, m.httpDuration,
@@ -198,6 +201,10 @@ func (m *Metrics) observeGroup(g *commitGroup, started time.Time) {
 }
 
 // brokerCounters are the Dispatch broker's counters, one per event type.
+// archivedWhat are the values of pegasus_retention_archived_total's label,
+// read from an EVENTS_ARCHIVED event's metadata.
+var archivedWhat = []string{"tasks", "events"}
+
 var brokerCounters = []struct {
 	event      fsm.EventType
 	name, help string
@@ -216,7 +223,7 @@ func (m *Metrics) observe(ev eventlog.Event) {
 		c.Inc()
 	}
 	if ev.Type == eventlog.TypeEventsArchived && ev.Stream == eventlog.SystemStream {
-		for _, what := range []string{"tasks", "events"} {
+		for _, what := range archivedWhat {
 			if n, err := strconv.ParseUint(ev.Metadata[what], 10, 32); err == nil {
 				m.archived.WithLabelValues(what).Add(float64(n))
 			}
