@@ -153,7 +153,9 @@ type listed struct {
 // up to the limit+1-th match: a filter that keeps a fraction f of the
 // tasks reads about limit/f entries. The tasks in memory are scanned on
 // every page (for the daemon, those in flight and those changed since the
-// last checkpoint; for a View that does not persist, every task).
+// last checkpoint; for a View that does not persist, every task). A filter
+// on unfinished states only (liveStates: the queue's waiting and running
+// tasks) reads no index at all: those tasks are all in memory.
 func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	switch {
@@ -175,9 +177,13 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 	var mem []listed
 	var inMemory map[string]struct{}
 	var buf []byte
+	var cold []fsm.Task
+	live := liveStates(q.States)
 	v.mu.RLock()
 	st := v.st
-	if st != nil {
+	if st != nil && live {
+		cold = v.set.Tasks().Cold(q.States...)
+	} else if st != nil {
 		inMemory = make(map[string]struct{}, v.set.Tasks().Len())
 	}
 	v.set.Tasks().Each(func(t *fsm.Task) {
@@ -206,7 +212,23 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 	v.mu.RUnlock()
 
 	var persisted []listed
-	if st != nil {
+	switch {
+	case st != nil && live:
+		// Every task in these states is in memory, or left it to stay
+		// within the budget (its stub is cold, its summary persisted and
+		// current): nothing else needs reading.
+		for i := range cold {
+			sum, err := st.loadSummary(cold[i].ID)
+			if err != nil {
+				return Page{}, err
+			}
+			k := string(o.key(buf, sum.Machine, sum.Priority, sum.CreatedAt, sum.ID))
+			if (after == "" || o.before(after, k)) && q.Filter.Match(&sum) {
+				persisted = append(persisted, listed{key: k, sum: sum})
+			}
+		}
+		sort.Slice(persisted, func(i, j int) bool { return o.before(persisted[i].key, persisted[j].key) })
+	case st != nil:
 		if persisted, err = st.seekTasks(ctx, o, after, limit+1, &q.Filter, inMemory); err != nil {
 			return Page{}, err
 		}
@@ -232,6 +254,21 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 		page.Next = o.cursor(out[limit-1].key)
 	}
 	return page, nil
+}
+
+// liveStates reports whether a task in any of states is unfinished, so
+// that it is held in memory (or left it as a cold stub): idle, reasoning,
+// acting, suspended, the version 0 states, and dispatch's pending, assigned
+// and in_progress. Not completed or failed, and not timed_out, where a
+// dispatch task can be dead-lettered (finished) without changing state. An
+// empty list (every state) is not live.
+func liveStates(states []fsm.State) bool {
+	for _, s := range states {
+		if s.IsTerminal() || s == fsm.StateTimedOut {
+			return false
+		}
+	}
+	return len(states) > 0
 }
 
 // seekTasks reads the persisted index of order o from the position after

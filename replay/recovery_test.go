@@ -145,6 +145,7 @@ func TestTasksQuery(t *testing.T) {
 	filters := []projection.Filter{
 		{},
 		{States: []fsm.State{fsm.StateCompleted}},
+		{States: []fsm.State{fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}}, // from memory only
 		{States: []fsm.State{fsm.StateFailed, fsm.StateSuspended}, Types: []string{"explore"}},
 		{Sources: []string{"cli", "cron"}, MinPriority: &two},
 		{CreatedFrom: evs[len(evs)/4].Time, CreatedTo: evs[len(evs)/2].Time},
