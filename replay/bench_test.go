@@ -369,3 +369,36 @@ func BenchmarkFoldMemory(b *testing.B) {
 	}
 	reportRate(b, len(evs)*b.N, total, cpu)
 }
+
+// BenchmarkReplayVerify is `pegasus-replay verify` on the benchmark log:
+// eventlog's audit (checksums, indexes), a fresh fold of every event with
+// its checks, and the persisted projections and snapshots compared with
+// it (they are written first if the log has none).
+func BenchmarkReplayVerify(b *testing.B) {
+	dir := benchLog(b)
+	ctx := context.Background()
+	l := benchOpen(b, dir, false)
+	defer l.Close()
+	if _, _, err := Open(ctx, l, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var total, cpu time.Duration
+	var peak uint64
+	for i := 0; i < b.N; i++ {
+		var d, c time.Duration
+		p := peakHeap(func() {
+			start, c0 := time.Now(), cpuTime()
+			rep, err := Verify(ctx, l, nil)
+			d, c = time.Since(start), cpuTime()-c0
+			if err != nil || !rep.OK() || rep.Events != bench.events {
+				b.Fatalf("verify: %v %v", rep.Summary(), err)
+			}
+		})
+		total += d
+		cpu += c
+		peak = max(peak, p)
+	}
+	reportRate(b, bench.events*b.N, total, cpu)
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+}

@@ -501,6 +501,40 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 			bad(taskKey(prefActive, id), "active task %s is not marked active", id)
 		}
 	}
+	return checkQueueIndex(st, tasks, fv.missing, bad)
+}
+
+// checkQueueIndex reports the tasks that the queue index (proj/q/) does
+// not list at their place in the queue order: they would be missing from
+// a list in that order. Entries left behind by a priority change (stale)
+// are harmless: a list skips them.
+func checkQueueIndex(st *store, tasks []fsm.Task, missing map[string]bool, bad func([]byte, string, ...any)) error {
+	want := make(map[string]string, len(tasks)) // id -> queue key
+	for i := range tasks {
+		s := projection.Summarize(&tasks[i])
+		want[s.ID] = string(s.QueueKey())
+	}
+	it := st.log.ScanAux([]byte(prefQueue))
+	defer it.Close()
+	for it.Next() {
+		key := string(it.Key()[len(prefQueue):])
+		if len(key) > projection.QueueKeyLen && want[key[projection.QueueKeyLen:]] == key {
+			delete(want, key[projection.QueueKeyLen:])
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		if !missing[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		bad(append([]byte(prefQueue), want[id]...), "task %s is missing from the queue order index", id)
+	}
 	return nil
 }
 
