@@ -86,6 +86,16 @@ func (o listOrder) key(buf []byte, machine string, priority int, created time.Ti
 	return append(buf[:0], id...)
 }
 
+// follows reports whether position a comes after b in the order; the
+// conversion in the comparison does not allocate, which keeps a scan of
+// every task in memory free of allocations for those it skips.
+func (o listOrder) follows(a []byte, b string) bool {
+	if o.desc {
+		return string(a) < b
+	}
+	return string(a) > b
+}
+
 // before reports whether position a comes before b in the order.
 func (o listOrder) before(a, b string) bool {
 	if o.desc {
@@ -191,17 +201,17 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 			inMemory[t.ID] = struct{}{}
 		}
 		buf = o.key(buf, t.Machine.Name, t.Priority, t.CreatedAt, t.ID)
-		k := string(buf)
-		if after != "" && !o.before(after, k) {
+		if after != "" && !o.follows(buf, after) {
 			return
 		}
-		if len(mem) > limit && !o.before(k, mem[limit].key) {
-			return
+		if len(mem) > limit && o.follows(buf, mem[limit].key) {
+			return // no better than the worst kept (positions are unique)
 		}
 		s := projection.Summarize(t)
 		if !q.Filter.Match(&s) {
 			return
 		}
+		k := string(buf)
 		i := sort.Search(len(mem), func(i int) bool { return o.before(k, mem[i].key) })
 		if len(mem) <= limit {
 			mem = append(mem, listed{})

@@ -178,11 +178,15 @@ func TestTasksQuery(t *testing.T) {
 					t.Fatalf("filter %d returned a task that does not match", fi)
 				}
 			}
-			for _, limit := range []int{1, 7, 50} {
+			for _, paged := range []struct {
+				v     *View
+				limit int
+			}{{pv, 1}, {pv, 7}, {pv, 50}, {mem, 7}} {
+				limit := paged.limit
 				var got []string
 				q := Query{Filter: f, Limit: limit, Desc: desc, Queue: o.queue}
 				for pages := 0; ; pages++ {
-					page, err := pv.Tasks(ctx, q)
+					page, err := paged.v.Tasks(ctx, q)
 					if err != nil {
 						t.Fatal(err)
 					}
