@@ -114,6 +114,20 @@ func (l *Log) ScanAux(prefix []byte) *AuxIterator {
 	return &AuxIterator{inner: l.newIterator(it, false)}
 }
 
+// ScanAuxRange iterates the aux keys in [lower, upper) (nil upper: every
+// key from lower on) in direction dir: Backward starts at the largest key
+// below upper. A query that seeks to a cursor uses it, so its cost does not
+// grow with the keys before the cursor.
+func (l *Log) ScanAuxRange(lower, upper []byte, dir Direction) *AuxIterator {
+	lo := AuxKey(lower)
+	hi := prefixEnd(AuxKey(nil))
+	if upper != nil {
+		hi = AuxKey(upper)
+	}
+	it := &Iterator{kind: iterAux, dir: dir, lower: lo, upper: hi}
+	return &AuxIterator{inner: l.newIterator(it, false)}
+}
+
 // Next advances to the next key.
 func (a *AuxIterator) Next() bool {
 	it := a.inner
@@ -123,10 +137,16 @@ func (a *AuxIterator) Next() bool {
 		return false
 	}
 	var ok bool
-	if !it.started {
+	switch {
+	case !it.started && it.dir == Backward:
+		it.started = true
+		ok = it.it.Last()
+	case !it.started:
 		it.started = true
 		ok = it.it.First()
-	} else {
+	case it.dir == Backward:
+		ok = it.it.Prev()
+	default:
 		ok = it.it.Next()
 	}
 	if !ok {

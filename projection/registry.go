@@ -180,6 +180,17 @@ func (r *Registry) Cold(states ...fsm.State) []fsm.Task {
 	return out
 }
 
+// Each calls fn for every task in memory (not those that left it: Cold),
+// in no particular order, without copying them. fn must not keep t or
+// change it.
+func (r *Registry) Each(fn func(t *fsm.Task)) {
+	for _, sl := range r.slots {
+		if !sl.cold {
+			fn(&sl.task)
+		}
+	}
+}
+
 // list returns the tasks in memory that keep accepts, ordered by id. Tasks
 // that left memory are not listed (Cold).
 func (r *Registry) list(keep func(*fsm.Task) bool) []fsm.Task {

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"cmp"
+	"encoding/binary"
 	"slices"
 	"strings"
 	"time"
@@ -132,4 +134,61 @@ func in[T comparable](list []T, v T) bool {
 		}
 	}
 	return false
+}
+
+// The queue order is one order over the tasks of every machine, the order
+// in which they would be taken from one queue:
+//
+//  1. urgency, most urgent first: a pegasus.task's priority as it is (its
+//     seed: lower value = higher priority), a dispatch.task's priority
+//     negated (its seed: 0-10, higher = more urgent). Both default to 0,
+//     so tasks at the default priority of either machine interleave by
+//     age; a dispatch task of priority p ranks with pegasus tasks of
+//     priority -p. Any other machine ranks like pegasus.task.
+//  2. creation time, oldest first (the dispatch seed's created_at ASC; for
+//     pegasus.task the admission queue's oldest-first tie break);
+//  3. task id.
+//
+// Within one machine this is that machine's own queue order: the agent's
+// admission order for pegasus.task, the broker's ORDER BY priority DESC,
+// created_at ASC for dispatch.task. QueueKey encodes it as bytes that sort
+// in that order, which is how the persisted queue index is kept.
+
+// QueueUrgency returns the first component of the queue order for a task
+// of machine (NAME or NAME@VERSION) at priority: lower is more urgent.
+func QueueUrgency(machine string, priority int) int64 {
+	if machine == fsm.DispatchMachineName || strings.HasPrefix(machine, fsm.DispatchMachineName+"@") {
+		return -int64(priority)
+	}
+	return int64(priority)
+}
+
+// QueueKeyLen is the length of a QueueKey before the task id.
+const QueueKeyLen = 8 + 8 + 4
+
+// QueueKey returns the task's position in the queue order as bytes that
+// compare in that order: urgency and creation time (seconds, nanoseconds),
+// big-endian with the sign bit flipped, then the task id.
+func (s *Summary) QueueKey() []byte {
+	return AppendQueueKey(make([]byte, 0, QueueKeyLen+len(s.ID)), s.Machine, s.Priority, s.CreatedAt, s.ID)
+}
+
+// AppendQueueKey appends the QueueKey of a task to k: machine is NAME or
+// NAME@VERSION.
+func AppendQueueKey(k []byte, machine string, priority int, created time.Time, id string) []byte {
+	k = binary.BigEndian.AppendUint64(k, uint64(QueueUrgency(machine, priority))^1<<63)
+	k = binary.BigEndian.AppendUint64(k, uint64(created.Unix())^1<<63)
+	k = binary.BigEndian.AppendUint32(k, uint32(created.Nanosecond()))
+	return append(k, id...)
+}
+
+// QueueCompare orders summaries in the queue order (negative: a first).
+func QueueCompare(a, b *Summary) int {
+	if ua, ub := QueueUrgency(a.Machine, a.Priority), QueueUrgency(b.Machine, b.Priority); ua != ub {
+		return cmp.Compare(ua, ub)
+	}
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }

@@ -38,6 +38,9 @@ var bench struct {
 	remove bool
 	events int
 	tasks  []string
+	// rawCPU is BenchmarkReplayRawScan's CPU per event in this run, 0
+	// until it ran: the other benchmarks report their ratio to it.
+	rawCPU float64
 }
 
 func TestMain(m *testing.M) {
@@ -154,11 +157,20 @@ func peakHeap(fn func()) uint64 {
 	return peak.Load()
 }
 
+// reportRate reports events/s, wall and CPU time per event and, when
+// BenchmarkReplayRawScan ran earlier in the same process (select it with
+// the others: -bench 'RawScan|Rebuild'), the CPU per event as a multiple
+// of the raw scan's: the figure that compares across runs on a shared
+// machine.
 func reportRate(b *testing.B, events int, d, cpu time.Duration) {
 	b.ReportMetric(float64(events)/d.Seconds(), "events/s")
 	b.ReportMetric(float64(d.Nanoseconds())/float64(events), "ns/event")
 	if cpu > 0 {
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(events), "cpu-ns/event")
+		perEvent := float64(cpu.Nanoseconds()) / float64(events)
+		b.ReportMetric(perEvent, "cpu-ns/event")
+		if bench.rawCPU > 0 {
+			b.ReportMetric(perEvent/bench.rawCPU, "x-raw-scan-cpu")
+		}
 	}
 }
 
@@ -195,7 +207,9 @@ func BenchmarkReplayRawScan(b *testing.B) {
 			b.Fatalf("scanned %d records, want %d", n, bench.events)
 		}
 	}
+	bench.rawCPU = 0 // the raw scan reports no ratio to itself
 	reportRate(b, bench.events*b.N, total, cpu)
+	bench.rawCPU = float64(cpu.Nanoseconds()) / float64(bench.events*b.N)
 }
 
 // BenchmarkReplayLogScan reads every event through eventlog (checksum and
@@ -368,4 +382,37 @@ func BenchmarkFoldMemory(b *testing.B) {
 		cpu += cpuTime() - c0
 	}
 	reportRate(b, len(evs)*b.N, total, cpu)
+}
+
+// BenchmarkReplayVerify is `pegasus-replay verify` on the benchmark log:
+// eventlog's audit (checksums, indexes), a fresh fold of every event with
+// its checks, and the persisted projections and snapshots compared with
+// it (they are written first if the log has none).
+func BenchmarkReplayVerify(b *testing.B) {
+	dir := benchLog(b)
+	ctx := context.Background()
+	l := benchOpen(b, dir, false)
+	defer l.Close()
+	if _, _, err := Open(ctx, l, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	var total, cpu time.Duration
+	var peak uint64
+	for i := 0; i < b.N; i++ {
+		var d, c time.Duration
+		p := peakHeap(func() {
+			start, c0 := time.Now(), cpuTime()
+			rep, err := Verify(ctx, l, nil)
+			d, c = time.Since(start), cpuTime()-c0
+			if err != nil || !rep.OK() || rep.Events != bench.events {
+				b.Fatalf("verify: %v %v", rep.Summary(), err)
+			}
+		})
+		total += d
+		cpu += c
+		peak = max(peak, p)
+	}
+	reportRate(b, bench.events*b.N, total, cpu)
+	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 }

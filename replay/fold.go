@@ -104,8 +104,7 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 			}
 			res.Gaps++
 		}
-		var err error
-		if ch, err = v.step(ctx, ev); err != nil {
+		if err := v.step(ctx, ev, &ch); err != nil {
 			return res, err
 		}
 		last = ev.Seq

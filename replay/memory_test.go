@@ -11,6 +11,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
@@ -179,6 +180,30 @@ func TestMemoryBudgetUnfinishedTasks(t *testing.T) {
 	}
 	if page, err := v.Tasks(ctx, Query{Limit: MaxLimit}); err != nil || len(page.Tasks) != tasks {
 		t.Fatalf("task list: %d, %v", len(page.Tasks), err)
+	}
+	// Listed by an unfinished state, in queue order, from memory and the
+	// stubs of those that left it.
+	if len(v.set.Tasks().Cold(fsm.StateIdle)) == 0 {
+		t.Fatal("no idle task left memory")
+	}
+	q, listed := Query{Filter: projection.Filter{States: []fsm.State{fsm.StateIdle}}, Queue: true, Limit: 5}, 0
+	for prev := (projection.Summary{}); ; {
+		page, err := v.Tasks(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range page.Tasks {
+			if listed++; listed > 1 && projection.QueueCompare(&prev, &s) >= 0 {
+				t.Fatalf("idle tasks in queue order: %s (priority %d) after %s (priority %d)", s.ID, s.Priority, prev.ID, prev.Priority)
+			}
+			prev = s
+		}
+		if q.Cursor = page.Next; q.Cursor == "" {
+			break
+		}
+	}
+	if listed != tasks {
+		t.Fatalf("%d idle tasks listed in queue order, want %d", listed, tasks)
 	}
 
 	// A restart loads what fits and reads the rest when needed.

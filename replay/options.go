@@ -130,7 +130,7 @@ func (o *Options) copy() *Options {
 }
 
 func (o *Options) setOptions(persist bool) projection.Options {
-	po := projection.Options{Stats: o.Stats}
+	po := projection.Options{Stats: o.Stats, Unbounded: !persist}
 	if persist {
 		po.SnapshotEvery = o.SnapshotEvery
 	}

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
 )
@@ -23,8 +26,12 @@ type Query struct {
 	Cursor string
 	// Limit is the page size: 1 to MaxLimit; 0 means DefaultLimit.
 	Limit int
-	// Desc lists newest first; the default is oldest first (creation
-	// order, which is task id order).
+	// Queue lists in the queue order (projection.QueueKey: most urgent
+	// first across machines, then oldest first) instead of task id order.
+	Queue bool
+	// Desc reverses the order: newest first (id order), least urgent first
+	// (queue order). The default is oldest first (creation order, which is
+	// task id order).
 	Desc bool
 }
 
@@ -35,7 +42,7 @@ const (
 )
 
 // ErrBadCursor is returned for a cursor that Tasks did not produce or that
-// belongs to a query in the other direction.
+// belongs to a query in another order or direction.
 var ErrBadCursor = errors.New("replay: bad cursor")
 
 // Page is one page of a task list.
@@ -45,38 +52,120 @@ type Page struct {
 	Next string `json:"next_cursor,omitempty"`
 }
 
-// Cursors are "a." or "d." (the direction) followed by the last task id
-// of the page: stable under concurrent changes, since ids never change.
-func makeCursor(desc bool, id string) string {
-	if desc {
-		return "d." + id
+// listOrder is the order of one query: which persisted index it seeks in
+// and how it names a task's position.
+type listOrder struct{ queue, desc bool }
+
+// tag prefixes the cursors of the order: "a." / "d." (id order, the format
+// cursors have always had), "qa." / "qd." (queue order).
+func (o listOrder) tag() string {
+	t := "a."
+	if o.desc {
+		t = "d."
 	}
-	return "a." + id
+	if o.queue {
+		t = "q" + t
+	}
+	return t
 }
 
-func parseCursor(c string, desc bool) (string, error) {
+// index is the persisted index the order seeks in: the summaries by id,
+// or the queue index (key: projection.QueueKey, no value).
+func (o listOrder) index() string {
+	if o.queue {
+		return prefQueue
+	}
+	return prefSum
+}
+
+// key is a task's position in the order, as the index sorts it.
+func (o listOrder) key(buf []byte, machine string, priority int, created time.Time, id string) []byte {
+	if o.queue {
+		return projection.AppendQueueKey(buf[:0], machine, priority, created, id)
+	}
+	return append(buf[:0], id...)
+}
+
+// follows reports whether position a comes after b in the order; the
+// conversion in the comparison does not allocate, which keeps a scan of
+// every task in memory free of allocations for those it skips.
+func (o listOrder) follows(a []byte, b string) bool {
+	if o.desc {
+		return string(a) < b
+	}
+	return string(a) > b
+}
+
+// before reports whether position a comes before b in the order.
+func (o listOrder) before(a, b string) bool {
+	if o.desc {
+		return a > b
+	}
+	return a < b
+}
+
+// Cursors are the order's tag followed by the position of the last task of
+// the page: its id (id order), or its queue key in hex then its id (queue
+// order). Positions never change for a task in id order; in queue order
+// they change only if a task's priority does (between its input and its
+// TASK_CREATED), so a cursor is stable under concurrent changes.
+func (o listOrder) cursor(key string) string {
+	if o.queue {
+		return o.tag() + hex.EncodeToString([]byte(key[:projection.QueueKeyLen])) + key[projection.QueueKeyLen:]
+	}
+	return o.tag() + key
+}
+
+func (o listOrder) parseCursor(c string) (string, error) {
 	if c == "" {
 		return "", nil
 	}
-	want := "a."
-	if desc {
-		want = "d."
+	bad := fmt.Errorf("%w: %q", ErrBadCursor, c)
+	rest, ok := strings.CutPrefix(c, o.tag())
+	if !ok {
+		return "", bad
 	}
-	id, ok := strings.CutPrefix(c, want)
-	if !ok || len(id) != ulid.EncodedSize {
-		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+	var pos []byte
+	if o.queue {
+		if len(rest) < 2*projection.QueueKeyLen {
+			return "", bad
+		}
+		b, err := hex.DecodeString(rest[:2*projection.QueueKeyLen])
+		if err != nil {
+			return "", bad
+		}
+		pos, rest = b, rest[2*projection.QueueKeyLen:]
 	}
-	if _, err := ulid.ParseStrict(id); err != nil {
-		return "", fmt.Errorf("%w: %q", ErrBadCursor, c)
+	if len(rest) != ulid.EncodedSize {
+		return "", bad
 	}
-	return id, nil
+	if _, err := ulid.ParseStrict(rest); err != nil {
+		return "", bad
+	}
+	return string(append(pos, rest...)), nil
+}
+
+// listed is a task on its way to a page, with its position.
+type listed struct {
+	key string
+	sum projection.Summary
 }
 
 // Tasks returns one page of the tasks that match q, in task id order
-// (creation order), newest first with q.Desc. It merges the tasks in memory
-// (the newest state of every active or recently changed task) with the
-// persisted read model (every other task), so terminal tasks that left
-// memory are listed too.
+// (creation order) or, with q.Queue, in the queue order; q.Desc reverses
+// either. It merges the tasks in memory (the newest state of every active
+// or recently changed task) with the persisted read model (every other
+// task), so terminal tasks that left memory are listed too.
+//
+// A page seeks: the persisted index (summaries by id, or the queue index)
+// is read from the cursor on, and only until the page is full, so page
+// 1,000 costs what page 1 does. With a filter, the entries read are those
+// up to the limit+1-th match: a filter that keeps a fraction f of the
+// tasks reads about limit/f entries. The tasks in memory are scanned on
+// every page (for the daemon, those in flight and those changed since the
+// last checkpoint; for a View that does not persist, every task). A filter
+// on unfinished states only (liveStates: the queue's waiting and running
+// tasks) reads no index at all: those tasks are all in memory.
 func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 	limit := q.Limit
 	switch {
@@ -85,94 +174,81 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 	case limit < 0 || limit > MaxLimit:
 		return Page{}, fmt.Errorf("replay: limit %d: give 1 to %d", limit, MaxLimit)
 	}
-	after, err := parseCursor(q.Cursor, q.Desc)
+	o := listOrder{queue: q.Queue, desc: q.Desc}
+	after, err := o.parseCursor(q.Cursor)
 	if err != nil {
 		return Page{}, err
 	}
-	past := func(id string) bool { // beyond the cursor in the query's direction
-		if after == "" {
-			return true
-		}
-		if q.Desc {
-			return id < after
-		}
-		return id > after
-	}
 
-	// Memory first, under the lock. A checkpoint writes tasks before it
-	// evicts them, so a task missing from this copy is already persisted
-	// at least as new as what memory had.
+	// Memory first, under the lock: the best limit+1 matches past the
+	// cursor. A checkpoint writes tasks before it evicts them, so a task
+	// missing from this scan is already persisted at least as new as what
+	// memory had.
+	var mem []listed
+	var inMemory map[string]struct{}
+	var buf []byte
+	var cold []fsm.Task
+	live := liveStates(q.States)
 	v.mu.RLock()
-	all := v.set.Tasks().ListAll()
 	st := v.st
+	if st != nil && live {
+		cold = v.set.Tasks().Cold(q.States...)
+	} else if st != nil {
+		inMemory = make(map[string]struct{}, v.set.Tasks().Len())
+	}
+	v.set.Tasks().Each(func(t *fsm.Task) {
+		if inMemory != nil {
+			inMemory[t.ID] = struct{}{}
+		}
+		buf = o.key(buf, t.Machine.Name, t.Priority, t.CreatedAt, t.ID)
+		if after != "" && !o.follows(buf, after) {
+			return
+		}
+		if len(mem) > limit && o.follows(buf, mem[limit].key) {
+			return // no better than the worst kept (positions are unique)
+		}
+		s := projection.Summarize(t)
+		if !q.Filter.Match(&s) {
+			return
+		}
+		k := string(buf)
+		i := sort.Search(len(mem), func(i int) bool { return o.before(k, mem[i].key) })
+		if len(mem) <= limit {
+			mem = append(mem, listed{})
+		}
+		copy(mem[i+1:], mem[i:])
+		mem[i] = listed{key: k, sum: s}
+	})
 	v.mu.RUnlock()
-	inMemory := make(map[string]struct{}, len(all))
-	var mem []projection.Summary
-	for i := range all {
-		inMemory[all[i].ID] = struct{}{}
-		s := projection.Summarize(&all[i])
-		if past(s.ID) && q.Filter.Match(&s) {
-			mem = append(mem, s)
-		}
-	}
-	if q.Desc {
-		sort.Slice(mem, func(i, j int) bool { return mem[i].ID > mem[j].ID })
-	}
 
-	var persisted []projection.Summary // ascending; for Desc, a ring of the last limit+1
-	if st != nil {
-		it := st.log.ScanAux([]byte(prefSum))
-		defer it.Close()
-		n := 0
-		for it.Next() {
-			if n++; n&1023 == 0 {
-				if err := ctx.Err(); err != nil {
-					return Page{}, err
-				}
-			}
-			id := string(it.Key()[len(prefSum):])
-			if _, ok := inMemory[id]; ok || !past(id) {
-				continue
-			}
-			s, err := projection.DecodeSummary(it.Value())
+	var persisted []listed
+	switch {
+	case st != nil && live:
+		// Every task in these states is in memory, or left it to stay
+		// within the budget (its stub is cold, its summary persisted and
+		// current): nothing else needs reading.
+		for i := range cold {
+			sum, err := st.loadSummary(cold[i].ID)
 			if err != nil {
-				return Page{}, fmt.Errorf("replay: persisted summary of %s: %w", id, err)
+				return Page{}, err
 			}
-			if !q.Filter.Match(&s) {
-				continue
-			}
-			persisted = append(persisted, s)
-			if !q.Desc && len(persisted) > limit {
-				break // ascending: limit+1 found, later ids cannot come first
-			}
-			if q.Desc && len(persisted) > 2*(limit+1) {
-				persisted = append(persisted[:0], persisted[len(persisted)-(limit+1):]...)
+			k := string(o.key(buf, sum.Machine, sum.Priority, sum.CreatedAt, sum.ID))
+			if (after == "" || o.before(after, k)) && q.Filter.Match(&sum) {
+				persisted = append(persisted, listed{key: k, sum: sum})
 			}
 		}
-		if err := it.Err(); err != nil {
+		sort.Slice(persisted, func(i, j int) bool { return o.before(persisted[i].key, persisted[j].key) })
+	case st != nil:
+		if persisted, err = st.seekTasks(ctx, o, after, limit+1, &q.Filter, inMemory); err != nil {
 			return Page{}, err
-		}
-		if q.Desc {
-			if len(persisted) > limit+1 {
-				persisted = persisted[len(persisted)-(limit+1):]
-			}
-			for i, j := 0, len(persisted)-1; i < j; i, j = i+1, j-1 {
-				persisted[i], persisted[j] = persisted[j], persisted[i]
-			}
 		}
 	}
 
 	// Merge the two ordered lists.
-	before := func(a, b string) bool {
-		if q.Desc {
-			return a > b
-		}
-		return a < b
-	}
-	var out []projection.Summary
+	var out []listed
 	i, j := 0, 0
 	for len(out) <= limit && (i < len(mem) || j < len(persisted)) {
-		if j >= len(persisted) || (i < len(mem) && before(mem[i].ID, persisted[j].ID)) {
+		if j >= len(persisted) || (i < len(mem) && o.before(mem[i].key, persisted[j].key)) {
 			out = append(out, mem[i])
 			i++
 		} else {
@@ -180,15 +256,98 @@ func (v *View) Tasks(ctx context.Context, q Query) (Page, error) {
 			j++
 		}
 	}
-	page := Page{Tasks: out}
-	if len(out) > limit {
-		page.Tasks = out[:limit]
-		page.Next = makeCursor(q.Desc, out[limit-1].ID)
+	page := Page{Tasks: make([]projection.Summary, 0, min(len(out), limit))}
+	for _, l := range out[:min(len(out), limit)] {
+		page.Tasks = append(page.Tasks, l.sum)
 	}
-	if page.Tasks == nil {
-		page.Tasks = []projection.Summary{}
+	if len(out) > limit {
+		page.Next = o.cursor(out[limit-1].key)
 	}
 	return page, nil
+}
+
+// liveStates reports whether a task in any of states is unfinished, so
+// that it is held in memory (or left it as a cold stub): idle, reasoning,
+// acting, suspended, the version 0 states, and dispatch's pending, assigned
+// and in_progress. Not completed or failed, and not timed_out, where a
+// dispatch task can be dead-lettered (finished) without changing state. An
+// empty list (every state) is not live.
+func liveStates(states []fsm.State) bool {
+	for _, s := range states {
+		if s.IsTerminal() || s == fsm.StateTimedOut {
+			return false
+		}
+	}
+	return len(states) > 0
+}
+
+// seekTasks reads the persisted index of order o from the position after
+// (exclusive; "" from the start) in the order's direction, and returns the
+// first n tasks that match f and are not in inMemory (memory holds their
+// newer state). A queue index entry whose task's summary has another
+// queue key (its priority changed after the entry was written) is stale
+// and skipped.
+func (s *store) seekTasks(ctx context.Context, o listOrder, after string, n int, f *projection.Filter, inMemory map[string]struct{}) ([]listed, error) {
+	prefix := o.index()
+	lower, upper := []byte(prefix), prefixEnd(prefix)
+	if after != "" {
+		if o.desc {
+			upper = []byte(prefix + after)
+		} else {
+			lower = append([]byte(prefix+after), 0) // the least key after it
+		}
+	}
+	dir := eventlog.Forward
+	if o.desc {
+		dir = eventlog.Backward
+	}
+	it := s.log.ScanAuxRange(lower, upper, dir)
+	defer it.Close()
+	var out []listed
+	for read := 1; len(out) < n && it.Next(); read++ {
+		if read&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		key := string(it.Key()[len(prefix):])
+		id := key
+		if o.queue {
+			if len(key) <= projection.QueueKeyLen {
+				continue
+			}
+			id = key[projection.QueueKeyLen:]
+		}
+		if _, ok := inMemory[id]; ok {
+			continue
+		}
+		var sum projection.Summary
+		var err error
+		if o.queue {
+			sum, err = s.loadSummary(id)
+			if errors.Is(err, projection.ErrTaskNotFound) {
+				continue // an entry left behind by a removal
+			}
+		} else if sum, err = projection.DecodeSummary(it.Value()); err != nil {
+			err = fmt.Errorf("replay: persisted summary of %s: %w", id, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if o.queue && string(sum.QueueKey()) != key {
+			continue // stale: the task's priority changed since
+		}
+		if f.Match(&sum) {
+			out = append(out, listed{key: key, sum: sum})
+		}
+	}
+	return out, it.Err()
+}
+
+func prefixEnd(p string) []byte {
+	end := []byte(p)
+	end[len(end)-1]++ // the prefixes end in '/'
+	return end
 }
 
 // Dump is the canonical encoding of everything a View holds, in memory

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -109,7 +110,8 @@ func TestRecovery(t *testing.T) {
 
 // TestTasksQuery: filters and cursor paging over tasks in memory and
 // tasks evicted to the persisted read model give the same answers as a
-// plain in-memory fold, in both directions.
+// plain in-memory fold, in both directions of both orders (task id, queue);
+// the in-memory fold's queue order is projection.QueueCompare's.
 func TestTasksQuery(t *testing.T) {
 	ctx := context.Background()
 	evs := replaytest.Generate(11, replaytest.Config{Tasks: 120, Concurrency: 15})
@@ -123,20 +125,52 @@ func TestTasksQuery(t *testing.T) {
 	if n := len(pv.set.Tasks().ListAll()); n >= 120 {
 		t.Fatalf("%d tasks in memory: terminal tasks were not evicted", n)
 	}
+	// A stale queue index entry (as a priority changed by TASK_CREATED
+	// leaves behind) is not listed.
+	var stale projection.Summary
+	for _, tk := range mem.set.Tasks().ListAll() {
+		if !pv.set.Tasks().Has(tk.ID) {
+			stale = projection.Summarize(&tk) // a task read from the store
+			break
+		}
+	}
+	stale.Priority += 5
+	if err := l.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		b.Set(append([]byte(prefQueue), stale.QueueKey()...), nil)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	two := 2
 	filters := []projection.Filter{
 		{},
 		{States: []fsm.State{fsm.StateCompleted}},
+		{States: []fsm.State{fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}}, // from memory only
 		{States: []fsm.State{fsm.StateFailed, fsm.StateSuspended}, Types: []string{"explore"}},
 		{Sources: []string{"cli", "cron"}, MinPriority: &two},
 		{CreatedFrom: evs[len(evs)/4].Time, CreatedTo: evs[len(evs)/2].Time},
 	}
 	for fi, f := range filters {
-		for _, desc := range []bool{false, true} {
+		for _, o := range []listOrder{{}, {desc: true}, {queue: true}, {queue: true, desc: true}} {
+			desc := o.desc
 			var want []string
-			all, err := mem.Tasks(ctx, Query{Filter: f, Limit: MaxLimit, Desc: desc})
+			all, err := mem.Tasks(ctx, Query{Filter: f, Limit: MaxLimit, Desc: desc, Queue: o.queue})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !slices.IsSortedFunc(all.Tasks, func(a, b projection.Summary) int {
+				if o.queue {
+					if desc {
+						return projection.QueueCompare(&b, &a)
+					}
+					return projection.QueueCompare(&a, &b)
+				}
+				if desc {
+					return strings.Compare(b.ID, a.ID)
+				}
+				return strings.Compare(a.ID, b.ID)
+			}) {
+				t.Fatalf("filter %d order %+v: the in-memory list is not in order", fi, o)
 			}
 			for _, s := range all.Tasks {
 				want = append(want, s.ID+"/"+string(s.State))
@@ -144,11 +178,15 @@ func TestTasksQuery(t *testing.T) {
 					t.Fatalf("filter %d returned a task that does not match", fi)
 				}
 			}
-			for _, limit := range []int{1, 7, 50} {
+			for _, paged := range []struct {
+				v     *View
+				limit int
+			}{{pv, 1}, {pv, 7}, {pv, 50}, {mem, 7}} {
+				limit := paged.limit
 				var got []string
-				q := Query{Filter: f, Limit: limit, Desc: desc}
+				q := Query{Filter: f, Limit: limit, Desc: desc, Queue: o.queue}
 				for pages := 0; ; pages++ {
-					page, err := pv.Tasks(ctx, q)
+					page, err := paged.v.Tasks(ctx, q)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -164,7 +202,7 @@ func TestTasksQuery(t *testing.T) {
 					q.Cursor = page.Next
 				}
 				if strings.Join(got, ",") != strings.Join(want, ",") {
-					t.Fatalf("filter %d desc %v limit %d:\n got %v\nwant %v", fi, desc, limit, got, want)
+					t.Fatalf("filter %d order %+v limit %d:\n got %v\nwant %v", fi, o, limit, got, want)
 				}
 			}
 			if len(want) == 0 && fi == 0 {
@@ -172,8 +210,12 @@ func TestTasksQuery(t *testing.T) {
 			}
 		}
 	}
-	if _, err := pv.Tasks(ctx, Query{Cursor: "d.bogus"}); !errors.Is(err, ErrBadCursor) {
-		t.Fatalf("bad cursor: %v", err)
+	next := mustPage(t, pv, Query{Limit: 3, Queue: true}).Next
+	for _, q := range []Query{{Cursor: "d.bogus"}, {Cursor: next}, {Cursor: next, Queue: true, Desc: true},
+		{Cursor: strings.Replace(next, "qa.", "a.", 1)}, {Cursor: next[:len(next)-1], Queue: true}, {Cursor: "qa.zz" + next[5:], Queue: true}} {
+		if _, err := pv.Tasks(ctx, q); !errors.Is(err, ErrBadCursor) {
+			t.Fatalf("bad cursor %q (queue %v desc %v): %v", q.Cursor, q.Queue, q.Desc, err)
+		}
 	}
 	// Terminal tasks that left memory are still served, task and progress.
 	for _, s := range mustPage(t, pv, Query{Filter: projection.Filter{States: []fsm.State{fsm.StateCompleted}}, Limit: 5}).Tasks {

@@ -23,6 +23,7 @@ import (
 //	proj/s/<task id>                  projection.Summary   what task lists scan
 //	proj/g/<task id>                  projection.Progress
 //	proj/a/<task id>                  (empty)              non-terminal tasks: loaded at start
+//	proj/q/<queue key (20)><task id>  (empty)              the queue order index (projection.QueueKey)
 //	proj/n/<task id> 0x00 <ver (8)>   fsm.EncodeTask       per-task snapshot at stream version ver
 //
 // Integers are big-endian. A checkpoint writes everything that changed
@@ -39,6 +40,7 @@ var (
 	prefSum     = "proj/s/"
 	prefProg    = "proj/g/"
 	prefActive  = "proj/a/"
+	prefQueue   = "proj/q/"
 	prefSnap    = "proj/n/"
 )
 
@@ -46,8 +48,10 @@ var (
 // the key layout bumps it; like projection.Version, a mismatch means
 // rebuild.
 //
+// Version 2 added the queue index (proj/q/).
+//
 // Persisted: stored in proj/meta.
-const FormatVersion = 1
+const FormatVersion = 2
 
 // meta is the value of proj/meta.
 type meta struct {
@@ -271,7 +275,8 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		if err != nil {
 			return err
 		}
-		sets = append(sets, kv{taskKey(prefTask, id), tb}, kv{taskKey(prefSum, id), sb})
+		sets = append(sets, kv{taskKey(prefTask, id), tb}, kv{taskKey(prefSum, id), sb},
+			kv{append([]byte(prefQueue), r.Summary.QueueKey()...), nil})
 		if r.Progress != nil {
 			pb, err := r.Progress.Encode()
 			if err != nil {

@@ -424,7 +424,17 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 	bad := func(key []byte, format string, args ...any) {
 		rep.add(Problem{Kind: ProblemProjection, Seq: seq, Key: quoteKey(key), Reason: fmt.Sprintf(format, args...)})
 	}
-	d, err := fresh.Dump(ctx)
+	// The fresh fold is compared task by task as the persisted records are
+	// read, never encoded whole at once (a Dump): that would double verify's
+	// peak memory.
+	fresh.mu.RLock()
+	defer fresh.mu.RUnlock()
+	set := fresh.set
+	freshStats, err := set.Stats().Encode()
+	if err != nil {
+		return err
+	}
+	freshMemory, err := set.Memory().Encode()
 	if err != nil {
 		return err
 	}
@@ -438,48 +448,70 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		bad(keyStats, "persisted stats missing")
 	} else if err != nil {
 		return err
-	} else if !bytes.Equal(got, d.Stats) {
+	} else if !bytes.Equal(got, freshStats) {
 		bad(keyStats, "persisted stats disagree with the log at seq %d", seq)
 	}
 	if mem, err := st.getMemory(); err != nil {
 		bad([]byte(prefFact), "persisted memory does not decode: %v", err)
 	} else if got, err := mem.Encode(); err != nil {
 		return err
-	} else if !bytes.Equal(got, d.Memory) {
+	} else if !bytes.Equal(got, freshMemory) {
 		bad([]byte(prefFact), "persisted memory disagrees with the log at seq %d", seq)
 	}
-	fresh.mu.RLock()
-	tasks := fresh.set.Tasks().ListAll()
-	fresh.mu.RUnlock()
-	summaries := make(map[string][]byte, len(tasks))
+	tasks := set.Tasks().ListAll()
+	byID := make(map[string]*fsm.Task, len(tasks))
 	active := map[string]bool{}
 	for i := range tasks {
-		s := projection.Summarize(&tasks[i])
-		if summaries[tasks[i].ID], err = s.Encode(); err != nil {
-			return err
-		}
+		byID[tasks[i].ID] = &tasks[i]
 		if !tasks[i].IsTerminal() { // the machine's rule: a failed dispatch task may be retried
 			active[tasks[i].ID] = true
 		}
 	}
-	for _, kind := range []struct {
-		prefix string
-		want   map[string][]byte
-		what   string
-	}{{prefTask, d.Tasks, "task"}, {prefSum, summaries, "summary"}, {prefProg, d.Progress, "progress"}} {
+	// want is what the fresh fold has for a task under prefix, if anything.
+	want := func(prefix string, t *fsm.Task) ([]byte, bool, error) {
+		switch prefix {
+		case prefTask:
+			b, err := fsm.EncodeTask(*t)
+			return b, true, err
+		case prefSum:
+			sum := projection.Summarize(t)
+			b, err := sum.Encode()
+			return b, true, err
+		}
+		p, ok := set.Progress(t.ID)
+		if !ok {
+			return nil, false, nil
+		}
+		b, err := p.Encode()
+		return b, true, err
+	}
+	for _, kind := range []struct{ prefix, what string }{{prefTask, "task"}, {prefSum, "summary"}, {prefProg, "progress"}} {
 		seen := map[string]bool{}
 		it := st.log.ScanAux([]byte(kind.prefix))
-		for it.Next() {
+		for n := 0; it.Next(); n++ {
+			if n&1023 == 0 {
+				if err := ctx.Err(); err != nil {
+					it.Close()
+					return err
+				}
+			}
 			id := string(it.Key()[len(kind.prefix):])
 			seen[id] = true
 			if fv.missing[id] {
 				continue
 			}
-			want, ok := kind.want[id]
+			var w []byte
+			ok := false
+			if t := byID[id]; t != nil {
+				if w, ok, err = want(kind.prefix, t); err != nil {
+					it.Close()
+					return err
+				}
+			}
 			switch {
 			case !ok:
 				bad(it.Key(), "persisted %s of task %s, which the log does not have at seq %d", kind.what, id, seq)
-			case !bytes.Equal(it.Value(), want):
+			case !bytes.Equal(it.Value(), w):
 				bad(it.Key(), "persisted %s of task %s disagrees with the log at seq %d", kind.what, id, seq)
 			}
 		}
@@ -488,10 +520,17 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if err != nil {
 			return err
 		}
-		for _, id := range sortedKeys(kind.want) {
-			if !seen[id] && !fv.missing[id] {
-				bad(taskKey(kind.prefix, id), "%s of task %s missing from the persisted projections", kind.what, id)
+		for i := range tasks {
+			id := tasks[i].ID
+			if seen[id] || fv.missing[id] {
+				continue
 			}
+			if kind.prefix == prefProg {
+				if _, ok := set.Progress(id); !ok {
+					continue
+				}
+			}
+			bad(taskKey(kind.prefix, id), "%s of task %s missing from the persisted projections", kind.what, id)
 		}
 	}
 	seen := map[string]bool{}
@@ -512,6 +551,40 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if !seen[id] && !fv.missing[id] {
 			bad(taskKey(prefActive, id), "active task %s is not marked active", id)
 		}
+	}
+	return checkQueueIndex(st, tasks, fv.missing, bad)
+}
+
+// checkQueueIndex reports the tasks that the queue index (proj/q/) does
+// not list at their place in the queue order: they would be missing from
+// a list in that order. Entries left behind by a priority change (stale)
+// are harmless: a list skips them.
+func checkQueueIndex(st *store, tasks []fsm.Task, missing map[string]bool, bad func([]byte, string, ...any)) error {
+	want := make(map[string]string, len(tasks)) // id -> queue key
+	for i := range tasks {
+		s := projection.Summarize(&tasks[i])
+		want[s.ID] = string(s.QueueKey())
+	}
+	it := st.log.ScanAux([]byte(prefQueue))
+	defer it.Close()
+	for it.Next() {
+		key := string(it.Key()[len(prefQueue):])
+		if len(key) > projection.QueueKeyLen && want[key[projection.QueueKeyLen:]] == key {
+			delete(want, key[projection.QueueKeyLen:])
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		if !missing[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		bad(append([]byte(prefQueue), want[id]...), "task %s is missing from the queue order index", id)
 	}
 	return nil
 }

@@ -244,6 +244,34 @@ func TestVerifyCatchesProjectionDisagreement(t *testing.T) {
 	}
 }
 
+// TestVerifyCatchesMissingQueueEntry: a task missing from the queue order
+// index (it would not be listed in queue order) is reported, and a stale
+// entry is not.
+func TestVerifyCatchesMissingQueueEntry(t *testing.T) {
+	ctx := context.Background()
+	fs, evs := healthyLog(t)
+	l := openLog(t, fs, "db", false)
+	raw, err := l.GetAux(taskKey(prefSum, firstTask(evs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := projection.DecodeSummary(raw)
+	stale := sum
+	stale.Priority += 3
+	if err := l.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		b.Delete(append([]byte(prefQueue), sum.QueueKey()...))
+		b.Set(append([]byte(prefQueue), stale.QueueKey()...), nil)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	rep := verifyDir(t, fs)
+	if rep.ProblemCount != 1 || rep.Problems[0].Kind != ProblemProjection || !strings.Contains(rep.Problems[0].Reason, "queue order index") {
+		t.Fatalf("want one problem for the missing queue entry, got %d: %v", rep.ProblemCount, rep.Problems)
+	}
+}
+
 type quietLogger struct{}
 
 func (quietLogger) Infof(string, ...any)  {}

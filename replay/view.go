@@ -85,42 +85,41 @@ func (v *View) Seq() uint64 {
 	return v.set.Seq()
 }
 
-// step folds one event: decode, load an evicted task if the event needs
-// it, apply through the Set, start a checkpoint if one is due. It is the
-// body of Fold's loop and nothing else calls it.
-func (v *View) step(ctx context.Context, ev eventlog.Event) (Change, error) {
+// step folds one event into ch: decode, load an evicted task if the event
+// needs it, apply through the Set, start a checkpoint if one is due. It is
+// the body of Fold's loop and nothing else calls it. It writes the change
+// in place (a Change is over a kilobyte: two tasks).
+func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change) error {
 	fe, derr := Decode(ev)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.ckErr; err != nil {
 		v.ckErr = nil
-		return Change{}, err
+		return err
 	}
 	if v.st != nil && v.set.NeedsTask(ev.Stream, ev.Version) {
 		if err := v.st.restoreTask(v.set, ev.Stream); err != nil {
-			return Change{}, err
+			return err
 		}
 	}
-	var pc projection.Change
+	ch.Raw = ev
 	if derr != nil {
-		pc = v.set.Refuse(fe, derr)
+		ch.Change = v.set.Refuse(fe, derr)
 	} else {
-		pc = v.set.Apply(fe)
+		ch.Change = v.set.Apply(fe)
 	}
-	if pc.Err != nil {
+	if ch.Err != nil {
 		v.nIssue++
 		if len(v.issues) < v.opts.MaxIssues {
-			v.issues = append(v.issues, Issue{Seq: ev.Seq, ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Error: pc.Err.Error()})
+			v.issues = append(v.issues, Issue{Seq: ev.Seq, ID: ev.ID, Stream: ev.Stream, Type: ev.Type, Error: ch.Err.Error()})
 		}
 	}
 	v.since++
 	v.folded.Advance(v.set.Seq())
 	if v.write {
-		if err := v.budgetLocked(ctx); err != nil {
-			return Change{}, err
-		}
+		return v.budgetLocked(ctx)
 	}
-	return Change{Raw: ev, Change: pc}, nil
+	return nil
 }
 
 // budgetLocked starts a background checkpoint when one is due: every

@@ -18,7 +18,8 @@ func tasksCommand(std *stdio) *cli.Command {
 	return &cli.Command{
 		Name:  "tasks",
 		Usage: "list tasks with state, type, priority, age and iterations",
-		Description: "Lists tasks oldest first (creation order), one page at a time. Filters combine with AND;\n" +
+		Description: "Lists tasks oldest first (creation order), or in the queue order with --queue, one page at a time.\n" +
+			"Filters combine with AND; " +
 			"a repeated filter (or a comma list) matches any of its values. --all fetches every page.\n\n" +
 			"   pegasus-replay -d ./pegasus-data tasks --state failed,suspended\n" +
 			"   pegasus-replay -d ./pegasus-data tasks --since 2026-01-02T15:00:00Z --type explore --desc",
@@ -33,7 +34,9 @@ func tasksCommand(std *stdio) *cli.Command {
 			&cli.IntFlag{Name: "limit", Value: replay.DefaultLimit, EnvVars: env("tasks", "limit"),
 				Usage: fmt.Sprintf("page size, at most %d", replay.MaxLimit)},
 			&cli.StringFlag{Name: "cursor", EnvVars: env("tasks", "cursor"), Usage: "continue from the `CURSOR` a previous page printed"},
-			&cli.BoolFlag{Name: "desc", EnvVars: env("tasks", "desc"), Usage: "newest first"},
+			&cli.BoolFlag{Name: "desc", EnvVars: env("tasks", "desc"), Usage: "newest first (with --queue: least urgent first)"},
+			&cli.BoolFlag{Name: "queue", EnvVars: env("tasks", "queue"),
+				Usage: "queue order: most urgent first across machines (pegasus.task lower priority value, dispatch.task higher), then oldest"},
 			&cli.BoolFlag{Name: "all", EnvVars: env("tasks", "all"), Usage: "every page, not just the first"},
 		},
 		Action: func(c *cli.Context) error {
@@ -79,7 +82,7 @@ func tasksCommand(std *stdio) *cli.Command {
 
 // tasksQuery builds the replay query from the flags.
 func tasksQuery(c *cli.Context, now time.Time) (replay.Query, error) {
-	q := replay.Query{Cursor: c.String("cursor"), Limit: c.Int("limit"), Desc: c.Bool("desc")}
+	q := replay.Query{Cursor: c.String("cursor"), Limit: c.Int("limit"), Desc: c.Bool("desc"), Queue: c.Bool("queue")}
 	if q.Limit < 1 || q.Limit > replay.MaxLimit {
 		return q, usagef("--limit %d: want 1 to %d", q.Limit, replay.MaxLimit)
 	}

@@ -174,6 +174,7 @@ var goldenCases = []struct {
 	{"tasks-filtered", []string{"-d", "{D}", "tasks", "--state", "failed,suspended", "--type", "plan"}, 0},
 	{"tasks-since", []string{"-d", "{D}", "tasks", "--since", "2025-03-14T14:00:30Z", "--desc"}, 0},
 	{"tasks-page", []string{"-d", "{D}", "tasks", "--limit", "2"}, 0},
+	{"tasks-queue", []string{"-d", "{D}", "tasks", "--queue", "--limit", "4"}, 0},
 	{"tasks-machine", []string{"-d", "{D}", "tasks", "--machine", "pegasus.task@1", "--type", "plan"}, 0},
 	{"tasks-machine-other", []string{"-d", "{D}", "tasks", "--machine", "pegasus.task@0"}, 0},
 	{"show-success", []string{"-d", "{D}", "show", "{S}"}, 0},

@@ -7,11 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/pegasus-engine/pegasus/projection"
 )
 
 // findChromium returns the browser of the dashboard test: $PEGASUS_CHROMIUM,
@@ -302,4 +305,65 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))
 	b.until("the narrow overview", `document.querySelector('#counts [data-count="failed"]') !== null && document.querySelector('#counts [data-count="failed"]').textContent === "1"`)
 	b.shot("phone")
+}
+
+// TestTasksQueueOrderInBrowser: the Tasks page in queue order shows, page
+// after page, the server's queue order over both machines (pegasus.task
+// lower priority value first, dispatch.task higher first, then oldest):
+// the order projection.QueueCompare gives the whole list, not a page
+// sorted in the browser.
+func TestTasksQueueOrderInBrowser(t *testing.T) {
+	exe := findChromium(t)
+	bin := buildDaemon(t)
+	p := startProc(t, bin, filepath.Join(t.TempDir(), "data"), "--no-reflection")
+	defer p.stop(t)
+	c := &testDaemon{t: t, url: p.url}
+	for _, prio := range []int{2, 0, -3, 0, 1} {
+		var created createdJSON
+		r := c.do("POST", "/v1/tasks", fmt.Sprintf(`{"input":"hello","priority":%d}`, prio))
+		mustStatus(t, r, http.StatusCreated)
+		r.json(t, &created)
+		c.waitTask(created.TaskID)
+	}
+	for _, prio := range []int{5, 0, 10, 3} {
+		mustStatus(t, c.as("client", "POST", "/api/v1/tasks", fmt.Sprintf(`{"title":"job","priority":%d}`, prio)), http.StatusCreated)
+	}
+
+	// The whole list, sorted here by the documented rule.
+	var all struct{ Tasks []projection.Summary }
+	c.do("GET", "/v1/tasks?order=asc&limit=1000", "").json(t, &all)
+	if len(all.Tasks) != 9 {
+		t.Fatalf("%d tasks, want 9", len(all.Tasks))
+	}
+	slices.SortFunc(all.Tasks, func(a, b projection.Summary) int { return projection.QueueCompare(&a, &b) })
+	var want []string
+	for _, s := range all.Tasks {
+		want = append(want, s.ID)
+	}
+	if first := all.Tasks[0]; first.Priority != 10 || !strings.HasPrefix(first.Machine, "dispatch.task") {
+		t.Fatalf("the most urgent task is %s priority %d, want the dispatch task of priority 10", first.Machine, first.Priority)
+	}
+
+	b := newBrowser(t, exe)
+	b.do("the list in queue order", chromedp.Navigate(p.url+"/#/tasks?order=queue&limit=4"))
+	var got []string
+	for page := 1; ; page++ {
+		b.until(fmt.Sprintf("page %d", page), fmt.Sprintf(`document.getElementById("page-no") !== null &&
+			document.getElementById("page-no").textContent === "page %d" && document.querySelector("#tasks tbody tr[data-id]") !== null`, page))
+		ids := eval[string](b, `[...document.querySelectorAll("#tasks tbody tr[data-id]")].map(r => r.dataset.id).join(",")`)
+		got = append(got, strings.Split(ids, ",")...)
+		if page == 2 {
+			b.shot("tasks-queue-order")
+		}
+		if eval[bool](b, `document.getElementById("next-page").disabled`) {
+			if page != 3 {
+				t.Errorf("%d pages of 4 for 9 tasks", page)
+			}
+			break
+		}
+		b.do("next page", chromedp.Click(chromedp.ID("next-page")))
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("the Tasks page in queue order:\n got %v\nwant %v", got, want)
+	}
 }

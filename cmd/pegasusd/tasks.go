@@ -238,8 +238,10 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	case "", "desc":
 	case "asc":
 		rq.Desc = false
+	case "queue": // most urgent first, across machines: see replay.Query.Queue
+		rq.Queue, rq.Desc = true, false
 	default:
-		return errBadRequest("order %q: give asc or desc", q.Get("order"))
+		return errBadRequest("order %q: give desc, asc or queue", q.Get("order"))
 	}
 	for _, st := range splitList(q.Get("state")) {
 		if !fsm.State(st).Valid() {

@@ -374,6 +374,7 @@ function taskRow(t) {
     h("td", { class: "mono" }, h("a", { href: "#/tasks/" + t.task_id }, t.task_id)),
     h("td", {}, stateBadge(t.state), t.queued ? h("span", { class: "queued" }, " queued") : null),
     h("td", { class: "hide-narrow" }, t.type),
+    h("td", { class: "hide-narrow num", title: t.machine }, String(t.priority)),
     h("td", { class: "hide-narrow", title: fmtTime(t.created_at) }, ago(t.created_at)),
     h("td", { class: "input", title: t.input }, t.input));
 }
@@ -391,7 +392,7 @@ views.tasks = async function (signal, params) {
   const source = h("input", { id: "f-source", type: "text", placeholder: "api, cli, webhook:…", value: q.get("source") || "" });
   const text = h("input", { id: "f-text", type: "search", placeholder: "text in the input", value: q.get("q") || "" });
   const order = h("select", { id: "f-order", "aria-label": "Order" },
-    [["desc", "newest first"], ["asc", "oldest first"], ["queue", "queue order (priority, then age)"]].map(([v, l]) =>
+    [["desc", "newest first"], ["asc", "oldest first"], ["queue", "queue order (most urgent, then oldest)"]].map(([v, l]) =>
       h("option", { value: v, selected: (q.get("order") || "desc") === v }, l)));
   const body = h("tbody");
   const status = h("p", { class: "muted", id: "list-status" });
@@ -413,12 +414,14 @@ views.tasks = async function (signal, params) {
     if (source.value.trim()) p.set("source", source.value.trim());
     if (text.value.trim()) p.set("q", text.value.trim());
     if (order.value !== "desc") p.set("order", order.value);
+    if (q.get("limit")) p.set("limit", q.get("limit"));
     location.hash = "#/tasks" + (p.toString() ? "?" + p : "");
   });
   [state, machine, order].forEach(el => el.addEventListener("change", () => filters.requestSubmit()));
   set(main, h("h1", {}, "Tasks"), filters,
     h("section", { class: "card wide" }, h("div", { class: "tablewrap" }, h("table", { id: "tasks" },
       h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
+        h("th", { class: "hide-narrow", title: "pegasus.task: lower is more urgent; dispatch.task: higher is more urgent" }, "Priority"),
         h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Input"))), body)), status, pager));
 
   const cursors = [""];
@@ -426,21 +429,23 @@ views.tasks = async function (signal, params) {
   async function load() {
     const p = new URLSearchParams();
     for (const k of ["state", "machine", "type", "source", "q"]) if (q.get(k)) p.set(k, q.get(k));
-    p.set("limit", "50");
-    if (q.get("order") === "asc") p.set("order", "asc");
+    // The server pages in every order, queue order included (most urgent
+    // first across machines, then oldest: docs/projections.md), so a page
+    // is the next slice of the whole list, never a page sorted here.
+    p.set("limit", /^[1-9][0-9]{0,2}$/.test(q.get("limit") || "") ? q.get("limit") : "50");
+    if (q.get("order") === "asc" || q.get("order") === "queue") p.set("order", q.get("order"));
     if (cursors[page]) p.set("cursor", cursors[page]);
     const r = await api("GET", "/v1/tasks?" + p);
     if (signal.aborted) return;
-    let ts = r.tasks;
-    if (q.get("order") === "queue") ts = ts.slice().sort((a, b) => (b.queued - a.queued) || (a.priority - b.priority) || (a.task_id < b.task_id ? -1 : 1));
+    const ts = r.tasks;
     set(body, ...ts.map(taskRow));
-    if (!ts.length) body.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No task matches.")));
+    if (!ts.length) body.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No task matches.")));
     status.textContent = `${ts.length} task${ts.length === 1 ? "" : "s"} on this page`;
     cursors[page + 1] = r.next_cursor || "";
     set(pager, 
       h("button", { type: "button", class: "quiet", disabled: page === 0, onclick: () => { page--; load(); } }, "← Previous"),
-      h("span", { class: "muted" }, "page " + (page + 1)),
-      h("button", { type: "button", class: "quiet", disabled: !r.next_cursor, onclick: () => { page++; load(); } }, "Next →"));
+      h("span", { class: "muted", id: "page-no" }, "page " + (page + 1)),
+      h("button", { type: "button", class: "quiet", id: "next-page", disabled: !r.next_cursor, onclick: () => { page++; load(); } }, "Next →"));
   }
   try {
     await load();
