@@ -306,6 +306,8 @@ type Finished struct {
 	ID      string
 	Version uint64 // events in its stream
 	Seq     uint64 // its last event
+	// queueKey is its entry in the queue order index, removed with it.
+	queueKey []byte
 }
 
 // FinishedBefore lists, in id order, at most max finished tasks whose last
@@ -350,19 +352,23 @@ func FinishedBefore(ctx context.Context, l *eventlog.Log, cutoff time.Time, max 
 		if !t.IsTerminal() || t.Version != sum.Events {
 			continue
 		}
-		out = append(out, Finished{ID: t.ID, Version: t.Version, Seq: t.Seq})
+		out = append(out, Finished{ID: t.ID, Version: t.Version, Seq: t.Seq, queueKey: sum.QueueKey()})
 	}
 	return out, it.Err()
 }
 
 // ForgetTasks deletes the persisted read models of tasks (record, summary,
-// progress, active mark, snapshots) in b: retention adds it to the batch
-// that removes their events, so the projections never name a task the log
-// no longer holds.
-func ForgetTasks(b *eventlog.AuxBatch, ids []string) {
-	for _, id := range ids {
+// progress, active mark, queue order entry, snapshots) in b: retention adds
+// it to the batch that removes their events, so the projections never name
+// a task the log no longer holds.
+func ForgetTasks(b *eventlog.AuxBatch, tasks []Finished) {
+	for _, f := range tasks {
+		id := f.ID
 		for _, p := range []string{prefTask, prefSum, prefProg, prefActive} {
 			b.Delete(taskKey(p, id))
+		}
+		if f.queueKey != nil {
+			b.Delete(append([]byte(prefQueue), f.queueKey...))
 		}
 		sp := snapPrefix(id)
 		end := append(append([]byte(nil), sp[:len(sp)-1]...), 1)

@@ -185,12 +185,10 @@ func (p *runPlan) retirement(manifest eventlog.Event) eventlog.Retirement {
 	for i, ev := range p.events {
 		rt.Events[i] = eventlog.RetiredEvent{Seq: ev.Seq, ID: ev.ID, Causation: ev.Causation}
 	}
-	ids := make([]string, 0, len(p.streams))
 	for _, s := range p.streams {
 		rt.Streams = append(rt.Streams, eventlog.RetiredStream{Stream: s.ID, Version: s.Version})
-		ids = append(ids, s.ID)
 	}
-	rt.Aux = func(b *eventlog.AuxBatch) error { replay.ForgetTasks(b, ids); return nil }
+	rt.Aux = func(b *eventlog.AuxBatch) error { replay.ForgetTasks(b, p.streams); return nil }
 	return rt
 }
 

@@ -131,6 +131,19 @@ func TestRun(t *testing.T) {
 	if removed != m.Tasks {
 		t.Fatalf("%d tasks gone, the manifest says %d", removed, m.Tasks)
 	}
+	// The queue order index names no removed task.
+	it := l.ScanAux([]byte("proj/q/"))
+	queued := 0
+	for it.Next() {
+		id := string(it.Key()[len("proj/q/")+projection.QueueKeyLen:])
+		if _, kept := after[id]; !kept {
+			t.Errorf("the queue index still names removed task %s", id)
+		}
+		queued++
+	}
+	if err := it.Close(); err != nil || queued != len(after) {
+		t.Errorf("queue index: %d entries for %d tasks (%v)", queued, len(after), err)
+	}
 	rep, ar := verifyAll(t, l, fs)
 	if rep.Log.Retired != uint64(m.Events) || ar.Events != m.Events || ar.Manifests != 1 {
 		t.Fatalf("verify: %d retired, archive %d events, %d manifests; manifest %d events", rep.Log.Retired, ar.Events, ar.Manifests, m.Events)
