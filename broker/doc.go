@@ -21,5 +21,9 @@
 //     liveness (the last request carrying X-Agent-ID) is kept in memory
 //     only: after a restart no worker gets a task before it calls again.
 //   - The broker reads tasks from the daemon's folded view (Tasks); it
-//     does not fold events itself.
+//     does not fold events itself. It keeps an index of the live tasks as
+//     the view folded them (index.go), so that a step looks only at what
+//     changed or fell due and a worker's long poll at its own tasks. A
+//     write through the broker returns once the view and the index hold
+//     it.
 package broker
