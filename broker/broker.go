@@ -325,6 +325,7 @@ func (b *Broker) step(ctx context.Context) time.Time {
 		}
 	}
 	assign := b.assignLocked(now)
+	b.compactLocked()
 	next := b.nextDueLocked()
 	b.mu.Unlock()
 

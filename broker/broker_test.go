@@ -384,3 +384,24 @@ func TestTasksAppendedBeforeRun(t *testing.T) {
 	h.run()
 	h.waitTask(task.ID, "assigned", assignedTo("w1"))
 }
+
+// TestIndexForgetsFinishedTasks: the loop's index holds the live tasks
+// only; the deadlines of finished tasks do not pile up in its heaps.
+func TestIndexForgetsFinishedTasks(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 2)
+	for i := range 150 {
+		task := h.create("t", i%3)
+		h.waitTask(task.ID, "assigned", assignedTo("w1"))
+		if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{}`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.settle()
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if len(h.b.live) != 0 || len(h.b.byWorker) != 0 || len(h.b.due) > 64 || len(h.b.ready) > 64 {
+		t.Fatalf("index after 150 finished tasks: %d live, %d workers, %d due, %d ready",
+			len(h.b.live), len(h.b.byWorker), len(h.b.due), len(h.b.ready))
+	}
+}

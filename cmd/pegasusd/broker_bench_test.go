@@ -51,6 +51,7 @@ func benchBroker(b *testing.B, bc brokerbench.Config) {
 	st := td.d.events.Stats()
 	b.ReportMetric(float64(st.Commits)/res.Elapsed.Seconds(), "fsyncs/s")
 	b.ReportMetric(float64(st.Events)/float64(st.Commits), "events/fsync")
+	b.ReportMetric(float64(st.GatherTimeouts)/float64(st.Commits), "gather-timeouts/fsync")
 }
 
 // TestBrokerBenchWorkload runs both shapes of the benchmark's workload
