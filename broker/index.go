@@ -40,7 +40,10 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 			b.setWorkerLocked(e, "")
 			delete(b.live, id)
 			delete(b.dirty, id)
-			*e = entry{} // its places in the heaps are stale: hold no task
+			// Its places in the heaps are stale now: keep only what orders
+			// them (the ready heap must not see its keys change), not the task.
+			e.t = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}
+			e.due = time.Time{}
 		}
 		return
 	}
@@ -130,7 +133,7 @@ func (b *Broker) compactLocked() {
 	if n := len(b.ready); n > 64 && n > 2*len(b.live) {
 		keep := b.ready[:0]
 		for _, e := range b.ready {
-			if b.live[e.t.ID] == e && e.queued {
+			if b.live[e.t.ID] == e {
 				keep = append(keep, e)
 			}
 		}
