@@ -93,7 +93,8 @@ func (v viewTasks) DispatchTasks() []fsm.Task {
 type Options struct {
 	// CheckInterval is the longest the loop sleeps: it wakes at the times
 	// the machine said (deadlines, run_at, backoffs) and at least this
-	// often. The default value is 30s.
+	// often, and this often it looks at every live task, not only at those
+	// that changed or fell due. The default value is 30s.
 	CheckInterval time.Duration
 	// WorkerTTL is how long a worker counts as alive after its last request
 	// carrying X-Agent-ID; a worker not seen for longer gets no new task.
@@ -281,9 +282,10 @@ type decision struct {
 
 // step does the work due now: it looks at the live tasks that changed or
 // fell due since the last step (at every live task once per
-// CheckInterval), appends the timeouts, retries and dead letters due, and
-// assigns the head of the queue to the workers with room. It returns the
-// earliest time something else falls due (zero: nothing is scheduled).
+// CheckInterval), decides the timeouts, retries and dead letters due and
+// the assignments of the head of the queue to the workers with room, and
+// appends them all in one synced commit. It returns the earliest time
+// something else falls due (zero: nothing is scheduled).
 func (b *Broker) step(ctx context.Context) time.Time {
 	now := b.opts.Now()
 	var decisions []decision
@@ -324,22 +326,14 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})})
 		}
 	}
-	assign := b.assignLocked(now)
+	decisions = b.assignLocked(now, decisions)
 	b.compactLocked()
 	next := b.nextDueLocked()
 	b.mu.Unlock()
 
-	var last uint64
-	for i := range decisions {
-		d := &decisions[i]
-		if seq, ok := b.decide(ctx, &d.t, d.ev, now); ok {
-			last = max(last, seq)
-		}
-	}
-	last = max(last, b.assignAll(ctx, assign, now))
 	// The next step must see this one's outcome in the index, or it would
 	// count a worker's load short and decide again on stale versions.
-	if last > 0 {
+	if last := b.appendAll(ctx, decisions, now); last > 0 {
 		if err := b.followed.Wait(ctx, last); err != nil {
 			b.opts.Logger.Debug("broker: wait for the index", "err", err)
 		}
@@ -347,18 +341,12 @@ func (b *Broker) step(ctx context.Context) time.Time {
 	return next
 }
 
-// assignment is one task handed to a worker by a step.
-type assignment struct {
-	t      fsm.Task
-	worker string
-	score  float64
-}
-
-// assignLocked takes from the head of the queue the tasks that eligible
-// workers have room for. Tasks no worker can take now (capabilities) stay
-// queued in their place. It stops as soon as no worker has room, so a long
-// queue costs nothing while the workers are busy.
-func (b *Broker) assignLocked(now time.Time) []assignment {
+// assignLocked appends to ds the assignments of the tasks at the head of
+// the queue that eligible workers have room for. Tasks no worker can take
+// now (capabilities) stay queued in their place. It stops as soon as no
+// worker has room, so a long queue costs nothing while the workers are
+// busy.
+func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 	load := map[string]int{}
 	room := 0
 	for id, w := range b.workers {
@@ -367,7 +355,6 @@ func (b *Broker) assignLocked(now time.Time) []assignment {
 			room += max(w.MaxTasks-load[id], 0)
 		}
 	}
-	var out []assignment
 	var skipped []*entry
 	for room > 0 && len(b.ready) > 0 {
 		e := heap.Pop(&b.ready).(*entry)
@@ -384,7 +371,7 @@ func (b *Broker) assignLocked(now time.Time) []assignment {
 			skipped = append(skipped, e) // no eligible worker now; a registration or a report wakes the loop
 			continue
 		}
-		out = append(out, assignment{e.t, w, score})
+		ds = append(ds, decision{e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})})
 		load[w]++
 		room--
 	}
@@ -392,44 +379,45 @@ func (b *Broker) assignLocked(now time.Time) []assignment {
 		e.queued = true
 		heap.Push(&b.ready, e)
 	}
-	return out
+	return ds
 }
 
-// assignAll appends the assignments of one step in one atomic append (one
-// synced commit); if a task moved meanwhile the batch is refused as a
-// whole, and each assignment is tried alone. It returns the last sequence
-// appended (0: none). A task whose assignment was not recorded is looked
-// at again by the next step.
-func (b *Broker) assignAll(ctx context.Context, as []assignment, now time.Time) uint64 {
-	if len(as) == 0 {
-		return 0
-	}
-	batch := make([]eventlog.StreamAppend, 0, len(as))
-	for i := range as {
-		a := &as[i]
-		ev, err := encodeEvent(&a.t, now, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: a.worker, Score: a.score}))
+// appendAll appends the decisions of one step (timeouts, retries, dead
+// letters, assignments: one event each, on distinct tasks) in one atomic
+// append, one synced commit, each at the version of the task it was taken
+// on. If a task moved meanwhile the append is refused as a whole, and each
+// decision is tried alone. It returns the last sequence appended (0:
+// none). A task whose decision was not recorded is looked at again by the
+// next step.
+func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) uint64 {
+	batch := make([]eventlog.StreamAppend, 0, len(ds))
+	for i := range ds {
+		d := &ds[i]
+		ev, err := encodeEvent(&d.t, now, d.ev)
 		if err != nil {
-			b.opts.Logger.Warn("broker: encode", "task", a.t.ID, "err", err)
-			b.again(a.t.ID)
+			b.opts.Logger.Warn("broker: encode", "task", d.t.ID, "type", d.ev.et, "err", err)
+			b.again(d.t.ID)
 			continue
 		}
-		batch = append(batch, eventlog.StreamAppend{Stream: a.t.ID, Expected: eventlog.Exactly(a.t.Version), Events: []eventlog.Event{ev}})
+		batch = append(batch, eventlog.StreamAppend{Stream: d.t.ID, Expected: eventlog.Exactly(d.t.Version), Events: []eventlog.Event{ev}})
 	}
 	if len(batch) == 0 {
 		return 0
 	}
 	res, err := b.log.AppendMulti(ctx, batch...)
 	if err == nil {
+		b.opts.Logger.Debug("broker decisions", "n", len(batch))
 		return res[len(res)-1].LastSeq
 	}
 	var last uint64
 	for _, sa := range batch {
 		r, err := b.log.Append(ctx, sa.Stream, sa.Expected, sa.Events...)
 		if err != nil {
-			b.opts.Logger.Debug("broker decision not recorded", "task", sa.Stream, "err", err)
+			b.opts.Logger.Debug("broker decision not recorded", "task", sa.Stream, "type", sa.Events[0].Type, "err", err)
 			b.again(sa.Stream)
 			continue
 		}
+		b.opts.Logger.Debug("broker decision", "task", sa.Stream, "type", sa.Events[0].Type)
 		last = max(last, r.LastSeq)
 	}
 	return last
@@ -482,20 +470,6 @@ func (b *Broker) pickLocked(t *fsm.Task, load map[string]int, now time.Time) (st
 		return "", 0
 	}
 	return best, 1.0 + float64(t.Priority)*0.05
-}
-
-// decide appends the broker's decision ev for t, expecting t's version: a
-// concurrent report wins and the loop looks again. It returns the
-// sequence appended and whether it was.
-func (b *Broker) decide(ctx context.Context, t *fsm.Task, ev typedBody, now time.Time) (uint64, bool) {
-	res, err := b.append(ctx, t, now, ev)
-	if err != nil {
-		b.opts.Logger.Debug("broker decision not recorded", "task", t.ID, "type", ev.et, "err", err)
-		b.again(t.ID)
-		return 0, false
-	}
-	b.opts.Logger.Debug("broker decision", "task", t.ID, "type", ev.et)
-	return lastSeq(res), true
 }
 
 type typedBody struct {
