@@ -405,3 +405,29 @@ func TestIndexForgetsFinishedTasks(t *testing.T) {
 			len(h.b.live), len(h.b.byWorker), len(h.b.due), len(h.b.ready))
 	}
 }
+
+// TestOneCommitPerStep: the decisions a step takes together (here three
+// timeouts, then three dead letters) are appended in one synced commit,
+// not one each.
+func TestOneCommitPerStep(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 3)
+	var ids []string
+	for range 3 {
+		task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 0, RetryEligible: false}))
+		ids = append(ids, task.ID)
+	}
+	for _, id := range ids {
+		h.waitTask(id, "assigned", assignedTo("w1"))
+	}
+	h.settle()
+	before := h.log.Stats().Commits
+	h.clk.Advance(60 * time.Second)
+	for _, id := range ids {
+		h.waitTask(id, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	}
+	h.settle()
+	if n := h.log.Stats().Commits - before; n != 2 {
+		t.Fatalf("3 timeouts and 3 dead letters took %d commits, want 2", n)
+	}
+}
