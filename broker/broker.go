@@ -1,12 +1,13 @@
 package broker
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/watermark"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -48,6 +50,8 @@ type Tasks interface {
 	// DispatchTasks returns the tasks in the states of dispatch.task (and
 	// maybe others, which the broker skips).
 	DispatchTasks() []fsm.Task
+	// Seq returns the sequence of the last event folded.
+	Seq() uint64
 }
 
 // FromView adapts the daemon's replay.View.
@@ -89,7 +93,8 @@ func (v viewTasks) DispatchTasks() []fsm.Task {
 type Options struct {
 	// CheckInterval is the longest the loop sleeps: it wakes at the times
 	// the machine said (deadlines, run_at, backoffs) and at least this
-	// often. The default value is 30s.
+	// often, and this often it looks at every live task, not only at those
+	// that changed or fell due. The default value is 30s.
 	CheckInterval time.Duration
 	// WorkerTTL is how long a worker counts as alive after its last request
 	// carrying X-Agent-ID; a worker not seen for longer gets no new task.
@@ -144,31 +149,40 @@ type Broker struct {
 	log   *eventlog.Log
 	tasks Tasks
 	opts  Options
+	from  uint64 // the view's position when New loaded the live tasks
 
-	mu      sync.Mutex
-	live    map[string]struct{}  // dispatch tasks that are not finished
-	workers projection.Workers   // registered workers, from WorkersStream
-	seen    map[string]time.Time // worker liveness (memory only)
-	changed chan struct{}        // closed and replaced after every dispatch event folded
-	kick    chan struct{}        // wakes the loop (buffered 1)
-	running bool
+	mu       sync.Mutex
+	live     map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
+	byWorker map[string]map[string]*entry // the live tasks each worker runs
+	dirty    map[string]struct{}          // live tasks changed since the loop last looked
+	due      dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
+	ready    readyHeap                    // pending tasks due now, in queue order
+	workerCh map[string]chan struct{}     // closed when a worker's tasks change (its long polls)
+	lastFull time.Time                    // when the loop last looked at every live task
+	workers  projection.Workers           // registered workers, from WorkersStream
+	seen     map[string]time.Time         // worker liveness (memory only)
+	changed  chan struct{}                // closed and replaced after every dispatch event folded
+	kick     chan struct{}                // wakes the loop (buffered 1)
+	running  bool
 
-	children *childIndex // parent_task_id -> children (children.go)
+	followed watermark.Mark // the last event follow has indexed
+	children *childIndex    // parent_task_id -> children (children.go)
 }
 
 // New returns a broker over the log l and the view tasks of it, with the
 // live dispatch tasks and the registered workers loaded.
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
-	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]struct{}{},
+	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
+		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{},
 		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
 		children: newChildIndex()}
+	// Run follows the log from the view's position before the load, so
+	// that a task the view folds meanwhile is indexed either way.
+	b.from = tasks.Seq()
+	b.followed.Advance(b.from)
 	for _, t := range tasks.DispatchTasks() {
-		if t.Dispatch != nil && !t.IsTerminal() {
-			b.live[t.ID] = struct{}{}
-		}
-		if t.Dispatch != nil {
-			b.children.add(t.ParentID, t.ID)
-		}
+		b.observeLocked(t.ID, t, true)
+		b.children.add(t.ParentID, t.ID)
 	}
 	b.loadChildren()
 	it := l.ReadStream(projection.WorkersStream, 1)
@@ -199,10 +213,14 @@ func (b *Broker) Run(ctx context.Context) error {
 		b.running = false
 		b.mu.Unlock()
 	}()
-	sub := b.log.Subscribe(ctx, b.log.Head()+1)
+	sub := b.log.Subscribe(ctx, b.from+1)
 	defer sub.Close()
 	errc := make(chan error, 1)
-	go func() { errc <- b.follow(ctx, sub) }()
+	go func() {
+		err := b.follow(ctx, sub)
+		b.followed.Advance(math.MaxUint64) // nothing is indexed any more: nobody waits for it
+		errc <- err
+	}()
 	for {
 		next := b.step(ctx)
 		wait := b.opts.CheckInterval
@@ -223,8 +241,8 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 }
 
-// follow tracks the dispatch tasks of every event appended, once the view
-// folded it, and wakes the loop and the waiters.
+// follow indexes the dispatch tasks of every event appended, once the
+// view folded it, and wakes the loop and the waiters.
 func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 	for {
 		ev, err := sub.Next(ctx)
@@ -233,6 +251,7 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 		}
 		isWorker := ev.Stream == projection.WorkersStream
 		if !isWorker && !strings.HasPrefix(ev.Type, "DISPATCH_") {
+			b.followed.Advance(ev.Seq)
 			continue
 		}
 		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
@@ -241,16 +260,13 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 		if !isWorker {
 			t, err := b.tasks.Task(ev.Stream)
 			b.mu.Lock()
-			if err == nil && t.Dispatch != nil && !t.IsTerminal() {
-				b.live[t.ID] = struct{}{}
-			} else {
-				delete(b.live, ev.Stream)
-			}
+			b.observeLocked(ev.Stream, t, err == nil)
 			b.mu.Unlock()
 			if err == nil && ev.Version == 1 {
 				b.children.add(t.ParentID, t.ID)
 			}
 		}
+		b.followed.Advance(ev.Seq)
 		b.notify()
 	}
 }
@@ -261,123 +277,196 @@ func (b *Broker) notify() {
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
-	select {
-	case b.kick <- struct{}{}:
-	default:
-	}
+	b.wake()
 }
 
-// step does the work due now for every live task and returns the earliest
-// time something else becomes due (zero: nothing is scheduled).
+// decision is a broker decision on a task taken by step under b.mu and
+// appended after it.
+type decision struct {
+	t  fsm.Task
+	ev typedBody
+}
+
+// step does the work due now: it looks at the live tasks that changed or
+// fell due since the last step (at every live task once per
+// CheckInterval), decides the timeouts, retries and dead letters due and
+// the assignments of the head of the queue to the workers with room, and
+// appends them all in one synced commit. It returns the earliest time
+// something else falls due (zero: nothing is scheduled).
 func (b *Broker) step(ctx context.Context) time.Time {
 	now := b.opts.Now()
-	var next time.Time
-	later := func(at time.Time) {
-		if next.IsZero() || at.Before(next) {
-			next = at
+	var decisions []decision
+	b.mu.Lock()
+	if now.Sub(b.lastFull) >= b.opts.CheckInterval {
+		b.lastFull = now
+		for id := range b.live {
+			b.dirty[id] = struct{}{}
 		}
 	}
-	var queue []fsm.Task
-	load := map[string]int{}
-	for _, t := range b.liveTasks() {
-		act := fsm.Next(&t)
-		switch act.Kind {
-		case fsm.ActAssign:
-			if act.At.After(now) {
-				later(act.At)
-				continue
-			}
-			queue = append(queue, t)
-		case fsm.ActWaitWorker:
-			load[act.Task]++
-			if act.At.After(now) {
-				later(act.At)
-				continue
-			}
-			b.decide(ctx, &t, fsm.DispatchTimedOut, &fsm.DispatchTimedOutBody{AgentID: BrokerAgent}, now)
-		case fsm.ActRetry:
-			jitter := b.opts.Jitter(fsm.DispatchBackoff(&t))
-			b.decide(ctx, &t, fsm.DispatchRetried, &fsm.DispatchRetriedBody{AgentID: BrokerAgent, JitterMS: jitter.Milliseconds()}, now)
-		case fsm.ActDeadLetter:
-			_, why := fsm.DispatchRetryDue(&t)
-			b.decide(ctx, &t, fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why}, now)
-		}
-	}
-	slices.SortFunc(queue, func(x, y fsm.Task) int { return projection.QueueLess(&x, &y) })
-	var batch []eventlog.StreamAppend
-	var batched []*fsm.Task
-	for i := range queue {
-		t := &queue[i]
-		w, score := b.pick(t, load, now)
-		if w == "" {
-			continue // no eligible worker now; a registration or a report wakes the loop
-		}
-		ev, err := encodeEvent(t, now, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score}))
-		if err != nil {
-			b.opts.Logger.Warn("broker: encode", "task", t.ID, "err", err)
+	b.popDueLocked(now)
+	for id := range b.dirty {
+		delete(b.dirty, id)
+		e := b.live[id]
+		if e == nil {
 			continue
 		}
-		batch = append(batch, eventlog.StreamAppend{Stream: t.ID, Expected: eventlog.Exactly(t.Version), Events: []eventlog.Event{ev}})
-		batched = append(batched, t)
-		load[w]++
+		t := &e.t
+		switch act := fsm.Next(t); act.Kind {
+		case fsm.ActAssign:
+			if act.At.After(now) {
+				b.scheduleLocked(e, act.At)
+			} else if !e.queued {
+				e.queued = true
+				heap.Push(&b.ready, e)
+			}
+		case fsm.ActWaitWorker:
+			if act.At.After(now) {
+				b.scheduleLocked(e, act.At)
+				continue
+			}
+			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchTimedOut, &fsm.DispatchTimedOutBody{AgentID: BrokerAgent})})
+		case fsm.ActRetry:
+			jitter := b.opts.Jitter(fsm.DispatchBackoff(t))
+			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchRetried, &fsm.DispatchRetriedBody{AgentID: BrokerAgent, JitterMS: jitter.Milliseconds()})})
+		case fsm.ActDeadLetter:
+			_, why := fsm.DispatchRetryDue(t)
+			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})})
+		}
 	}
-	b.assignAll(ctx, batch, batched, now)
+	decisions = b.assignLocked(now, decisions)
+	b.compactLocked()
+	next := b.nextDueLocked()
+	b.mu.Unlock()
+
+	// The next step must see this one's outcome in the index, or it would
+	// count a worker's load short and decide again on stale versions.
+	if last := b.appendAll(ctx, decisions, now); last > 0 {
+		if err := b.followed.Wait(ctx, last); err != nil {
+			b.opts.Logger.Debug("broker: wait for the index", "err", err)
+		}
+	}
 	return next
 }
 
-// assignAll appends the assignments of one step in one atomic append (one
-// synced commit); if a task moved meanwhile the batch is refused as a
-// whole, and each assignment is tried alone.
-func (b *Broker) assignAll(ctx context.Context, batch []eventlog.StreamAppend, tasks []*fsm.Task, now time.Time) {
+// assignLocked appends to ds the assignments of the tasks at the head of
+// the queue that eligible workers have room for. Tasks no worker can take
+// now (capabilities) stay queued in their place. It stops as soon as no
+// worker has room, so a long queue costs nothing while the workers are
+// busy.
+func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
+	load := map[string]int{}
+	room := 0
+	for id, w := range b.workers {
+		load[id] = len(b.byWorker[id])
+		if b.aliveLocked(id, w, now) {
+			room += max(w.MaxTasks-load[id], 0)
+		}
+	}
+	var skipped []*entry
+	for room > 0 && len(b.ready) > 0 {
+		e := heap.Pop(&b.ready).(*entry)
+		e.queued = false
+		if b.live[e.t.ID] != e {
+			continue // finished meanwhile
+		}
+		if act := fsm.Next(&e.t); act.Kind != fsm.ActAssign || act.At.After(now) {
+			b.dirty[e.t.ID] = struct{}{}
+			continue
+		}
+		w, score := b.pickLocked(&e.t, load, now)
+		if w == "" {
+			skipped = append(skipped, e) // no eligible worker now; a registration or a report wakes the loop
+			continue
+		}
+		ds = append(ds, decision{e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})})
+		load[w]++
+		room--
+	}
+	for _, e := range skipped {
+		e.queued = true
+		heap.Push(&b.ready, e)
+	}
+	return ds
+}
+
+// appendAll appends the decisions of one step (timeouts, retries, dead
+// letters, assignments: one event each, on distinct tasks) in one atomic
+// append, one synced commit, each at the version of the task it was taken
+// on. If a task moved meanwhile the append is refused as a whole, and each
+// decision is tried alone. It returns the last sequence appended (0:
+// none). A task whose decision was not recorded is looked at again by the
+// next step.
+func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) uint64 {
+	batch := make([]eventlog.StreamAppend, 0, len(ds))
+	for i := range ds {
+		d := &ds[i]
+		ev, err := encodeEvent(&d.t, now, d.ev)
+		if err != nil {
+			b.opts.Logger.Warn("broker: encode", "task", d.t.ID, "type", d.ev.et, "err", err)
+			b.again(d.t.ID)
+			continue
+		}
+		batch = append(batch, eventlog.StreamAppend{Stream: d.t.ID, Expected: eventlog.Exactly(d.t.Version), Events: []eventlog.Event{ev}})
+	}
 	if len(batch) == 0 {
-		return
+		return 0
 	}
 	res, err := b.log.AppendMulti(ctx, batch...)
 	if err == nil {
-		if err := b.tasks.WaitFor(ctx, res[len(res)-1].LastSeq); err != nil {
-			b.opts.Logger.Debug("broker: wait for the fold", "err", err)
-		}
-		return
+		b.opts.Logger.Debug("broker decisions", "n", len(batch))
+		return res[len(res)-1].LastSeq
 	}
-	for i, sa := range batch {
-		if _, err := b.log.Append(ctx, sa.Stream, sa.Expected, sa.Events...); err != nil {
-			b.opts.Logger.Debug("broker decision not recorded", "task", tasks[i].ID, "err", err)
+	var last uint64
+	for _, sa := range batch {
+		r, err := b.log.Append(ctx, sa.Stream, sa.Expected, sa.Events...)
+		if err != nil {
+			b.opts.Logger.Debug("broker decision not recorded", "task", sa.Stream, "type", sa.Events[0].Type, "err", err)
+			b.again(sa.Stream)
 			continue
 		}
+		b.opts.Logger.Debug("broker decision", "task", sa.Stream, "type", sa.Events[0].Type)
+		last = max(last, r.LastSeq)
 	}
-	if err := b.tasks.WaitFor(ctx, b.log.Head()); err != nil {
-		b.opts.Logger.Debug("broker: wait for the fold", "err", err)
-	}
+	return last
 }
 
-// liveTasks returns the live dispatch tasks as folded.
-func (b *Broker) liveTasks() []fsm.Task {
+// again has the next step look at task id again (its decision was not
+// recorded). A refusal for a conflict needs no help: the event that moved
+// the task marks it too.
+func (b *Broker) again(id string) {
 	b.mu.Lock()
-	ids := make([]string, 0, len(b.live))
-	for id := range b.live {
-		ids = append(ids, id)
+	if _, ok := b.live[id]; ok {
+		b.dirty[id] = struct{}{}
 	}
 	b.mu.Unlock()
-	out := make([]fsm.Task, 0, len(ids))
-	for _, id := range ids {
-		if t, err := b.tasks.Task(id); err == nil && t.Dispatch != nil {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
-// pick chooses the worker for t: alive, not draining, below its max_tasks,
-// with every required capability; the least loaded first, then by id. The
-// score is the seed's 1.0 + priority*0.05, scaled by the capability match
-// (1 for an eligible worker).
-func (b *Broker) pick(t *fsm.Task, load map[string]int, now time.Time) (string, float64) {
+// liveTasks returns the live dispatch tasks as last folded, oldest first.
+func (b *Broker) liveTasks() []fsm.Task {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	es := make([]*entry, 0, len(b.live))
+	for _, e := range b.live {
+		es = append(es, e)
+	}
+	return sortedTasks(es)
+}
+
+// aliveLocked reports whether worker id (w) may get a new task now: seen
+// within WorkerTTL and not draining.
+func (b *Broker) aliveLocked(id string, w *projection.Worker, now time.Time) bool {
+	seen, ok := b.seen[id]
+	return ok && now.Sub(seen) <= b.opts.WorkerTTL && !w.Draining
+}
+
+// pickLocked chooses the worker for t: alive, not draining, below its
+// max_tasks, with every required capability; the least loaded first, then
+// by id. The score is the seed's 1.0 + priority*0.05, scaled by the
+// capability match (1 for an eligible worker).
+func (b *Broker) pickLocked(t *fsm.Task, load map[string]int, now time.Time) (string, float64) {
 	best, bestLoad := "", 0
 	for id, w := range b.workers {
-		seen, ok := b.seen[id]
-		if !ok || now.Sub(seen) > b.opts.WorkerTTL || w.Draining || load[id] >= w.MaxTasks || !w.Has(t.Dispatch.RequiredCapabilities) {
+		if !b.aliveLocked(id, w, now) || load[id] >= w.MaxTasks || !w.Has(t.Dispatch.RequiredCapabilities) {
 			continue
 		}
 		if id == AgentWorkerID && len(t.Dispatch.RequiredCapabilities) == 0 {
@@ -391,19 +480,6 @@ func (b *Broker) pick(t *fsm.Task, load map[string]int, now time.Time) (string, 
 		return "", 0
 	}
 	return best, 1.0 + float64(t.Priority)*0.05
-}
-
-// decide appends the broker's decision ev for t, expecting t's version: a
-// concurrent report wins and the loop looks again. It reports whether the
-// event was appended.
-func (b *Broker) decide(ctx context.Context, t *fsm.Task, et fsm.EventType, body fsm.Body, now time.Time) bool {
-	_, err := b.append(ctx, t, now, eventOf(et, body))
-	if err != nil {
-		b.opts.Logger.Debug("broker decision not recorded", "task", t.ID, "type", et, "err", err)
-		return false
-	}
-	b.opts.Logger.Debug("broker decision", "task", t.ID, "type", et)
-	return true
 }
 
 type typedBody struct {
@@ -428,7 +504,23 @@ func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...
 	if err != nil {
 		return res, err
 	}
-	return res, b.tasks.WaitFor(ctx, lastSeq(res))
+	return res, b.synced(ctx, lastSeq(res))
+}
+
+// synced waits until the view has folded seq and, while the loop runs,
+// follow has indexed it: a caller's next read sees its write (a worker's
+// long poll after its report does not return the task it just completed).
+func (b *Broker) synced(ctx context.Context, seq uint64) error {
+	if err := b.tasks.WaitFor(ctx, seq); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	running := b.running
+	b.mu.Unlock()
+	if !running {
+		return nil
+	}
+	return b.followed.Wait(ctx, seq)
 }
 
 // encodeEvent builds the log event of a decision on t at time now.
@@ -450,9 +542,15 @@ func lastSeq(r eventlog.AppendResult) uint64 {
 // Wait blocks until cond holds for the broker's view of things (checked
 // at once and after every dispatch or worker event), or ctx ends.
 func (b *Broker) Wait(ctx context.Context, cond func() bool) error {
+	return b.waitOn(ctx, cond, func() chan struct{} { return b.changed })
+}
+
+// waitOn checks cond at once and after each close of the channel that
+// next returns (called with b.mu held), until cond holds or ctx ends.
+func (b *Broker) waitOn(ctx context.Context, cond func() bool, next func() chan struct{}) error {
 	for {
 		b.mu.Lock()
-		ch := b.changed
+		ch := next()
 		b.mu.Unlock()
 		if cond() {
 			return nil

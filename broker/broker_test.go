@@ -102,9 +102,14 @@ type harness struct {
 	log *eventlog.Log
 	b   *Broker
 	clk *fakeClock
+	wg  sync.WaitGroup
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { t.Helper(); return newHarnessRun(t, true) }
+
+// newHarnessRun is newHarness; with run false the broker's loop is not
+// started (harness.run starts it).
+func newHarnessRun(t *testing.T, run bool) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := eventlog.Open("data", &eventlog.Options{FS: vfs.NewMem()})
@@ -120,16 +125,24 @@ func newHarness(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = v.Follow(ctx, l, nil) }()
-	go func() { defer wg.Done(); _ = b.Run(ctx) }()
+	h := &harness{t: t, ctx: ctx, log: l, b: b, clk: clk}
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); _ = v.Follow(ctx, l, nil) }()
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		h.wg.Wait()
 		_ = l.Close()
 	})
-	return &harness{t: t, ctx: ctx, log: l, b: b, clk: clk}
+	if run {
+		h.run()
+	}
+	return h
+}
+
+// run starts the broker's loop.
+func (h *harness) run() {
+	h.wg.Add(1)
+	go func() { defer h.wg.Done(); _ = h.b.Run(h.ctx) }()
 }
 
 func (h *harness) create(title string, prio int, caps ...string) fsm.Task {
@@ -329,5 +342,92 @@ func TestDelayedTask(t *testing.T) {
 	got := h.waitTask(task.ID, "assigned at run_at", assignedTo("w1"))
 	if !got.Dispatch.AssignedAt.Equal(at) {
 		t.Fatalf("assigned at %s, want %s", got.Dispatch.AssignedAt, at)
+	}
+}
+
+// TestReturningWorkerWakesTheLoop: the lost wake-up behind a requeued task
+// that stayed pending while a worker had room. A worker not heard from for
+// longer than WorkerTTL gets nothing; when it calls again, that request
+// must wake the loop, or the task waits for an unrelated event or the next
+// CheckInterval. The fake clock stands still after the requeue, so no
+// timer can stand in for the wake-up.
+func TestReturningWorkerWakesTheLoop(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "flaky", MaxRetries: 0, RetryEligible: true}))
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchFailed, fsm.DispatchReportBody{Error: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	h.settle()
+	h.clk.Advance(2 * time.Minute) // w1 is silent beyond the 90 s WorkerTTL
+	h.settle()
+	if _, err := h.b.Requeue(h.ctx, task.ID, "mike", "fixed"); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	if got, _ := h.b.Task(task.ID); !got.IsTerminal() && got.Dispatch.AssignedAgent != "" {
+		t.Fatalf("assigned to a worker not seen for 2 minutes: %s", got.Dispatch.AssignedAgent)
+	}
+	h.b.Seen("w1") // w1 is back, with room: its request alone must wake the loop
+	h.waitTask(task.ID, "assigned to the returning worker", assignedTo("w1"))
+}
+
+// TestTasksAppendedBeforeRun: a task the view folds between New and Run
+// is assigned: Run follows the log from where New loaded the live tasks,
+// not from the head when it starts.
+func TestTasksAppendedBeforeRun(t *testing.T) {
+	h := newHarnessRun(t, false)
+	h.register("w1", 1)
+	task := h.create("early", 0)
+	h.run()
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+}
+
+// TestIndexForgetsFinishedTasks: the loop's index holds the live tasks
+// only; the deadlines of finished tasks do not pile up in its heaps.
+func TestIndexForgetsFinishedTasks(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 2)
+	for i := range 150 {
+		task := h.create("t", i%3)
+		h.waitTask(task.ID, "assigned", assignedTo("w1"))
+		if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `{}`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.settle()
+	h.b.mu.Lock()
+	defer h.b.mu.Unlock()
+	if len(h.b.live) != 0 || len(h.b.byWorker) != 0 || len(h.b.due) > 64 || len(h.b.ready) > 64 {
+		t.Fatalf("index after 150 finished tasks: %d live, %d workers, %d due, %d ready",
+			len(h.b.live), len(h.b.byWorker), len(h.b.due), len(h.b.ready))
+	}
+}
+
+// TestOneCommitPerStep: the decisions a step takes together (here three
+// timeouts, then three dead letters) are appended in one synced commit,
+// not one each.
+func TestOneCommitPerStep(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 3)
+	var ids []string
+	for range 3 {
+		task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 0, RetryEligible: false}))
+		ids = append(ids, task.ID)
+	}
+	for _, id := range ids {
+		h.waitTask(id, "assigned", assignedTo("w1"))
+	}
+	h.settle()
+	before := h.log.Stats().Commits
+	h.clk.Advance(60 * time.Second)
+	for _, id := range ids {
+		h.waitTask(id, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	}
+	h.settle()
+	if n := h.log.Stats().Commits - before; n != 2 {
+		t.Fatalf("3 timeouts and 3 dead letters took %d commits, want 2", n)
 	}
 }

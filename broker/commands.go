@@ -15,19 +15,22 @@ import (
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
-// Seen records that agent made a request now (liveness, memory only).
+// Seen records that agent made a request now (liveness, memory only). A
+// worker that was not alive (never seen since the start, or not within
+// WorkerTTL) wakes the loop: it may take queued tasks now, and nothing
+// else would tell the loop so.
 func (b *Broker) Seen(agent string) {
 	if agent == "" {
 		return
 	}
 	now := b.opts.Now()
 	b.mu.Lock()
-	_, known := b.seen[agent]
+	last, known := b.seen[agent]
 	b.seen[agent] = now
 	_, worker := b.workers[agent]
 	b.mu.Unlock()
-	if worker && !known {
-		b.wake() // a worker came (back): it may take queued tasks
+	if worker && (!known || now.Sub(last) > b.opts.WorkerTTL) {
+		b.wake()
 	}
 }
 
@@ -71,7 +74,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	if err := b.tasks.WaitFor(ctx, res.LastSeq); err != nil {
+	if err := b.synced(ctx, res.LastSeq); err != nil {
 		return fsm.Task{}, err
 	}
 	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once
@@ -89,11 +92,33 @@ func (b *Broker) Task(id string) (fsm.Task, error) {
 
 // Live returns the dispatch tasks that are not finished (queued,
 // assigned, in progress, failed or timed out and not dead-lettered),
-// oldest first: cheaper than Tasks, for a worker's long poll.
-func (b *Broker) Live() []fsm.Task {
-	out := b.liveTasks()
-	slices.SortFunc(out, func(x, y fsm.Task) int { return strings.Compare(x.ID, y.ID) })
-	return out
+// oldest first, as last folded: cheaper than Tasks.
+func (b *Broker) Live() []fsm.Task { return b.liveTasks() }
+
+// AgentTasks returns the tasks assigned to worker agent and not finished
+// (assigned or in progress), oldest first: a worker's long poll, which
+// costs the worker's own tasks, not the queue.
+func (b *Broker) AgentTasks(agent string) []fsm.Task {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	es := make([]*entry, 0, len(b.byWorker[agent]))
+	for _, e := range b.byWorker[agent] {
+		es = append(es, e)
+	}
+	return sortedTasks(es)
+}
+
+// WaitAgent is Wait for worker agent's long poll: cond is checked at once
+// and again only when a task is assigned to agent, changes or leaves it.
+func (b *Broker) WaitAgent(ctx context.Context, agent string, cond func() bool) error {
+	return b.waitOn(ctx, cond, func() chan struct{} {
+		ch, ok := b.workerCh[agent]
+		if !ok {
+			ch = make(chan struct{})
+			b.workerCh[agent] = ch
+		}
+		return ch
+	})
 }
 
 // Tasks returns every dispatch task as folded, oldest first.
@@ -256,7 +281,7 @@ func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm
 		if err != nil {
 			return 0, err
 		}
-		if err := b.tasks.WaitFor(ctx, res[len(res)-1].LastSeq); err != nil {
+		if err := b.synced(ctx, res[len(res)-1].LastSeq); err != nil {
 			return 0, err
 		}
 		return len(appends), nil
@@ -352,19 +377,16 @@ func (b *Broker) Worker(id string) (WorkerInfo, error) {
 // Workers lists the registered workers with their active tasks and
 // liveness, by id.
 func (b *Broker) Workers() []WorkerInfo {
-	active := map[string][]string{}
-	for _, t := range b.liveTasks() {
-		if a := fsm.Next(&t); a.Kind == fsm.ActWaitWorker {
-			active[a.Task] = append(active[a.Task], t.ID)
-		}
-	}
 	now := b.opts.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]WorkerInfo, 0, len(b.workers))
 	for id, w := range b.workers {
 		seen, ok := b.seen[id]
-		ts := active[id]
+		var ts []string
+		for tid := range b.byWorker[id] {
+			ts = append(ts, tid)
+		}
 		slices.Sort(ts)
 		out = append(out, WorkerInfo{Worker: *w, ActiveTasks: ts, LastSeen: seen, Alive: ok && now.Sub(seen) <= b.opts.WorkerTTL})
 	}

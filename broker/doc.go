@@ -21,8 +21,12 @@
 //     liveness (the last request carrying X-Agent-ID) is kept in memory
 //     only: after a restart no worker gets a task before it calls again.
 //   - The broker reads tasks from the daemon's folded view (Tasks); it
-//     does not fold events itself. It keeps one index of its own, parent ->
-//     children (children.go), loaded at New and kept as it follows the log.
+//     does not fold events itself. It keeps an index of the live tasks as
+//     the view folded them (index.go), so that a step looks only at what
+//     changed or fell due and a worker's long poll at its own tasks, and
+//     one of parent -> children (children.go), loaded at New and kept as
+//     it follows the log. A write through the broker returns once the view
+//     and the index hold it.
 //
 // The built-in agent is a worker too (agentworker.go): "pegasus", which
 // runs a broker task assigned to it as a pegasus.task child and reports

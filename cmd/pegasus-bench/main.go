@@ -12,6 +12,12 @@
 // Run only that table with
 //
 //	go run ./cmd/pegasus-bench -run '^$' -rounds 3
+//
+// With -broker it runs the Dispatch broker's workload instead (issue 12,
+// broker.go): tasks/s through a pegasusd over HTTP on loopback, and the
+// latency at a fixed offered rate:
+//
+//	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -broker -rounds 3
 package main
 
 import (
@@ -32,7 +38,25 @@ func main() {
 	markdown := flag.Bool("markdown", false, "print the table as Markdown")
 	quiet := flag.Bool("q", false, "do not print each measurement")
 	costs := flag.Bool("costs", true, "also measure the log's own costs against a minimal Pebble writer")
+	var bf brokerFlags
+	brokerMode := flag.Bool("broker", false, "run the broker's workload (tasks/s and latency over HTTP) instead of the log's")
+	flag.StringVar(&bf.url, "broker-url", "", "with -broker: a running daemon's URL (default: start -pegasusd for each run)")
+	flag.StringVar(&bf.pegasusd, "pegasusd", "", "with -broker: the pegasusd binary (default: the one beside this binary, else on $PATH)")
+	flag.IntVar(&bf.cfg.Tasks, "broker-tasks", 10000, "with -broker: tasks of the closed loop")
+	flag.IntVar(&bf.cfg.Clients, "broker-clients", 16, "with -broker: clients creating tasks in the closed loop")
+	flag.IntVar(&bf.cfg.Workers, "broker-workers", 8, "with -broker: workers")
+	flag.IntVar(&bf.cfg.MaxTasks, "broker-max-tasks", 4, "with -broker: max_tasks of each worker")
+	flag.Float64Var(&bf.cfg.Rate, "broker-rate", 200, "with -broker: tasks/s offered by the open loop")
+	flag.DurationVar(&bf.cfg.Duration, "broker-duration", 10*time.Second, "with -broker: duration of the open loop")
 	flag.Parse()
+	if *brokerMode {
+		bf.dir, bf.rounds = *dir, *rounds
+		if err := runBroker(context.Background(), bf); err != nil {
+			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	cfg := bench.Config{Dir: *dir, Duration: *duration, Rounds: *rounds, Filter: *run}
 	if !*quiet {

@@ -342,9 +342,18 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	var page []dispatchJSON
 	var more bool
 	source := s.broker.b.Tasks
-	switch fsm.State(q.Get("status")) {
-	case fsm.StatePending, fsm.StateAssigned, fsm.StateInProgress:
-		source = s.broker.b.Live // a worker's long poll: the live tasks only
+	waitFor := s.broker.b.Wait
+	switch agent := q.Get("agent"); fsm.State(q.Get("status")) {
+	case fsm.StateAssigned, fsm.StateInProgress:
+		if agent != "" {
+			// A worker's long poll: its own tasks, woken by their changes only.
+			source = func() []fsm.Task { return s.broker.b.AgentTasks(agent) }
+			waitFor = func(ctx context.Context, cond func() bool) error { return s.broker.b.WaitAgent(ctx, agent, cond) }
+			break
+		}
+		fallthrough
+	case fsm.StatePending:
+		source = s.broker.b.Live // the live tasks only
 	}
 	list := func() bool {
 		page, more = page[:0], false
@@ -363,7 +372,7 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	if !list() && wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		defer cancel()
-		_ = s.broker.b.Wait(ctx, list)
+		_ = waitFor(ctx, list)
 	}
 	out := struct {
 		Tasks      []dispatchJSON `json:"tasks"`

@@ -1,102 +1,92 @@
 package main
 
 import (
-	"fmt"
-	"sort"
-	"sync"
-	"sync/atomic"
+	"context"
 	"testing"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/internal/brokerbench"
 )
 
-// BenchmarkBrokerThroughput measures tasks/s through the broker: 16
-// clients create no-op tasks over HTTP while 8 workers (max_tasks 4)
-// long-poll, report progress-free completions, every append synced. It
+// The broker's benchmarks (docs/benchmarks.md "The broker"): the workload
+// of internal/brokerbench against a daemon in-process on loopback, at the
+// broker's defaults, every append synced. pegasus-bench -broker runs the
+// same workload against a pegasusd binary.
+
+// BenchmarkBrokerThroughput: 16 clients create b.N no-op tasks while 8
+// workers (max_tasks 4) long-poll and complete each with one request. It
 // reports tasks/s and p50/p99 create-to-complete.
 //
-//	go test ./cmd/pegasusd -run '^$' -bench BrokerThroughput -benchtime 2000x
+//	go test ./cmd/pegasusd -run '^$' -bench BrokerThroughput -benchtime 10000x
 func BenchmarkBrokerThroughput(b *testing.B) {
+	benchBroker(b, brokerbench.Config{Tasks: b.N})
+}
+
+// BenchmarkBrokerLatency: an open loop offering 200 tasks/s (b.N tasks in
+// all) to the same 8 workers; latency counts from each task's due time.
+//
+//	go test ./cmd/pegasusd -run '^$' -bench BrokerLatency -benchtime 2000x
+func BenchmarkBrokerLatency(b *testing.B) {
+	const rate = 200
+	benchBroker(b, brokerbench.Config{Rate: rate, Duration: time.Duration(b.N) * time.Second / rate})
+}
+
+func benchBroker(b *testing.B, bc brokerbench.Config) {
 	cfg := testConfig(b)
 	cfg.maxBody = 1 << 20
 	td := startDaemon(b, cfg)
-	const clients, workers = 16, 8
-	for w := range workers {
-		id := fmt.Sprintf("bw%d", w)
-		if r := td.do("PUT", "/api/v1/agents/"+id, `{"max_tasks":4}`, "X-Agent-ID", id); r.status != 200 {
-			b.Fatalf("register: %d %s", r.status, r.body)
-		}
-	}
-	var created sync.Map // task id -> create time
-	var done atomic.Int64
-	lat := make(chan time.Duration, b.N)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func(id string) {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r := td.do("GET", "/api/v1/tasks?agent="+id+"&status=assigned&wait=1s", "", "X-Agent-ID", id)
-				var page struct {
-					Tasks []dispatchJSON `json:"tasks"`
-				}
-				r.json(b, &page)
-				for _, t := range page.Tasks {
-					if r := td.do("POST", "/api/v1/tasks/"+t.TaskID+"/complete", `{}`, "X-Agent-ID", id); r.status != 200 {
-						b.Errorf("complete: %d %s", r.status, r.body)
-						return
-					}
-					if at, ok := created.Load(t.TaskID); ok {
-						lat <- time.Since(at.(time.Time))
-					}
-					done.Add(1)
-				}
-			}
-		}(fmt.Sprintf("bw%d", w))
-	}
+	bc.URL = td.url
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	b.ResetTimer()
-	start := time.Now()
-	var next atomic.Int64
-	var cw sync.WaitGroup
-	for range clients {
-		cw.Add(1)
-		go func() {
-			defer cw.Done()
-			for next.Add(1) <= int64(b.N) {
-				at := time.Now()
-				r := td.do("POST", "/api/v1/tasks", `{"title":"noop"}`, "X-Agent-ID", "client")
-				if r.status != 201 {
-					b.Errorf("create: %d %s", r.status, r.body)
-					return
-				}
-				var j dispatchJSON
-				r.json(b, &j)
-				created.Store(j.TaskID, at)
-			}
-		}()
-	}
-	cw.Wait()
-	for done.Load() < int64(b.N) && !b.Failed() {
-		td.do("GET", "/api/v1/tasks?status=pending&owner=nobody&wait=50ms", "", "X-Agent-ID", "client")
-	}
-	elapsed := time.Since(start)
+	res, err := brokerbench.Run(ctx, bc)
 	b.StopTimer()
-	close(stop)
-	wg.Wait()
-	close(lat)
-	var ds []time.Duration
-	for d := range lat {
-		ds = append(ds, d)
+	if err != nil {
+		b.Fatal(err)
 	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
-	if len(ds) > 0 {
-		b.ReportMetric(float64(ds[len(ds)/2].Microseconds())/1000, "p50-ms")
-		b.ReportMetric(float64(ds[len(ds)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(res.PerSec, "tasks/s")
+	b.ReportMetric(float64(res.P50.Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(res.P99.Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(res.AssignP99.Microseconds())/1000, "assign-p99-ms")
+	st := td.d.events.Stats()
+	b.ReportMetric(float64(st.Commits)/res.Elapsed.Seconds(), "fsyncs/s")
+	b.ReportMetric(float64(st.Events)/float64(st.Commits), "events/fsync")
+	b.ReportMetric(float64(st.GatherTimeouts)/float64(st.Commits), "gather-timeouts/fsync")
+}
+
+// TestBrokerBenchWorkload runs both shapes of the benchmark's workload
+// small, so that the benchmark keeps working: every task is created,
+// assigned, completed and measured.
+func TestBrokerBenchWorkload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, bc := range []brokerbench.Config{
+		{Tasks: 60, Clients: 4, Workers: 3, MaxTasks: 2},
+		{Rate: 200, Duration: 100 * time.Millisecond, Workers: 2},
+	} {
+		cfg := testConfig(t)
+		cfg.maxBody = 1 << 20
+		td := startDaemon(t, cfg)
+		bc.URL = td.url
+		res, err := brokerbench.Run(ctx, bc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := bc.Tasks
+		if bc.Rate > 0 {
+			want = 20
+		}
+		if res.Tasks != want || res.P50 <= 0 || res.P99 < res.P50 || res.Max < res.P99 || res.PerSec <= 0 {
+			t.Fatalf("%+v: %s", bc, res)
+		}
+		var st struct {
+			ByStatus map[string]int `json:"by_status"`
+		}
+		td.do("GET", "/api/v1/stats", "", "X-Agent-ID", "admin").json(t, &st)
+		for s, n := range st.ByStatus {
+			if s == "completed" && n != want || s != "completed" && n != 0 {
+				t.Fatalf("stats after the run: %+v", st.ByStatus)
+			}
+		}
 	}
 }

@@ -1,0 +1,201 @@
+package broker
+
+import (
+	"container/heap"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// The broker's in-memory index of the live dispatch tasks. follow keeps it
+// in step with the view (observeLocked, after every dispatch event folded);
+// the loop looks only at what changed (dirty), at what fell due (due) and at
+// the head of the queue (ready), never at every live task: a step costs
+// O(changes + assignments) with a queue of any length, and a worker's long
+// poll reads and waits on its own tasks only. The loop still looks at every
+// live task once per Options.CheckInterval, a safety net that costs little.
+
+// entry is a live dispatch task as last folded, with its place in the
+// index. Guarded by Broker.mu.
+type entry struct {
+	t      fsm.Task
+	worker string    // the worker the task counts against (assigned, running); "" none
+	due    time.Time // its time in Broker.due; zero: not there
+	queued bool      // in Broker.ready
+}
+
+// observeLocked records t, task id as the view folded it now (ok false:
+// the view has no such task). Versions only go forward: a fold read
+// before a later one cannot undo it. Called with b.mu held.
+func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
+	e := b.live[id]
+	if e != nil && ok && t.Version < e.t.Version {
+		return
+	}
+	if !ok || t.Dispatch == nil || t.IsTerminal() {
+		if e != nil {
+			b.setWorkerLocked(e, "")
+			delete(b.live, id)
+			delete(b.dirty, id)
+			// Its places in the heaps are stale now: keep only what orders
+			// them (the ready heap must not see its keys change), not the task.
+			e.t = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}
+			e.due = time.Time{}
+		}
+		return
+	}
+	if e == nil {
+		e = &entry{}
+		b.live[id] = e
+	}
+	e.t = t
+	w := ""
+	if a := fsm.Next(&t); a.Kind == fsm.ActWaitWorker {
+		w = a.Task
+	}
+	b.setWorkerLocked(e, w)
+	if w != "" {
+		b.signalLocked(w) // its state changed: a long poll may match now
+	}
+	b.dirty[id] = struct{}{}
+}
+
+// setWorkerLocked moves e to worker w's tasks, waking both workers' long
+// polls.
+func (b *Broker) setWorkerLocked(e *entry, w string) {
+	if e.worker == w {
+		return
+	}
+	if old := e.worker; old != "" {
+		delete(b.byWorker[old], e.t.ID)
+		if len(b.byWorker[old]) == 0 {
+			delete(b.byWorker, old)
+		}
+		b.signalLocked(old)
+	}
+	e.worker = w
+	if w != "" {
+		if b.byWorker[w] == nil {
+			b.byWorker[w] = map[string]*entry{}
+		}
+		b.byWorker[w][e.t.ID] = e
+		b.signalLocked(w)
+	}
+}
+
+// signalLocked wakes the long polls of worker w.
+func (b *Broker) signalLocked(w string) {
+	if ch, ok := b.workerCh[w]; ok {
+		close(ch)
+		delete(b.workerCh, w)
+	}
+}
+
+// scheduleLocked puts e in the due heap at at (once per distinct time).
+func (b *Broker) scheduleLocked(e *entry, at time.Time) {
+	if e.due.Equal(at) {
+		return
+	}
+	e.due = at
+	heap.Push(&b.due, dueAt{at: at, e: e})
+}
+
+// popDueLocked marks dirty every live task whose time has come.
+func (b *Broker) popDueLocked(now time.Time) {
+	for len(b.due) > 0 && !b.due[0].at.After(now) {
+		d := heap.Pop(&b.due).(dueAt)
+		if b.live[d.e.t.ID] == d.e && d.e.due.Equal(d.at) {
+			d.e.due = time.Time{}
+			b.dirty[d.e.t.ID] = struct{}{}
+		}
+	}
+}
+
+// compactLocked drops the stale places from the heaps once they outnumber
+// the live tasks (a finished task's deadline would stay until its time,
+// WorkerTTL-like minutes at thousands of tasks per second): amortized
+// O(1) per place.
+func (b *Broker) compactLocked() {
+	if n := len(b.due); n > 64 && n > 2*len(b.live) {
+		keep := b.due[:0]
+		for _, d := range b.due {
+			if b.live[d.e.t.ID] == d.e && d.e.due.Equal(d.at) {
+				keep = append(keep, d)
+			}
+		}
+		clear(b.due[len(keep):])
+		b.due = keep
+		heap.Init(&b.due)
+	}
+	if n := len(b.ready); n > 64 && n > 2*len(b.live) {
+		keep := b.ready[:0]
+		for _, e := range b.ready {
+			if b.live[e.t.ID] == e {
+				keep = append(keep, e)
+			}
+		}
+		clear(b.ready[len(keep):])
+		b.ready = keep
+		heap.Init(&b.ready)
+	}
+}
+
+// nextDueLocked is the earliest time in the due heap (zero: none).
+func (b *Broker) nextDueLocked() time.Time {
+	if len(b.due) == 0 {
+		return time.Time{}
+	}
+	return b.due[0].at
+}
+
+// sortedTasks copies the tasks of es, by id (oldest first). Called with
+// b.mu held.
+func sortedTasks(es []*entry) []fsm.Task {
+	slices.SortFunc(es, func(x, y *entry) int { return strings.Compare(x.t.ID, y.t.ID) })
+	out := make([]fsm.Task, len(es))
+	for i, e := range es {
+		out[i] = e.t
+	}
+	return out
+}
+
+// dueAt is a task's place in the due heap; stale places (the task moved
+// on) are skipped when popped.
+type dueAt struct {
+	at time.Time
+	e  *entry
+}
+
+type dueHeap []dueAt
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueAt)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = dueAt{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// readyHeap is the queue of pending tasks due now, in the broker's queue
+// order (projection.QueueLess: priority, then age). The keys never change
+// while a task waits (priority and created_at are set at creation).
+type readyHeap []*entry
+
+func (h readyHeap) Len() int           { return len(h) }
+func (h readyHeap) Less(i, j int) bool { return projection.QueueLess(&h[i].t, &h[j].t) < 0 }
+func (h readyHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readyHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *readyHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,316 @@
+// Package brokerbench is the Dispatch broker's benchmark workload (issue
+// 12, docs/benchmarks.md "The broker"), run against a daemon's URL: clients
+// create no-op tasks (POST /api/v1/tasks) while workers long-poll for their
+// assignments and complete each task with one request, as real workers do.
+// The go benchmarks of cmd/pegasusd and pegasus-bench -broker run it.
+//
+// Two shapes. Closed loop (Rate 0): Clients create Tasks tasks as fast as
+// the broker answers; the figure is tasks/s. Open loop (Rate > 0): one task
+// is offered every 1/Rate seconds for Duration, whatever the broker's
+// answers, and the latency of each task counts from the time it was due to
+// be sent (no coordinated omission); the figure is p50/p99.
+//
+// Create-to-complete is measured from the client's send (its time travels
+// in the task's metadata) to the worker's 200 answer to /complete.
+package brokerbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config is one run. Each field's comment ends with its default.
+type Config struct {
+	// URL is the daemon's root, e.g. http://127.0.0.1:7070. Required.
+	URL string
+	// Token is sent as a bearer token when set (a daemon with --token).
+	// The default value is none.
+	Token string
+	// Clients create tasks in the closed loop. The default value is 16.
+	Clients int
+	// Workers long-poll and complete; each registers with MaxTasks. The
+	// default values are 8 and 4.
+	Workers, MaxTasks int
+	// Tasks is how many tasks the closed loop creates. The default value
+	// is 10,000.
+	Tasks int
+	// Rate > 0 makes an open loop: tasks offered per second, for Duration.
+	// The default value is 0 (closed loop).
+	Rate float64
+	// Duration of the open loop. The default value is 10s.
+	Duration time.Duration
+	// Prefix names the workers (PREFIX0, PREFIX1, ...) so that runs against
+	// one daemon do not share them. The default value is "bench".
+	Prefix string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Clients <= 0 {
+		c.Clients = 16
+	}
+	if c.Workers <= 0 {
+		c.Workers = 8
+	}
+	if c.MaxTasks <= 0 {
+		c.MaxTasks = 4
+	}
+	if c.Tasks <= 0 {
+		c.Tasks = 10000
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Prefix == "" {
+		c.Prefix = "bench"
+	}
+	return c
+}
+
+// Result is a run's figures.
+type Result struct {
+	Tasks   int           // tasks created and completed
+	Elapsed time.Duration // from the first create to the last completion
+	PerSec  float64       // Tasks / Elapsed
+	Offered float64       // the open loop's rate (0: closed loop)
+	P50     time.Duration // create-to-complete
+	P99     time.Duration
+	Max     time.Duration
+	// AssignP50 and AssignP99 are the create-to-assign part, up to the
+	// broker's assigned_at (the daemon's clock: on one machine, the same).
+	AssignP50, AssignP99 time.Duration
+}
+
+func (r Result) String() string {
+	shape := "closed loop"
+	if r.Offered > 0 {
+		shape = fmt.Sprintf("open loop at %.0f/s", r.Offered)
+	}
+	return fmt.Sprintf("%d tasks (%s) in %s: %.0f tasks/s, create-to-complete p50 %s p99 %s max %s (create-to-assign p50 %s p99 %s)",
+		r.Tasks, shape, r.Elapsed.Round(time.Millisecond), r.PerSec, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.AssignP50), ms(r.AssignP99))
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// errStatus is an unexpected HTTP answer.
+var errStatus = errors.New("brokerbench: unexpected status")
+
+type run struct {
+	cfg    Config
+	client *http.Client
+
+	mu   sync.Mutex
+	lat  []time.Duration
+	alat []time.Duration // create-to-assign
+	last time.Time       // the last completion
+	done chan struct{}
+	n    atomic.Int64 // completions
+	want int64
+}
+
+// Run runs the workload and returns its figures. It fails on the first
+// request the daemon refuses, or when ctx ends before every task is done.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	r := &run{cfg: cfg, done: make(chan struct{}),
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients + cfg.Workers + 64}}}
+	defer r.client.CloseIdleConnections()
+	r.want = int64(cfg.Tasks)
+	if cfg.Rate > 0 {
+		r.want = int64(cfg.Rate * cfg.Duration.Seconds())
+	}
+	if r.want <= 0 {
+		return Result{}, fmt.Errorf("brokerbench: nothing to run: rate %v for %s", cfg.Rate, cfg.Duration)
+	}
+	r.lat = make([]time.Duration, 0, r.want)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ids := make([]string, cfg.Workers)
+	for i := range ids {
+		ids[i] = cfg.Prefix + strconv.Itoa(i)
+		body := fmt.Sprintf(`{"max_tasks":%d}`, cfg.MaxTasks)
+		if _, err := r.do(ctx, "PUT", "/api/v1/agents/"+ids[i], ids[i], body, http.StatusOK); err != nil {
+			return Result{}, err
+		}
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			if err := r.work(ctx, id); err != nil && ctx.Err() == nil {
+				cancel(err)
+			}
+		})
+	}
+	start := time.Now()
+	var cerr error
+	if cfg.Rate > 0 {
+		cerr = r.openLoop(ctx, start)
+	} else {
+		cerr = r.closedLoop(ctx)
+	}
+	if cerr != nil {
+		cancel(cerr)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	cancel(nil)
+	wg.Wait()
+	if r.n.Load() < r.want {
+		// The first cause wins: a refused request, or the caller's ctx.
+		return Result{}, fmt.Errorf("brokerbench: %d of %d tasks done: %w", r.n.Load(), r.want, context.Cause(ctx))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slices.Sort(r.lat)
+	slices.Sort(r.alat)
+	res := Result{Tasks: int(r.want), Elapsed: r.last.Sub(start), Offered: cfg.Rate}
+	res.PerSec = float64(res.Tasks) / res.Elapsed.Seconds()
+	res.P50, res.P99, res.Max = r.lat[len(r.lat)/2], r.lat[len(r.lat)*99/100], r.lat[len(r.lat)-1]
+	res.AssignP50, res.AssignP99 = r.alat[len(r.alat)/2], r.alat[len(r.alat)*99/100]
+	return res, nil
+}
+
+// closedLoop creates cfg.Tasks tasks from cfg.Clients clients, each
+// sending its next create when the last one is answered.
+func (r *run) closedLoop(ctx context.Context) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, r.cfg.Clients)
+	for range r.cfg.Clients {
+		wg.Go(func() {
+			for next.Add(1) <= r.want {
+				if err := r.create(ctx, time.Now()); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	return <-errc
+}
+
+// openLoop offers one task every 1/Rate from start, each create on its
+// own, so that a slow answer does not delay the next task.
+func (r *run) openLoop(ctx context.Context, start time.Time) error {
+	every := time.Duration(float64(time.Second) / r.cfg.Rate)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	errc := make(chan error, 1)
+	for i := range r.want {
+		due := start.Add(time.Duration(i) * every)
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return nil
+			case err := <-errc:
+				return err
+			}
+		}
+		wg.Go(func() {
+			if err := r.create(ctx, due); err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// create creates one no-op task whose latency counts from t0.
+func (r *run) create(ctx context.Context, t0 time.Time) error {
+	body := fmt.Sprintf(`{"title":"noop","metadata":{"t0":"%d"}}`, t0.UnixNano())
+	_, err := r.do(ctx, "POST", "/api/v1/tasks", "client", body, http.StatusCreated)
+	return err
+}
+
+// work is one worker: long-poll for its assignments, complete each with
+// one request, until ctx ends.
+func (r *run) work(ctx context.Context, id string) error {
+	for ctx.Err() == nil {
+		data, err := r.do(ctx, "GET", "/api/v1/tasks?agent="+id+"&status=assigned&wait=1s", id, "", http.StatusOK)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Tasks []struct {
+				TaskID     string            `json:"task_id"`
+				Metadata   map[string]string `json:"metadata"`
+				AssignedAt time.Time         `json:"assigned_at"`
+			} `json:"tasks"`
+		}
+		if err := json.Unmarshal(data, &page); err != nil {
+			return fmt.Errorf("brokerbench: long poll: %w", err)
+		}
+		for _, t := range page.Tasks {
+			if _, err := r.do(ctx, "POST", "/api/v1/tasks/"+t.TaskID+"/complete", id, `{"result":{}}`, http.StatusOK); err != nil {
+				return err
+			}
+			now := time.Now()
+			t0, _ := strconv.ParseInt(t.Metadata["t0"], 10, 64)
+			r.mu.Lock()
+			r.lat = append(r.lat, now.Sub(time.Unix(0, t0)))
+			r.alat = append(r.alat, t.AssignedAt.Sub(time.Unix(0, t0)))
+			r.last = now
+			r.mu.Unlock()
+			if r.n.Add(1) == r.want {
+				close(r.done)
+			}
+		}
+	}
+	return nil
+}
+
+// do sends one request as agent and returns the body of an answer with
+// status want.
+func (r *run) do(ctx context.Context, method, path, agent, body string, want int) ([]byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = bytes.NewBufferString(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.cfg.URL+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-Agent-ID", agent)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != want {
+		return nil, fmt.Errorf("%w: %s %s: %d %s", errStatus, method, path, resp.StatusCode, bytes.TrimSpace(data))
+	}
+	return data, nil
+}
