@@ -16,7 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
@@ -44,6 +46,7 @@ var docExampleFiles = []docFile{
 	{path: "../../docs/export.md"},
 	{path: "../../docs/metrics.md"},
 	{path: "../../docs/broker.md"},
+	{path: "../../docs/retention.md"},
 	{path: "../../docs/replay.md", daemonDir: "live-data", files: map[string]string{
 		"bundle.ndjson":  "../pegasus-replay/testdata/history.ndjson",
 		"corrupt.ndjson": "../pegasus-replay/testdata/corrupt.ndjson",
@@ -219,6 +222,7 @@ type docRun struct {
 	t       *testing.T
 	dir     string
 	bin     string
+	cfg     *config                // the daemon on 7070's
 	daemons map[string]*testDaemon // "7070" -> daemon
 	env     map[string]string
 	ids     map[string]string // documented id -> real id
@@ -242,7 +246,10 @@ type docRun struct {
 // Directives between blocks, as HTML comments, change the setting:
 // "<!-- doc-examples: stop the daemon -->" stops it (its data directory
 // stays for the examples that read it), "<!-- doc-examples: port P runs a
-// daemon with --token T -->" starts another one.
+// daemon with --token T -->" starts another one, and "<!-- doc-examples:
+// restart the daemon with --retain-finished D --retention-interval D and
+// wait for a retention run -->" restarts it, once its tasks have settled,
+// with retention on, and waits until a run has archived tasks.
 func TestDocExamples(t *testing.T) {
 	for _, tool := range []string{"sh", "curl", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -289,7 +296,7 @@ func runDocFile(t *testing.T, df docFile, bin string) int {
 	cfg := testConfig(t)
 	cfg.dataDir = filepath.Join(dir, daemonDir)
 	cfg.checkpointDir = cfg.dataDir + "-checkpoints"
-	r := &docRun{t: t, dir: dir, bin: bin, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
+	r := &docRun{t: t, dir: dir, bin: bin, cfg: cfg, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
 		env: map[string]string{}, ids: map[string]string{}}
 	t.Setenv("PEGASUS_SERVER", r.daemons["7070"].url)
 	n := 0
@@ -304,12 +311,17 @@ func runDocFile(t *testing.T, df docFile, bin string) int {
 	return n
 }
 
-var tokenDirectiveRE = regexp.MustCompile(`^port (\d+) runs a daemon with --token (\S+)$`)
+var (
+	tokenDirectiveRE     = regexp.MustCompile(`^port (\d+) runs a daemon with --token (\S+)$`)
+	retentionDirectiveRE = regexp.MustCompile(`^restart the daemon with (.+) and wait for a retention run$`)
+)
 
 // direct applies a directive.
 func (r *docRun) direct(it docItem) {
 	t := r.t
-	switch m := tokenDirectiveRE.FindStringSubmatch(it.directive); {
+	m := tokenDirectiveRE.FindStringSubmatch(it.directive)
+	rm := retentionDirectiveRE.FindStringSubmatch(it.directive)
+	switch {
 	case it.directive == "stop the daemon":
 		r.daemons["7070"].stop()
 		delete(r.daemons, "7070")
@@ -317,8 +329,44 @@ func (r *docRun) direct(it docItem) {
 		cfg := testConfig(t)
 		cfg.token = m[2]
 		r.daemons[m[1]] = startDaemon(t, cfg)
+	case rm != nil:
+		r.restartRetaining(it, rm[1])
 	default:
 		t.Fatalf("%s: unknown directive %q", it.where, it.directive)
+	}
+}
+
+// restartRetaining restarts the daemon on 7070, once its tasks have
+// settled, with the retention flags given, and waits (up to testTimeout)
+// for the EVENTS_ARCHIVED event of a run that archived tasks.
+func (r *docRun) restartRetaining(it docItem, flags string) {
+	t := r.t
+	fs := flag.NewFlagSet("retention", flag.ContinueOnError)
+	window := fs.Duration("retain-finished", 0, "")
+	interval := fs.Duration("retention-interval", time.Hour, "")
+	if err := fs.Parse(strings.Fields(flags)); err != nil || fs.NArg() > 0 || *window <= 0 {
+		t.Fatalf("%s: retention flags %q: want --retain-finished D [--retention-interval D] (%v)", it.where, flags, err)
+	}
+	td := r.daemons["7070"]
+	settle(t, td)
+	td.stop()
+	r.cfg.retention = retentionConfig{window: *window, interval: *interval, archiveDir: filepath.Join(r.cfg.dataDir, "archive")}
+	td = startDaemon(t, r.cfg)
+	r.daemons["7070"] = td
+	t.Setenv("PEGASUS_SERVER", td.url)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	sub := td.d.events.Subscribe(ctx, 1)
+	defer sub.Close()
+	for {
+		ev, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s: no retention run archived tasks: %v", it.where, err)
+		}
+		if ev.Type == eventlog.TypeEventsArchived {
+			return
+		}
 	}
 }
 
