@@ -1,0 +1,184 @@
+// Package natstest starts in-process NATS servers with JetStream for tests:
+// one server, or a cluster of several on loopback ports with a temporary
+// store directory each, the way nats-server's own tests do
+// (server/jetstream_helpers_test.go: Options with JetStream, StoreDir and
+// cluster routes, NewServer, Start, ReadyForConnections).
+//
+// It is test support only: nothing outside _test.go files imports it, so
+// the daemon's binary does not link the NATS server.
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// readyTimeout bounds every wait of this package: for a server to accept
+// connections and for a cluster to elect its JetStream meta leader.
+const readyTimeout = 30 * time.Second
+
+// Cluster is a set of in-process nats-server instances with JetStream,
+// routed to each other. With one server it is a plain JetStream server
+// (no cluster block).
+type Cluster struct {
+	t       testing.TB
+	opts    []*server.Options
+	Servers []*server.Server
+}
+
+// Start starts n servers (n >= 1) with JetStream, each on a free
+// loopback client port and, for n > 1, a free loopback route port, with
+// a temporary store directory that fsyncs every write (sync_interval:
+// always, so that what a server acknowledged survives it). It waits until
+// every server accepts connections and, for n > 1, the cluster has a
+// JetStream meta leader that knows all n peers and every server is
+// current. The servers are shut down when the test ends.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natstest: %d servers", n)
+	}
+	c := &Cluster{t: t}
+	var routes []*url.URL
+	var routePorts []int
+	if n > 1 {
+		for range n {
+			p := freePort(t)
+			routePorts = append(routePorts, p)
+			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+		}
+	}
+	for i := range n {
+		o := &server.Options{
+			ServerName: fmt.Sprintf("S-%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       freePort(t),
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			SyncAlways: true,
+			NoLog:      true,
+			NoSigs:     true,
+			// The servers' own limits would reserve a share of the
+			// machine's memory and disk; tests need little.
+			JetStreamMaxMemory: 256 << 20,
+			JetStreamMaxStore:  1 << 30,
+		}
+		if n > 1 {
+			o.Cluster = server.ClusterOpts{Name: "pegasus-test", Host: "127.0.0.1", Port: routePorts[i]}
+			o.Routes = routes
+		}
+		c.opts = append(c.opts, o)
+		c.Servers = append(c.Servers, nil)
+	}
+	t.Cleanup(c.Shutdown)
+	for i := range n {
+		c.start(i)
+	}
+	if n > 1 {
+		c.WaitReady(n)
+	}
+	return c
+}
+
+// freePort returns a loopback TCP port that was free a moment ago. The
+// servers need their ports before they start, since each one's routes
+// name all the others (and a restarted server must come back on its own).
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func (c *Cluster) start(i int) {
+	c.t.Helper()
+	o := *c.opts[i]
+	s, err := server.NewServer(&o)
+	if err != nil {
+		c.t.Fatalf("natstest: server %d: %v", i+1, err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(readyTimeout) {
+		s.Shutdown()
+		c.t.Fatalf("natstest: server %d did not accept connections within %v", i+1, readyTimeout)
+	}
+	c.Servers[i] = s
+}
+
+// URL is the client URL of every server, comma-separated: what
+// nats.Connect and pegasusd --publish take.
+func (c *Cluster) URL() string {
+	var us []string
+	for _, o := range c.opts {
+		us = append(us, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(us, ",")
+}
+
+// Stop shuts server i down (its store stays) and waits until it is gone.
+func (c *Cluster) Stop(i int) {
+	if s := c.Servers[i]; s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		c.Servers[i] = nil
+	}
+}
+
+// Restart starts server i again on its ports and store directory.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.Stop(i)
+	c.start(i)
+}
+
+// Shutdown stops every server.
+func (c *Cluster) Shutdown() {
+	for i := range c.Servers {
+		c.Stop(i)
+	}
+}
+
+// WaitReady waits until a running server is the JetStream meta leader,
+// it knows peers peers, and every running server is current with it.
+// The servers offer no notification for this, so it polls (every 10 ms,
+// for at most readyTimeout), as nats-server's own helpers do.
+func (c *Cluster) WaitReady(peers int) {
+	c.t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if c.ready(peers) {
+			return
+		}
+		<-tick.C
+	}
+	c.t.Fatalf("natstest: no JetStream meta leader with %d peers within %v", peers, readyTimeout)
+}
+
+func (c *Cluster) ready(peers int) bool {
+	var leader *server.Server
+	for _, s := range c.Servers {
+		if s != nil && s.JetStreamIsLeader() {
+			leader = s
+		}
+	}
+	if leader == nil || len(leader.JetStreamClusterPeers()) != peers {
+		return false
+	}
+	for _, s := range c.Servers {
+		if s != nil && s.Running() && !s.JetStreamIsCurrent() {
+			return false
+		}
+	}
+	return true
+}
