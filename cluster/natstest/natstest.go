@@ -9,6 +9,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // readyTimeout bounds every wait of this package: for a server to accept
@@ -124,6 +127,21 @@ func (c *Cluster) URL() string {
 	return strings.Join(us, ",")
 }
 
+// JetStream connects a client to the servers (closed when the test ends).
+func (c *Cluster) JetStream() jetstream.JetStream {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return js
+}
+
 // Stop shuts server i down (its store stays) and waits until it is gone.
 func (c *Cluster) Stop(i int) {
 	if s := c.Servers[i]; s != nil {
@@ -153,16 +171,51 @@ func (c *Cluster) Shutdown() {
 // for at most readyTimeout), as nats-server's own helpers do.
 func (c *Cluster) WaitReady(peers int) {
 	c.t.Helper()
+	c.poll(func() bool { return c.ready(peers) }, "no JetStream meta leader with %d peers", peers)
+}
+
+// poll calls cond every 10 ms until it holds, for at most readyTimeout,
+// and fails the test with the message if it never does.
+func (c *Cluster) poll(cond func() bool, format string, args ...any) {
+	c.t.Helper()
 	deadline := time.Now().Add(readyTimeout)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
-		if c.ready(peers) {
+		if cond() {
 			return
 		}
 		<-tick.C
 	}
-	c.t.Fatalf("natstest: no JetStream meta leader with %d peers within %v", peers, readyTimeout)
+	c.t.Fatalf("natstest: "+format+" within %v", append(args, readyTimeout)...)
+}
+
+// WaitStreamCurrent waits until the stream has a leader and every one of
+// its replicas is current: stopping another server before that may leave
+// the stream without a quorum of up-to-date replicas. It polls the
+// stream's info, like WaitReady.
+func (c *Cluster) WaitStreamCurrent(js jetstream.JetStream, stream string) {
+	c.t.Helper()
+	c.poll(func() bool { return streamCurrent(js, stream) }, "stream %s has no leader with every replica current", stream)
+}
+
+func streamCurrent(js jetstream.JetStream, stream string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return false
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+		return false
+	}
+	for _, r := range info.Cluster.Replicas {
+		if !r.Current || r.Offline {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *Cluster) ready(peers int) bool {
