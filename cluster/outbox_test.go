@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
 const testWait = 30 * time.Second
@@ -161,45 +159,19 @@ func ewait(ctx context.Context) {
 }
 
 // checkStream asserts that stream holds exactly the log's events, once
-// each, in log order, each on its subject in the one JSON form with its
-// id as Nats-Msg-Id.
+// each, in log order (VerifyFanout).
 func (f *fixture) checkStream(stream string) {
 	f.t.Helper()
-	ctx := context.Background()
-	st, err := f.js.Stream(ctx, stream)
+	st, err := f.js.Stream(context.Background(), stream)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	info, err := st.Info(ctx)
+	r, err := VerifyFanout(context.Background(), f.log, st)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	head := f.log.Head()
-	if info.State.Msgs != head || info.State.LastSeq != head {
-		f.t.Fatalf("stream holds %d messages up to %d, the log %d events", info.State.Msgs, info.State.LastSeq, head)
-	}
-	it := f.log.Scan(1, eventlog.Forward)
-	defer it.Close()
-	for it.Next() {
-		ev := it.Event()
-		m, err := st.GetMsg(ctx, ev.Seq)
-		if err != nil {
-			f.t.Fatalf("stream message %d: %v", ev.Seq, err)
-		}
-		want, _ := replay.MarshalEvent(ev)
-		switch {
-		case m.Subject != Subject(ev.Stream, ev.Type):
-			f.t.Fatalf("event %d on %s, want %s", ev.Seq, m.Subject, Subject(ev.Stream, ev.Type))
-		case m.Header.Get(jetstream.MsgIDHeader) != ev.ID.String():
-			f.t.Fatalf("event %d: Nats-Msg-Id %q", ev.Seq, m.Header.Get(jetstream.MsgIDHeader))
-		case m.Header.Get(HeaderSeq) != strconv.FormatUint(ev.Seq, 10):
-			f.t.Fatalf("stream message %d holds event %s", ev.Seq, m.Header.Get(HeaderSeq))
-		case !bytes.Equal(m.Data, want):
-			f.t.Fatalf("event %d: %s\nwant %s", ev.Seq, m.Data, want)
-		}
-	}
-	if err := it.Err(); err != nil {
-		f.t.Fatal(err)
+	if r.First != 1 || r.Last != f.log.Head() {
+		f.t.Fatalf("the stream holds events %d to %d, the log 1 to %d", r.First, r.Last, f.log.Head())
 	}
 }
 
@@ -349,4 +321,41 @@ func TestOutboxClusterR3(t *testing.T) {
 	f.append(60)
 	f.waitPublished("PEGASUS")
 	f.checkStream("PEGASUS")
+}
+
+// TestVerifyFanoutCatchesDamage proves the check is not vacuous: a
+// duplicate, a changed body and a wrong subject are each found.
+func TestVerifyFanoutCatchesDamage(t *testing.T) {
+	for _, damage := range []func(m *nats.Msg){
+		func(m *nats.Msg) {}, // a second copy of the last event
+		func(m *nats.Msg) { m.Header.Set(HeaderSeq, "6"); m.Data = []byte("{}") },
+		func(m *nats.Msg) { m.Header.Set(HeaderSeq, "6"); m.Subject = "pegasus.task.x.Y" },
+	} {
+		f := newFixture(t, 1)
+		f.append(5)
+		ob := f.start(OutboxOptions{})
+		f.waitPublished("PEGASUS")
+		ob.Stop()
+		f.append(1)
+		ctx := context.Background()
+		st, err := f.js.Stream(ctx, "PEGASUS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := st.GetMsg(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(last.Subject)
+		m.Header, m.Data = last.Header, last.Data
+		m.Header.Del(jetstream.MsgIDHeader)
+		m.Header.Del(jetstream.ExpectedLastSeqHeader)
+		damage(m)
+		if _, err := f.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := VerifyFanout(ctx, f.log, st); !errors.Is(err, ErrFanoutMismatch) {
+			t.Errorf("%v, want ErrFanoutMismatch", err)
+		}
+	}
 }
