@@ -1,0 +1,531 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// Errors of the replicated log.
+var (
+	// ErrUnknownOutcome is returned (wrapped) when an append was sent but
+	// its acknowledgement did not arrive: it may or may not be in the
+	// stream. Retrying with the same event ids is safe.
+	ErrUnknownOutcome = errors.New("cluster: append outcome unknown (retry with the same event ids)")
+	// ErrApply is returned (wrapped) once the follower cannot write a
+	// stream message into the local log; the replicated log then refuses
+	// appends (the local copy no longer follows the stream).
+	ErrApply = errors.New("cluster: the local copy cannot follow the stream")
+)
+
+// Headers and metadata of the replicated log. Stable.
+const (
+	// HeaderBatch is "i/n" on each message of an n-event append.
+	HeaderBatch = "Pegasus-Batch"
+	// HeaderSchema is the event's body schema (the JSON form's "schema",
+	// kept exactly: the draft parser defaults a zero one).
+	HeaderSchema = "Pegasus-Schema"
+	// MetaStreamSeq is the metadata key under which the local copy keeps
+	// each event's sequence in the JetStream stream: what an expected
+	// version maps to (Nats-Expected-Last-Subject-Sequence) and where the
+	// follower resumes.
+	MetaStreamSeq = "pegasus.js_seq"
+)
+
+// LogOptions configure a ReplicatedLog.
+type LogOptions struct {
+	// URL is the NATS cluster, one or more comma-separated URLs. Required.
+	URL string
+	// Stream is the JetStream stream that is the log's source of truth,
+	// created if missing. The default value is "PEGASUS_LOG".
+	Stream string
+	// Replicas of the stream when it is created. The default value is 3
+	// when the connection knows at least 3 servers, else 1.
+	Replicas int
+	// Duplicates is the stream's de-duplication window by Nats-Msg-Id.
+	// The default value is 2 minutes.
+	Duplicates time.Duration
+	// AckTimeout bounds the wait for JetStream's acknowledgement of one
+	// append. The default value is 5s.
+	AckTimeout time.Duration
+	// Logger receives the follower's errors. The default value discards
+	// them.
+	Logger *slog.Logger
+}
+
+func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
+	if o.Stream == "" {
+		o.Stream = "PEGASUS_LOG"
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+		if len(nc.Servers()) >= 3 {
+			o.Replicas = 3
+		}
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = 2 * time.Minute
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// ReplicatedLog is the clustered log (docs/cluster.md, incomplete): a
+// JetStream stream is the source of truth and a local eventlog.Log is
+// this node's copy, written only by the ReplicatedLog's follower, in the
+// stream's order. Append publishes to the stream and returns once
+// JetStream acknowledged the events (replicated to a quorum) and the
+// follower has written them locally, with their local positions.
+type ReplicatedLog struct {
+	local *eventlog.Log
+	opts  LogOptions
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	st    jetstream.Stream
+
+	mu      sync.Mutex
+	applied uint64        // highest stream sequence in the local copy
+	changed chan struct{} // closed and replaced when applied moves or err is set
+	err     error         // the follower stopped (ErrApply, or closed)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenReplicated connects to the cluster, creates the stream if needed
+// and starts the follower from where the local copy ends. local must be
+// written only through the returned ReplicatedLog.
+func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (*ReplicatedLog, error) {
+	if opts.URL == "" {
+		return nil, fmt.Errorf("%w: a NATS URL is required", ErrInvalid)
+	}
+	nc, err := nats.Connect(opts.URL, nats.Name("pegasusd log"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: --cluster %s: %w", opts.URL, err)
+	}
+	opts.ensureDefaults(nc)
+	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), done: make(chan struct{})}
+	if err := r.open(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *ReplicatedLog) open(ctx context.Context) error {
+	var err error
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return err
+	}
+	r.st, err = r.js.Stream(ctx, r.opts.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		r.st, err = r.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: r.opts.Stream, Subjects: []string{"pegasus.log.>"}, Storage: jetstream.FileStorage,
+			Replicas: r.opts.Replicas, Duplicates: r.opts.Duplicates, AllowAtomicPublish: true,
+			Description: "the Pegasus event log (docs/cluster.md)",
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
+	}
+	if r.applied, err = r.localStreamSeq(); err != nil {
+		return err
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if r.applied > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: r.applied + 1}
+	}
+	cons, err := r.st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("cluster: following stream %s: %w", r.opts.Stream, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.follow(fctx, it)
+	return nil
+}
+
+// localStreamSeq is the stream sequence of the local copy's last event
+// (0 for an empty copy).
+func (r *ReplicatedLog) localStreamSeq() (uint64, error) {
+	head := r.local.Head()
+	if head == 0 {
+		return 0, nil
+	}
+	ev, err := r.local.GetSeq(head)
+	if err != nil {
+		return 0, err
+	}
+	s, err := strconv.ParseUint(ev.Metadata[MetaStreamSeq], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the local log's event %d has no %s: it was not written by the cluster's follower", ErrApply, head, MetaStreamSeq)
+	}
+	return s, nil
+}
+
+// Local is this node's copy, for reads (the fold, verify, the CLI).
+func (r *ReplicatedLog) Local() *eventlog.Log { return r.local }
+
+// Applied is the highest stream sequence in the local copy.
+func (r *ReplicatedLog) Applied() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied
+}
+
+// Close stops the follower and the connection; it does not close the
+// local log.
+func (r *ReplicatedLog) Close() error {
+	r.cancel()
+	<-r.done
+	r.nc.Close()
+	return nil
+}
+
+// follow writes every stream message into the local copy, in stream
+// order; the n messages of one append are written as one local append.
+func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext) {
+	defer close(r.done)
+	go func() { <-ctx.Done(); it.Stop() }()
+	var group []eventlog.Event
+	var last uint64
+	for {
+		m, err := it.Next()
+		if err != nil {
+			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+			return
+		}
+		ev, i, n, sseq, err := decodeMessage(m)
+		if err == nil && i != len(group)+1 {
+			err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
+		}
+		if err != nil {
+			r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+			return
+		}
+		group, last = append(group, ev), sseq
+		if len(group) < n {
+			continue
+		}
+		if err := r.apply(ctx, group); err != nil {
+			if ctx.Err() == nil {
+				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+			}
+			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+			return
+		}
+		group = group[:0]
+		r.mu.Lock()
+		r.applied = last
+		close(r.changed)
+		r.changed = make(chan struct{})
+		r.mu.Unlock()
+	}
+}
+
+// apply writes one append's events to the local copy, unless they are
+// there already (a message JetStream stored twice, past its
+// de-duplication window: the id index makes it a no-op).
+func (r *ReplicatedLog) apply(ctx context.Context, evs []eventlog.Event) error {
+	if _, err := r.local.Get(evs[0].ID); err == nil {
+		return nil
+	}
+	_, err := r.local.Append(ctx, evs[0].Stream, eventlog.Any, evs...)
+	return err
+}
+
+func (r *ReplicatedLog) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
+}
+
+// waitApplied waits until the local copy holds stream sequence seq.
+func (r *ReplicatedLog) waitApplied(ctx context.Context, seq uint64) error {
+	for {
+		r.mu.Lock()
+		applied, err, ch := r.applied, r.err, r.changed
+		r.mu.Unlock()
+		if applied >= seq {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for the local copy to reach stream sequence %d: %w", seq, ctx.Err())
+		}
+	}
+}
+
+// catchUp waits until the local copy holds everything the stream held
+// when it was called.
+func (r *ReplicatedLog) catchUp(ctx context.Context) error {
+	info, err := r.st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	return r.waitApplied(ctx, info.State.LastSeq)
+}
+
+// decodeMessage returns the event a stream message holds, its part i of
+// n, and its stream sequence.
+func decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return ev, 0, 0, 0, err
+	}
+	sseq = md.Sequence.Stream
+	if _, err := fmt.Sscanf(m.Headers().Get(HeaderBatch), "%d/%d", &i, &n); err != nil || i < 1 || i > n {
+		return ev, 0, 0, sseq, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, m.Headers().Get(HeaderBatch))
+	}
+	if ev, err = replay.ParseDraft(m.Data()); err != nil {
+		return ev, 0, 0, sseq, fmt.Errorf("message %d: %w", sseq, err)
+	}
+	schema, err := strconv.ParseUint(m.Headers().Get(HeaderSchema), 10, 16)
+	if err != nil {
+		return ev, 0, 0, sseq, fmt.Errorf("message %d: bad %s header", sseq, HeaderSchema)
+	}
+	ev.Schema = uint16(schema)
+	if ev.Metadata == nil {
+		ev.Metadata = map[string]string{}
+	}
+	ev.Metadata[MetaStreamSeq] = strconv.FormatUint(sseq, 10)
+	return ev, i, n, sseq, nil
+}
+
+// Append appends evs to stream with the log's guarantees (eventlog.Append),
+// through the cluster: the expected version is checked by JetStream
+// (Nats-Expected-Last-Subject-Sequence on the stream's subject), event ids
+// de-duplicate retries (Nats-Msg-Id, and the local id index), and several
+// events are one atomic batch. It returns once JetStream acknowledged and
+// the local copy holds the events; the result's sequences are local ones.
+func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	if len(evs) == 0 || stream == "" {
+		return eventlog.AppendResult{}, fmt.Errorf("%w: an append needs a stream and events", eventlog.ErrInvalid)
+	}
+	r.mu.Lock()
+	ferr := r.err
+	r.mu.Unlock()
+	if ferr != nil {
+		return eventlog.AppendResult{}, ferr
+	}
+	evs = append([]eventlog.Event(nil), evs...)
+	now := time.Now().UTC()
+	for i := range evs {
+		if evs[i].ID == (ulid.ULID{}) {
+			evs[i].ID = r.local.NewID()
+		}
+		if evs[i].Time.IsZero() {
+			evs[i].Time = now
+		}
+		evs[i].Stream = stream
+	}
+	if res, ok, err := r.stored(evs); ok || err != nil {
+		return res, err
+	}
+	subj := "pegasus.log." + Token(stream)
+	expected, err := r.expectedSubjectSeq(ctx, stream, exp)
+	if err != nil {
+		return eventlog.AppendResult{}, err
+	}
+	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	defer cancel()
+	last, err := r.publish(actx, subj, expected, evs)
+	if err != nil {
+		if isWrongLastSeq(err) {
+			return eventlog.AppendResult{}, r.conflict(ctx, stream, exp)
+		}
+		return eventlog.AppendResult{}, err
+	}
+	if err := r.waitApplied(ctx, last); err != nil {
+		return eventlog.AppendResult{}, err
+	}
+	res, ok, err := r.stored(evs)
+	if !ok && err == nil {
+		err = fmt.Errorf("%w: stream sequence %d is applied but event %s is not in the local copy", ErrApply, last, evs[0].ID)
+	}
+	return res, err
+}
+
+// stored returns the result of an earlier append of the same events, if
+// the local copy holds them all (ok), or ErrIDReused if it holds some.
+func (r *ReplicatedLog) stored(evs []eventlog.Event) (eventlog.AppendResult, bool, error) {
+	var res eventlog.AppendResult
+	for i, ev := range evs {
+		got, err := r.local.Get(ev.ID)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			if i > 0 {
+				return res, false, fmt.Errorf("%w: partial replay of an append", eventlog.ErrIDReused)
+			}
+			return res, false, nil
+		}
+		if err != nil {
+			return res, false, err
+		}
+		if got.Stream != ev.Stream || got.Type != ev.Type {
+			return res, false, fmt.Errorf("%w: event %s", eventlog.ErrIDReused, ev.ID)
+		}
+		res.Events = append(res.Events, got)
+	}
+	res.FirstSeq, res.LastSeq = res.Events[0].Seq, res.Events[len(res.Events)-1].Seq
+	res.Version = res.Events[len(res.Events)-1].Version
+	return res, true, nil
+}
+
+// expectedSubjectSeq maps an expected version to the stream sequence of
+// the stream's event at that version (-1: no check). The local copy must
+// hold that event; if it is behind, it catches up with the stream first.
+func (r *ReplicatedLog) expectedSubjectSeq(ctx context.Context, stream string, exp eventlog.ExpectedVersion) (int64, error) {
+	if exp == eventlog.Any {
+		return -1, nil
+	}
+	if exp < 0 {
+		return 0, fmt.Errorf("%w: expected version %d", eventlog.ErrInvalid, exp)
+	}
+	want := uint64(exp)
+	cur, err := r.local.StreamVersion(stream)
+	if err != nil {
+		return 0, err
+	}
+	if cur < want {
+		if err := r.catchUp(ctx); err != nil {
+			return 0, err
+		}
+		if cur, err = r.local.StreamVersion(stream); err != nil {
+			return 0, err
+		}
+	}
+	if cur != want {
+		return 0, &eventlog.ConflictError{Stream: stream, Expected: exp, Current: cur}
+	}
+	if want == 0 {
+		return 0, nil
+	}
+	it := r.local.ReadStream(stream, want)
+	defer it.Close()
+	if !it.Next() {
+		if err := it.Err(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: stream %q version %d vanished", ErrApply, stream, want)
+	}
+	s, err := strconv.ParseInt(it.Event().Metadata[MetaStreamSeq], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: event %d has no %s", ErrApply, it.Event().Seq, MetaStreamSeq)
+	}
+	return s, nil
+}
+
+// conflict builds the ConflictError of a refused append, with the
+// current version once the local copy has caught up. On a replicated
+// stream JetStream refuses an append that conflicts with one still being
+// replicated, so the local copy waits (at most AckTimeout) for the stream
+// to move past the expected version; if that append never commits, the
+// error says the version it has.
+func (r *ReplicatedLog) conflict(ctx context.Context, stream string, exp eventlog.ExpectedVersion) error {
+	wctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	defer cancel()
+	for {
+		if err := r.catchUp(wctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		cur, err := r.local.StreamVersion(stream)
+		if err != nil {
+			return err
+		}
+		if exp == eventlog.Any || cur > uint64(exp) || wctx.Err() != nil {
+			return &eventlog.ConflictError{Stream: stream, Expected: exp, Current: cur}
+		}
+		if err := r.waitApplied(wctx, r.Applied()+1); err != nil && ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// publish sends the events, one message each, the first with the
+// expected subject sequence; several go as one atomic batch. It returns
+// the stream sequence of the last.
+func (r *ReplicatedLog) publish(ctx context.Context, subj string, expected int64, evs []eventlog.Event) (uint64, error) {
+	batchID := ulid.Make().String()
+	var ack pubAck
+	for i, ev := range evs {
+		j := ev
+		j.Seq, j.Version = 0, 0
+		data, err := replay.MarshalEvent(j)
+		if err != nil {
+			return 0, err
+		}
+		m := nats.NewMsg(subj)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
+		m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", i+1, len(evs)))
+		m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
+		if i == 0 && expected >= 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(expected, 10))
+		}
+		if len(evs) > 1 {
+			m.Header.Set("Nats-Batch-Id", batchID)
+			m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+			if i < len(evs)-1 {
+				if err := r.nc.PublishMsg(m); err != nil {
+					return 0, err
+				}
+				continue
+			}
+			m.Header.Set("Nats-Batch-Commit", "1")
+		}
+		resp, err := r.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+		}
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	return ack.Seq, nil
+}
+
+// pubAck is JetStream's answer to a publish.
+type pubAck struct {
+	Seq       uint64              `json:"seq"`
+	Duplicate bool                `json:"duplicate"`
+	Error     *jetstream.APIError `json:"error"`
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

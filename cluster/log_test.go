@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/pegasus-engine/pegasus/cluster/natstest"
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// node is one daemon's view of the replicated log: its local copy.
+type node struct {
+	dir   string
+	local *eventlog.Log
+	rl    *ReplicatedLog
+}
+
+func openNode(t *testing.T, nc *natstest.Cluster, dir string) *node {
+	t.Helper()
+	l, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	rl, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL()})
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	n := &node{dir: dir, local: l, rl: rl}
+	t.Cleanup(n.close)
+	return n
+}
+
+func (n *node) close() {
+	if n.rl != nil {
+		n.rl.Close()
+		n.local.Close()
+		n.rl = nil
+	}
+}
+
+// sameCopies asserts that the nodes' local copies hold the same events
+// in the same order (ids, streams, versions, types, times, bodies) and
+// verify.
+func sameCopies(t *testing.T, nodes ...*node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	var want []eventlog.Event
+	for i, n := range nodes {
+		if err := n.rl.catchUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.local.Verify(ctx); err != nil {
+			t.Fatalf("node %d: verify: %v", i, err)
+		}
+		var got []eventlog.Event
+		it := n.local.Scan(1, eventlog.Forward)
+		for it.Next() {
+			got = append(got, it.Event())
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		it.Close()
+		if i == 0 {
+			want = got
+			continue
+		}
+		if len(got) != len(want) {
+			t.Fatalf("node %d holds %d events, node 0 %d", i, len(got), len(want))
+		}
+		for k := range got {
+			a, b := got[k], want[k]
+			if a.ID != b.ID || a.Seq != b.Seq || a.Stream != b.Stream || a.Version != b.Version || a.Type != b.Type ||
+				!a.Time.Equal(b.Time) || string(a.Body) != string(b.Body) || a.Correlation != b.Correlation {
+				t.Fatalf("node %d event %d = %+v, node 0 has %+v", i, k+1, a, b)
+			}
+		}
+	}
+}
+
+// TestReplicatedOptimisticConcurrency has two nodes append to the same
+// streams at expected versions concurrently, on a three-server cluster
+// with three replicas: every version is won once, a loser gets a
+// ConflictError with the current version, and both local copies end
+// identical and verify.
+func TestReplicatedOptimisticConcurrency(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	a, b := openNode(t, nc, t.TempDir()), openNode(t, nc, t.TempDir())
+	ctx := context.Background()
+	const rounds = 15
+	won := make([][]uint64, 2)
+	var wg sync.WaitGroup
+	for i, n := range []*node{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				stream := fmt.Sprintf("task-%d", r%3)
+				v, err := n.local.StreamVersion(stream)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				res, err := n.rl.Append(ctx, stream, eventlog.Exactly(v), eventlog.Event{Type: "STEP", Body: []byte{byte(i), byte(r)}})
+				var conflict *eventlog.ConflictError
+				switch {
+				case errors.As(err, &conflict):
+					if conflict.Current <= v {
+						t.Errorf("node %d: conflict at version %d says current %d", i, v, conflict.Current)
+					}
+				case err != nil:
+					t.Errorf("node %d: %v", i, err)
+					return
+				default:
+					if res.Version != v+1 {
+						t.Errorf("node %d: appended at %d, got version %d", i, v, res.Version)
+					}
+					won[i] = append(won[i], res.LastSeq)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sameCopies(t, a, b)
+	if got := len(won[0]) + len(won[1]); uint64(got) != a.local.Head() {
+		t.Fatalf("%d appends won, the log holds %d events", got, a.local.Head())
+	}
+}
+
+// TestReplicatedAppend checks the append rules through the cluster:
+// idempotent retries, NoStream, an atomic multi-event append, a refused
+// batch writing nothing, and a node that starts late catching up.
+func TestReplicatedAppend(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	a := openNode(t, nc, t.TempDir())
+	ctx := context.Background()
+	ev := eventlog.Event{ID: a.local.NewID(), Type: "CREATED", Body: []byte{1}}
+	first, err := a.rl.Append(ctx, "t1", eventlog.NoStream, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := a.rl.Append(ctx, "t1", eventlog.NoStream, ev)
+	if err != nil || retry.LastSeq != first.LastSeq || retry.Events[0].ID != ev.ID {
+		t.Fatalf("retry = %+v, %v; first %+v", retry, err, first)
+	}
+	if _, err := a.rl.Append(ctx, "t1", eventlog.NoStream, eventlog.Event{Type: "CREATED"}); !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("second NoStream append: %v, want a conflict", err)
+	}
+	res, err := a.rl.Append(ctx, "t1", eventlog.Exactly(1),
+		eventlog.Event{Type: "A"}, eventlog.Event{Type: "B"}, eventlog.Event{Type: "C"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FirstSeq != 2 || res.LastSeq != 4 || res.Version != 4 {
+		t.Fatalf("batch = %d..%d version %d", res.FirstSeq, res.LastSeq, res.Version)
+	}
+	head := a.local.Head()
+	var conflict *eventlog.ConflictError
+	if _, err := a.rl.Append(ctx, "t1", eventlog.Exactly(2), eventlog.Event{Type: "X"}, eventlog.Event{Type: "Y"}); !errors.As(err, &conflict) || conflict.Current != 4 {
+		t.Fatalf("stale batch: %v, want a conflict at current version 4", err)
+	}
+	if a.local.Head() != head {
+		t.Fatalf("a refused batch wrote %d events", a.local.Head()-head)
+	}
+	if _, err := a.rl.Append(ctx, "t2", eventlog.Any, eventlog.Event{Type: "OTHER"}); err != nil {
+		t.Fatal(err)
+	}
+	// A second node, and the first one restarted, follow from the stream.
+	b := openNode(t, nc, t.TempDir())
+	a.close()
+	a = openNode(t, nc, a.dir)
+	if _, err := a.rl.Append(ctx, "t1", eventlog.Exactly(4), eventlog.Event{Type: "D"}); err != nil {
+		t.Fatal(err)
+	}
+	sameCopies(t, a, b)
+}
+
+// TestReplicatedQuorum stops one of three servers while a node appends:
+// appends go on with the remaining quorum (a publish in flight when its
+// server stops has an unknown outcome, and its retry with the same id is
+// applied once).
+func TestReplicatedQuorum(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	a := openNode(t, nc, t.TempDir())
+	ctx := context.Background()
+	appendRetry := func(i int) {
+		t.Helper()
+		ev := eventlog.Event{ID: a.local.NewID(), Type: "STEP", Body: []byte{byte(i)}}
+		var err error
+		for range 20 {
+			if _, err = a.rl.Append(ctx, "t", eventlog.Any, ev); err == nil {
+				return
+			}
+		}
+		t.Fatalf("append %d: %v", i, err)
+	}
+	for i := range 20 {
+		appendRetry(i)
+	}
+	nc.Stop(0)
+	for i := 20; i < 40; i++ {
+		appendRetry(i)
+	}
+	if h := a.local.Head(); h != 40 {
+		t.Fatalf("the local copy holds %d events, want 40", h)
+	}
+	v, _ := a.local.StreamVersion("t")
+	if v != 40 {
+		t.Fatalf("stream version %d, want 40", v)
+	}
+}
