@@ -203,57 +203,96 @@ func (r *ReplicatedLog) Close() error {
 	return nil
 }
 
+// maxApply bounds the stream messages the follower writes in one local
+// append (one synced commit).
+const maxApply = 1024
+
 // follow writes every stream message into the local copy, in stream
-// order; the n messages of one append are written as one local append.
+// order. A reader goroutine hands messages over a buffered channel; the
+// writer takes every message already waiting and writes them with one
+// local AppendMulti (one fsync), each append's n messages as one part.
+// An append whose first event the local copy already holds (JetStream
+// stored it twice, past its de-duplication window) is skipped.
 func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext) {
 	defer close(r.done)
-	go func() { <-ctx.Done(); it.Stop() }()
-	var group []eventlog.Event
-	var last uint64
-	for {
-		m, err := it.Next()
-		if err != nil {
-			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
-			return
-		}
-		ev, i, n, sseq, err := decodeMessage(m)
-		if err == nil && i != len(group)+1 {
-			err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
-		}
-		if err != nil {
-			r.opts.Logger.Error("the local copy stops following the stream", "err", err)
-			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
-			return
-		}
-		group, last = append(group, ev), sseq
-		if len(group) < n {
-			continue
-		}
-		if err := r.apply(ctx, group); err != nil {
-			if ctx.Err() == nil {
-				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+	msgs := make(chan jetstream.Msg, maxApply)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				readErr <- err
+				return
 			}
-			r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { <-ctx.Done(); it.Stop() }()
+	var group []eventlog.Event // the parts of one append read so far
+	for {
+		m, ok := <-msgs
+		if !ok {
+			err := fmt.Errorf("%w: closed", ErrApply)
+			select {
+			case rerr := <-readErr:
+				if ctx.Err() == nil {
+					err = fmt.Errorf("%w: %v", ErrApply, rerr)
+				}
+			default:
+			}
+			r.fail(err)
 			return
 		}
-		group = group[:0]
-		r.mu.Lock()
-		r.applied = last
-		close(r.changed)
-		r.changed = make(chan struct{})
-		r.mu.Unlock()
+		var parts []eventlog.StreamAppend
+		var last uint64
+		for ok {
+			ev, i, n, sseq, err := decodeMessage(m)
+			if err == nil && i != len(group)+1 {
+				err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
+			}
+			if err != nil {
+				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+				return
+			}
+			group = append(group, ev)
+			if len(group) == n {
+				if _, err := r.local.Get(group[0].ID); err != nil {
+					parts = append(parts, eventlog.StreamAppend{Stream: group[0].Stream, Expected: eventlog.Any, Events: group})
+				}
+				group, last = nil, sseq
+			}
+			if len(parts) >= maxApply {
+				break
+			}
+			select {
+			case m, ok = <-msgs:
+			default:
+				ok = false
+			}
+		}
+		if len(parts) > 0 {
+			if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
+				if ctx.Err() == nil {
+					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+				}
+				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+				return
+			}
+		}
+		if last > 0 {
+			r.mu.Lock()
+			r.applied = last
+			close(r.changed)
+			r.changed = make(chan struct{})
+			r.mu.Unlock()
+		}
 	}
-}
-
-// apply writes one append's events to the local copy, unless they are
-// there already (a message JetStream stored twice, past its
-// de-duplication window: the id index makes it a no-op).
-func (r *ReplicatedLog) apply(ctx context.Context, evs []eventlog.Event) error {
-	if _, err := r.local.Get(evs[0].ID); err == nil {
-		return nil
-	}
-	_, err := r.local.Append(ctx, evs[0].Stream, eventlog.Any, evs...)
-	return err
 }
 
 func (r *ReplicatedLog) fail(err error) {
