@@ -342,23 +342,29 @@ func decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, e
 	if err != nil {
 		return ev, 0, 0, 0, err
 	}
-	sseq = md.Sequence.Stream
-	if _, err := fmt.Sscanf(m.Headers().Get(HeaderBatch), "%d/%d", &i, &n); err != nil || i < 1 || i > n {
-		return ev, 0, 0, sseq, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, m.Headers().Get(HeaderBatch))
+	ev, i, n, err = decodeEvent(m.Headers(), m.Data(), md.Sequence.Stream)
+	return ev, i, n, md.Sequence.Stream, err
+}
+
+// decodeEvent returns the event the stream message at sseq holds, with
+// its stream sequence in its metadata, and its part i of n.
+func decodeEvent(h nats.Header, data []byte, sseq uint64) (ev eventlog.Event, i, n int, err error) {
+	if _, err := fmt.Sscanf(h.Get(HeaderBatch), "%d/%d", &i, &n); err != nil || i < 1 || i > n {
+		return ev, 0, 0, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, h.Get(HeaderBatch))
 	}
-	if ev, err = replay.ParseDraft(m.Data()); err != nil {
-		return ev, 0, 0, sseq, fmt.Errorf("message %d: %w", sseq, err)
+	if ev, err = replay.ParseDraft(data); err != nil {
+		return ev, 0, 0, fmt.Errorf("message %d: %w", sseq, err)
 	}
-	schema, err := strconv.ParseUint(m.Headers().Get(HeaderSchema), 10, 16)
+	schema, err := strconv.ParseUint(h.Get(HeaderSchema), 10, 16)
 	if err != nil {
-		return ev, 0, 0, sseq, fmt.Errorf("message %d: bad %s header", sseq, HeaderSchema)
+		return ev, 0, 0, fmt.Errorf("message %d: bad %s header", sseq, HeaderSchema)
 	}
 	ev.Schema = uint16(schema)
 	if ev.Metadata == nil {
 		ev.Metadata = map[string]string{}
 	}
 	ev.Metadata[MetaStreamSeq] = strconv.FormatUint(sseq, 10)
-	return ev, i, n, sseq, nil
+	return ev, i, n, nil
 }
 
 // Append appends evs to stream with the log's guarantees (eventlog.Append),

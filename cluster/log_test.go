@@ -59,6 +59,9 @@ func sameCopies(t *testing.T, nodes ...*node) {
 		if _, err := n.local.Verify(ctx); err != nil {
 			t.Fatalf("node %d: verify: %v", i, err)
 		}
+		if covered, err := VerifyCopy(ctx, n.local, n.rl.st); err != nil || covered != n.rl.Applied() {
+			t.Fatalf("node %d: the copy holds the stream to %d (applied %d): %v", i, covered, n.rl.Applied(), err)
+		}
 		var got []eventlog.Event
 		it := n.local.Scan(1, eventlog.Forward)
 		for it.Next() {
@@ -214,5 +217,34 @@ func TestReplicatedQuorum(t *testing.T) {
 	v, _ := a.local.StreamVersion("t")
 	if v != 40 {
 		t.Fatalf("stream version %d, want 40", v)
+	}
+	sameCopies(t, a)
+}
+
+// TestReplicatedRefusesForeignWrites writes to a node's local copy behind
+// the follower's back: VerifyCopy finds it, and the copy can no longer be
+// opened as a replica.
+func TestReplicatedRefusesForeignWrites(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	a := openNode(t, nc, t.TempDir())
+	ctx := context.Background()
+	if _, err := a.rl.Append(ctx, "t", eventlog.Any, eventlog.Event{Type: "A"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.local.Append(ctx, "t", eventlog.Any, eventlog.Event{Type: "ROGUE"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyCopy(ctx, a.local, a.rl.st); !errors.Is(err, ErrCopyMismatch) {
+		t.Fatalf("VerifyCopy: %v, want ErrCopyMismatch", err)
+	}
+	dir := a.dir
+	a.close()
+	l, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL()}); !errors.Is(err, ErrApply) {
+		t.Fatalf("OpenReplicated: %v, want ErrApply", err)
 	}
 }
