@@ -12,7 +12,8 @@ import (
 
 // BenchmarkAppend compares synced appends of one small event: the
 // embedded log alone, and the replicated log on one server (R1) and on
-// three (R3), each server fsyncing every write. "serial" is one appender;
+// three (R3), each server fsyncing every write, and R3 with JetStream's
+// default fsync policy (R3-nosync: durability by the quorum). "serial" is one appender;
 // "parallel" is GOMAXPROCS*16 appenders on distinct streams (group commit
 // in the embedded log, concurrent proposals in JetStream). docs/cluster.md
 // has the figures:
@@ -23,7 +24,8 @@ func BenchmarkAppend(b *testing.B) {
 	setups := []struct {
 		name    string
 		servers int
-	}{{"embedded", 0}, {"R1", 1}, {"R3", 3}}
+		sync    bool
+	}{{"embedded", 0, true}, {"R1", 1, true}, {"R3", 3, true}, {"R3-nosync", 3, false}}
 	for _, s := range setups {
 		for _, parallel := range []bool{false, true} {
 			mode := "serial"
@@ -38,7 +40,7 @@ func BenchmarkAppend(b *testing.B) {
 				defer l.Close()
 				app := appender(l.Append)
 				if s.servers > 0 {
-					nc := natstest.Start(b, s.servers)
+					nc := natstest.StartSync(b, s.servers, s.sync)
 					rl, err := OpenReplicated(context.Background(), l, LogOptions{URL: nc.URL(), Replicas: s.servers})
 					if err != nil {
 						b.Fatal(err)

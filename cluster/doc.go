@@ -1,16 +1,25 @@
 // Package cluster takes Pegasus beyond one machine on NATS JetStream
-// (docs/cluster.md). So far it holds the fan-out: an Outbox that follows a
-// committed log and publishes every event, in the one JSON form of an
-// event (replay.MarshalEvent), on subjects other programs subscribe to
-// without reading the log's format:
+// (docs/cluster.md). It holds two things so far.
+//
+// ReplicatedLog (log.go) makes a JetStream stream the log's source of
+// truth: Append publishes (expected versions as
+// Nats-Expected-Last-Subject-Sequence, ids as Nats-Msg-Id, several events
+// as one atomic batch) and returns once JetStream acknowledged and this
+// node's local eventlog.Log, written only by one follower in the stream's
+// order, holds the events. It is not wired into pegasusd yet.
+//
+// The fan-out (outbox.go): an Outbox follows a committed log and
+// publishes every event, in the one JSON form of an event
+// (replay.MarshalEvent), on subjects other programs subscribe to without
+// reading the log's format:
 //
 //	dispatch.task events   swarm.task.<task id>.<event>    (created, assigned, started,
 //	                                                        progress, completed, failed,
 //	                                                        timeout, retry, dlq; requeued, updated)
-//	system streams ($...)  pegasus.system.<name>.<TYPE>    (pegasus.system.memory.MEMORY_FACT_SET)
+//	system streams ($...)  pegasus.system.<name>.<TYPE>    (pegasus.system.memory.MEMORY_WRITTEN)
 //	every other event      pegasus.task.<task id>.<TYPE>   (pegasus.task.01J....TASK_CREATED)
 //
-// Invariants:
+// Invariants of the fan-out:
 //   - The log is the truth; the stream is a copy. The outbox reads only
 //     committed events (eventlog.Subscribe), in sequence order, and never
 //     writes to the log but its cursor (an aux key).
@@ -28,6 +37,14 @@
 //   - Nothing here is on the embedded path: the daemon starts an Outbox
 //     only with --publish, and a lint test keeps NATS out of eventlog,
 //     replay, agent and broker.
+//
+// Invariants of the replicated log:
+//   - The local copy is written only by the follower, in stream order;
+//     each event keeps its stream sequence in its metadata
+//     (MetaStreamSeq), where the follower resumes. A copy with an event
+//     written otherwise is refused (ErrApply) and VerifyCopy reports it.
+//   - An append is acknowledged only after JetStream acknowledged it (a
+//     quorum of replicas stored it) and the local copy holds it (synced).
 //
 // natstest, a sub-package, starts in-process JetStream servers and
 // clusters for tests.

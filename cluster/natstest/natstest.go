@@ -44,6 +44,14 @@ type Cluster struct {
 // current. The servers are shut down when the test ends.
 func Start(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartSync(t, n, true)
+}
+
+// StartSync is Start with the servers' fsync policy: syncAlways false
+// leaves JetStream's default (an fsync every 2 minutes; a replicated
+// stream counts on its quorum for durability), for benchmarks.
+func StartSync(t testing.TB, n int, syncAlways bool) *Cluster {
+	t.Helper()
 	if n < 1 {
 		t.Fatalf("natstest: %d servers", n)
 	}
@@ -64,7 +72,7 @@ func Start(t testing.TB, n int) *Cluster {
 			Port:       freePort(t),
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
-			SyncAlways: true,
+			SyncAlways: syncAlways,
 			NoLog:      true,
 			NoSigs:     true,
 			// The servers' own limits would reserve a share of the
