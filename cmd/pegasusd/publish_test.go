@@ -17,18 +17,20 @@ import (
 )
 
 // TestPublishCrash runs pegasusd with --publish pointed at an in-process
-// JetStream server, under concurrent submissions of agent tasks and
-// dispatch tasks, and kills it with SIGKILL several times mid-flow. After
+// cluster of three JetStream servers (a stream with three replicas),
+// under concurrent submissions of agent tasks and dispatch tasks, kills it
+// with SIGKILL several times mid-flow, and stops one NATS server during
+// each odd cycle (restarted before the next). After
 // a clean stop and one more start (which publishes what the stop's drain
 // committed), the stream must hold every event of the log exactly once,
 // in log order, on its subject, in the one JSON form (cluster.VerifyFanout).
 func TestPublishCrash(t *testing.T) {
 	seed, rng := crashRun(t)
-	nats := natstest.Start(t, 1)
+	nats := natstest.Start(t, 3)
 	js := nats.JetStream()
 	bin := buildDaemon(t)
 	data := filepath.Join(t.TempDir(), "data")
-	flags := []string{"--publish", nats.URL(), "--publish-stream", "EVENTS"}
+	flags := []string{"--publish", nats.URL(), "--publish-stream", "EVENTS", "--publish-replicas", "3"}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
 
 	for cycle := range 4 {
@@ -45,6 +47,11 @@ func TestPublishCrash(t *testing.T) {
 			sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
 			go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
 		}
+		down := -1
+		if cycle%2 == 1 {
+			down = rng.IntN(3)
+			nats.Stop(down)
+		}
 		for range 2 + rng.IntN(8) {
 			<-acked
 		}
@@ -52,6 +59,11 @@ func TestPublishCrash(t *testing.T) {
 		close(stop)
 		go func() { wg.Wait(); close(acked) }()
 		for range acked {
+		}
+		if down >= 0 {
+			nats.Restart(down)
+			nats.WaitReady(3)
+			nats.WaitStreamCurrent(js, "EVENTS")
 		}
 	}
 	p := startProc(t, bin, data, flags...)
@@ -90,7 +102,7 @@ func TestPublishCrash(t *testing.T) {
 			t.Errorf("no message on %s", subj)
 		}
 	}
-	t.Logf("%d events published exactly once over 4 kills", r.Last)
+	t.Logf("%d events published exactly once over 4 kills and 2 NATS server stops", r.Last)
 }
 
 // logHead opens a stopped daemon's log read-only and returns its head.
