@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -66,14 +67,23 @@ func TestPublishCrash(t *testing.T) {
 			nats.WaitStreamCurrent(js, "EVENTS")
 		}
 	}
+	r := checkFanout(t, bin, data, flags, js, "EVENTS")
+	t.Logf("%d events published exactly once over 4 kills and 2 NATS server stops", r.Last)
+}
+
+// checkFanout starts the daemon once more and stops it cleanly, then
+// starts it again (it publishes what the stop's drain committed after the
+// outbox stopped), waits until the stream holds the log's head as it was
+// and kills it. The stream must then hold the log's events from 1 on,
+// once each, in order (cluster.VerifyFanout), and carry agent, broker and
+// system events on their subjects.
+func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.JetStream, stream string) cluster.FanoutRange {
+	t.Helper()
 	p := startProc(t, bin, data, flags...)
 	p.stop(t)
 	head := logHead(t, data)
-
-	// The drain of the clean stop committed events after the outbox
-	// stopped: the next start publishes them.
 	p = startProc(t, bin, data, flags...)
-	waitStreamHolds(t, js, "EVENTS", head)
+	waitStreamHolds(t, js, stream, head)
 	p.kill(t)
 
 	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
@@ -81,7 +91,7 @@ func TestPublishCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	st, err := js.Stream(context.Background(), "EVENTS")
+	st, err := js.Stream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +102,6 @@ func TestPublishCrash(t *testing.T) {
 	if r.First != 1 || r.Last < head {
 		t.Fatalf("the stream holds events %d to %d; the log had 1 to %d before the last start", r.First, r.Last, head)
 	}
-	// Both families of subjects are there.
 	for _, subj := range []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"} {
 		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 		if err != nil {
@@ -102,7 +111,7 @@ func TestPublishCrash(t *testing.T) {
 			t.Errorf("no message on %s", subj)
 		}
 	}
-	t.Logf("%d events published exactly once over 4 kills and 2 NATS server stops", r.Last)
+	return r
 }
 
 // logHead opens a stopped daemon's log read-only and returns its head.
@@ -117,22 +126,29 @@ func logHead(t *testing.T, data string) uint64 {
 }
 
 // waitStreamHolds reads the stream from its last message on until a
-// message holds log sequence seq or later.
+// message holds log sequence seq or later. Until the stream exists (the
+// daemon creates it once NATS answers) it asks again every 50 ms: the
+// servers have no notification for it.
 func waitStreamHolds(t *testing.T, js jetstream.JetStream, stream string, seq uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPolicy})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(testTimeout))
-		if err != nil {
-			t.Fatalf("waiting for event %d on %s: %v", seq, stream, err)
+		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPolicy})
+		for err == nil {
+			var m jetstream.Msg
+			if m, err = cons.Next(jetstream.FetchMaxWait(testTimeout)); err == nil {
+				if s, _ := strconv.ParseUint(m.Headers().Get(cluster.HeaderSeq), 10, 64); s >= seq {
+					return
+				}
+			}
 		}
-		if s, _ := strconv.ParseUint(m.Headers().Get(cluster.HeaderSeq), 10, 64); s >= seq {
-			return
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for event %d on %s: %v", seq, stream, err)
+		case <-tick.C:
 		}
 	}
 }
