@@ -383,8 +383,12 @@ func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.
 	if ferr != nil {
 		return eventlog.AppendResult{}, ferr
 	}
+	if len(evs) > maxBatch {
+		return eventlog.AppendResult{}, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, len(evs), maxBatch)
+	}
 	evs = append([]eventlog.Event(nil), evs...)
 	now := time.Now().UTC()
+	seen := map[ulid.ULID]bool{}
 	for i := range evs {
 		if evs[i].ID == (ulid.ULID{}) {
 			evs[i].ID = r.local.NewID()
@@ -393,6 +397,13 @@ func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.
 			evs[i].Time = now
 		}
 		evs[i].Stream = stream
+		if err := validate(evs[i]); err != nil {
+			return eventlog.AppendResult{}, err
+		}
+		if seen[evs[i].ID] {
+			return eventlog.AppendResult{}, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[i].ID)
+		}
+		seen[evs[i].ID] = true
 	}
 	if res, ok, err := r.stored(evs); ok || err != nil {
 		return res, err
@@ -405,6 +416,18 @@ func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.
 	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
 	last, err := r.publish(actx, subj, expected, evs)
+	for errors.Is(err, nats.ErrNoResponders) {
+		// No stream leader listens (an election after a server
+		// stopped): nothing was stored. Send again until AckTimeout.
+		t := time.NewTimer(noLeaderWait)
+		select {
+		case <-actx.Done():
+			t.Stop()
+			return eventlog.AppendResult{}, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
+		case <-t.C:
+		}
+		last, err = r.publish(actx, subj, expected, evs)
+	}
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return eventlog.AppendResult{}, r.conflict(ctx, stream, exp)
@@ -421,8 +444,62 @@ func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.
 	return res, err
 }
 
+// noLeaderWait is the pause before an append is sent again when no
+// stream leader answered.
+const noLeaderWait = 50 * time.Millisecond
+
+// maxBatch is the most events one Append takes: nats-server's default
+// limit of an atomic batch.
+const maxBatch = 1000
+
+// maxEventBytes is eventlog's default Options.MaxEventBytes: the largest
+// encoded event every node's local copy accepts.
+const maxEventBytes = 4 << 20
+
+// validate refuses, before anything is published, an event the local
+// copies would refuse: once in the stream, a bad event would stop every
+// node's follower. It checks the record's limits with the follower's
+// metadata key added.
+func validate(ev eventlog.Event) error {
+	if _, ok := ev.Metadata[MetaStreamSeq]; ok {
+		return fmt.Errorf("%w: metadata key %q is the cluster's", eventlog.ErrInvalid, MetaStreamSeq)
+	}
+	md := make(map[string]string, len(ev.Metadata)+1)
+	for k, v := range ev.Metadata {
+		md[k] = v
+	}
+	md[MetaStreamSeq] = "18446744073709551615"
+	ev.Metadata = md
+	rec, err := eventlog.EncodeRecord(ev)
+	if err != nil {
+		return err
+	}
+	if len(rec) > maxEventBytes {
+		return fmt.Errorf("%w: event of type %q is %d bytes, more than %d", eventlog.ErrInvalid, ev.Type, len(rec), maxEventBytes)
+	}
+	return nil
+}
+
+// sameEvent reports whether a stored event is a retry of ev: the content
+// eventlog compares for idempotency (stream, type, schema, causation,
+// metadata but the cluster's key, body).
+func sameEvent(stored, ev eventlog.Event) bool {
+	if stored.Stream != ev.Stream || stored.Type != ev.Type || stored.Schema != ev.Schema ||
+		stored.Causation != ev.Causation || string(stored.Body) != string(ev.Body) ||
+		len(stored.Metadata) != len(ev.Metadata)+1 {
+		return false
+	}
+	for k, v := range ev.Metadata {
+		if sv, ok := stored.Metadata[k]; !ok || sv != v {
+			return false
+		}
+	}
+	return true
+}
+
 // stored returns the result of an earlier append of the same events, if
-// the local copy holds them all (ok), or ErrIDReused if it holds some.
+// the local copy holds them all (ok), or ErrIDReused if it holds some, or
+// holds one with other content.
 func (r *ReplicatedLog) stored(evs []eventlog.Event) (eventlog.AppendResult, bool, error) {
 	var res eventlog.AppendResult
 	for i, ev := range evs {
@@ -436,8 +513,8 @@ func (r *ReplicatedLog) stored(evs []eventlog.Event) (eventlog.AppendResult, boo
 		if err != nil {
 			return res, false, err
 		}
-		if got.Stream != ev.Stream || got.Type != ev.Type {
-			return res, false, fmt.Errorf("%w: event %s", eventlog.ErrIDReused, ev.ID)
+		if !sameEvent(got, ev) {
+			return res, false, fmt.Errorf("%w: event %s is stored with other content", eventlog.ErrIDReused, ev.ID)
 		}
 		res.Events = append(res.Events, got)
 	}
@@ -549,6 +626,9 @@ func (r *ReplicatedLog) publish(ctx context.Context, subj string, expected int64
 			m.Header.Set("Nats-Batch-Commit", "1")
 		}
 		resp, err := r.nc.RequestMsgWithContext(ctx, m)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return 0, err
+		}
 		if err != nil {
 			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
 		}

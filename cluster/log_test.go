@@ -156,6 +156,29 @@ func TestReplicatedAppend(t *testing.T) {
 	if _, err := a.rl.Append(ctx, "t1", eventlog.NoStream, eventlog.Event{Type: "CREATED"}); !errors.Is(err, eventlog.ErrConflict) {
 		t.Fatalf("second NoStream append: %v, want a conflict", err)
 	}
+	changed := ev
+	changed.Body = []byte{2}
+	if _, err := a.rl.Append(ctx, "t1", eventlog.Any, changed); !errors.Is(err, eventlog.ErrIDReused) {
+		t.Fatalf("an id reused with another body: %v, want ErrIDReused", err)
+	}
+	// Bad input is refused before it reaches the stream, where it would
+	// stop every node's follower.
+	info, err := a.rl.st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []eventlog.Event{
+		{Type: ""},
+		{Type: "X", Metadata: map[string]string{MetaStreamSeq: "1"}},
+		{Type: "X", Metadata: map[string]string{"": "v"}},
+	} {
+		if _, err := a.rl.Append(ctx, "t1", eventlog.Any, bad); !errors.Is(err, eventlog.ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if after, err := a.rl.st.Info(ctx); err != nil || after.State.LastSeq != info.State.LastSeq {
+		t.Fatalf("bad appends reached the stream: %v", err)
+	}
 	res, err := a.rl.Append(ctx, "t1", eventlog.Exactly(1),
 		eventlog.Event{Type: "A"}, eventlog.Event{Type: "B"}, eventlog.Event{Type: "C"})
 	if err != nil {
