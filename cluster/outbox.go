@@ -256,10 +256,20 @@ func (o *Outbox) message(ev eventlog.Event) *nats.Msg {
 }
 
 // ensureStream returns the outbox's stream, creating it if it does not
-// exist. An existing stream is used as it is.
+// exist. An existing stream is used as it is if it captures Subjects.
 func (o *Outbox) ensureStream(ctx context.Context) (jetstream.Stream, error) {
 	st, err := o.js.Stream(ctx, o.opts.Stream)
 	if err == nil {
+		have := map[string]bool{}
+		for _, s := range st.CachedInfo().Config.Subjects {
+			have[s] = true
+		}
+		for _, s := range Subjects {
+			if !have[s] {
+				return nil, fmt.Errorf("%w: stream %s exists without subject %s (its subjects: %v); publish into a new stream",
+					ErrForeignStream, o.opts.Stream, s, st.CachedInfo().Config.Subjects)
+			}
+		}
 		return st, nil
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -276,13 +276,18 @@ func TestOutboxAfterPurge(t *testing.T) {
 }
 
 // TestOutboxForeignStream refuses a stream whose last message is beyond
-// the log's head, and one another program publishes into.
+// the log's head, one another program publishes into, and one that does
+// not capture the outbox's subjects.
 func TestOutboxForeignStream(t *testing.T) {
-	for _, hdr := range []string{"999", ""} {
+	for _, hdr := range []string{"999", "", "narrow"} {
 		f := newFixture(t, 1)
 		f.append(3)
 		ctx := context.Background()
-		if _, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "PEGASUS", Subjects: Subjects}); err != nil {
+		subjects := Subjects
+		if hdr == "narrow" {
+			subjects, hdr = []string{"pegasus.>"}, "1"
+		}
+		if _, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "PEGASUS", Subjects: subjects}); err != nil {
 			t.Fatal(err)
 		}
 		m := nats.NewMsg("pegasus.task.x.Y")

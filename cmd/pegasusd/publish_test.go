@@ -102,6 +102,21 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 	if r.First != 1 || r.Last < head {
 		t.Fatalf("the stream holds events %d to %d; the log had 1 to %d before the last start", r.First, r.Last, head)
 	}
+	// What the fan-out costs per event: the stream's bytes (message,
+	// headers, subject) against the log's records (docs/cluster.md).
+	var recBytes int
+	it := l.Scan(1, eventlog.Forward)
+	for it.Next() {
+		rec, err := eventlog.EncodeRecord(it.Event())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recBytes += len(rec)
+	}
+	it.Close()
+	if info, err := st.Info(context.Background()); err == nil && r.Last > 0 {
+		t.Logf("per event: %d bytes in the stream, %d in the log's record", info.State.Bytes/info.State.Msgs, recBytes/int(l.Head()))
+	}
 	for _, subj := range []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"} {
 		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 		if err != nil {
