@@ -263,7 +263,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			group = append(group, ev)
 			if len(group) == n {
 				if _, err := r.local.Get(group[0].ID); err != nil {
-					parts = append(parts, eventlog.StreamAppend{Stream: group[0].Stream, Expected: eventlog.Any, Events: group})
+					parts = appendParts(parts, group)
 				}
 				group, last = nil, sseq
 			}
@@ -293,6 +293,20 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			r.mu.Unlock()
 		}
 	}
+}
+
+// appendParts adds one append's events to parts, one part per run of
+// events on the same stream (an AppendMulti's streams, in order).
+func appendParts(parts []eventlog.StreamAppend, evs []eventlog.Event) []eventlog.StreamAppend {
+	start := len(parts)
+	for _, ev := range evs {
+		if len(parts) > start && parts[len(parts)-1].Stream == ev.Stream {
+			parts[len(parts)-1].Events = append(parts[len(parts)-1].Events, ev)
+			continue
+		}
+		parts = append(parts, eventlog.StreamAppend{Stream: ev.Stream, Expected: eventlog.Any, Events: []eventlog.Event{ev}})
+	}
+	return parts
 }
 
 func (r *ReplicatedLog) fail(err error) {
@@ -374,48 +388,40 @@ func decodeEvent(h nats.Header, data []byte, sseq uint64) (ev eventlog.Event, i,
 // events are one atomic batch. It returns once JetStream acknowledged and
 // the local copy holds the events; the result's sequences are local ones.
 func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
-	if len(evs) == 0 || stream == "" {
-		return eventlog.AppendResult{}, fmt.Errorf("%w: an append needs a stream and events", eventlog.ErrInvalid)
+	res, err := r.AppendMulti(ctx, eventlog.StreamAppend{Stream: stream, Expected: exp, Events: evs})
+	if err != nil {
+		return eventlog.AppendResult{}, err
 	}
+	return res[0], nil
+}
+
+// AppendMulti appends to several streams atomically (eventlog.AppendMulti,
+// a parent and a child task): one JetStream atomic batch, each stream's
+// expected version on its first message, and one local append. A stream
+// may appear once.
+func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
 	r.mu.Lock()
 	ferr := r.err
 	r.mu.Unlock()
 	if ferr != nil {
-		return eventlog.AppendResult{}, ferr
+		return nil, ferr
 	}
-	if len(evs) > maxBatch {
-		return eventlog.AppendResult{}, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, len(evs), maxBatch)
+	parts, n, err := r.prepare(appends)
+	if err != nil {
+		return nil, err
 	}
-	evs = append([]eventlog.Event(nil), evs...)
-	now := time.Now().UTC()
-	seen := map[ulid.ULID]bool{}
-	for i := range evs {
-		if evs[i].ID == (ulid.ULID{}) {
-			evs[i].ID = r.local.NewID()
-		}
-		if evs[i].Time.IsZero() {
-			evs[i].Time = now
-		}
-		evs[i].Stream = stream
-		if err := validate(evs[i]); err != nil {
-			return eventlog.AppendResult{}, err
-		}
-		if seen[evs[i].ID] {
-			return eventlog.AppendResult{}, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[i].ID)
-		}
-		seen[evs[i].ID] = true
-	}
-	if res, ok, err := r.stored(evs); ok || err != nil {
+	if res, ok, err := r.storedAll(parts); ok || err != nil {
 		return res, err
 	}
-	subj := "pegasus.log." + Token(stream)
-	expected, err := r.expectedSubjectSeq(ctx, stream, exp)
-	if err != nil {
-		return eventlog.AppendResult{}, err
+	expected := make([]int64, len(parts))
+	for i, p := range parts {
+		if expected[i], err = r.expectedSubjectSeq(ctx, p.Stream, p.Expected); err != nil {
+			return nil, err
+		}
 	}
 	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
-	last, err := r.publish(actx, subj, expected, evs)
+	last, err := r.publish(actx, parts, expected, n)
 	for errors.Is(err, nats.ErrNoResponders) {
 		// No stream leader listens (an election after a server
 		// stopped): nothing was stored. Send again until AckTimeout.
@@ -423,25 +429,82 @@ func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.
 		select {
 		case <-actx.Done():
 			t.Stop()
-			return eventlog.AppendResult{}, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
+			return nil, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
 		case <-t.C:
 		}
-		last, err = r.publish(actx, subj, expected, evs)
+		last, err = r.publish(actx, parts, expected, n)
 	}
 	if err != nil {
 		if isWrongLastSeq(err) {
-			return eventlog.AppendResult{}, r.conflict(ctx, stream, exp)
+			return nil, r.conflict(ctx, parts)
 		}
-		return eventlog.AppendResult{}, err
+		return nil, err
 	}
 	if err := r.waitApplied(ctx, last); err != nil {
-		return eventlog.AppendResult{}, err
+		return nil, err
 	}
-	res, ok, err := r.stored(evs)
+	res, ok, err := r.storedAll(parts)
 	if !ok && err == nil {
-		err = fmt.Errorf("%w: stream sequence %d is applied but event %s is not in the local copy", ErrApply, last, evs[0].ID)
+		err = fmt.Errorf("%w: stream sequence %d is applied but the append is not in the local copy", ErrApply, last)
 	}
 	return res, err
+}
+
+// prepare copies the appends, gives each event an id and a time if it has
+// none, and checks them all before anything is published. It returns the
+// number of events.
+func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) ([]eventlog.StreamAppend, int, error) {
+	if len(appends) == 0 {
+		return nil, 0, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
+	}
+	parts := make([]eventlog.StreamAppend, len(appends))
+	now := time.Now().UTC()
+	ids, streams, n := map[ulid.ULID]bool{}, map[string]bool{}, 0
+	for i, sa := range appends {
+		if len(sa.Events) == 0 || sa.Stream == "" || streams[sa.Stream] {
+			return nil, 0, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
+		}
+		streams[sa.Stream] = true
+		evs := append([]eventlog.Event(nil), sa.Events...)
+		for j := range evs {
+			if evs[j].ID == (ulid.ULID{}) {
+				evs[j].ID = r.local.NewID()
+			}
+			if evs[j].Time.IsZero() {
+				evs[j].Time = now
+			}
+			evs[j].Stream = sa.Stream
+			if err := validate(evs[j]); err != nil {
+				return nil, 0, err
+			}
+			if ids[evs[j].ID] {
+				return nil, 0, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
+			}
+			ids[evs[j].ID] = true
+		}
+		n += len(evs)
+		parts[i] = eventlog.StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
+	}
+	if n > maxBatch {
+		return nil, 0, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
+	}
+	return parts, n, nil
+}
+
+// storedAll is stored for every part: ok if the local copy holds them all.
+func (r *ReplicatedLog) storedAll(parts []eventlog.StreamAppend) ([]eventlog.AppendResult, bool, error) {
+	var res []eventlog.AppendResult
+	for i, p := range parts {
+		pr, ok, err := r.stored(p.Events)
+		if err != nil || (!ok && i == 0) {
+			return nil, false, err
+		}
+		if !ok {
+			return nil, false, fmt.Errorf("%w: partial replay of an append", eventlog.ErrIDReused)
+		}
+		res = append(res, pr)
+	}
+	return res, true, nil
 }
 
 // noLeaderWait is the pause before an append is sent again when no
@@ -567,25 +630,41 @@ func (r *ReplicatedLog) expectedSubjectSeq(ctx context.Context, stream string, e
 	return s, nil
 }
 
-// conflict builds the ConflictError of a refused append, with the
-// current version once the local copy has caught up. On a replicated
-// stream JetStream refuses an append that conflicts with one still being
-// replicated, so the local copy waits (at most AckTimeout) for the stream
-// to move past the expected version; if that append never commits, the
-// error says the version it has.
-func (r *ReplicatedLog) conflict(ctx context.Context, stream string, exp eventlog.ExpectedVersion) error {
+// conflict builds the ConflictError of a refused append: for the first
+// part whose stream is not at its expected version once the local copy
+// has caught up. On a replicated stream JetStream refuses an append that
+// conflicts with one still being replicated, so the local copy waits (at
+// most AckTimeout) for that one to arrive; if it never commits, the error
+// names the first checked part with the version it has.
+func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamAppend) error {
 	wctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
 	for {
 		if err := r.catchUp(wctx); err != nil && ctx.Err() != nil {
 			return err
 		}
-		cur, err := r.local.StreamVersion(stream)
-		if err != nil {
-			return err
+		var first *eventlog.ConflictError
+		for _, p := range parts {
+			if p.Expected == eventlog.Any {
+				continue
+			}
+			cur, err := r.local.StreamVersion(p.Stream)
+			if err != nil {
+				return err
+			}
+			c := &eventlog.ConflictError{Stream: p.Stream, Expected: p.Expected, Current: cur}
+			if cur != uint64(p.Expected) {
+				return c
+			}
+			if first == nil {
+				first = c
+			}
 		}
-		if exp == eventlog.Any || cur > uint64(exp) || wctx.Err() != nil {
-			return &eventlog.ConflictError{Stream: stream, Expected: exp, Current: cur}
+		if first == nil || wctx.Err() != nil {
+			if first == nil {
+				return fmt.Errorf("%w: JetStream refused an append without expected versions", ErrApply)
+			}
+			return first
 		}
 		if err := r.waitApplied(wctx, r.Applied()+1); err != nil && ctx.Err() != nil {
 			return err
@@ -593,47 +672,53 @@ func (r *ReplicatedLog) conflict(ctx context.Context, stream string, exp eventlo
 	}
 }
 
-// publish sends the events, one message each, the first with the
-// expected subject sequence; several go as one atomic batch. It returns
-// the stream sequence of the last.
-func (r *ReplicatedLog) publish(ctx context.Context, subj string, expected int64, evs []eventlog.Event) (uint64, error) {
+// publish sends the parts' events, one message each on its stream's
+// subject, the first of each part with its expected subject sequence;
+// several go as one atomic batch. It returns the stream sequence of the
+// last.
+func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, expected []int64, n int) (uint64, error) {
 	batchID := ulid.Make().String()
 	var ack pubAck
-	for i, ev := range evs {
-		j := ev
-		j.Seq, j.Version = 0, 0
-		data, err := replay.MarshalEvent(j)
-		if err != nil {
-			return 0, err
-		}
-		m := nats.NewMsg(subj)
-		m.Data = data
-		m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
-		m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", i+1, len(evs)))
-		m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
-		if i == 0 && expected >= 0 {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(expected, 10))
-		}
-		if len(evs) > 1 {
-			m.Header.Set("Nats-Batch-Id", batchID)
-			m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-			if i < len(evs)-1 {
-				if err := r.nc.PublishMsg(m); err != nil {
-					return 0, err
-				}
-				continue
+	k := 0
+	for pi, p := range parts {
+		subj := "pegasus.log." + Token(p.Stream)
+		for j, ev := range p.Events {
+			k++
+			wire := ev
+			wire.Seq, wire.Version = 0, 0
+			data, err := replay.MarshalEvent(wire)
+			if err != nil {
+				return 0, err
 			}
-			m.Header.Set("Nats-Batch-Commit", "1")
-		}
-		resp, err := r.nc.RequestMsgWithContext(ctx, m)
-		if errors.Is(err, nats.ErrNoResponders) {
-			return 0, err
-		}
-		if err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
-		}
-		if err := json.Unmarshal(resp.Data, &ack); err != nil {
-			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			m := nats.NewMsg(subj)
+			m.Data = data
+			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
+			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
+			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
+			if j == 0 && expected[pi] >= 0 {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(expected[pi], 10))
+			}
+			if n > 1 {
+				m.Header.Set("Nats-Batch-Id", batchID)
+				m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(k))
+				if k < n {
+					if err := r.nc.PublishMsg(m); err != nil {
+						return 0, err
+					}
+					continue
+				}
+				m.Header.Set("Nats-Batch-Commit", "1")
+			}
+			resp, err := r.nc.RequestMsgWithContext(ctx, m)
+			if errors.Is(err, nats.ErrNoResponders) {
+				return 0, err
+			}
+			if err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			}
+			if err := json.Unmarshal(resp.Data, &ack); err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			}
 		}
 	}
 	if ack.Error != nil {

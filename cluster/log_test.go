@@ -198,11 +198,32 @@ func TestReplicatedAppend(t *testing.T) {
 	if _, err := a.rl.Append(ctx, "t2", eventlog.Any, eventlog.Event{Type: "OTHER"}); err != nil {
 		t.Fatal(err)
 	}
+	// A parent and a child in one atomic batch; then the same with the
+	// child's expected version stale: nothing of either is written.
+	multi, err := a.rl.AppendMulti(ctx,
+		eventlog.StreamAppend{Stream: "t1", Expected: eventlog.Exactly(4), Events: []eventlog.Event{{Type: "CHILD_STARTED"}}},
+		eventlog.StreamAppend{Stream: "child", Expected: eventlog.NoStream, Events: []eventlog.Event{{Type: "CREATED"}, {Type: "STEP"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(multi) != 2 || multi[0].LastSeq+1 != multi[1].FirstSeq || multi[1].Version != 2 {
+		t.Fatalf("multi = %+v", multi)
+	}
+	head = a.local.Head()
+	_, err = a.rl.AppendMulti(ctx,
+		eventlog.StreamAppend{Stream: "t1", Expected: eventlog.Exactly(5), Events: []eventlog.Event{{Type: "CHILD_STARTED"}}},
+		eventlog.StreamAppend{Stream: "child", Expected: eventlog.NoStream, Events: []eventlog.Event{{Type: "CREATED"}}})
+	if !errors.As(err, &conflict) || conflict.Stream != "child" || conflict.Current != 2 {
+		t.Fatalf("stale child: %v, want a conflict on child at version 2", err)
+	}
+	if a.local.Head() != head {
+		t.Fatalf("a refused multi-stream append wrote %d events", a.local.Head()-head)
+	}
 	// A second node, and the first one restarted, follow from the stream.
 	b := openNode(t, nc, t.TempDir())
 	a.close()
 	a = openNode(t, nc, a.dir)
-	if _, err := a.rl.Append(ctx, "t1", eventlog.Exactly(4), eventlog.Event{Type: "D"}); err != nil {
+	if _, err := a.rl.Append(ctx, "t1", eventlog.Exactly(5), eventlog.Event{Type: "D"}); err != nil {
 		t.Fatal(err)
 	}
 	sameCopies(t, a, b)
