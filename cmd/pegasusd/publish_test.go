@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,5 +168,22 @@ func waitStreamHolds(t *testing.T, js jetstream.JetStream, stream string, seq ui
 			t.Fatalf("waiting for event %d on %s: %v", seq, stream, err)
 		case <-tick.C:
 		}
+	}
+}
+
+// TestPublishFlags checks that bad --publish settings stop pegasusd before
+// it starts, from flags and from the environment.
+func TestPublishFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	code := run([]string{"pegasusd", "serve", "--data-dir", t.TempDir(), "--publish", "nats://127.0.0.1:1", "--publish-replicas", "9"}, nil, io.Discard, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "--publish") || !strings.Contains(stderr.String(), "replicas 9") {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	t.Setenv("PEGASUS_PUBLISH", "nats://127.0.0.1:1")
+	t.Setenv("PEGASUS_PUBLISH_STREAM", "a.b")
+	stderr.Reset()
+	if code := run([]string{"pegasusd", "serve", "--data-dir", t.TempDir()}, nil, io.Discard, &stderr); code != exitError ||
+		!strings.Contains(stderr.String(), `stream name "a.b"`) {
+		t.Fatalf("PEGASUS_PUBLISH_STREAM: exit %d: %s", code, stderr.String())
 	}
 }
