@@ -146,7 +146,8 @@ func logHead(t *testing.T, data string) uint64 {
 // waitStreamHolds reads the stream from its last message on until a
 // message holds log sequence seq or later. Until the stream exists (the
 // daemon creates it once NATS answers) it asks again every 50 ms: the
-// servers have no notification for it.
+// servers have no notification for it. A consumer that goes quiet for 2 s
+// (its server stopped, its stream changed leader) is created anew.
 func waitStreamHolds(t *testing.T, js jetstream.JetStream, stream string, seq uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -157,7 +158,7 @@ func waitStreamHolds(t *testing.T, js jetstream.JetStream, stream string, seq ui
 		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPolicy})
 		for err == nil {
 			var m jetstream.Msg
-			if m, err = cons.Next(jetstream.FetchMaxWait(testTimeout)); err == nil {
+			if m, err = cons.Next(jetstream.FetchMaxWait(2 * time.Second)); err == nil {
 				if s, _ := strconv.ParseUint(m.Headers().Get(cluster.HeaderSeq), 10, 64); s >= seq {
 					return
 				}
