@@ -118,7 +118,7 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 	}
 	nc, err := nats.Connect(opts.URL, nats.Name("pegasusd log"), nats.MaxReconnects(-1))
 	if err != nil {
-		return nil, fmt.Errorf("cluster: --cluster %s: %w", opts.URL, err)
+		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
 	}
 	opts.ensureDefaults(nc)
 	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), done: make(chan struct{})}
@@ -145,8 +145,19 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
 	}
+	info, err := r.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
+	}
+	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
+		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
+	}
 	if r.applied, err = r.localStreamSeq(); err != nil {
 		return err
+	}
+	if r.applied > info.State.LastSeq {
+		return fmt.Errorf("%w: the local copy holds stream sequence %d, the stream %s ends at %d "+
+			"(a different or re-created stream: start this node from an empty directory)", ErrApply, r.applied, r.opts.Stream, info.State.LastSeq)
 	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if r.applied > 0 {

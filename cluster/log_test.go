@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -294,6 +295,39 @@ func TestReplicatedRefusesForeignWrites(t *testing.T) {
 	defer l.Close()
 	if _, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL()}); !errors.Is(err, ErrApply) {
 		t.Fatalf("OpenReplicated: %v, want ErrApply", err)
+	}
+}
+
+// TestReplicatedRefusesOtherStreams refuses a copy that is ahead of its
+// stream (the stream was re-created) and a stream that is not a log.
+func TestReplicatedRefusesOtherStreams(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	js := nc.JetStream()
+	ctx := context.Background()
+	a := openNode(t, nc, t.TempDir())
+	for range 3 {
+		if _, err := a.rl.Append(ctx, "t", eventlog.Any, eventlog.Event{Type: "A"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := a.dir
+	a.close()
+	if err := js.DeleteStream(ctx, "PEGASUS_LOG"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := eventlog.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL()}); !errors.Is(err, ErrApply) {
+		t.Fatalf("a copy ahead of a re-created stream: %v, want ErrApply", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL(), Stream: "OTHER"}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a stream that is not a log: %v, want ErrInvalid", err)
 	}
 }
 
