@@ -166,6 +166,10 @@ func (o *Outbox) session(ctx context.Context) error {
 		return fmt.Errorf("%w: stream %s holds sequence %d, the log's head is %d (a stream filled from another log, "+
 			"or from this one before a data loss: publish into a new stream)", ErrForeignStream, o.opts.Stream, from-1, head)
 	}
+	if cursor := o.Published(); from != cursor+1 {
+		o.opts.Logger.Info("fan-out resumes after the stream's last message, not the cursor",
+			"stream", o.opts.Stream, "cursor", cursor, "from", from)
+	}
 	o.published.Store(from - 1)
 
 	// read ends on Stop (ctx) or when the acknowledgements fail.

@@ -37,6 +37,7 @@ func TestPublishCrash(t *testing.T) {
 	flags := []string{"--publish", nats.URL(), "--publish-stream", "EVENTS", "--publish-replicas", "3"}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
 
+	resumes := 0 // starts whose cursor lagged the stream (the kill came between an acknowledgement and the cursor's write)
 	for cycle := range 4 {
 		p := startProc(t, bin, data, flags...)
 		td := &testDaemon{t: t, url: p.url}
@@ -60,6 +61,7 @@ func TestPublishCrash(t *testing.T) {
 			<-acked
 		}
 		p.kill(t)
+		resumes += strings.Count(p.output(), "fan-out resumes after the stream's last message")
 		close(stop)
 		go func() { wg.Wait(); close(acked) }()
 		for range acked {
@@ -71,7 +73,7 @@ func TestPublishCrash(t *testing.T) {
 		}
 	}
 	r := checkFanout(t, bin, data, flags, js, "EVENTS")
-	t.Logf("%d events published exactly once over 4 kills and 2 NATS server stops", r.Last)
+	t.Logf("%d events published exactly once over 4 kills and 2 NATS server stops; %d starts resumed from the stream ahead of the cursor", r.Last, resumes)
 }
 
 // checkFanout starts the daemon once more and stops it cleanly, then
