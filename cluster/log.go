@@ -432,23 +432,36 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	}
 	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
-	last, err := r.publish(actx, parts, expected, n)
-	for errors.Is(err, nats.ErrNoResponders) {
-		// No stream leader listens (an election after a server
-		// stopped): nothing was stored. Send again until AckTimeout.
+	var last uint64
+	for {
+		last, err = r.publish(actx, parts, expected, n)
+		if isWrongLastSeq(err) {
+			// A real conflict, or a busy subject: on a replicated
+			// stream JetStream also refuses an expected-version check
+			// while another append to the same subject is being
+			// replicated, whatever its outcome.
+			busy, cerr := r.busy(actx, parts)
+			if cerr != nil || !busy {
+				return nil, r.conflict(ctx, parts)
+			}
+		} else if !errors.Is(err, nats.ErrNoResponders) {
+			break
+		}
+		// A busy subject, or no stream leader listens (an election
+		// after a server stopped): nothing was stored. Send again until
+		// AckTimeout.
 		t := time.NewTimer(noLeaderWait)
 		select {
 		case <-actx.Done():
 			t.Stop()
+			if isWrongLastSeq(err) {
+				return nil, r.conflict(ctx, parts)
+			}
 			return nil, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
 		case <-t.C:
 		}
-		last, err = r.publish(actx, parts, expected, n)
 	}
 	if err != nil {
-		if isWrongLastSeq(err) {
-			return nil, r.conflict(ctx, parts)
-		}
 		return nil, err
 	}
 	if err := r.waitApplied(ctx, last); err != nil {
@@ -639,6 +652,25 @@ func (r *ReplicatedLog) expectedSubjectSeq(ctx context.Context, stream string, e
 		return 0, fmt.Errorf("%w: event %d has no %s", ErrApply, it.Event().Seq, MetaStreamSeq)
 	}
 	return s, nil
+}
+
+// busy reports whether, once the local copy holds what the stream holds,
+// every part's stream is still at its expected version: JetStream refused
+// the append because the subject was busy, not because it moved.
+func (r *ReplicatedLog) busy(ctx context.Context, parts []eventlog.StreamAppend) (bool, error) {
+	if err := r.catchUp(ctx); err != nil {
+		return false, err
+	}
+	for _, p := range parts {
+		if p.Expected == eventlog.Any {
+			continue
+		}
+		cur, err := r.local.StreamVersion(p.Stream)
+		if err != nil || cur != uint64(p.Expected) {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // conflict builds the ConflictError of a refused append: for the first

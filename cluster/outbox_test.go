@@ -19,11 +19,6 @@ import (
 
 const testWait = 30 * time.Second
 
-// fetchWait bounds one wait of a test's consumer for the next message: a
-// consumer whose server stopped or whose stream changed leader may never
-// deliver again, and is created anew after it.
-const fetchWait = 2 * time.Second
-
 func TestSubject(t *testing.T) {
 	for _, c := range []struct{ stream, typ, want string }{
 		{"01JD3Q6V4M8ZK2X1YB7N5C9T0E", "TASK_CREATED", "pegasus.task.01JD3Q6V4M8ZK2X1YB7N5C9T0E.TASK_CREATED"},
@@ -127,46 +122,11 @@ type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
-// waitPublished reads the stream's last messages with an ordered
-// consumer until it holds the log's head. A consumer on a server that
-// stops fails or goes quiet (fetchWait); it is created again.
+// waitPublished waits until the stream's last message holds the log's
+// head.
 func (f *fixture) waitPublished(stream string) {
 	f.t.Helper()
-	head := f.log.Head()
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	defer cancel()
-	var last error
-	for ctx.Err() == nil {
-		cons, err := f.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPolicy})
-		for err == nil {
-			var m jetstream.Msg
-			if m, err = cons.Next(jetstream.FetchMaxWait(fetchWait)); err == nil {
-				if seq, _ := strconv.ParseUint(m.Headers().Get(HeaderSeq), 10, 64); seq >= head {
-					return
-				}
-			}
-		}
-		last = err
-		ewait(ctx) // the stream is not created yet, or its server stopped
-	}
-	var streamLast uint64
-	if st, err := f.js.Stream(context.Background(), stream); err == nil {
-		if info, err := st.Info(context.Background()); err == nil {
-			streamLast = info.State.LastSeq
-		}
-	}
-	f.t.Fatalf("waiting for event %d on the stream (its last message is %d): %v", head, streamLast, last)
-}
-
-// ewait waits a little before asking the servers again: they have no
-// notification for a stream created or a leader elected.
-func ewait(ctx context.Context) {
-	t := time.NewTimer(10 * time.Millisecond)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	natstest.WaitLastHeader(f.t, f.js, stream, HeaderSeq, f.log.Head())
 }
 
 // checkStream asserts that stream holds exactly the log's events, once

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,45 @@ func (c *Cluster) poll(cond func() bool, format string, args ...any) {
 func (c *Cluster) WaitStreamCurrent(js jetstream.JetStream, stream string) {
 	c.t.Helper()
 	c.poll(func() bool { return streamCurrent(js, stream) }, "stream %s has no leader with every replica current", stream)
+}
+
+// WaitLastHeader waits until the stream exists and its last message has
+// the decimal header h at n or more (the fan-out's Pegasus-Seq). It polls
+// (every 10 ms, each request bounded by a second, for at most
+// readyTimeout): a consumer on a replicated stream can hang for its whole
+// timeout after the server it lives on stops, a request per poll cannot.
+func WaitLastHeader(t testing.TB, js jetstream.JetStream, stream, h string, n uint64) {
+	t.Helper()
+	var got uint64
+	var last error
+	deadline := time.Now().Add(readyTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if got, last = lastHeader(js, stream, h); got >= n {
+			return
+		}
+		<-tick.C
+	}
+	t.Fatalf("natstest: the last message of stream %s has %s %d, want %d or more, after %v (%v)", stream, h, got, n, readyTimeout, last)
+}
+
+func lastHeader(js jetstream.JetStream, stream, h string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs == 0 {
+		return 0, err
+	}
+	m, err := st.GetMsg(ctx, info.State.LastSeq)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(m.Header.Get(h), 10, 64)
 }
 
 func streamCurrent(js jetstream.JetStream, stream string) bool {

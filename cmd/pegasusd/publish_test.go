@@ -7,11 +7,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -88,7 +86,7 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 	p.stop(t)
 	head := logHead(t, data)
 	p = startProc(t, bin, data, flags...)
-	waitStreamHolds(t, js, stream, head)
+	natstest.WaitLastHeader(t, js, stream, cluster.HeaderSeq, head)
 	p.kill(t)
 
 	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
@@ -143,35 +141,6 @@ func logHead(t *testing.T, data string) uint64 {
 	}
 	defer l.Close()
 	return l.Head()
-}
-
-// waitStreamHolds reads the stream from its last message on until a
-// message holds log sequence seq or later. Until the stream exists (the
-// daemon creates it once NATS answers) it asks again every 50 ms: the
-// servers have no notification for it. A consumer that goes quiet for 2 s
-// (its server stopped, its stream changed leader) is created anew.
-func waitStreamHolds(t *testing.T, js jetstream.JetStream, stream string, seq uint64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPolicy})
-		for err == nil {
-			var m jetstream.Msg
-			if m, err = cons.Next(jetstream.FetchMaxWait(2 * time.Second)); err == nil {
-				if s, _ := strconv.ParseUint(m.Headers().Get(cluster.HeaderSeq), 10, 64); s >= seq {
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for event %d on %s: %v", seq, stream, err)
-		case <-tick.C:
-		}
-	}
 }
 
 // TestPublishFlags checks that bad --publish settings stop pegasusd before
