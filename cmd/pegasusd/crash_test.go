@@ -30,6 +30,21 @@ var (
 	crashSeed   = flag.Uint64("crash-seed", 0, "seed of TestCrashRecovery (0: random, printed)")
 )
 
+// crashRun skips a subprocess test in -short mode, else returns its seed
+// (-crash-seed, or random and printed) and a generator seeded with it.
+func crashRun(t *testing.T) (uint64, *rand.Rand) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (rerun with -crash-seed=%d)", seed, seed)
+	return seed, rand.New(rand.NewPCG(seed, seed>>1))
+}
+
 // buildDaemon compiles this package into a binary for the subprocess tests.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
@@ -183,15 +198,7 @@ func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, w
 // verify (which re-folds everything and compares the persisted projections
 // with a fresh fold) finds nothing wrong.
 func TestCrashRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the daemon")
-	}
-	seed := *crashSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (rerun with -crash-seed=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	seed, rng := crashRun(t)
 	bin := buildDaemon(t)
 	data := filepath.Join(t.TempDir(), "data")
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42", "what is the date today?"}

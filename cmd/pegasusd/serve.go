@@ -20,6 +20,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
@@ -28,7 +29,7 @@ import (
 
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
-	return append(append(brokerFlags(), retentionFlags()...),
+	return append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...),
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
 		&cli.StringFlag{Name: "token", EnvVars: env("TOKEN"), Usage: "bearer token required on every route but /healthz and /readyz; required to listen beyond loopback"},
@@ -83,6 +84,7 @@ type config struct {
 	logOptions eventlog.Options
 	broker     brokerConfig
 	retention  retentionConfig
+	publish    cluster.OutboxOptions // --publish; empty URL: no fan-out
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -102,6 +104,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 		return nil, err
 	}
 	if c.retention, err = retentionConfigFrom(cc, c.dataDir); err != nil {
+		return nil, err
+	}
+	if c.publish, err = publishConfigFrom(cc); err != nil {
 		return nil, err
 	}
 	if cc.NArg() > 0 {
@@ -214,8 +219,9 @@ type daemon struct {
 	http   *http.Server
 	ln     net.Listener
 	cron   *cron.Cron
-	web    *web      // dashboard and metrics (web.go)
-	retain *retainer // retention loop (retention.go), nil when off
+	web    *web            // dashboard and metrics (web.go)
+	retain *retainer       // retention loop (retention.go), nil when off
+	outbox *cluster.Outbox // --publish (publish.go); nil without it
 }
 
 func openDataDir(dir string) error {
@@ -309,7 +315,12 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}
 	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
+	if err := d.startPublish(); err != nil {
+		a.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
 	if err := d.server.startBroker(l, a.View(), cfg); err != nil {
+		d.stopPublish()
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -418,8 +429,9 @@ func (d *daemon) shutdown() error {
 	d.web.stop(ctx)
 	d.server.stopBroker()
 	d.retain.stop() // before the agent closes the log
+	perr := d.stopPublish()
 	aerr := d.agent.Stop(ctx)
-	return errors.Join(aerr)
+	return errors.Join(aerr, perr)
 }
 
 func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Logger) error {

@@ -29,24 +29,32 @@ var impure = []string{
 	"time/tzdata", "unsafe",
 }
 
+// nats is the NATS client and server. Only cluster (and the daemon that
+// wires it in behind --publish) may import it: the embedded single-node
+// path (eventlog, replay, agent, broker) never touches the network.
+const nats = "github.com/nats-io/"
+
 // Imports point downward: cmd -> agent -> replay -> projection -> fsm;
-// eventlog is used by agent, replay, retention and cmd. retention (the
-// policy that archives finished tasks) sits beside agent: cmd uses it, it
-// uses replay and eventlog, and nothing below imports it.
+// eventlog is used by agent, replay, retention, cluster and cmd. retention
+// (the policy that archives finished tasks) sits beside agent: cmd uses it,
+// it uses replay and eventlog, and nothing below imports it. cluster sits
+// beside agent too: it follows the log (eventlog) and writes the one JSON
+// form (replay), and only cmd imports it.
 var rules = []rule{
 	{dir: "fsm", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/",
+		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
 	}, impure...)},
 	{dir: "projection", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "replay", module + "agent", module + "retention", module + "cmd/",
+		module + "eventlog", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
 	}, impure...)},
 	{dir: "eventlog", forbidden: []string{
-		module + "fsm", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/",
+		module + "fsm", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
 	}},
-	{dir: "replay", forbidden: []string{module + "agent", module + "retention", module + "cmd/"}},
-	{dir: "retention", forbidden: []string{module + "agent", module + "broker", module + "cmd/"}},
-	{dir: "agent", forbidden: []string{module + "cmd/"}},
-	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/"}},
+	{dir: "replay", forbidden: []string{module + "agent", module + "retention", module + "cmd/", module + "cluster", nats}},
+	{dir: "retention", forbidden: []string{module + "agent", module + "broker", module + "cmd/", module + "cluster", nats}},
+	{dir: "agent", forbidden: []string{module + "cmd/", module + "cluster", nats}},
+	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/", module + "cluster", nats}},
+	{dir: "cluster", forbidden: []string{module + "agent", module + "broker", module + "retention", module + "cmd/"}},
 	// The canonical codec sits under everything: it imports nothing of the
 	// module, so every layer can use it.
 	{dir: "internal/codec", pure: true, forbidden: append([]string{module}, impure...)},

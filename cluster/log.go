@@ -1,0 +1,784 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
+)
+
+// Errors of the replicated log.
+var (
+	// ErrUnknownOutcome is returned (wrapped) when an append was sent but
+	// its acknowledgement did not arrive: it may or may not be in the
+	// stream. Retrying with the same event ids is safe.
+	ErrUnknownOutcome = errors.New("cluster: append outcome unknown (retry with the same event ids)")
+	// ErrApply is returned (wrapped) once the follower cannot write a
+	// stream message into the local log; the replicated log then refuses
+	// appends (the local copy no longer follows the stream).
+	ErrApply = errors.New("cluster: the local copy cannot follow the stream")
+)
+
+// Headers and metadata of the replicated log. Stable.
+const (
+	// HeaderBatch is "i/n" on each message of an n-event append.
+	HeaderBatch = "Pegasus-Batch"
+	// HeaderSchema is the event's body schema (the JSON form's "schema",
+	// kept exactly: the draft parser defaults a zero one).
+	HeaderSchema = "Pegasus-Schema"
+	// MetaStreamSeq is the metadata key under which the local copy keeps
+	// each event's sequence in the JetStream stream: what an expected
+	// version maps to (Nats-Expected-Last-Subject-Sequence) and where the
+	// follower resumes.
+	MetaStreamSeq = "pegasus.js_seq"
+)
+
+// LogOptions configure a ReplicatedLog.
+type LogOptions struct {
+	// URL is the NATS cluster, one or more comma-separated URLs. Required.
+	URL string
+	// Stream is the JetStream stream that is the log's source of truth,
+	// created if missing. The default value is "PEGASUS_LOG".
+	Stream string
+	// Replicas of the stream when it is created. The default value is 3
+	// when the connection knows at least 3 servers, else 1.
+	Replicas int
+	// Duplicates is the stream's de-duplication window by Nats-Msg-Id.
+	// The default value is 2 minutes.
+	Duplicates time.Duration
+	// AckTimeout bounds the wait for JetStream's acknowledgement of one
+	// append. The default value is 5s.
+	AckTimeout time.Duration
+	// Logger receives the follower's errors. The default value discards
+	// them.
+	Logger *slog.Logger
+}
+
+func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
+	if o.Stream == "" {
+		o.Stream = "PEGASUS_LOG"
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+		if len(nc.Servers()) >= 3 {
+			o.Replicas = 3
+		}
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = 2 * time.Minute
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// ReplicatedLog is the clustered log (docs/cluster.md, incomplete): a
+// JetStream stream is the source of truth and a local eventlog.Log is
+// this node's copy, written only by the ReplicatedLog's follower, in the
+// stream's order. Append publishes to the stream and returns once
+// JetStream acknowledged the events (replicated to a quorum) and the
+// follower has written them locally, with their local positions.
+type ReplicatedLog struct {
+	local *eventlog.Log
+	opts  LogOptions
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	st    jetstream.Stream
+
+	mu      sync.Mutex
+	applied uint64        // highest stream sequence in the local copy
+	changed chan struct{} // closed and replaced when applied moves or err is set
+	err     error         // the follower stopped (ErrApply, or closed)
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// OpenReplicated connects to the cluster, creates the stream if needed
+// and starts the follower from where the local copy ends. local must be
+// written only through the returned ReplicatedLog.
+func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (*ReplicatedLog, error) {
+	if opts.URL == "" {
+		return nil, fmt.Errorf("%w: a NATS URL is required", ErrInvalid)
+	}
+	nc, err := nats.Connect(opts.URL, nats.Name("pegasusd log"), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
+	}
+	opts.ensureDefaults(nc)
+	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), done: make(chan struct{})}
+	if err := r.open(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *ReplicatedLog) open(ctx context.Context) error {
+	var err error
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return err
+	}
+	r.st, err = r.js.Stream(ctx, r.opts.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		r.st, err = r.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: r.opts.Stream, Subjects: []string{"pegasus.log.>"}, Storage: jetstream.FileStorage,
+			Replicas: r.opts.Replicas, Duplicates: r.opts.Duplicates, AllowAtomicPublish: true,
+			Description: "the Pegasus event log (docs/cluster.md)",
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
+	}
+	info, err := r.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
+	}
+	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
+		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
+	}
+	if r.applied, err = r.localStreamSeq(); err != nil {
+		return err
+	}
+	if r.applied > info.State.LastSeq {
+		return fmt.Errorf("%w: the local copy holds stream sequence %d, the stream %s ends at %d "+
+			"(a different or re-created stream: start this node from an empty directory)", ErrApply, r.applied, r.opts.Stream, info.State.LastSeq)
+	}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if r.applied > 0 {
+		cfg = jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: r.applied + 1}
+	}
+	cons, err := r.st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("cluster: following stream %s: %w", r.opts.Stream, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.follow(fctx, it)
+	return nil
+}
+
+// localStreamSeq is the stream sequence of the local copy's last event
+// (0 for an empty copy).
+func (r *ReplicatedLog) localStreamSeq() (uint64, error) {
+	head := r.local.Head()
+	if head == 0 {
+		return 0, nil
+	}
+	ev, err := r.local.GetSeq(head)
+	if err != nil {
+		return 0, err
+	}
+	s, err := strconv.ParseUint(ev.Metadata[MetaStreamSeq], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: the local log's event %d has no %s: it was not written by the cluster's follower", ErrApply, head, MetaStreamSeq)
+	}
+	return s, nil
+}
+
+// Local is this node's copy, for reads (the fold, verify, the CLI).
+func (r *ReplicatedLog) Local() *eventlog.Log { return r.local }
+
+// Applied is the highest stream sequence in the local copy.
+func (r *ReplicatedLog) Applied() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.applied
+}
+
+// Close stops the follower and the connection; it does not close the
+// local log.
+func (r *ReplicatedLog) Close() error {
+	r.cancel()
+	<-r.done
+	r.nc.Close()
+	return nil
+}
+
+// maxApply bounds the stream messages the follower writes in one local
+// append (one synced commit).
+const maxApply = 1024
+
+// follow writes every stream message into the local copy, in stream
+// order. A reader goroutine hands messages over a buffered channel; the
+// writer takes every message already waiting and writes them with one
+// local AppendMulti (one fsync), each append's n messages as one part.
+// An append whose first event the local copy already holds (JetStream
+// stored it twice, past its de-duplication window) is skipped.
+func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext) {
+	defer close(r.done)
+	msgs := make(chan jetstream.Msg, maxApply)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() { <-ctx.Done(); it.Stop() }()
+	var group []eventlog.Event // the parts of one append read so far
+	for {
+		m, ok := <-msgs
+		if !ok {
+			err := fmt.Errorf("%w: closed", ErrApply)
+			select {
+			case rerr := <-readErr:
+				if ctx.Err() == nil {
+					err = fmt.Errorf("%w: %v", ErrApply, rerr)
+				}
+			default:
+			}
+			r.fail(err)
+			return
+		}
+		var parts []eventlog.StreamAppend
+		var last uint64
+		for ok {
+			ev, i, n, sseq, err := decodeMessage(m)
+			if err == nil && i != len(group)+1 {
+				err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
+			}
+			if err != nil {
+				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+				return
+			}
+			group = append(group, ev)
+			if len(group) == n {
+				if _, err := r.local.Get(group[0].ID); err != nil {
+					parts = appendParts(parts, group)
+				}
+				group, last = nil, sseq
+			}
+			if len(parts) >= maxApply {
+				break
+			}
+			select {
+			case m, ok = <-msgs:
+			default:
+				ok = false
+			}
+		}
+		if len(parts) > 0 {
+			if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
+				if ctx.Err() == nil {
+					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+				}
+				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+				return
+			}
+		}
+		if last > 0 {
+			r.mu.Lock()
+			r.applied = last
+			close(r.changed)
+			r.changed = make(chan struct{})
+			r.mu.Unlock()
+		}
+	}
+}
+
+// appendParts adds one append's events to parts, one part per run of
+// events on the same stream (an AppendMulti's streams, in order).
+func appendParts(parts []eventlog.StreamAppend, evs []eventlog.Event) []eventlog.StreamAppend {
+	start := len(parts)
+	for _, ev := range evs {
+		if len(parts) > start && parts[len(parts)-1].Stream == ev.Stream {
+			parts[len(parts)-1].Events = append(parts[len(parts)-1].Events, ev)
+			continue
+		}
+		parts = append(parts, eventlog.StreamAppend{Stream: ev.Stream, Expected: eventlog.Any, Events: []eventlog.Event{ev}})
+	}
+	return parts
+}
+
+func (r *ReplicatedLog) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
+}
+
+// waitApplied waits until the local copy holds stream sequence seq.
+func (r *ReplicatedLog) waitApplied(ctx context.Context, seq uint64) error {
+	for {
+		r.mu.Lock()
+		applied, err, ch := r.applied, r.err, r.changed
+		r.mu.Unlock()
+		if applied >= seq {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: waiting for the local copy to reach stream sequence %d: %w", seq, ctx.Err())
+		}
+	}
+}
+
+// catchUp waits until the local copy holds everything the stream held
+// when it was called.
+func (r *ReplicatedLog) catchUp(ctx context.Context) error {
+	info, err := r.st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	return r.waitApplied(ctx, info.State.LastSeq)
+}
+
+// decodeMessage returns the event a stream message holds, its part i of
+// n, and its stream sequence.
+func decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return ev, 0, 0, 0, err
+	}
+	ev, i, n, err = decodeEvent(m.Headers(), m.Data(), md.Sequence.Stream)
+	return ev, i, n, md.Sequence.Stream, err
+}
+
+// decodeEvent returns the event the stream message at sseq holds, with
+// its stream sequence in its metadata, and its part i of n.
+func decodeEvent(h nats.Header, data []byte, sseq uint64) (ev eventlog.Event, i, n int, err error) {
+	if _, err := fmt.Sscanf(h.Get(HeaderBatch), "%d/%d", &i, &n); err != nil || i < 1 || i > n {
+		return ev, 0, 0, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, h.Get(HeaderBatch))
+	}
+	if ev, err = replay.ParseDraft(data); err != nil {
+		return ev, 0, 0, fmt.Errorf("message %d: %w", sseq, err)
+	}
+	schema, err := strconv.ParseUint(h.Get(HeaderSchema), 10, 16)
+	if err != nil {
+		return ev, 0, 0, fmt.Errorf("message %d: bad %s header", sseq, HeaderSchema)
+	}
+	ev.Schema = uint16(schema)
+	if ev.Metadata == nil {
+		ev.Metadata = map[string]string{}
+	}
+	ev.Metadata[MetaStreamSeq] = strconv.FormatUint(sseq, 10)
+	return ev, i, n, nil
+}
+
+// Append appends evs to stream with the log's guarantees (eventlog.Append),
+// through the cluster: the expected version is checked by JetStream
+// (Nats-Expected-Last-Subject-Sequence on the stream's subject), event ids
+// de-duplicate retries (Nats-Msg-Id, and the local id index), and several
+// events are one atomic batch. It returns once JetStream acknowledged and
+// the local copy holds the events; the result's sequences are local ones.
+func (r *ReplicatedLog) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	res, err := r.AppendMulti(ctx, eventlog.StreamAppend{Stream: stream, Expected: exp, Events: evs})
+	if err != nil {
+		return eventlog.AppendResult{}, err
+	}
+	return res[0], nil
+}
+
+// AppendMulti appends to several streams atomically (eventlog.AppendMulti,
+// a parent and a child task): one JetStream atomic batch, each stream's
+// expected version on its first message, and one local append. A stream
+// may appear once.
+func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
+	r.mu.Lock()
+	ferr := r.err
+	r.mu.Unlock()
+	if ferr != nil {
+		return nil, ferr
+	}
+	parts, n, err := r.prepare(appends)
+	if err != nil {
+		return nil, err
+	}
+	if res, ok, err := r.storedAll(parts); ok || err != nil {
+		return res, err
+	}
+	expected := make([]int64, len(parts))
+	for i, p := range parts {
+		if expected[i], err = r.expectedSubjectSeq(ctx, p.Stream, p.Expected); err != nil {
+			return nil, err
+		}
+	}
+	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	defer cancel()
+	var last uint64
+	for {
+		last, err = r.publish(actx, parts, expected, n)
+		if isWrongLastSeq(err) {
+			// A real conflict, or a busy subject: on a replicated
+			// stream JetStream also refuses an expected-version check
+			// while another append to the same subject is being
+			// replicated, whatever its outcome.
+			busy, cerr := r.busy(actx, parts)
+			if cerr != nil || !busy {
+				return nil, r.conflict(ctx, parts)
+			}
+		} else if !errors.Is(err, nats.ErrNoResponders) {
+			break
+		}
+		// A busy subject, or no stream leader listens (an election
+		// after a server stopped): nothing was stored. Send again until
+		// AckTimeout.
+		t := time.NewTimer(noLeaderWait)
+		select {
+		case <-actx.Done():
+			t.Stop()
+			if isWrongLastSeq(err) {
+				return nil, r.conflict(ctx, parts)
+			}
+			return nil, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.waitApplied(ctx, last); err != nil {
+		return nil, err
+	}
+	res, ok, err := r.storedAll(parts)
+	if !ok && err == nil {
+		err = fmt.Errorf("%w: stream sequence %d is applied but the append is not in the local copy", ErrApply, last)
+	}
+	return res, err
+}
+
+// prepare copies the appends, gives each event an id and a time if it has
+// none, and checks them all before anything is published. It returns the
+// number of events.
+func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) ([]eventlog.StreamAppend, int, error) {
+	if len(appends) == 0 {
+		return nil, 0, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
+	}
+	parts := make([]eventlog.StreamAppend, len(appends))
+	now := time.Now().UTC()
+	ids, streams, n := map[ulid.ULID]bool{}, map[string]bool{}, 0
+	for i, sa := range appends {
+		if len(sa.Events) == 0 || sa.Stream == "" || streams[sa.Stream] {
+			return nil, 0, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
+		}
+		streams[sa.Stream] = true
+		evs := append([]eventlog.Event(nil), sa.Events...)
+		for j := range evs {
+			if evs[j].ID == (ulid.ULID{}) {
+				evs[j].ID = r.local.NewID()
+			}
+			if evs[j].Time.IsZero() {
+				evs[j].Time = now
+			}
+			evs[j].Stream = sa.Stream
+			if err := validate(evs[j]); err != nil {
+				return nil, 0, err
+			}
+			if ids[evs[j].ID] {
+				return nil, 0, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
+			}
+			ids[evs[j].ID] = true
+		}
+		n += len(evs)
+		parts[i] = eventlog.StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
+	}
+	if n > maxBatch {
+		return nil, 0, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
+	}
+	return parts, n, nil
+}
+
+// storedAll is stored for every part: ok if the local copy holds them all.
+func (r *ReplicatedLog) storedAll(parts []eventlog.StreamAppend) ([]eventlog.AppendResult, bool, error) {
+	var res []eventlog.AppendResult
+	for i, p := range parts {
+		pr, ok, err := r.stored(p.Events)
+		if err != nil || (!ok && i == 0) {
+			return nil, false, err
+		}
+		if !ok {
+			return nil, false, fmt.Errorf("%w: partial replay of an append", eventlog.ErrIDReused)
+		}
+		res = append(res, pr)
+	}
+	return res, true, nil
+}
+
+// noLeaderWait is the pause before an append is sent again when no
+// stream leader answered.
+const noLeaderWait = 50 * time.Millisecond
+
+// maxBatch is the most events one Append takes: nats-server's default
+// limit of an atomic batch.
+const maxBatch = 1000
+
+// maxEventBytes is eventlog's default Options.MaxEventBytes: the largest
+// encoded event every node's local copy accepts.
+const maxEventBytes = 4 << 20
+
+// validate refuses, before anything is published, an event the local
+// copies would refuse: once in the stream, a bad event would stop every
+// node's follower. It checks the record's limits with the follower's
+// metadata key added.
+func validate(ev eventlog.Event) error {
+	if _, ok := ev.Metadata[MetaStreamSeq]; ok {
+		return fmt.Errorf("%w: metadata key %q is the cluster's", eventlog.ErrInvalid, MetaStreamSeq)
+	}
+	md := make(map[string]string, len(ev.Metadata)+1)
+	for k, v := range ev.Metadata {
+		md[k] = v
+	}
+	md[MetaStreamSeq] = "18446744073709551615"
+	ev.Metadata = md
+	rec, err := eventlog.EncodeRecord(ev)
+	if err != nil {
+		return err
+	}
+	if len(rec) > maxEventBytes {
+		return fmt.Errorf("%w: event of type %q is %d bytes, more than %d", eventlog.ErrInvalid, ev.Type, len(rec), maxEventBytes)
+	}
+	return nil
+}
+
+// sameEvent reports whether a stored event is a retry of ev: the content
+// eventlog compares for idempotency (stream, type, schema, causation,
+// metadata but the cluster's key, body).
+func sameEvent(stored, ev eventlog.Event) bool {
+	if stored.Stream != ev.Stream || stored.Type != ev.Type || stored.Schema != ev.Schema ||
+		stored.Causation != ev.Causation || string(stored.Body) != string(ev.Body) ||
+		len(stored.Metadata) != len(ev.Metadata)+1 {
+		return false
+	}
+	for k, v := range ev.Metadata {
+		if sv, ok := stored.Metadata[k]; !ok || sv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// stored returns the result of an earlier append of the same events, if
+// the local copy holds them all (ok), or ErrIDReused if it holds some, or
+// holds one with other content.
+func (r *ReplicatedLog) stored(evs []eventlog.Event) (eventlog.AppendResult, bool, error) {
+	var res eventlog.AppendResult
+	for i, ev := range evs {
+		got, err := r.local.Get(ev.ID)
+		if errors.Is(err, eventlog.ErrNotFound) {
+			if i > 0 {
+				return res, false, fmt.Errorf("%w: partial replay of an append", eventlog.ErrIDReused)
+			}
+			return res, false, nil
+		}
+		if err != nil {
+			return res, false, err
+		}
+		if !sameEvent(got, ev) {
+			return res, false, fmt.Errorf("%w: event %s is stored with other content", eventlog.ErrIDReused, ev.ID)
+		}
+		res.Events = append(res.Events, got)
+	}
+	res.FirstSeq, res.LastSeq = res.Events[0].Seq, res.Events[len(res.Events)-1].Seq
+	res.Version = res.Events[len(res.Events)-1].Version
+	return res, true, nil
+}
+
+// expectedSubjectSeq maps an expected version to the stream sequence of
+// the stream's event at that version (-1: no check). The local copy must
+// hold that event; if it is behind, it catches up with the stream first.
+func (r *ReplicatedLog) expectedSubjectSeq(ctx context.Context, stream string, exp eventlog.ExpectedVersion) (int64, error) {
+	if exp == eventlog.Any {
+		return -1, nil
+	}
+	if exp < 0 {
+		return 0, fmt.Errorf("%w: expected version %d", eventlog.ErrInvalid, exp)
+	}
+	want := uint64(exp)
+	cur, err := r.local.StreamVersion(stream)
+	if err != nil {
+		return 0, err
+	}
+	if cur < want {
+		if err := r.catchUp(ctx); err != nil {
+			return 0, err
+		}
+		if cur, err = r.local.StreamVersion(stream); err != nil {
+			return 0, err
+		}
+	}
+	if cur != want {
+		return 0, &eventlog.ConflictError{Stream: stream, Expected: exp, Current: cur}
+	}
+	if want == 0 {
+		return 0, nil
+	}
+	it := r.local.ReadStream(stream, want)
+	defer it.Close()
+	if !it.Next() {
+		if err := it.Err(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: stream %q version %d vanished", ErrApply, stream, want)
+	}
+	s, err := strconv.ParseInt(it.Event().Metadata[MetaStreamSeq], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: event %d has no %s", ErrApply, it.Event().Seq, MetaStreamSeq)
+	}
+	return s, nil
+}
+
+// busy reports whether, once the local copy holds what the stream holds,
+// every part's stream is still at its expected version: JetStream refused
+// the append because the subject was busy, not because it moved.
+func (r *ReplicatedLog) busy(ctx context.Context, parts []eventlog.StreamAppend) (bool, error) {
+	if err := r.catchUp(ctx); err != nil {
+		return false, err
+	}
+	for _, p := range parts {
+		if p.Expected == eventlog.Any {
+			continue
+		}
+		cur, err := r.local.StreamVersion(p.Stream)
+		if err != nil || cur != uint64(p.Expected) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// conflict builds the ConflictError of a refused append: for the first
+// part whose stream is not at its expected version once the local copy
+// has caught up. On a replicated stream JetStream refuses an append that
+// conflicts with one still being replicated, so the local copy waits (at
+// most AckTimeout) for that one to arrive; if it never commits, the error
+// names the first checked part with the version it has.
+func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamAppend) error {
+	wctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	defer cancel()
+	for {
+		if err := r.catchUp(wctx); err != nil && ctx.Err() != nil {
+			return err
+		}
+		var first *eventlog.ConflictError
+		for _, p := range parts {
+			if p.Expected == eventlog.Any {
+				continue
+			}
+			cur, err := r.local.StreamVersion(p.Stream)
+			if err != nil {
+				return err
+			}
+			c := &eventlog.ConflictError{Stream: p.Stream, Expected: p.Expected, Current: cur}
+			if cur != uint64(p.Expected) {
+				return c
+			}
+			if first == nil {
+				first = c
+			}
+		}
+		if first == nil || wctx.Err() != nil {
+			if first == nil {
+				return fmt.Errorf("%w: JetStream refused an append without expected versions", ErrApply)
+			}
+			return first
+		}
+		if err := r.waitApplied(wctx, r.Applied()+1); err != nil && ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// publish sends the parts' events, one message each on its stream's
+// subject, the first of each part with its expected subject sequence;
+// several go as one atomic batch. It returns the stream sequence of the
+// last.
+func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, expected []int64, n int) (uint64, error) {
+	batchID := ulid.Make().String()
+	var ack pubAck
+	k := 0
+	for pi, p := range parts {
+		subj := "pegasus.log." + Token(p.Stream)
+		for j, ev := range p.Events {
+			k++
+			wire := ev
+			wire.Seq, wire.Version = 0, 0
+			data, err := replay.MarshalEvent(wire)
+			if err != nil {
+				return 0, err
+			}
+			m := nats.NewMsg(subj)
+			m.Data = data
+			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
+			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
+			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
+			if j == 0 && expected[pi] >= 0 {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(expected[pi], 10))
+			}
+			if n > 1 {
+				m.Header.Set("Nats-Batch-Id", batchID)
+				m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(k))
+				if k < n {
+					if err := r.nc.PublishMsg(m); err != nil {
+						return 0, err
+					}
+					continue
+				}
+				m.Header.Set("Nats-Batch-Commit", "1")
+			}
+			resp, err := r.nc.RequestMsgWithContext(ctx, m)
+			if errors.Is(err, nats.ErrNoResponders) {
+				return 0, err
+			}
+			if err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			}
+			if err := json.Unmarshal(resp.Data, &ack); err != nil {
+				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			}
+		}
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	return ack.Seq, nil
+}
+
+// pubAck is JetStream's answer to a publish.
+type pubAck struct {
+	Seq       uint64              `json:"seq"`
+	Duplicate bool                `json:"duplicate"`
+	Error     *jetstream.APIError `json:"error"`
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

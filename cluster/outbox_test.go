@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pegasus-engine/pegasus/cluster/natstest"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+const testWait = 30 * time.Second
+
+func TestSubject(t *testing.T) {
+	for _, c := range []struct{ stream, typ, want string }{
+		{"01JD3Q6V4M8ZK2X1YB7N5C9T0E", "TASK_CREATED", "pegasus.task.01JD3Q6V4M8ZK2X1YB7N5C9T0E.TASK_CREATED"},
+		{"01JD3Q6V4M8ZK2X1YB7N5C9T0E", string(fsm.DispatchCreated), "swarm.task.01JD3Q6V4M8ZK2X1YB7N5C9T0E.created"},
+		{"d", string(fsm.DispatchTimedOut), "swarm.task.d.timeout"},
+		{"d", string(fsm.DispatchRetried), "swarm.task.d.retry"},
+		{"d", string(fsm.DispatchDeadLettered), "swarm.task.d.dlq"},
+		{"d", string(fsm.DispatchProgress), "swarm.task.d.progress"},
+		{"$system", "SYSTEM_STARTED", "pegasus.system.system.SYSTEM_STARTED"},
+		{"$", "X", "pegasus.task.$.X"},
+		{"a.b c*>%", "T", "pegasus.task.a%2Eb%20c%2A%3E%25.T"},
+	} {
+		if got := Subject(c.stream, c.typ); got != c.want {
+			t.Errorf("Subject(%q, %q) = %q, want %q", c.stream, c.typ, got, c.want)
+		}
+	}
+	// Every dispatch event has a subject, and the seed's nine are there.
+	seen := map[string]bool{}
+	for _, name := range dispatchEvents {
+		seen[name] = true
+	}
+	for _, want := range []string{"created", "assigned", "started", "progress", "completed", "failed", "timeout", "retry", "dlq"} {
+		if !seen[want] {
+			t.Errorf("no dispatch event on swarm.task.<id>.%s", want)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []OutboxOptions{{}, {URL: "nats://x", Stream: "a.b"}, {URL: "nats://x", Replicas: 7}} {
+		o.EnsureDefaults()
+		if err := o.Validate(); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", o, err)
+		}
+	}
+}
+
+// fixture is a log and a JetStream server (or cluster) for the outbox.
+type fixture struct {
+	t    *testing.T
+	dir  string
+	log  *eventlog.Log
+	nats *natstest.Cluster
+	js   jetstream.JetStream
+	n    int
+}
+
+func newFixture(t *testing.T, servers int) *fixture {
+	f := &fixture{t: t, dir: t.TempDir(), nats: natstest.Start(t, servers)}
+	f.js = f.nats.JetStream()
+	f.open()
+	return f
+}
+
+func (f *fixture) open() {
+	l, err := eventlog.Open(f.dir, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.log = l
+	f.t.Cleanup(func() { l.Close() })
+}
+
+// append appends n events over a task stream, a dispatch stream and
+// $system.
+func (f *fixture) append(n int) {
+	f.t.Helper()
+	for range n {
+		f.n++
+		stream, typ := fmt.Sprintf("task-%d", f.n%3), "STEP_DONE"
+		switch f.n % 4 {
+		case 1:
+			stream, typ = "dispatch-1", string(fsm.DispatchProgress)
+		case 2:
+			stream, typ = "$system", "SYSTEM_NOTE"
+		}
+		if _, err := f.log.Append(context.Background(), stream, eventlog.Any,
+			eventlog.Event{Type: typ, Body: []byte(strconv.Itoa(f.n))}); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) start(o OutboxOptions) *Outbox {
+	f.t.Helper()
+	o.URL = f.nats.URL()
+	o.CursorInterval = -1 // every acknowledgement: the tests read it
+	if o.RetryInterval == 0 {
+		o.RetryInterval = 10 * time.Millisecond
+	}
+	o.Logger = slog.New(slog.NewTextHandler(tWriter{f.t}, nil))
+	ob, err := StartOutbox(f.log, o)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(ob.Stop)
+	return ob
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// waitPublished waits until the stream's last message holds the log's
+// head.
+func (f *fixture) waitPublished(stream string) {
+	f.t.Helper()
+	natstest.WaitLastHeader(f.t, f.js, stream, HeaderSeq, f.log.Head())
+}
+
+// checkStream asserts that stream holds exactly the log's events, once
+// each, in log order (VerifyFanout).
+func (f *fixture) checkStream(stream string) {
+	f.t.Helper()
+	st, err := f.js.Stream(context.Background(), stream)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	r, err := VerifyFanout(context.Background(), f.log, st)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if r.First != 1 || r.Last != f.log.Head() {
+		f.t.Fatalf("the stream holds events %d to %d, the log 1 to %d", r.First, r.Last, f.log.Head())
+	}
+}
+
+func (f *fixture) cursor(stream string) uint64 {
+	f.t.Helper()
+	raw, err := f.log.GetAux([]byte(cursorKeyPrefix + stream))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	c, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// TestOutboxExactlyOnce publishes a log's history and its live events,
+// stops, restarts over a longer log and a reopened log, and checks that
+// the stream holds every event exactly once, in order.
+func TestOutboxExactlyOnce(t *testing.T) {
+	f := newFixture(t, 1)
+	f.append(50)
+	ob := f.start(OutboxOptions{})
+	f.append(50)
+	f.waitPublished("PEGASUS")
+	ob.Stop()
+	if got := f.cursor("PEGASUS"); got != f.log.Head() {
+		t.Fatalf("cursor %d after a clean stop, head %d", got, f.log.Head())
+	}
+	f.append(30)
+	// Reopen the log as a restarted daemon would.
+	if err := f.log.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.open()
+	f.start(OutboxOptions{})
+	f.append(20)
+	f.waitPublished("PEGASUS")
+	f.checkStream("PEGASUS")
+}
+
+// TestOutboxResyncsAfterServerRestart restarts the JetStream server while
+// the outbox publishes: publishes in flight fail, and the outbox resumes
+// from the stream's last message without a gap or a duplicate.
+func TestOutboxResyncsAfterServerRestart(t *testing.T) {
+	f := newFixture(t, 1)
+	f.start(OutboxOptions{MaxPending: 8})
+	f.append(100)
+	f.nats.Restart(0)
+	f.append(100)
+	f.waitPublished("PEGASUS")
+	f.checkStream("PEGASUS")
+}
+
+// TestOutboxStaleCursor loses the cursor's last writes (as a crash between
+// acknowledgement and cursor write does): the stream's last message, not
+// the cursor, says where to resume, so nothing is published twice even
+// outside the de-duplication window.
+func TestOutboxStaleCursor(t *testing.T) {
+	f := newFixture(t, 1)
+	f.append(40)
+	ob := f.start(OutboxOptions{Duplicates: time.Second})
+	f.waitPublished("PEGASUS")
+	ob.Stop()
+	if err := f.log.WriteAux(context.Background(), func(b *eventlog.AuxBatch) error {
+		b.Set([]byte(cursorKeyPrefix+"PEGASUS"), []byte("3"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.append(10)
+	f.start(OutboxOptions{})
+	f.waitPublished("PEGASUS")
+	f.checkStream("PEGASUS")
+}
+
+// TestOutboxAfterPurge purges the stream: the outbox resumes after its
+// cursor instead of publishing the history again.
+func TestOutboxAfterPurge(t *testing.T) {
+	f := newFixture(t, 1)
+	f.append(20)
+	ob := f.start(OutboxOptions{})
+	f.waitPublished("PEGASUS")
+	ob.Stop()
+	st, err := f.js.Stream(context.Background(), "PEGASUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.append(5)
+	f.start(OutboxOptions{})
+	f.waitPublished("PEGASUS")
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 5 || info.State.FirstSeq != 21 {
+		t.Fatalf("after a purge the stream holds %d messages from %d, want the 5 new ones from 21", info.State.Msgs, info.State.FirstSeq)
+	}
+}
+
+// TestOutboxForeignStream refuses a stream whose last message is beyond
+// the log's head, one another program publishes into, and one that does
+// not capture the outbox's subjects.
+func TestOutboxForeignStream(t *testing.T) {
+	for _, hdr := range []string{"999", "", "narrow"} {
+		f := newFixture(t, 1)
+		f.append(3)
+		ctx := context.Background()
+		subjects := Subjects
+		if hdr == "narrow" {
+			subjects, hdr = []string{"pegasus.>"}, "1"
+		}
+		if _, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "PEGASUS", Subjects: subjects}); err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg("pegasus.task.x.Y")
+		if hdr != "" {
+			m.Header.Set(HeaderSeq, hdr)
+		}
+		if _, err := f.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		ob := f.start(OutboxOptions{})
+		select {
+		case <-ob.Done():
+		case <-time.After(testWait):
+			t.Fatal("the outbox did not stop")
+		}
+		if err := ob.Err(); !errors.Is(err, ErrForeignStream) {
+			t.Fatalf("header %q: %v, want ErrForeignStream", hdr, err)
+		}
+	}
+}
+
+// TestOutboxClusterR3 publishes into a stream with three replicas on a
+// three-server cluster and stops one server, then another after the
+// first is back: the stream keeps a quorum and every event is on it once.
+func TestOutboxClusterR3(t *testing.T) {
+	f := newFixture(t, 3)
+	f.start(OutboxOptions{Replicas: 3, MaxPending: 16})
+	f.append(60)
+	f.nats.Stop(1)
+	f.append(60)
+	f.waitPublished("PEGASUS")
+	f.nats.Restart(1)
+	f.nats.WaitReady(3)
+	f.nats.WaitStreamCurrent(f.js, "PEGASUS")
+	f.nats.Stop(2)
+	f.append(60)
+	f.waitPublished("PEGASUS")
+	f.checkStream("PEGASUS")
+}
+
+// TestVerifyFanoutCatchesDamage proves the check is not vacuous: a
+// duplicate, a changed body and a wrong subject are each found.
+func TestVerifyFanoutCatchesDamage(t *testing.T) {
+	for _, damage := range []func(m *nats.Msg){
+		func(m *nats.Msg) {}, // a second copy of the last event
+		func(m *nats.Msg) { m.Header.Set(HeaderSeq, "6"); m.Data = []byte("{}") },
+		func(m *nats.Msg) { m.Header.Set(HeaderSeq, "6"); m.Subject = "pegasus.task.x.Y" },
+	} {
+		f := newFixture(t, 1)
+		f.append(5)
+		ob := f.start(OutboxOptions{})
+		f.waitPublished("PEGASUS")
+		ob.Stop()
+		f.append(1)
+		ctx := context.Background()
+		st, err := f.js.Stream(ctx, "PEGASUS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := st.GetMsg(ctx, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(last.Subject)
+		m.Header, m.Data = last.Header, last.Data
+		m.Header.Del(jetstream.MsgIDHeader)
+		m.Header.Del(jetstream.ExpectedLastSeqHeader)
+		damage(m)
+		if _, err := f.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := VerifyFanout(ctx, f.log, st); !errors.Is(err, ErrFanoutMismatch) {
+			t.Errorf("%v, want ErrFanoutMismatch", err)
+		}
+	}
+}
