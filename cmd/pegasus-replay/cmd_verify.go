@@ -153,7 +153,11 @@ func printVerify(p *printer, desc string, r *replay.Report) {
 	t.row("refused", strconv.Itoa(r.Refused))
 	switch {
 	case r.Checkpoint != 0:
-		t.row("projections", fmt.Sprintf("persisted at seq %d equal to a fresh fold there", r.Checkpoint))
+		s := fmt.Sprintf("persisted at seq %d equal to a fresh fold there", r.Checkpoint)
+		if r.ProjectionsNote != "" {
+			s += "; " + r.ProjectionsNote
+		}
+		t.row("projections", s)
 	case r.ProjectionsNote != "":
 		t.row("projections", r.ProjectionsNote)
 	}
