@@ -151,19 +151,20 @@ type Broker struct {
 	opts  Options
 	from  uint64 // the view's position when New loaded the live tasks
 
-	mu       sync.Mutex
-	live     map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
-	byWorker map[string]map[string]*entry // the live tasks each worker runs
-	dirty    map[string]struct{}          // live tasks changed since the loop last looked
-	due      dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
-	ready    readyHeap                    // pending tasks due now, in queue order
-	workerCh map[string]chan struct{}     // closed when a worker's tasks change (its long polls)
-	lastFull time.Time                    // when the loop last looked at every live task
-	workers  projection.Workers           // registered workers, from WorkersStream
-	seen     map[string]time.Time         // worker liveness (memory only)
-	changed  chan struct{}                // closed and replaced after every dispatch event folded
-	kick     chan struct{}                // wakes the loop (buffered 1)
-	running  bool
+	mu        sync.Mutex
+	live      map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
+	byWorker  map[string]map[string]*entry // the live tasks each worker runs
+	dirty     map[string]struct{}          // live tasks changed since the loop last looked
+	due       dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
+	ready     readyHeap                    // pending tasks due now, in queue order
+	readyKeys map[string]int               // entries in ready per requirement key (reqKey)
+	workerCh  map[string]chan struct{}     // closed when a worker's tasks change (its long polls)
+	lastFull  time.Time                    // when the loop last looked at every live task
+	workers   projection.Workers           // registered workers, from WorkersStream
+	seen      map[string]time.Time         // worker liveness (memory only)
+	changed   chan struct{}                // closed and replaced after every dispatch event folded
+	kick      chan struct{}                // wakes the loop (buffered 1)
+	running   bool
 
 	followed watermark.Mark // the last event follow has indexed
 	children *childIndex    // parent_task_id -> children (children.go)
@@ -173,7 +174,7 @@ type Broker struct {
 // live dispatch tasks and the registered workers loaded.
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
-		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{},
+		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
 		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
 		children: newChildIndex()}
 	// Run follows the log from the view's position before the load, so
@@ -316,8 +317,9 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			if act.At.After(now) {
 				b.scheduleLocked(e, act.At)
 			} else if !e.queued {
-				e.queued = true
-				heap.Push(&b.ready, e)
+				b.queueLocked(e)
+			} else {
+				b.requeueLocked(e)
 			}
 		case fsm.ActWaitWorker:
 			if act.At.After(now) {
@@ -351,8 +353,10 @@ func (b *Broker) step(ctx context.Context) time.Time {
 // assignLocked appends to ds the assignments of the tasks at the head of
 // the queue that eligible workers have room for. Tasks no worker can take
 // now (capabilities) stay queued in their place. It stops as soon as no
-// worker has room, so a long queue costs nothing while the workers are
-// busy.
+// worker has room, or as soon as every requirement key still queued was
+// found unplaceable in this step (load only grows within a step), so a
+// long queue costs nothing while the workers that could take it are busy,
+// even when others (the built-in agent, a GPU worker) sit idle.
 func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 	load := map[string]int{}
 	room := 0
@@ -363,9 +367,11 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 		}
 	}
 	var skipped []*entry
-	for room > 0 && len(b.ready) > 0 {
+	blocked := map[string]bool{} // requirement keys no worker can take now
+	for room > 0 && len(b.ready) > 0 && !b.allBlockedLocked(blocked) {
 		e := heap.Pop(&b.ready).(*entry)
-		e.queued = false
+		key := e.qkey
+		b.unqueueLocked(e)
 		if b.live[e.t.ID] != e {
 			continue // finished meanwhile
 		}
@@ -373,9 +379,17 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 			b.dirty[e.t.ID] = struct{}{}
 			continue
 		}
+		if blocked[key] {
+			skipped = append(skipped, e)
+			continue
+		}
 		w, score := b.pickLocked(&e.t, load, now)
 		if w == "" {
-			skipped = append(skipped, e) // no eligible worker now; a registration or a report wakes the loop
+			// No eligible worker now, nor for any task with the same
+			// requirements in this step; a registration or a report wakes
+			// the loop.
+			blocked[key] = true
+			skipped = append(skipped, e)
 			continue
 		}
 		ds = append(ds, decision{e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})})
@@ -383,10 +397,23 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 		room--
 	}
 	for _, e := range skipped {
-		e.queued = true
-		heap.Push(&b.ready, e)
+		b.queueLocked(e)
 	}
 	return ds
+}
+
+// allBlockedLocked reports whether every requirement key with tasks in the
+// ready queue is in blocked.
+func (b *Broker) allBlockedLocked(blocked map[string]bool) bool {
+	if len(blocked) == 0 {
+		return false
+	}
+	for k := range b.readyKeys {
+		if !blocked[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // appendAll appends the decisions of one step (timeouts, retries, dead

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -430,4 +432,37 @@ func TestOneCommitPerStep(t *testing.T) {
 	if n := h.log.Stats().Commits - before; n != 2 {
 		t.Fatalf("3 timeouts and 3 dead letters took %d commits, want 2", n)
 	}
+}
+
+// TestIdleWorkerBehindUnplaceableQueue: with the only worker that has room
+// unable to take the tasks at the head of the queue (they need a
+// capability it lacks), a step skips them as a group, still finds the one
+// task deep in the queue the worker can take, and leaves the others queued
+// and counted in their place.
+func TestIdleWorkerBehindUnplaceableQueue(t *testing.T) {
+	h := newHarness(t)
+	var waiting []fsm.Task
+	for i := range 40 {
+		waiting = append(waiting, h.create(fmt.Sprintf("render %d", i), 9, "GPU"))
+	}
+	cpu := h.create("count words", 0, "general")
+	h.settle()
+	h.register("cpu", 1, "General")
+	h.waitTask(cpu.ID, "assigned to cpu", assignedTo("cpu"))
+	h.settle()
+	for _, task := range waiting {
+		if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+			t.Fatalf("%s left the queue without a gpu worker: %s", task.Dispatch.Title, got.State)
+		}
+	}
+	h.b.mu.Lock()
+	queued, keys := len(h.b.ready), maps.Clone(h.b.readyKeys)
+	h.b.mu.Unlock()
+	if queued != len(waiting) || len(keys) != 1 || keys["gpu"] != len(waiting) {
+		t.Fatalf("ready queue: %d tasks, keys %v; want %d under \"gpu\"", queued, keys, len(waiting))
+	}
+	// A worker with the capability takes them in queue order.
+	h.register("gpu-box", 2, "gpu")
+	h.waitTask(waiting[0].ID, "assigned to gpu-box", assignedTo("gpu-box"))
+	h.waitTask(waiting[1].ID, "assigned to gpu-box", assignedTo("gpu-box"))
 }

@@ -25,6 +25,7 @@ type entry struct {
 	worker string    // the worker the task counts against (assigned, running); "" none
 	due    time.Time // its time in Broker.due; zero: not there
 	queued bool      // in Broker.ready
+	qkey   string    // while queued: its requirement key (reqKey), counted in Broker.readyKeys
 }
 
 // observeLocked records t, task id as the view folded it now (ok false:
@@ -135,6 +136,8 @@ func (b *Broker) compactLocked() {
 		for _, e := range b.ready {
 			if b.live[e.t.ID] == e {
 				keep = append(keep, e)
+			} else {
+				b.unqueueLocked(e)
 			}
 		}
 		clear(b.ready[len(keep):])
@@ -181,6 +184,53 @@ func (h *dueHeap) Pop() any {
 	old[len(old)-1] = dueAt{}
 	*h = old[:len(old)-1]
 	return x
+}
+
+// reqKey is the key of a set of required capabilities: equal for sets a
+// worker matches alike (capabilities compare case-insensitively).
+func reqKey(caps []string) string {
+	switch len(caps) {
+	case 0:
+		return ""
+	case 1:
+		return strings.ToLower(caps[0])
+	}
+	lc := make([]string, len(caps))
+	for i, c := range caps {
+		lc[i] = strings.ToLower(c)
+	}
+	slices.Sort(lc)
+	return strings.Join(lc, "\x00")
+}
+
+// queueLocked puts e in the ready queue, counting its requirement key.
+func (b *Broker) queueLocked(e *entry) {
+	e.queued, e.qkey = true, reqKey(e.t.Dispatch.RequiredCapabilities)
+	b.readyKeys[e.qkey]++
+	heap.Push(&b.ready, e)
+}
+
+// unqueueLocked forgets that e is in the ready queue (popped or dropped).
+func (b *Broker) unqueueLocked(e *entry) {
+	if !e.queued {
+		return
+	}
+	e.queued = false
+	if n := b.readyKeys[e.qkey] - 1; n > 0 {
+		b.readyKeys[e.qkey] = n
+	} else {
+		delete(b.readyKeys, e.qkey)
+	}
+}
+
+// requeueLocked counts e under its current requirement key again when a
+// change of the task (a PATCH) changed it while it waits.
+func (b *Broker) requeueLocked(e *entry) {
+	if k := reqKey(e.t.Dispatch.RequiredCapabilities); e.queued && k != e.qkey {
+		b.unqueueLocked(e)
+		e.queued, e.qkey = true, k
+		b.readyKeys[k]++
+	}
 }
 
 // readyHeap is the queue of pending tasks due now, in the broker's queue

@@ -34,6 +34,7 @@ func BenchmarkBrokerLatency(b *testing.B) {
 func benchBroker(b *testing.B, bc brokerbench.Config) {
 	cfg := testConfig(b)
 	cfg.maxBody = 1 << 20
+	cfg.broker.agentWorker = true // as at pegasusd's defaults: the built-in agent is a worker too
 	td := startDaemon(b, cfg)
 	bc.URL = td.url
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
