@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sort"
 	"slices"
+	"sort"
 	"strings"
 	"testing"
 
