@@ -74,18 +74,9 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 		b.Seen(AgentWorkerID) // alive while it runs
 		w.cancelStale(ctx)
 		w.step(ctx, all)
-		all = false
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errc:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		var err error
+		if all, err = b.sleep(ctx, errc, w.wake, b.opts.WorkerTTL/3); err != nil {
 			return err
-		case <-w.wake:
-		case <-b.opts.After(b.opts.WorkerTTL / 3):
-			all = true
 		}
 	}
 }

@@ -228,17 +228,28 @@ func (b *Broker) Run(ctx context.Context) error {
 		if !next.IsZero() {
 			wait = min(wait, max(next.Sub(b.opts.Now()), 0))
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-errc:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
+		if _, err := b.sleep(ctx, errc, b.kick, wait); err != nil {
 			return err
-		case <-b.kick:
-		case <-b.opts.After(wait):
 		}
+	}
+}
+
+// sleep waits between two steps of a loop: for a wake-up, for d to pass
+// (elapsed true), or for what ends the loop (the context, or the error of
+// its follower on errc), which it returns.
+func (b *Broker) sleep(ctx context.Context, errc <-chan error, wake <-chan struct{}, d time.Duration) (elapsed bool, err error) {
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case err := <-errc:
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, err
+	case <-wake:
+		return false, nil
+	case <-b.opts.After(d):
+		return true, nil
 	}
 }
 
