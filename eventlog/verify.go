@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -81,6 +82,10 @@ type Report struct {
 	// the sequences in them: gaps the audit accepts because a hole key
 	// and its TypeEventsArchived event record them.
 	Holes, Retired uint64
+	// Lookups reports that an index disagreed with the records (in the
+	// count or the digest of its entries), so the audit ran again looking
+	// every entry up, to name each disagreement (see Verify).
+	Lookups bool
 	// Problems lists the first MaxReportedProblems problems, the first
 	// found first (pass order: log records by seq, then the stream, id and
 	// causation indexes in key order, then stray keys).
@@ -106,13 +111,53 @@ func (r *Report) add(p Problem) {
 // every record's checksum and envelope; that sequences are gap-free from 1;
 // that every record has its stream, id and causation index entries; and
 // that every index entry points to a record that agrees with it, with stream
-// versions gap-free from 1. Memory stays bounded (it zips sorted key spaces
-// and uses point lookups, never a map of the log).
+// versions gap-free from 1. It is VerifyWith without progress.
 //
 // A nil error means the log is sound. If problems are found, the error is
 // the first problem as a *CorruptionError and the Report lists them. Other
 // errors (I/O, ctx) mean verification did not complete.
 func (l *Log) Verify(ctx context.Context) (Report, error) {
+	return l.VerifyWith(ctx, nil)
+}
+
+// VerifyOptions configures VerifyWith.
+type VerifyOptions struct {
+	// OnProgress, if set, is called as the audit goes, about every 1,024
+	// keys and at the start of each phase, from the calling goroutine.
+	// The default value is nil (no progress).
+	OnProgress func(VerifyProgress)
+}
+
+// VerifyProgress says how far an audit is.
+type VerifyProgress struct {
+	// Phase names the key space being walked: "records", "holes",
+	// "stream index", "id index", "causation index", "other keys", then,
+	// only when an index disagreed with the records, the same again
+	// prefixed with "lookups: ".
+	Phase string
+	// Done counts the keys of the phase walked so far; Total is how many
+	// the phase expects (the head for the records, the entries the records
+	// call for in an index), 0 when unknown.
+	Done, Total uint64
+}
+
+// VerifyWith is Verify with options.
+//
+// The audit reads every key space once, in key order: the records, then
+// each index. It does not look the records' index entries up one by one:
+// the walk over the records adds the entries each record calls for to a
+// digest per index (a count and two sums of 64-bit hashes of key and
+// value, so the order of the entries does not matter), and the walk over
+// each index adds the entries it finds to another. Equal digests mean the
+// index holds exactly the entries the records call for, no more, no less,
+// each with the right value (but for a hash collision: about 2^-64 per
+// disagreement); the walk over the index also checks each entry's format
+// and that each stream's versions are gap-free from 1. When an index
+// disagrees, the audit runs again with a point lookup for every entry in
+// both directions, which names each disagreement (Report.Lookups): a sound
+// log costs sequential reads only, a damaged one about six random reads
+// per event more. Memory stays bounded either way: no map of the log.
+func (l *Log) VerifyWith(ctx context.Context, o *VerifyOptions) (Report, error) {
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	if l.dbClosed {
@@ -120,12 +165,26 @@ func (l *Log) Verify(ctx context.Context) (Report, error) {
 	}
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
-	v := verifier{ctx: ctx, r: snap}
-	if loss := l.loss; loss != nil && l.readOnly {
-		// Found missing at Open: the first problem, at the first lost seq.
-		v.rep.add(Problem{Seq: loss.Head + 1, File: loss.File, Offset: loss.Offset, Reason: loss.Error()})
+	v := verifier{ctx: ctx, r: snap, hash: newEntryHasher()}
+	if o != nil {
+		v.progress = o.OnProgress
 	}
-	if err := v.run(); err != nil {
+	start := func() {
+		if loss := l.loss; loss != nil && l.readOnly {
+			// Found missing at Open: the first problem, at the first lost seq.
+			v.rep.add(Problem{Seq: loss.Head + 1, File: loss.File, Offset: loss.Offset, Reason: loss.Error()})
+		}
+	}
+	start()
+	err := v.run()
+	if err == nil && v.want != v.got {
+		// An index disagrees with the records: audit again, looking every
+		// entry up, to say where.
+		v.rep, v.lookups, v.want, v.got = Report{Lookups: true}, true, [nIndexes]digest{}, [nIndexes]digest{}
+		start()
+		err = v.run()
+	}
+	if err != nil {
 		// Pebble could not read a file (a corrupt sstable block): a
 		// problem of the log, reported with the file, not a failed audit.
 		if !isPebbleCorruption(err) {
@@ -139,6 +198,38 @@ func (l *Log) Verify(ctx context.Context) (Report, error) {
 	return v.rep, nil
 }
 
+// The indexes the audit digests.
+const (
+	idxStream = iota
+	idxID
+	idxCausation
+	nIndexes
+)
+
+// digest is an order-independent fingerprint of a set of index entries:
+// how many, and two sums of 64-bit hashes of each entry.
+type digest struct{ n, a, b uint64 }
+
+// entryHasher hashes index entries with two independent seeds.
+type entryHasher struct {
+	s1, s2 maphash.Seed
+	buf    []byte
+}
+
+func newEntryHasher() *entryHasher {
+	return &entryHasher{s1: maphash.MakeSeed(), s2: maphash.MakeSeed()}
+}
+
+// add adds the entry (key, val) to d. The key's length ends the hashed
+// bytes, so that no two (key, value) pairs hash the same bytes.
+func (h *entryHasher) add(d *digest, key, val []byte) {
+	h.buf = append(append(h.buf[:0], key...), val...)
+	h.buf = binary.AppendUvarint(h.buf, uint64(len(key)))
+	d.n++
+	d.a += maphash.Bytes(h.s1, h.buf)
+	d.b += maphash.Bytes(h.s2, h.buf)
+}
+
 type verifier struct {
 	ctx   context.Context
 	r     pebble.Reader
@@ -146,12 +237,21 @@ type verifier struct {
 	steps int
 	key   []byte
 	ev    Event
+	// lookups makes the index checks point lookups (the second run, after
+	// a digest disagreed); otherwise they fill want and got.
+	lookups   bool
+	hash      *entryHasher
+	want, got [nIndexes]digest
+	seqBuf    [8]byte
+	progress  func(VerifyProgress)
+	phase     VerifyProgress
 	// look has an iterator per index key space for point lookups, apart
 	// from the one each pass walks.
 	look map[byte]*pebble.Iterator
 	// holes is over the hole keys, for gaps in pass 1.
 	holes  *pebble.Iterator
 	format uint32
+	head   uint64 // the last record's sequence, for progress
 }
 
 func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
@@ -160,10 +260,25 @@ func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
 
 func (v *verifier) tick() error {
 	v.steps++
+	v.phase.Done++
 	if v.steps%1024 == 0 {
+		if v.progress != nil {
+			v.progress(v.phase)
+		}
 		return v.ctx.Err()
 	}
 	return nil
+}
+
+// begin starts a phase of the progress.
+func (v *verifier) begin(phase string, total uint64) {
+	if v.lookups {
+		phase = "lookups: " + phase
+	}
+	v.phase = VerifyProgress{Phase: phase, Total: total}
+	if v.progress != nil {
+		v.progress(v.phase)
+	}
 }
 
 // exact positions it on key and returns its value, or ok=false.
@@ -193,13 +308,34 @@ func (v *verifier) run() error {
 		}
 		v.look[p] = it
 	}
+	if ev := v.look[PrefixEvent]; ev.Last() {
+		v.head, _ = ParseEventKey(ev.Key())
+	} else if err := ev.Error(); err != nil {
+		return err
+	}
 	var err error
 	if v.holes, err = newHoleIter(v.r); err != nil {
 		return err
 	}
 	defer v.holes.Close()
-	for _, pass := range []func() error{v.checkLog, v.checkHoles, v.checkStreamIndex, v.checkIDIndex, v.checkCausationIndex, v.checkStrays} {
-		if err := pass(); err != nil {
+	for _, pass := range []struct {
+		phase string
+		total func() uint64
+		run   func() error
+	}{
+		{"records", func() uint64 { return v.head }, v.checkLog},
+		{"holes", nil, v.checkHoles},
+		{"stream index", func() uint64 { return v.want[idxStream].n }, v.checkStreamIndex},
+		{"id index", func() uint64 { return v.want[idxID].n }, v.checkIDIndex},
+		{"causation index", func() uint64 { return v.want[idxCausation].n }, v.checkCausationIndex},
+		{"other keys", nil, v.checkStrays},
+	} {
+		var total uint64
+		if pass.total != nil {
+			total = pass.total()
+		}
+		v.begin(pass.phase, total)
+		if err := pass.run(); err != nil {
 			return err
 		}
 	}
@@ -242,8 +378,9 @@ func (v *verifier) walk(prefix byte, fn func(it *pebble.Iterator) error) error {
 }
 
 // checkLog is pass 1: the records are gap-free from 1 and decode, and each
-// has its stream, id and causation index entries. It sets the Report's
-// Head, which the index passes check against.
+// has its stream, id and causation index entries (digested for the index
+// passes to compare with; looked up in the second run). It sets the
+// Report's Head, which the index passes check against.
 func (v *verifier) checkLog() error {
 	next := uint64(1)
 	return v.walk(PrefixEvent, func(it *pebble.Iterator) error {
@@ -272,6 +409,10 @@ func (v *verifier) checkLog() error {
 			return nil
 		}
 		ev := &v.ev
+		if !v.lookups {
+			v.digestRecord(ev)
+			return nil
+		}
 		v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
 		v.checkSeqEntry(v.look[PrefixStream], seq, fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version))
 		v.key = appendIDIndexKey(v.key[:0], ev.ID)
@@ -286,6 +427,20 @@ func (v *verifier) checkLog() error {
 		}
 		return nil
 	})
+}
+
+// digestRecord adds the index entries a record calls for to the digests
+// the index passes compare with what they find.
+func (v *verifier) digestRecord(ev *Event) {
+	seq := binary.BigEndian.AppendUint64(v.seqBuf[:0], ev.Seq)
+	v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
+	v.hash.add(&v.want[idxStream], v.key, seq)
+	v.key = appendIDIndexKey(v.key[:0], ev.ID)
+	v.hash.add(&v.want[idxID], v.key, seq)
+	if ev.Causation != (ulid.ULID{}) {
+		v.key = appendCausationIndexKey(v.key[:0], ev.Causation, ev.Seq)
+		v.hash.add(&v.want[idxCausation], v.key, nil)
+	}
 }
 
 // checkHoles is pass 1b: every hole key is well formed, holes do not
@@ -358,12 +513,16 @@ func (v *verifier) recordAt(key []byte, seq uint64) (*Event, bool, error) {
 }
 
 // checkStreamIndex is pass 2: each stream's versions are gap-free from 1
-// and each entry points to the record of that stream and version.
+// and each entry points to the record of that stream and version (by the
+// digest; looked up in the second run).
 func (v *verifier) checkStreamIndex() error {
 	var curStream string
 	var want uint64
 	return v.walk(PrefixStream, func(it *pebble.Iterator) error {
 		v.rep.StreamEntries++
+		if !v.lookups {
+			v.hash.add(&v.got[idxStream], it.Key(), it.Value())
+		}
 		stream, ver, ok := ParseStreamIndexKey(it.Key())
 		seq, ok2 := DecodeSeqValue(it.Value())
 		if !ok || !ok2 {
@@ -378,6 +537,9 @@ func (v *verifier) checkStreamIndex() error {
 			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, ver-1)})
 		}
 		want = ver + 1
+		if !v.lookups {
+			return nil // the digests compare the entry with the records
+		}
 		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
 			return err
@@ -390,15 +552,22 @@ func (v *verifier) checkStreamIndex() error {
 	})
 }
 
-// checkIDIndex is pass 3: each id entry points to the record with that id.
+// checkIDIndex is pass 3: each id entry points to the record with that id
+// (by the digest; looked up in the second run).
 func (v *verifier) checkIDIndex() error {
 	return v.walk(PrefixID, func(it *pebble.Iterator) error {
 		v.rep.IDEntries++
+		if !v.lookups {
+			v.hash.add(&v.got[idxID], it.Key(), it.Value())
+		}
 		id, ok := ParseIDIndexKey(it.Key())
 		seq, ok2 := DecodeSeqValue(it.Value())
 		if !ok || !ok2 {
 			v.rep.add(Problem{Key: it.Key(), Reason: "malformed id index entry"})
 			return nil
+		}
+		if !v.lookups {
+			return nil // the digests compare the entry with the records
 		}
 		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
@@ -412,14 +581,20 @@ func (v *verifier) checkIDIndex() error {
 }
 
 // checkCausationIndex is pass 4: each causation entry points to a record
-// caused by that event.
+// caused by that event (by the digest; looked up in the second run).
 func (v *verifier) checkCausationIndex() error {
 	return v.walk(PrefixCausation, func(it *pebble.Iterator) error {
 		v.rep.CausationEntries++
+		if !v.lookups {
+			v.hash.add(&v.got[idxCausation], it.Key(), it.Value())
+		}
 		c, seq, ok := ParseCausationIndexKey(it.Key())
 		if !ok || len(it.Value()) != 0 {
 			v.rep.add(Problem{Key: it.Key(), Reason: "malformed causation index entry"})
 			return nil
+		}
+		if !v.lookups {
+			return nil // the digests compare the entry with the records
 		}
 		ev, ok, err := v.recordAt(it.Key(), seq)
 		if err != nil {
