@@ -93,6 +93,10 @@ type Report struct {
 	// Archives is the check of the retention archives against their
 	// manifests, when asked for (AddArchives).
 	Archives *ArchiveReport `json:"archives,omitempty"`
+
+	// evicted counts the tasks the fold held no longer at the end,
+	// reloads those read back for a late event (for the tests).
+	evicted, reloads int
 }
 
 // OK reports whether verify found nothing wrong.
@@ -129,6 +133,18 @@ type VerifyOptions struct {
 	// OnEvent, if set, is called after every event folded, for a progress
 	// bar.
 	OnEvent func(seq uint64)
+	// OnProgress, if set, is called through every phase of the audit,
+	// about every 1,024 keys or events and at the start of each phase:
+	// eventlog's own audit ("log: records", "log: stream index", ...; see
+	// eventlog.VerifyProgress), "fold" (Done is the sequence folded,
+	// Total the head), "projections" (the persisted projections compared
+	// with the fold at their sequence), and "fold" again to the head.
+	OnProgress func(eventlog.VerifyProgress)
+
+	// evictEvery is how many events the fold takes between two evictions
+	// of the finished tasks; 0 means evictEvery. Tests evict after every
+	// event.
+	evictEvery int
 }
 
 // Verify audits a log from zero and reports everything wrong with it:
@@ -156,7 +172,14 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 		return nil, err
 	}
 	rep := &Report{Head: l.Head()}
-	lrep, err := l.Verify(ctx)
+	progress := func(eventlog.VerifyProgress) {}
+	if vo.OnProgress != nil {
+		progress = vo.OnProgress
+	}
+	lrep, err := l.VerifyWith(ctx, &eventlog.VerifyOptions{OnProgress: func(p eventlog.VerifyProgress) {
+		p.Phase = "log: " + p.Phase
+		progress(p)
+	}})
 	if err != nil && !eventlog.IsCorruption(err) {
 		return nil, fmt.Errorf("replay: verify: %w", err)
 	}
@@ -199,26 +222,32 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 		return nil, err
 	}
 	fv := newFoldVerifier(rep, vo)
-	fv.snaps, fv.log = snaps, l
+	fv.snaps, fv.log, fv.progress = snaps, l, progress
 	fresh, err := NewView(o)
 	if err != nil {
 		return nil, err
 	}
+	fv.evictFrom(fresh, st, rep.Checkpoint)
 	src := &resumeSource{r: FromLog(l)}
 	if m.Seq != 0 && rep.Checkpoint == m.Seq {
+		progress(eventlog.VerifyProgress{Phase: "fold", Total: rep.Head})
 		if err := fv.fold(ctx, fresh, src, AtSeq(compareAt)); err != nil {
 			return nil, err
 		}
 		if fresh.Seq() == compareAt {
+			progress(eventlog.VerifyProgress{Phase: "projections"})
 			if err := compareProjections(ctx, rep, st, fresh, compareAt, fv); err != nil {
 				return nil, err
 			}
 		}
 	}
+	fv.compareAt = 0 // compared: from here on a finished task just leaves
+	progress(eventlog.VerifyProgress{Phase: "fold", Done: fresh.Seq(), Total: rep.Head})
 	if err := fv.fold(ctx, fresh, src, Bound{}); err != nil {
 		return nil, err
 	}
-	rep.Tasks = fresh.set.Tasks().Len()
+	rep.Tasks = fresh.set.Tasks().Len() + len(fv.evicted)
+	rep.evicted, rep.reloads = len(fv.evicted), fv.reloads
 	rep.Duration = time.Since(start)
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.EventsPerSecond = float64(rep.Events) / s
@@ -275,6 +304,165 @@ type foldVerifier struct {
 	holes     map[string]bool   // task streams with a hole, reported once
 	missing   map[string]bool   // of which the hole is a missing or unreadable record
 	unread    int               // records the fold could not read
+	progress  func(eventlog.VerifyProgress)
+
+	// Eviction (see evict); view is nil when the fold keeps every task.
+	view      *View
+	st        *store
+	compareAt uint64          // the persisted projections' sequence while not yet compared, else 0
+	evicted   map[string]bool // tasks evicted -> checked against the persisted projections
+	since     int             // events since the last eviction
+	reloads   int             // evicted tasks read back for a late event
+}
+
+// evictEvery is how many events verify folds between two evictions of
+// the finished tasks.
+const evictEvery = 4096
+
+// evictFrom makes the fold evict finished tasks from v as it goes:
+// compared first with the persisted projections at seq compareAt, if not
+// 0, while the fold is before it.
+func (fv *foldVerifier) evictFrom(v *View, st *store, compareAt uint64) {
+	fv.view, fv.st, fv.compareAt, fv.evicted = v, st, compareAt, map[string]bool{}
+	v.reload = fv.reload
+}
+
+// evict drops the finished tasks from the fresh fold, so that verify's
+// memory grows with the tasks in flight, not with the log (only the ids of
+// the tasks that left are kept). A task the fold found a problem in stays.
+// Before the sequence of the persisted projections, a task leaves only if
+// its persisted record, summary, progress and queue entry are what the
+// fold has now: compareProjections would then find it right, so it is
+// checked here and skipped there. One that differs stays and is compared
+// there, in the same words as when nothing is evicted: it has later events
+// before that sequence, or it is wrong. An evicted task that gets a late
+// event is read back (reload).
+func (fv *foldVerifier) evict() error {
+	v := fv.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	set := v.set
+	type kept struct {
+		t    fsm.Task
+		p    projection.Progress
+		hasP bool
+	}
+	var keep []kept
+	checked := map[string]bool{}
+	var err error
+	set.Tasks().Each(func(t *fsm.Task) {
+		if err != nil || !t.State.IsTerminal() {
+			return
+		}
+		_, refused := fv.refusedAt[t.ID]
+		ok := !refused && !fv.missing[t.ID] && !fv.holes[t.ID]
+		if ok && fv.compareAt != 0 {
+			ok, err = fv.persistedAs(set, t)
+			checked[t.ID] = ok
+		}
+		if !ok {
+			p, hasP := set.Progress(t.ID)
+			keep = append(keep, kept{*t, p, hasP})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range set.Flushed(set.Seq()) {
+		fv.evicted[id] = checked[id]
+	}
+	for i := range keep {
+		k := &keep[i]
+		delete(fv.evicted, k.t.ID)
+		if k.hasP {
+			set.RestoreTask(k.t, &k.p)
+		} else {
+			set.RestoreTask(k.t, nil)
+		}
+	}
+	return nil
+}
+
+// persistedAs reports whether the persisted projections hold t as the fold
+// has it: its record, summary, progress (or none) and queue entry.
+func (fv *foldVerifier) persistedAs(set *projection.Set, t *fsm.Task) (bool, error) {
+	tb, err := fsm.EncodeTask(*t)
+	if err != nil {
+		return false, err
+	}
+	sum := projection.Summarize(t)
+	sb, err := sum.Encode()
+	if err != nil {
+		return false, err
+	}
+	var pb []byte
+	p, hasP := set.Progress(t.ID)
+	if hasP {
+		if pb, err = p.Encode(); err != nil {
+			return false, err
+		}
+	}
+	for _, c := range []struct {
+		key     []byte
+		want    []byte
+		present bool
+	}{
+		{taskKey(prefTask, t.ID), tb, true},
+		{taskKey(prefSum, t.ID), sb, true},
+		{taskKey(prefProg, t.ID), pb, hasP},
+		{append([]byte(prefQueue), sum.QueueKey()...), nil, true},
+	} {
+		got, err := fv.st.log.GetAux(c.key)
+		switch {
+		case errors.Is(err, eventlog.ErrNotFound):
+			if c.present {
+				return false, nil
+			}
+		case err != nil:
+			return false, err
+		case !c.present || !bytes.Equal(got, c.want):
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// reload puts back a task that evict dropped, for a late event: its
+// stream folded again from the log up to the fold's position, which gives
+// the state it left with (the fold is pure).
+func (fv *foldVerifier) reload(set *projection.Set, id string) error {
+	if _, ok := fv.evicted[id]; !ok {
+		return nil // never in memory: the fold refuses the event as from zero
+	}
+	delete(fv.evicted, id)
+	fv.reloads++
+	tmp := projection.NewSet(set.Options())
+	it := fv.log.ReadStream(id, 1)
+	defer it.Close()
+	for it.Next() {
+		ev := it.Event()
+		if ev.Seq > set.Seq() {
+			break
+		}
+		if fe, err := Decode(ev); err != nil {
+			tmp.Refuse(fe, err)
+		} else {
+			tmp.Apply(fe)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("replay: verify: reading evicted task %s back: %w", id, err)
+	}
+	t, err := tmp.Tasks().Get(id)
+	if err != nil {
+		return fmt.Errorf("replay: verify: reading evicted task %s back: %w", id, err)
+	}
+	if p, ok := tmp.Progress(id); ok {
+		set.RestoreTask(t, &p)
+	} else {
+		set.RestoreTask(t, nil)
+	}
+	return nil
 }
 
 func newFoldVerifier(rep *Report, vo *VerifyOptions) *foldVerifier {
@@ -327,6 +515,9 @@ func (fv *foldVerifier) check(ch *Change) error {
 	}
 	if fv.vo.OnEvent != nil {
 		fv.vo.OnEvent(ev.Seq)
+	}
+	if fv.progress != nil && ev.Seq%1024 == 0 {
+		fv.progress(eventlog.VerifyProgress{Phase: "fold", Done: ev.Seq, Total: fv.rep.Head})
 	}
 	if ch.Kind != projection.KindTask {
 		if last := fv.versions[ev.Stream]; ev.Version != last+1 && (!fv.vo.AllowGaps || ev.Version <= last) {
@@ -397,6 +588,16 @@ func (fv *foldVerifier) check(ch *Change) error {
 				fv.rep.add(Problem{Kind: ProblemSnapshot, Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Key: quoteKey(k),
 					Reason: fmt.Sprintf("snapshot of task %s at version %d disagrees with the log", ch.After.ID, ch.After.Version)})
 			}
+		}
+	}
+	if fv.view != nil {
+		n := fv.vo.evictEvery
+		if n == 0 {
+			n = evictEvery
+		}
+		if fv.since++; fv.since >= n {
+			fv.since = 0
+			return fv.evict()
 		}
 	}
 	return nil
@@ -499,6 +700,9 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 			seen[id] = true
 			if fv.missing[id] {
 				continue
+			}
+			if fv.evicted[id] {
+				continue // compared when it left the fold (evict)
 			}
 			var w []byte
 			ok := false

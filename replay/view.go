@@ -49,6 +49,9 @@ type View struct {
 	overWarn  bool          // the over-budget warning was logged
 
 	folding atomic.Bool
+	// reload, in a View without a store, puts back a task the caller
+	// evicted (verify); nil otherwise.
+	reload func(set *projection.Set, id string) error
 }
 
 // Issue is an event the fold refused: an illegal transition, a malformed
@@ -97,9 +100,15 @@ func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change) error {
 		v.ckErr = nil
 		return err
 	}
-	if v.st != nil && v.set.NeedsTask(ev.Stream, ev.Version) {
-		if err := v.st.restoreTask(v.set, ev.Stream); err != nil {
-			return err
+	if v.set.NeedsTask(ev.Stream, ev.Version) {
+		restore := v.reload // verify's fold, which evicts without a store
+		if v.st != nil {
+			restore = v.st.restoreTask
+		}
+		if restore != nil {
+			if err := restore(v.set, ev.Stream); err != nil {
+				return err
+			}
 		}
 	}
 	ch.Raw = ev
