@@ -399,6 +399,7 @@ func BenchmarkReplayVerify(b *testing.B) {
 	b.ResetTimer()
 	var total, cpu time.Duration
 	var peak uint64
+	reloads := 0
 	for i := 0; i < b.N; i++ {
 		var d, c time.Duration
 		p := peakHeap(func() {
@@ -408,6 +409,7 @@ func BenchmarkReplayVerify(b *testing.B) {
 			if err != nil || !rep.OK() || rep.Events != bench.events {
 				b.Fatalf("verify: %v %v", rep.Summary(), err)
 			}
+			reloads += rep.reloads
 		})
 		total += d
 		cpu += c
@@ -415,4 +417,5 @@ func BenchmarkReplayVerify(b *testing.B) {
 	}
 	reportRate(b, bench.events*b.N, total, cpu)
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(reloads)/float64(b.N), "tasks-read-back")
 }

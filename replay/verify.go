@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strings"
 	"time"
@@ -227,7 +228,7 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	fv.evictFrom(fresh, st, rep.Checkpoint)
+	fv.evictFrom(fresh, rep.Checkpoint)
 	src := &resumeSource{r: FromLog(l)}
 	if m.Seq != 0 && rep.Checkpoint == m.Seq {
 		progress(eventlog.VerifyProgress{Phase: "fold", Total: rep.Head})
@@ -308,35 +309,43 @@ type foldVerifier struct {
 
 	// Eviction (see evict); view is nil when the fold keeps every task.
 	view      *View
-	st        *store
-	compareAt uint64          // the persisted projections' sequence while not yet compared, else 0
-	evicted   map[string]bool // tasks evicted -> checked against the persisted projections
-	since     int             // events since the last eviction
-	reloads   int             // evicted tasks read back for a late event
+	compareAt uint64                  // the persisted projections' sequence while not yet compared, else 0
+	evicted   map[string]*evictedTask // tasks that left the fold; nil value once compared
+	seed      maphash.Seed
+	lingering map[string]uint64 // terminal tasks with work due at the last eviction -> their version
+	since     int               // events since the last eviction
+	reloads   int               // evicted tasks read back for a late event
+}
+
+// evictedTask is what compareProjections needs of a task that left the
+// fold before the persisted projections' sequence: hashes of what it would
+// compare (the encoded record, summary and progress) and its queue key.
+type evictedTask struct {
+	task, summary, progress uint64
+	hasProgress             bool
+	queueKey                string
 }
 
 // evictEvery is how many events verify folds between two evictions of
 // the finished tasks.
 const evictEvery = 4096
 
-// evictFrom makes the fold evict finished tasks from v as it goes:
-// compared first with the persisted projections at seq compareAt, if not
-// 0, while the fold is before it.
-func (fv *foldVerifier) evictFrom(v *View, st *store, compareAt uint64) {
-	fv.view, fv.st, fv.compareAt, fv.evicted = v, st, compareAt, map[string]bool{}
+// evictFrom makes the fold evict finished tasks from v as it goes,
+// remembering what compareProjections needs of them while the fold is
+// before compareAt (0: no comparison).
+func (fv *foldVerifier) evictFrom(v *View, compareAt uint64) {
+	fv.view, fv.compareAt, fv.evicted, fv.seed = v, compareAt, map[string]*evictedTask{}, maphash.MakeSeed()
 	v.reload = fv.reload
 }
 
 // evict drops the finished tasks from the fresh fold, so that verify's
-// memory grows with the tasks in flight, not with the log (only the ids of
-// the tasks that left are kept). A task the fold found a problem in stays.
-// Before the sequence of the persisted projections, a task leaves only if
-// its persisted record, summary, progress and queue entry are what the
-// fold has now: compareProjections would then find it right, so it is
-// checked here and skipped there. One that differs stays and is compared
-// there, in the same words as when nothing is evicted: it has later events
-// before that sequence, or it is wrong. An evicted task that gets a late
-// event is read back (reload).
+// memory grows with the tasks in flight, not with the log: of a task that
+// left, only its id stays and, before the persisted projections'
+// sequence, 64-bit hashes of what compareProjections compares (a
+// disagreement then goes unseen with a chance of 2^-64). A task the fold
+// found a problem in stays. An evicted task that gets a late event is read
+// back (reload): one with a late event before that sequence is compared
+// as it is there, like every task when nothing is evicted.
 func (fv *foldVerifier) evict() error {
 	v := fv.view
 	v.mu.Lock()
@@ -348,29 +357,37 @@ func (fv *foldVerifier) evict() error {
 		hasP bool
 	}
 	var keep []kept
-	checked := map[string]bool{}
 	var err error
+	lingering := fv.lingering
+	fv.lingering = map[string]uint64{}
 	set.Tasks().Each(func(t *fsm.Task) {
 		if err != nil || !t.State.IsTerminal() {
-			return
+			return // Flushed keeps it
 		}
 		_, refused := fv.refusedAt[t.ID]
-		ok := !refused && !fv.missing[t.ID] && !fv.holes[t.ID]
-		if ok && fv.compareAt != 0 {
-			ok, err = fv.persistedAs(set, t)
-			checked[t.ID] = ok
+		// With a problem, or terminal with work still due (a reflection,
+		// say) and changed since the last eviction: put back after
+		// Flushed. Work that stays due a whole round may never be done
+		// (the task leaves; reload brings it back if it is).
+		due := false
+		if fsm.Next(t).Kind != fsm.ActNone && lingering[t.ID] != t.Version {
+			fv.lingering[t.ID], due = t.Version, true
 		}
-		if !ok {
+		if due || refused || fv.missing[t.ID] || fv.holes[t.ID] {
 			p, hasP := set.Progress(t.ID)
 			keep = append(keep, kept{*t, p, hasP})
+			return
 		}
+		var e *evictedTask
+		if fv.compareAt != 0 {
+			e, err = fv.digest(set, t)
+		}
+		fv.evicted[t.ID] = e
 	})
 	if err != nil {
 		return err
 	}
-	for _, id := range set.Flushed(set.Seq()) {
-		fv.evicted[id] = checked[id]
-	}
+	set.Flushed(set.Seq())
 	for i := range keep {
 		k := &keep[i]
 		delete(fv.evicted, k.t.ID)
@@ -383,48 +400,26 @@ func (fv *foldVerifier) evict() error {
 	return nil
 }
 
-// persistedAs reports whether the persisted projections hold t as the fold
-// has it: its record, summary, progress (or none) and queue entry.
-func (fv *foldVerifier) persistedAs(set *projection.Set, t *fsm.Task) (bool, error) {
+// digest is what compareProjections needs of t once it left the fold.
+func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, error) {
 	tb, err := fsm.EncodeTask(*t)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	sum := projection.Summarize(t)
 	sb, err := sum.Encode()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	var pb []byte
-	p, hasP := set.Progress(t.ID)
-	if hasP {
-		if pb, err = p.Encode(); err != nil {
-			return false, err
+	e := &evictedTask{task: maphash.Bytes(fv.seed, tb), summary: maphash.Bytes(fv.seed, sb), queueKey: string(sum.QueueKey())}
+	if p, ok := set.Progress(t.ID); ok {
+		pb, err := p.Encode()
+		if err != nil {
+			return nil, err
 		}
+		e.progress, e.hasProgress = maphash.Bytes(fv.seed, pb), true
 	}
-	for _, c := range []struct {
-		key     []byte
-		want    []byte
-		present bool
-	}{
-		{taskKey(prefTask, t.ID), tb, true},
-		{taskKey(prefSum, t.ID), sb, true},
-		{taskKey(prefProg, t.ID), pb, hasP},
-		{append([]byte(prefQueue), sum.QueueKey()...), nil, true},
-	} {
-		got, err := fv.st.log.GetAux(c.key)
-		switch {
-		case errors.Is(err, eventlog.ErrNotFound):
-			if c.present {
-				return false, nil
-			}
-		case err != nil:
-			return false, err
-		case !c.present || !bytes.Equal(got, c.want):
-			return false, nil
-		}
-	}
-	return true, nil
+	return e, nil
 }
 
 // reload puts back a task that evict dropped, for a late event: its
@@ -701,8 +696,22 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 			if fv.missing[id] {
 				continue
 			}
-			if fv.evicted[id] {
-				continue // compared when it left the fold (evict)
+			if e := fv.evicted[id]; e != nil {
+				// Left the fold (evict): compared by hash.
+				h, has := e.task, true
+				switch kind.prefix {
+				case prefSum:
+					h = e.summary
+				case prefProg:
+					h, has = e.progress, e.hasProgress
+				}
+				switch {
+				case !has:
+					bad(it.Key(), "persisted %s of task %s, which the log does not have at seq %d", kind.what, id, seq)
+				case maphash.Bytes(fv.seed, it.Value()) != h:
+					bad(it.Key(), "persisted %s of task %s disagrees with the log at seq %d", kind.what, id, seq)
+				}
+				continue
 			}
 			var w []byte
 			ok := false
@@ -724,6 +733,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if err != nil {
 			return err
 		}
+		var lost []string
 		for i := range tasks {
 			id := tasks[i].ID
 			if seen[id] || fv.missing[id] {
@@ -734,6 +744,15 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 					continue
 				}
 			}
+			lost = append(lost, id)
+		}
+		for id, e := range fv.evicted {
+			if e != nil && !seen[id] && (kind.prefix != prefProg || e.hasProgress) {
+				lost = append(lost, id)
+			}
+		}
+		sort.Strings(lost)
+		for _, id := range lost {
 			bad(taskKey(kind.prefix, id), "%s of task %s missing from the persisted projections", kind.what, id)
 		}
 	}
@@ -756,18 +775,24 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 			bad(taskKey(prefActive, id), "active task %s is not marked active", id)
 		}
 	}
-	return checkQueueIndex(st, tasks, fv.missing, bad)
+	return checkQueueIndex(st, tasks, fv, bad)
 }
 
 // checkQueueIndex reports the tasks that the queue index (proj/q/) does
 // not list at their place in the queue order: they would be missing from
 // a list in that order. Entries left behind by a priority change (stale)
 // are harmless: a list skips them.
-func checkQueueIndex(st *store, tasks []fsm.Task, missing map[string]bool, bad func([]byte, string, ...any)) error {
+func checkQueueIndex(st *store, tasks []fsm.Task, fv *foldVerifier, bad func([]byte, string, ...any)) error {
+	missing := fv.missing
 	want := make(map[string]string, len(tasks)) // id -> queue key
 	for i := range tasks {
 		s := projection.Summarize(&tasks[i])
 		want[s.ID] = string(s.QueueKey())
+	}
+	for id, e := range fv.evicted {
+		if e != nil {
+			want[id] = e.queueKey
+		}
 	}
 	it := st.log.ScanAux([]byte(prefQueue))
 	defer it.Close()

@@ -326,9 +326,9 @@ func TestVerifyEvictsFinishedTasks(t *testing.T) {
 	rep := verifyDir(t, fs)
 	wantFirst(t, rep, ProblemTransition, res.FirstSeq, "TASK_FAILED")
 	// Every task left; the one with the late event came back and, refused,
-	// stays.
-	if rep.Tasks != 30 || rep.evicted != 29 || rep.reloads != 1 {
-		t.Fatalf("tasks %d, evicted %d, reloaded %d; want 30, 29, 1", rep.Tasks, rep.evicted, rep.reloads)
+	// stays. (Some came back for a reflection, too.)
+	if rep.Tasks != 30 || rep.evicted != 29 || rep.reloads == 0 {
+		t.Fatalf("tasks %d, evicted %d, reloaded %d; want 30, 29, some", rep.Tasks, rep.evicted, rep.reloads)
 	}
 
 	ro := openLog(t, fs, "db", true)
@@ -345,5 +345,18 @@ func TestVerifyEvictsFinishedTasks(t *testing.T) {
 	want := "[log: records log: holes log: stream index log: id index log: causation index log: other keys fold projections fold]"
 	if fmt.Sprint(phases) != want {
 		t.Fatalf("phases %v, want %s", phases, want)
+	}
+}
+
+// TestVerifyEvictsWithoutProjections: on a log without persisted
+// projections (nothing to compare) and with tasks left in flight, the
+// evicting fold reports what the keeping one does (verifyDir).
+func TestVerifyEvictsWithoutProjections(t *testing.T) {
+	evs := replaytest.Generate(5, replaytest.Config{Tasks: 40, Concurrency: 8})
+	l, fs := logWith(t, evs)
+	l.Close()
+	rep := verifyDir(t, fs)
+	if !rep.OK() || rep.Checkpoint != 0 || rep.evicted == 0 || rep.Events != len(evs) {
+		t.Fatalf("%s: checkpoint %d, evicted %d", rep.Summary(), rep.Checkpoint, rep.evicted)
 	}
 }
