@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
-	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // bodyReader decodes event bodies field by field with msgpack's own
@@ -18,24 +17,21 @@ import (
 // msgpack tags, in any order, unknown keys skipped, nil as the zero value.
 // A test decodes bodies with every field set both ways and requires equal
 // results, so a field added to a body without a case here fails it.
+//
+// It reads the bytes directly (mpReader), and the strings of one body are
+// substrings of one copy of it: one allocation per body, not per string.
 type bodyReader struct {
-	d   *msgpack.Decoder
-	r   bytes.Reader
-	key []byte // scratch for map keys: compared, never kept
+	d mpReader
 }
 
-var bodyReaders = sync.Pool{New: func() any {
-	br := &bodyReader{key: make([]byte, 0, 64)}
-	br.d = msgpack.NewDecoder(&br.r)
-	return br
-}}
+var bodyReaders = sync.Pool{New: func() any { return &bodyReader{} }}
 
 // decodeBody decodes data, already checked by codec.CheckShape, into b.
 func decodeBody(data []byte, b Body) error {
 	r := bodyReaders.Get().(*bodyReader)
 	defer bodyReaders.Put(r)
-	r.r.Reset(data)
-	r.d.Reset(&r.r)
+	r.d.reset(data)
+	defer r.d.reset(nil) // the pool must not keep the body alive
 	switch v := b.(type) {
 	case *Input:
 		return r.input(v)
@@ -162,7 +158,7 @@ func decodeBody(data []byte, b Body) error {
 		return r.modelCalled(v)
 	}
 	// A body type without a reader here: the reflection path is still right.
-	return r.d.Decode(b)
+	return msgpack.NewDecoder(bytes.NewReader(data)).Decode(b)
 }
 
 // object reads one map, calling field for each key; a key field does not
@@ -181,13 +177,13 @@ func (r *bodyReader) object(field func(k []byte) (bool, error)) error {
 		if l < 0 {
 			return fmt.Errorf("nil map key")
 		}
-		r.key = append(r.key[:0], make([]byte, l)...)
-		if err := r.d.ReadFull(r.key); err != nil {
+		key, err := r.d.next(l) // aliases the body: compared, never kept
+		if err != nil {
 			return err
 		}
-		known, err := field(r.key)
+		known, err := field(key)
 		if err != nil {
-			return fmt.Errorf("%s: %w", r.key, err)
+			return fmt.Errorf("%s: %w", key, err)
 		}
 		if !known {
 			if err := r.d.Skip(); err != nil {
@@ -242,7 +238,7 @@ func (r *bodyReader) bool(p *bool) (err error) {
 // isNil consumes a nil and reports true if the next value is one.
 func (r *bodyReader) isNil() (bool, error) {
 	c, err := r.d.PeekCode()
-	if err != nil || c != msgpcode.Nil {
+	if err != nil || c != 0xc0 { // nil
 		return false, err
 	}
 	return true, r.d.DecodeNil()
