@@ -48,6 +48,7 @@ type Iterator struct {
 	stream       string
 	causation    ulid.ULID
 	key          []byte
+	borrow       bool // ScanBorrowed
 
 	ev     Event
 	err    error
@@ -142,7 +143,7 @@ func (it *Iterator) scanStep() error {
 	if err != nil {
 		return readError(seq, err)
 	}
-	return decodeAt(v, seq, &it.ev)
+	return decodeAtAs(v, seq, &it.ev, it.borrow)
 }
 
 func (it *Iterator) streamStep() (bool, error) {
@@ -207,9 +208,12 @@ func (it *Iterator) fetch(seq uint64) error {
 }
 
 // decodeAt decodes the record stored at seq and checks that it says so.
-func decodeAt(v []byte, seq uint64, ev *Event) error {
+func decodeAt(v []byte, seq uint64, ev *Event) error { return decodeAtAs(v, seq, ev, false) }
+
+// decodeAtAs is decodeAt; with borrow, ev aliases v (decodeRecordAs).
+func decodeAtAs(v []byte, seq uint64, ev *Event, borrow bool) error {
 	*ev = Event{}
-	if err := decodeRecord(v, ev); err != nil {
+	if err := decodeRecordAs(v, ev, borrow); err != nil {
 		var ce *CorruptionError
 		if errors.As(err, &ce) {
 			ce.Seq = seq
@@ -357,6 +361,17 @@ func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 		return errIterator(invalidf("direction %d", dir))
 	}
 	return l.newIterator(it, false)
+}
+
+// ScanBorrowed is Scan forward for a reader that copies what it keeps: the
+// Stream, Type and Body of the current event alias the log's memory, valid
+// only until the next call to Next or Close (Metadata is a copy). A full
+// fold reads every record once and keeps little of most; this saves a copy
+// of each.
+func (l *Log) ScanBorrowed(from uint64) *Iterator {
+	it := l.Scan(from, Forward)
+	it.borrow = true // before the first Next; an iterator that failed at once reads nothing
+	return it
 }
 
 // ReadStream iterates one stream from version fromVersion (inclusive; 0 means

@@ -203,7 +203,11 @@ func (r *recordReader) bytes(max int, what string) []byte {
 	return v
 }
 
-func decodeRecord(rec []byte, ev *Event) error {
+func decodeRecord(rec []byte, ev *Event) error { return decodeRecordAs(rec, ev, false) }
+
+// decodeRecordAs decodes rec into ev; with borrow, ev's Stream, Type and
+// Body alias rec instead of a copy (ScanBorrowed).
+func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
 	if len(rec) < recordFixedLen {
 		return &CorruptionError{Reason: "record too short"}
 	}
@@ -274,6 +278,13 @@ func decodeRecord(rec []byte, ev *Event) error {
 	}
 	if len(typ) == 0 {
 		return &CorruptionError{Reason: "empty event type"}
+	}
+	if borrow {
+		ev.Stream, ev.Type = bytesToString(stream), bytesToString(typ)
+		if len(body) > 0 {
+			ev.Body = body
+		}
+		return nil
 	}
 	// One allocation holds the stream, the type and the body: decoding is on
 	// the hot path of every scan.

@@ -404,7 +404,7 @@ func (v *verifier) checkLog() error {
 		if err != nil {
 			return err
 		}
-		if err := decodeAt(val, seq, &v.ev); err != nil {
+		if err := decodeAtAs(val, seq, &v.ev, true); err != nil { // v.ev is not kept
 			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
 			return nil
 		}
@@ -506,7 +506,7 @@ func (v *verifier) recordAt(key []byte, seq uint64) (*Event, bool, error) {
 		}
 		return nil, false, err
 	}
-	if decodeAt(val, seq, &v.ev) != nil {
+	if decodeAtAs(val, seq, &v.ev, true) != nil {
 		return nil, false, nil // reported in pass 1
 	}
 	return &v.ev, true, nil

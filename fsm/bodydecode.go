@@ -1,8 +1,8 @@
 package fsm
 
 import (
-	"bytes"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -18,8 +18,9 @@ import (
 // A test decodes bodies with every field set both ways and requires equal
 // results, so a field added to a body without a case here fails it.
 //
-// It reads the bytes directly (mpReader), and the strings of one body are
-// substrings of one copy of it: one allocation per body, not per string.
+// It reads the body directly (mpReader), and the strings it decodes are
+// substrings of the body held in a string: one copy per body (Decode's),
+// or none (DecodeShared), instead of one allocation per string.
 type bodyReader struct {
 	d mpReader
 }
@@ -27,18 +28,18 @@ type bodyReader struct {
 var bodyReaders = sync.Pool{New: func() any { return &bodyReader{} }}
 
 // decodeBody decodes data, already checked by codec.CheckShape, into b.
-func decodeBody(data []byte, b Body) error {
+func decodeBody(data string, b Body) error {
 	r := bodyReaders.Get().(*bodyReader)
 	defer bodyReaders.Put(r)
 	r.d.reset(data)
-	defer r.d.reset(nil) // the pool must not keep the body alive
+	defer r.d.reset("") // the pool must not keep the body alive
 	switch v := b.(type) {
 	case *Input:
 		return r.input(v)
 	case *TaskCreatedBody:
 		return r.taskCreated(v)
 	case *ReasonDoneBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "reasoning":
 				return true, r.reasoning(&v.Reasoning)
@@ -50,7 +51,7 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *NeedMoreInfoBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "reasoning":
 				return true, r.reasoning(&v.Reasoning)
@@ -60,7 +61,7 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *ToolCallStartedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "step_index":
 				return true, r.int(&v.StepIndex)
@@ -76,7 +77,7 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *ToolCallResultBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "step_index":
 				return true, r.int(&v.StepIndex)
@@ -98,7 +99,7 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *StepCompletedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "step_index":
 				return true, r.int(&v.StepIndex)
@@ -110,21 +111,21 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *TaskSuspendedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			if string(k) == "reason" {
 				return true, r.str(&v.Reason)
 			}
 			return false, nil
 		})
 	case *TaskResumedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			if string(k) == "reason" {
 				return true, r.str(&v.Reason)
 			}
 			return false, nil
 		})
 	case *TaskFailedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			switch string(k) {
 			case "error":
 				return true, r.str(&v.Error)
@@ -134,21 +135,21 @@ func decodeBody(data []byte, b Body) error {
 			return false, nil
 		})
 	case *TaskCompletedBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			if string(k) == "result" {
 				return true, r.str(&v.Result)
 			}
 			return false, nil
 		})
 	case *ReflectionCompleteBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			if string(k) == "reflection" {
 				return true, r.postReflection(&v.Reflection)
 			}
 			return false, nil
 		})
 	case *TaskNotifyBody:
-		return r.object(func(k []byte) (bool, error) {
+		return r.object(func(k string) (bool, error) {
 			if string(k) == "message" {
 				return true, r.str(&v.Message)
 			}
@@ -158,13 +159,13 @@ func decodeBody(data []byte, b Body) error {
 		return r.modelCalled(v)
 	}
 	// A body type without a reader here: the reflection path is still right.
-	return msgpack.NewDecoder(bytes.NewReader(data)).Decode(b)
+	return msgpack.NewDecoder(strings.NewReader(data)).Decode(b)
 }
 
 // object reads one map, calling field for each key; a key field does not
 // know (false) is skipped. k is valid only until field returns or decodes a
 // nested value.
-func (r *bodyReader) object(field func(k []byte) (bool, error)) error {
+func (r *bodyReader) object(field func(k string) (bool, error)) error {
 	n, err := r.d.DecodeMapLen()
 	if err != nil {
 		return err
@@ -268,7 +269,7 @@ func (r *bodyReader) strMap(p *map[string]string) error {
 }
 
 func (r *bodyReader) input(v *Input) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "kind":
 			var s string
@@ -301,7 +302,7 @@ func (r *bodyReader) input(v *Input) error {
 }
 
 func (r *bodyReader) machineRef(m *MachineRef) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "name":
 			return true, r.str(&m.Name)
@@ -313,7 +314,7 @@ func (r *bodyReader) machineRef(m *MachineRef) error {
 }
 
 func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "machine":
 			return true, r.machineRef(&v.Machine)
@@ -337,7 +338,7 @@ func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
 }
 
 func (r *bodyReader) toolCall(v *ToolCall) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "id":
 			return true, r.str(&v.ID)
@@ -351,7 +352,7 @@ func (r *bodyReader) toolCall(v *ToolCall) error {
 }
 
 func (r *bodyReader) message(v *Message) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "role":
 			return true, r.str(&v.Role)
@@ -369,7 +370,7 @@ func (r *bodyReader) message(v *Message) error {
 }
 
 func (r *bodyReader) reasoning(v *Reasoning) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "text":
 			return true, r.str(&v.Text)
@@ -387,7 +388,7 @@ func (r *bodyReader) reasoning(v *Reasoning) error {
 }
 
 func (r *bodyReader) plan(v *Plan) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "goal":
 			return true, r.str(&v.Goal)
@@ -401,7 +402,7 @@ func (r *bodyReader) plan(v *Plan) error {
 }
 
 func (r *bodyReader) planStep(v *PlanStep) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "index":
 			return true, r.int(&v.Index)
@@ -422,7 +423,7 @@ func (r *bodyReader) planStep(v *PlanStep) error {
 }
 
 func (r *bodyReader) postReflection(v *PostTaskReflection) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "facts":
 			return true, list(r, &v.Facts, r.fact)
@@ -443,7 +444,7 @@ func (r *bodyReader) postReflection(v *PostTaskReflection) error {
 }
 
 func (r *bodyReader) fact(v *Fact) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "path":
 			return true, r.str(&v.Path)
@@ -455,7 +456,7 @@ func (r *bodyReader) fact(v *Fact) error {
 }
 
 func (r *bodyReader) episode(v *Episode) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "title":
 			return true, r.str(&v.Title)
@@ -471,7 +472,7 @@ func (r *bodyReader) episode(v *Episode) error {
 }
 
 func (r *bodyReader) modelCalled(v *ModelCalledBody) error {
-	return r.object(func(k []byte) (bool, error) {
+	return r.object(func(k string) (bool, error) {
 		switch string(k) {
 		case "purpose":
 			return true, r.str(&v.Purpose)

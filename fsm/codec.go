@@ -34,8 +34,20 @@ func Encode(b Body) ([]byte, error) {
 // every other type to its own body struct (*ReasonDoneBody, ...). An unknown
 // type is an error wrapping ErrUnknownEvent; bytes that are not one msgpack
 // value of the body's shape, an error wrapping ErrMalformed. Decode never
-// panics, whatever data holds.
+// panics, whatever data holds. The decoded strings are the body's own: one
+// copy of data holds them all.
 func Decode(et EventType, schema uint16, data []byte) (Body, error) {
+	return decode(et, schema, data)
+}
+
+// DecodeShared is Decode for a body held in a string: the decoded strings
+// are substrings of data, so nothing is copied. A fold that owns each
+// record's bytes uses it.
+func DecodeShared(et EventType, schema uint16, data string) (Body, error) {
+	return decode(et, schema, data)
+}
+
+func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, error) {
 	b, ok := newBody(et)
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, et)
@@ -46,7 +58,7 @@ func Decode(et EventType, schema uint16, data []byte) (Body, error) {
 	if err := codec.CheckShape(data); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
-	if err := decodeBody(data, b); err != nil {
+	if err := decodeBody(string(data), b); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
 	switch in := b.(type) {

@@ -1,29 +1,25 @@
 package fsm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 )
 
-// mpReader reads msgpack straight from a byte slice: the primitives of
-// msgpack.Decoder that the body reader uses, with the same results for the
-// same bytes, but without a reader interface per byte. Every string it
-// returns is a substring of one copy of the body made on the first
-// non-empty string (a per-body arena: one allocation instead of one per
-// string), so the decoded body never aliases the caller's bytes.
+// mpReader reads msgpack straight from a body held in a string: the
+// primitives of msgpack.Decoder that the body reader uses, with the same
+// results for the same bytes, but without a reader interface per byte.
+// Every string it returns is a substring of the body (no copy: Decode
+// makes one copy of a body, the caller of DecodeShared made it).
 //
 // It trusts codec.CheckShape, which decodeBody runs first: lengths fit in
 // the bytes that remain. It still never reads past the end (io.EOF or
 // io.ErrUnexpectedEOF, as msgpack would).
 type mpReader struct {
-	b   []byte
-	p   int
-	s   string // the arena: string(b), made lazily
-	str bool   // s is made
+	b string
+	p int
 }
 
-func (d *mpReader) reset(b []byte) { *d = mpReader{b: b} }
+func (d *mpReader) reset(b string) { *d = mpReader{b: b} }
 
 func (d *mpReader) code() (byte, error) {
 	if d.p >= len(d.b) {
@@ -35,9 +31,9 @@ func (d *mpReader) code() (byte, error) {
 }
 
 // next returns the next n bytes.
-func (d *mpReader) next(n int) ([]byte, error) {
+func (d *mpReader) next(n int) (string, error) {
 	if n < 0 || n > len(d.b)-d.p {
-		return nil, io.ErrUnexpectedEOF
+		return "", io.ErrUnexpectedEOF
 	}
 	v := d.b[d.p : d.p+n]
 	d.p += n
@@ -50,15 +46,11 @@ func (d *mpReader) uint(n int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	switch n {
-	case 1:
-		return uint64(v[0]), nil
-	case 2:
-		return uint64(binary.BigEndian.Uint16(v)), nil
-	case 4:
-		return uint64(binary.BigEndian.Uint32(v)), nil
+	var u uint64
+	for i := 0; i < n; i++ {
+		u = u<<8 | uint64(v[i])
 	}
-	return binary.BigEndian.Uint64(v), nil
+	return u, nil
 }
 
 // PeekCode returns the next code without consuming it.
@@ -183,7 +175,7 @@ func (d *mpReader) DecodeBytesLen() (int, error) {
 	return d.bytesLen(c)
 }
 
-// DecodeString reads a string (or binary) as a substring of the arena;
+// DecodeString reads a string (or binary) as a substring of the body;
 // nil is "".
 func (d *mpReader) DecodeString() (string, error) {
 	c, err := d.code()
@@ -194,14 +186,7 @@ func (d *mpReader) DecodeString() (string, error) {
 	if err != nil || n <= 0 {
 		return "", err
 	}
-	start := d.p
-	if _, err := d.next(n); err != nil {
-		return "", err
-	}
-	if !d.str {
-		d.s, d.str = string(d.b), true
-	}
-	return d.s[start : start+n], nil
+	return d.next(n)
 }
 
 // DecodeMapLen reads a map header; -1 for nil. An ext header before it is

@@ -62,7 +62,7 @@ func TestMPReaderMatchesMsgpack(t *testing.T) {
 		}
 		for _, o := range ops {
 			var d mpReader
-			d.reset(data)
+			d.reset(string(data))
 			got, gotErr := o.mine(&d)
 			br := bytes.NewReader(data)
 			want, wantErr := o.ref(msgpack.NewDecoder(br))
@@ -91,5 +91,27 @@ func TestDecodeDoesNotAliasInput(t *testing.T) {
 	sc := b.(*StepCompletedBody)
 	if sc.Result != "the result" || sc.NewMessages[0].Role != "tool" || sc.NewMessages[0].Content != "said" {
 		t.Fatalf("decoded strings changed with the input: %+v", sc)
+	}
+}
+
+// TestDecodeSharedMatchesDecode: decoding a body held in a string gives
+// what Decode gives, for every event type the fold reads most.
+func TestDecodeSharedMatchesDecode(t *testing.T) {
+	for _, b := range []Body{
+		&TaskCreatedBody{TaskType: "t", InputText: "in", Metadata: map[string]string{"a": "b"}, Machine: MachineRef{Name: "pegasus.task", Version: 1}},
+		&ReasonDoneBody{Reasoning: Reasoning{Text: "why", Model: "m"}, Plan: Plan{Goal: "g", Steps: []PlanStep{{Index: 0, Description: "d", ActionType: ActionRespond, ActionParams: map[string]string{"k": "v"}}}}},
+		&StepCompletedBody{StepIndex: 1, Result: "r", NewMessages: []Message{{Role: "tool", Content: "c", ToolCalls: []ToolCall{{ID: "1", Name: "n", Arguments: "{}"}}}}},
+		&ModelCalledBody{Purpose: "reason", Attempt: 2, LatencyMS: -5, Status: 200, Content: strings.Repeat("x", 300)},
+		&TaskCompletedBody{},
+	} {
+		data, err := Encode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err1 := Decode(b.EventType(), SchemaVersion, data)
+		got, err2 := DecodeShared(b.EventType(), SchemaVersion, string(data))
+		if err1 != nil || err2 != nil || fmt.Sprintf("%#v", want) != fmt.Sprintf("%#v", got) {
+			t.Fatalf("%s: Decode %#v, %v; DecodeShared %#v, %v", b.EventType(), want, err1, got, err2)
+		}
 	}
 }

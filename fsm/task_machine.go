@@ -318,10 +318,15 @@ func create(v int, n *Task, ev *Event) error {
 			Source:        b.Source,
 			Iteration:     1,
 		},
-		History: []Transition{transition(StateIdle, first, ev)},
+		// Room for a typical task's transitions up front: a fold grows
+		// every task's History one event at a time.
+		History: append(make([]Transition, 0, historyCap), transition(StateIdle, first, ev)),
 	}
 	return nil
 }
+
+// historyCap is the History capacity of a new task.
+const historyCap = 16
 
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
@@ -560,6 +565,9 @@ func finishStep(v int, n *Task, from State, ev *Event) {
 // recordResult records the outcome of the current step and the messages
 // it brought.
 func recordResult(n *Task, r ActionResult, msgs []Message) {
+	if n.Context.ActionsDone == nil {
+		n.Context.ActionsDone = make([]ActionResult, 0, 4) // most plans have a few steps
+	}
 	n.Context.ActionsDone = append(n.Context.ActionsDone, r)
 	n.Context.Messages = append(n.Context.Messages, msgs...)
 }

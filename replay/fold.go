@@ -1,9 +1,12 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -80,7 +83,14 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		res.Reached = true
 		return res, nil
 	}
-	it := src.Events(ctx, last+1)
+	// A Pebble log is read borrowed: the fold copies what it keeps (take).
+	var it Iterator
+	var own *owner
+	if bs, ok := src.(borrower); ok {
+		it, own = bs.borrowedEvents(ctx, last+1), newOwner()
+	} else {
+		it = src.Events(ctx, last+1)
+	}
 	defer it.Close()
 	var ch Change // one for the whole loop: OnChange takes its address
 	for n := 0; it.Next(); n++ {
@@ -93,6 +103,9 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		if ev.Seq <= last {
 			continue
 		}
+		if own != nil {
+			own.take(&ev)
+		}
 		in, stop := b.admit(&ev)
 		if !in {
 			res.Reached = true
@@ -104,7 +117,7 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 			}
 			res.Gaps++
 		}
-		if err := v.step(ctx, ev, &ch); err != nil {
+		if err := v.step(ctx, ev, &ch, own != nil); err != nil {
 			return res, err
 		}
 		last = ev.Seq
@@ -147,7 +160,17 @@ var ErrBusy = errors.New("replay: another fold is running on this view")
 // $system and other reserved streams (they are counted, never
 // interpreted). On error the envelope is still filled
 // in, so the fold can record the refusal where it happened.
-func Decode(ev eventlog.Event) (fsm.Event, error) {
+func Decode(ev eventlog.Event) (fsm.Event, error) { return decode(ev, false) }
+
+// decode is Decode; with shared, ev.Body is the fold's own copy (owner.take),
+// never changed, and the decoded strings alias it (fsm.DecodeShared).
+func decode(ev eventlog.Event, shared bool) (fsm.Event, error) {
+	body := func() (fsm.Body, error) {
+		if shared && len(ev.Body) > 0 {
+			return fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
+		}
+		return fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
+	}
 	fe := fsm.Event{
 		ID: ev.ID, Type: fsm.EventType(ev.Type), Time: ev.Time, Stream: ev.Stream,
 		Version: ev.Version, Seq: ev.Seq, Causation: ev.Causation, Correlation: ev.Correlation,
@@ -164,15 +187,52 @@ func Decode(ev eventlog.Event) (fsm.Event, error) {
 			err = nil
 		}
 	case projection.KindOther:
-		fe.Body, err = fsm.Decode(fe.Type, ev.Schema, ev.Body)
+		fe.Body, err = body()
 		if errors.Is(err, fsm.ErrUnknownEvent) {
 			fe.Body, err = nil, nil
 		}
 	default:
-		fe.Body, err = fsm.Decode(fe.Type, ev.Schema, ev.Body)
+		fe.Body, err = body()
 	}
 	if err != nil {
 		fe.Body = nil
 	}
 	return fe, err
+}
+
+// borrower is a Source that Fold may read borrowed: events whose Stream,
+// Type and Body are valid only until the next one (eventlog.ScanBorrowed).
+type borrower interface {
+	borrowedEvents(ctx context.Context, from uint64) Iterator
+}
+
+// owner makes a borrowed event the fold's own: one copy of the body, and
+// the stream and type names interned (a fold sees few distinct names at a
+// time: the tasks in flight and the event types).
+type owner struct {
+	names map[string]string
+}
+
+// maxInterned bounds the interned names; past it the table starts over.
+const maxInterned = 8192
+
+func newOwner() *owner { return &owner{names: make(map[string]string, 256)} }
+
+func (o *owner) take(ev *eventlog.Event) {
+	ev.Stream, ev.Type = o.intern(ev.Stream), o.intern(ev.Type)
+	if len(ev.Body) > 0 {
+		ev.Body = bytes.Clone(ev.Body)
+	}
+}
+
+func (o *owner) intern(b string) string {
+	if s, ok := o.names[b]; ok {
+		return s
+	}
+	if len(o.names) >= maxInterned {
+		clear(o.names)
+	}
+	s := strings.Clone(b)
+	o.names[s] = s
+	return s
 }

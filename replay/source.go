@@ -60,6 +60,10 @@ func (r *LogReader) Events(_ context.Context, from uint64) Iterator {
 	return r.Log.Scan(from, eventlog.Forward)
 }
 
+func (r *LogReader) borrowedEvents(_ context.Context, from uint64) Iterator {
+	return r.Log.ScanBorrowed(from)
+}
+
 func (r *LogReader) Stream(_ context.Context, stream string, fromVersion uint64) Iterator {
 	return r.Log.ReadStream(stream, fromVersion)
 }

@@ -294,6 +294,10 @@ func (s *resumeSource) Events(ctx context.Context, from uint64) Iterator {
 	return s.r.Events(ctx, max(from, s.skip))
 }
 
+func (s *resumeSource) borrowedEvents(ctx context.Context, from uint64) Iterator {
+	return s.r.borrowedEvents(ctx, max(from, s.skip))
+}
+
 type foldVerifier struct {
 	rep       *Report
 	snaps     map[string]struct{} // string(snapKey) of every persisted snapshot

@@ -73,7 +73,9 @@ const MaxDepth = 32
 // After this check, what a decoder allocates is bounded by len(data).
 // Decode calls it; a hand-written decoder (fsm's body reader) calls it
 // first too.
-func CheckShape(data []byte) error {
+//
+// data is a byte slice or a string (fsm decodes bodies held in strings).
+func CheckShape[T ~[]byte | ~string](data T) error {
 	// pending[i] is how many values level i still expects.
 	var pending [MaxDepth + 1]uint64
 	depth := 0
@@ -130,8 +132,8 @@ func CheckShape(data []byte) error {
 					return fmt.Errorf("truncated length at byte %d", p)
 				}
 				var l uint64
-				for _, b := range data[p : p+size] {
-					l = l<<8 | uint64(b)
+				for i := p; i < p+size; i++ {
+					l = l<<8 | uint64(data[i])
 				}
 				p += size
 				switch c {
