@@ -61,6 +61,11 @@ func verifyCommand(std *stdio) *cli.Command {
 						bar.set(seq)
 					}
 				},
+				// A data directory's audit has phases before and after the
+				// fold (eventlog's own, the persisted projections).
+				OnProgress: func(p eventlog.VerifyProgress) {
+					bar.phase("verifying: "+p.Phase, p.Done, p.Total)
+				},
 			}
 			var rep *replay.Report
 			if src.log != nil {

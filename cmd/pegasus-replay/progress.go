@@ -44,6 +44,19 @@ func (p *progress) set(n uint64) {
 	_ = p.bar.Set64(int64(n))
 }
 
+// phase shows the phase of a multi-phase run (verify) and how far it is;
+// total 0 keeps the bar's length.
+func (p *progress) phase(name string, done, total uint64) {
+	if p == nil {
+		return
+	}
+	p.bar.Describe(name)
+	if total > 0 {
+		p.bar.ChangeMax64(int64(total))
+	}
+	_ = p.bar.Set64(int64(done))
+}
+
 // done clears the bar.
 func (p *progress) done() {
 	if p == nil {
