@@ -46,11 +46,7 @@ type View struct {
 	ckDone    chan struct{} // closed when it ends
 	ckErr     error         // its error, returned by the next step
 	persisted uint64        // seq of the last checkpoint written
-	// bytesOnly: checkpoint by the bytes pending only, not every
-	// CheckpointEvery events (a rebuild from zero: a task is then written
-	// about once, when it finishes, not at every checkpoint it spans).
-	bytesOnly bool
-	overWarn  bool // the over-budget warning was logged
+	overWarn  bool          // the over-budget warning was logged
 
 	folding atomic.Bool
 	// reload, in a View without a store, puts back a task the caller
@@ -146,7 +142,7 @@ func (v *View) budgetLocked(ctx context.Context) error {
 	budget := v.opts.MemoryBudget
 	for {
 		use := v.set.Bytes()
-		if !v.ckBusy && ((!v.bytesOnly && v.since >= v.opts.CheckpointEvery) || use.Pending() >= budget/16) {
+		if !v.ckBusy && (v.since >= v.opts.CheckpointEvery || use.Pending() >= budget/16) {
 			v.ckBusy, v.ckDone = true, make(chan struct{})
 			go v.background()
 		}
@@ -505,12 +501,8 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 			v.set = projection.NewSet(o.setOptions(false))
 		}
 		o.Logger.Info("rebuilding projections from zero", "reason", reason)
-		v.bytesOnly = true
 	}
 	res, err := Fold(ctx, v, FromLog(l), FoldOptions{})
-	v.mu.Lock()
-	v.bytesOnly = false
-	v.mu.Unlock()
 	if err != nil {
 		return nil, nil, fmt.Errorf("replay: recovery fold from seq %d: %w", rec.Checkpoint+1, err)
 	}
