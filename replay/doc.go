@@ -16,7 +16,15 @@
 // an event id or a time; ParseBound reads the CLI's --at) and hands every
 // event to the View, which decodes it (Decode: fsm.Decode, or
 // projection.DecodeMemory on "$memory") and applies it to the read models
-// of package projection, which call fsm.Apply for task streams.
+// of package projection, which call fsm.Apply for task streams. A Pebble
+// log is read borrowed (eventlog.Log.ScanBorrowed): the fold keeps one
+// copy of each body, the decoded strings cut from it (fsm.DecodeShared),
+// and interns the stream and type names.
+//
+// Verify folds a fresh View that persists nothing but lets each finished
+// task go once it is checked (a hash of what the persisted projections must
+// hold), reading one back by folding its stream again if a late event
+// comes: its memory grows with the tasks in flight, not with the log.
 //
 // Streams starting with "$" are not tasks: "$inputs" (external inputs) and
 // "$system" (SYSTEM_STARTED, SYSTEM_STOPPED) feed the stats, "$memory" the
