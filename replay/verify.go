@@ -243,6 +243,9 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 		}
 	}
 	fv.compareAt = 0 // compared: from here on a finished task just leaves
+	for id := range fv.evicted {
+		fv.evicted[id] = nil // the hashes are no longer needed
+	}
 	progress(eventlog.VerifyProgress{Phase: "fold", Done: fresh.Seq(), Total: rep.Head})
 	if err := fv.fold(ctx, fresh, src, Bound{}); err != nil {
 		return nil, err
