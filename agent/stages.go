@@ -153,7 +153,9 @@ func (a *Agent) runStep(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	case fsm.ActionSubTask:
 		a.startSubTask(ctx, t, step)
 	default: // respond, generate
-		a.outcome(ctx, t, t.Version, t.LastEvent, fsm.StepDone(act, step.ActionParams["text"], false))
+		if b := pureStep(t, act); b != nil {
+			a.outcome(ctx, t, t.Version, t.LastEvent, b)
+		}
 	}
 }
 

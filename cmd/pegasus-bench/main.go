@@ -48,7 +48,7 @@ func main() {
 	var bf brokerFlags
 	brokerMode := flag.Bool("broker", false, "run the broker's workload (tasks/s and latency over HTTP) instead of the log's")
 	flag.StringVar(&bf.url, "broker-url", "", "with -broker: a running daemon's URL (default: start -pegasusd for each run)")
-	flag.StringVar(&bf.pegasusd, "pegasusd", "", "with -broker and -tasks: the pegasusd binary (default: the one beside this binary, else on $PATH)")
+	flag.StringVar(&bf.pegasusd, "pegasusd", "", "with -broker and -tasks: the pegasusd binary (default: the one beside this binary, else on $PATH); with -tasks, BEFORE,AFTER compares binaries round by round")
 	flag.IntVar(&bf.cfg.Tasks, "broker-tasks", 10000, "with -broker: tasks of the closed loop")
 	flag.IntVar(&bf.cfg.Clients, "broker-clients", 16, "with -broker: clients creating tasks in the closed loop")
 	flag.IntVar(&bf.cfg.Workers, "broker-workers", 8, "with -broker: workers")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -9,8 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/pegasus-engine/pegasus/internal/bench"
 	"github.com/pegasus-engine/pegasus/internal/brokerbench"
@@ -56,55 +55,80 @@ func (f tasksFlags) shapes() []taskShape {
 	}
 }
 
+// runTasks runs the rounds. With several pegasusd binaries (-pegasusd
+// before,after) each shape of a round runs each binary in turn, so that
+// they are compared under the same load.
 func runTasks(ctx context.Context, f tasksFlags) error {
 	fmt.Println(bench.Machine(f.dir))
+	bins := strings.Split(f.pegasusd, ",")
 	shapes := f.shapes()
-	results := make([][]brokerbench.Result, len(shapes))
-	perTask := make([][]float64, len(shapes))
+	type cell struct {
+		res     []brokerbench.Result
+		perTask []float64
+	}
+	cells := make([][]cell, len(shapes))
+	for i := range cells {
+		cells[i] = make([]cell, len(bins))
+	}
+	label := func(sh taskShape, b int) string {
+		if len(bins) == 1 {
+			return sh.name
+		}
+		return sh.name + " " + filepath.Base(bins[b])
+	}
 	for round := range f.rounds {
 		for i, sh := range shapes {
-			args := sh.args
-			if f.profiles != "" {
-				args = append(slices.Clone(args), "--cpuprofile", filepath.Join(f.profiles, fmt.Sprintf("tasks-%s-r%d.pprof", sh.name, round)))
-			}
-			d, err := f.daemon(ctx, args...)
-			if err != nil {
-				return err
-			}
-			cfg := f.cfg
-			cfg.URL, cfg.Rate = d.url, sh.rate
-			load := loadAvg()
-			res, err := brokerbench.RunTasks(ctx, cfg)
-			if err == nil {
-				fmt.Printf("%-14s %s (load %s -> %s)\n", sh.name, res, load, loadAvg())
-				results[i] = append(results[i], res)
-				if sh.rate == 0 && d.cmd != nil {
-					var b float64
-					b, err = storedBytes(d, res.Tasks)
-					perTask[i] = append(perTask[i], b)
+			for b, bin := range bins {
+				args := sh.args
+				if f.profiles != "" {
+					name := fmt.Sprintf("tasks-%s-%s-r%d.pprof", sh.name, filepath.Base(bin), round)
+					args = append(slices.Clone(args), "--cpuprofile", filepath.Join(f.profiles, name))
 				}
-			}
-			if rerr := d.remove(); err == nil {
-				err = rerr
-			}
-			if err != nil {
-				return err
+				fb := f.brokerFlags
+				fb.pegasusd = bin
+				d, err := fb.daemon(ctx, args...)
+				if err != nil {
+					return err
+				}
+				cfg := f.cfg
+				cfg.URL, cfg.Rate = d.url, sh.rate
+				load := loadAvg()
+				res, err := brokerbench.RunTasks(ctx, cfg)
+				c := &cells[i][b]
+				if err == nil {
+					fmt.Printf("%-24s %s (load %s -> %s)\n", label(sh, b), res, load, loadAvg())
+					c.res = append(c.res, res)
+					if sh.rate == 0 && d.cmd != nil {
+						var pt float64
+						pt, err = storedBytes(d, res.Tasks)
+						c.perTask = append(c.perTask, pt)
+					}
+				}
+				if rerr := d.remove(); err == nil {
+					err = rerr
+				}
+				if err != nil {
+					return err
+				}
 			}
 		}
 	}
 	fmt.Printf("\nmedian of %d rounds:\n", f.rounds)
 	for i, sh := range shapes {
-		rs := results[i]
-		slices.SortFunc(rs, func(a, b brokerbench.Result) int { return int(a.PerSec - b.PerSec) })
-		if sh.rate > 0 {
-			slices.SortFunc(rs, func(a, b brokerbench.Result) int { return int(a.P99 - b.P99) })
+		for b := range bins {
+			c := cells[i][b]
+			by := func(r brokerbench.Result) float64 { return r.PerSec }
+			if sh.rate > 0 {
+				by = func(r brokerbench.Result) float64 { return float64(r.P99) }
+			}
+			slices.SortFunc(c.res, func(x, y brokerbench.Result) int { return cmp.Compare(by(x), by(y)) })
+			line := fmt.Sprintf("%-24s %s", label(sh, b), c.res[len(c.res)/2])
+			if pt := c.perTask; len(pt) > 0 {
+				slices.Sort(pt)
+				line += fmt.Sprintf("; stored %.2f KB/task", pt[len(pt)/2]/1000)
+			}
+			fmt.Println(line)
 		}
-		line := fmt.Sprintf("%-14s %s", sh.name, rs[len(rs)/2])
-		if b := perTask[i]; len(b) > 0 {
-			slices.Sort(b)
-			line += fmt.Sprintf("; stored %.2f KB/task", b[len(b)/2]/1000)
-		}
-		fmt.Println(line)
 	}
 	return nil
 }
@@ -123,14 +147,14 @@ func storedBytes(d *daemonProc, tasks int) (float64, error) {
 	}
 	compacted := bench.DirSize(d.data)
 	perTask := float64(compacted) / float64(tasks)
-	fmt.Printf("%14s data directory: %.1f MiB after the stop, %.1f MiB compacted: %.0f bytes/task\n",
+	fmt.Printf("%24s data directory: %.1f MiB after the stop, %.1f MiB compacted: %.0f bytes/task\n",
 		"", mib(stopped), mib(compacted), perTask)
 	parts, err := keySpaces(d.data)
 	if err != nil {
 		return 0, err
 	}
 	for _, p := range parts {
-		fmt.Printf("%14s   %-22s %7d keys %9.0f B/task of keys and values, %6.0f B/task on disk\n",
+		fmt.Printf("%24s   %-22s %7d keys %9.0f B/task of keys and values, %6.0f B/task on disk\n",
 			"", p.name, p.keys, float64(p.bytes)/float64(tasks), float64(p.disk)/float64(tasks))
 	}
 	return perTask, nil
@@ -148,7 +172,7 @@ type keySpace struct {
 // key space (docs/format.md): the log ('e'), its indexes ('c', 'i', 's'),
 // meta ('m'), and the persisted projections ('x' "proj/<kind>/").
 func keySpaces(dir string) ([]keySpace, error) {
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true})
+	db, err := bench.OpenPebble(dir, true)
 	if err != nil {
 		return nil, err
 	}
