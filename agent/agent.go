@@ -575,12 +575,10 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 		}
 		next = fsm.Next(&pred)
 	}
-	handed := ok && !next.Kind.NeedsSlot() && a.handOff(t.ID, evs)
-	res, done := a.appendTask(ctx, t, v, evs...)
-	if handed && !done {
-		a.handBack(t.ID)
+	if !ok || next.Kind.NeedsSlot() {
+		return a.appendTask(ctx, t, v, evs...)
 	}
-	return res, done
+	return a.handOff(ctx, t, v, evs)
 }
 
 // maxChained bounds the stages outcome chains in one commit.

@@ -77,3 +77,30 @@ func TestHandedOffSlotComesBackOnAConflict(t *testing.T) {
 	}
 	h.assertNoIssues()
 }
+
+// TestAdmissionSharesTheCommitOfTheLastOutcome: with one slot, the task
+// waiting behind a running one is started (TASK_CREATED) in the commit of
+// the running task's outcome, right after its last event.
+func TestAdmissionSharesTheCommitOfTheLastOutcome(t *testing.T) {
+	m := &blockingModel{calls: make(chan struct{}, 8), release: make(chan struct{})}
+	h := newHarness(t, Options{Model: m, MaxActiveTasks: 1, DisableReflection: true})
+	first := h.submit("first")
+	<-m.calls
+	second := h.submit("second")
+	before := h.log.Stats().Commits
+	close(m.release)
+	h.wait(first)
+	h.wait(second)
+	if n := h.log.Stats().Commits - before; n != 2 { // the first's outcome with the second's start; the second's outcome
+		t.Fatalf("%d commits, want 2", n)
+	}
+	done, created := h.events(first), h.events(second)
+	if last, start := done[len(done)-1], created[1]; last.Type != fsm.TaskCompleted || start.Type != fsm.TaskCreated || start.Seq != last.Seq+1 {
+		t.Fatalf("%s at %d, then %s at %d", last.Type, last.Seq, start.Type, start.Seq)
+	}
+	if rt := h.a.Runtime(); rt.ActiveSlots != 0 || rt.Queued != 0 {
+		t.Fatalf("runtime after both = %+v", rt)
+	}
+	h.assertNoIssues()
+	h.verify()
+}
