@@ -80,8 +80,9 @@ type Agent struct {
 	follow    context.CancelFunc
 	followed  chan struct{}
 
-	corr     sync.Map // task id -> correlation (its root input), cached from TASK_CREATED
-	handoffs sync.Map // task id -> *handoff (handoff.go)
+	corr     sync.Map        // task id -> correlation (its root input), cached from TASK_CREATED
+	handoffs sync.Map        // task id -> *handoff (handoff.go)
+	lines    *lifecycleLines // the hook's log lines, written beside the fold (tasklog.go)
 
 	recovery *replay.Recovery
 
@@ -158,6 +159,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.view, a.recovery = view, rec
 	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
+	a.lines = startLifecycleLines(a.opts.Logger.Handler())
 	fctx, cancel := context.WithCancel(context.Background())
 	a.follow, a.followed = cancel, make(chan struct{})
 	go func() {
@@ -243,6 +245,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		cancel()
 		a.follow()
 		<-a.followed
+		a.lines.stop()
 		// The checkpoint is bounded by the stop deadline: what it cannot
 		// write is folded again at the next Start.
 		if err := a.view.Checkpoint(ctx); err != nil && ctx.Err() != nil {

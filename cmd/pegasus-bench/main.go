@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/internal/bench"
@@ -41,7 +42,7 @@ func main() {
 	dir := flag.String("dir", "", "directory for temporary databases (default: the system temp dir)")
 	duration := flag.Duration("duration", 3*time.Second, "duration of each measurement")
 	rounds := flag.Int("rounds", 3, "measurements per workload and store; the median is reported")
-	run := flag.String("run", "", "regexp selecting workloads by name")
+	run := flag.String("run", "", "regexp selecting workloads by name (with -tasks: shapes, defaults, 100-in-flight, open)")
 	markdown := flag.Bool("markdown", false, "print the table as Markdown")
 	quiet := flag.Bool("q", false, "do not print each measurement")
 	costs := flag.Bool("costs", true, "also measure the log's own costs against a minimal Pebble writer")
@@ -67,6 +68,14 @@ func main() {
 	flag.Parse()
 	if *tasksMode {
 		tf.pegasusd, tf.dir, tf.rounds = bf.pegasusd, *dir, *rounds
+		if *run != "" {
+			re, err := regexp.Compile(*run)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
+				os.Exit(2)
+			}
+			tf.run = re
+		}
 		if err := runTasks(context.Background(), tf); err != nil {
 			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
 			os.Exit(1)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ type tasksFlags struct {
 	brokerFlags     // url, pegasusd, dir, rounds; cfg: Tasks, Clients, Rate, Duration
 	inflight    int // tasks active at once in the second shape
 	profiles    string
+	run         *regexp.Regexp // selects shapes by name
 }
 
 // taskShape is one of the three shapes of a round.
@@ -48,11 +50,12 @@ func (f tasksFlags) shapes() []taskShape {
 	if rate <= 0 {
 		rate = 200
 	}
-	return []taskShape{
+	all := []taskShape{
 		{name: "defaults"},
 		{name: n + "-in-flight", args: []string{"--max-active-tasks", n, "--max-concurrent-llm", n, "--max-concurrent-tools", n}},
 		{name: "open", rate: rate},
 	}
+	return slices.DeleteFunc(all, func(sh taskShape) bool { return f.run != nil && !f.run.MatchString(sh.name) })
 }
 
 // runTasks runs the rounds. With several pegasusd binaries (-pegasusd
