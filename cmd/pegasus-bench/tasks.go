@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -103,7 +106,7 @@ func runTasks(ctx context.Context, f tasksFlags) error {
 					c.res = append(c.res, res)
 					if sh.rate == 0 && d.cmd != nil {
 						var pt float64
-						pt, err = storedBytes(d, res.Tasks)
+						pt, err = storedBytes(ctx, d, res.Tasks)
 						c.perTask = append(c.perTask, pt)
 					}
 				}
@@ -139,28 +142,82 @@ func runTasks(ctx context.Context, f tasksFlags) error {
 // storedBytes stops d and measures its data directory: the size after a
 // graceful stop, then after a flush and a full compaction, per task, and
 // where the compacted bytes go (key and value bytes by key space, and
-// Pebble's estimate of their share of the disk).
-func storedBytes(d *daemonProc, tasks int) (float64, error) {
+// Pebble's estimate of their share of the disk). It also says how much the
+// daemon wrote to its WAL while it ran (its /metrics), and how much of
+// that was the projections' checkpoints: the WAL less the log's own keys,
+// which are written once, against the projections' final size.
+func storedBytes(ctx context.Context, d *daemonProc, tasks int) (float64, error) {
+	wal, err := walWritten(ctx, d.url)
+	if err != nil {
+		return 0, err
+	}
 	if err := d.stop(); err != nil {
 		return 0, err
 	}
-	stopped := bench.DirSize(d.data)
+	stopped, walFiles := bench.DirSize(d.data), walSize(d.data)
 	if err := bench.CompactDir(d.data); err != nil {
 		return 0, err
 	}
 	compacted := bench.DirSize(d.data)
 	perTask := float64(compacted) / float64(tasks)
-	fmt.Printf("%24s data directory: %.1f MiB after the stop, %.1f MiB compacted: %.0f bytes/task\n",
-		"", mib(stopped), mib(compacted), perTask)
 	parts, err := keySpaces(d.data)
 	if err != nil {
 		return 0, err
 	}
+	per := func(n float64) float64 { return n / float64(tasks) / 1000 }
+	var logKeys, proj int64
 	for _, p := range parts {
-		fmt.Printf("%24s   %-22s %7d keys %9.0f B/task of keys and values, %6.0f B/task on disk\n",
+		if strings.HasPrefix(p.name, "projections") {
+			proj += p.bytes
+		} else {
+			logKeys += p.bytes
+		}
+	}
+	fmt.Printf("%24s data directory: %.1f MiB after the stop (%.2f KB/task, of which WAL files %.1f MiB), %.1f MiB compacted: %.2f KB/task\n",
+		"", mib(stopped), per(float64(stopped)), mib(walFiles), mib(compacted), perTask/1000)
+	fmt.Printf("%24s WAL written while running: %.2f KB/task: the log's keys %.2f KB, the projections' checkpoints about %.2f KB (%.1f times their final %.2f KB)\n",
+		"", per(wal), per(float64(logKeys)), per(wal-float64(logKeys)), (wal-float64(logKeys))/float64(proj), per(float64(proj)))
+	for _, p := range parts {
+		fmt.Printf("%24s   %-22s %7d keys %6.0f B/task of keys and values, %5.0f B/task on disk\n",
 			"", p.name, p.keys, float64(p.bytes)/float64(tasks), float64(p.disk)/float64(tasks))
 	}
 	return perTask, nil
+}
+
+// walWritten reads pegasus_eventlog_wal_written_bytes_total from the
+// daemon's /metrics.
+func walWritten(ctx context.Context, url string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "pegasus_eventlog_wal_written_bytes_total "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("/metrics has no pegasus_eventlog_wal_written_bytes_total")
+}
+
+// walSize is the size of the WAL files (*.log) in dir.
+func walSize(dir string) int64 {
+	var n int64
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, f := range logs {
+		if st, err := os.Stat(f); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
 }
 
 // keySpace is what one part of the log's key space holds.
