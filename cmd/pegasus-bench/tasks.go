@@ -123,6 +123,9 @@ func runTasks(ctx context.Context, f tasksFlags) error {
 	for i, sh := range shapes {
 		for b := range bins {
 			c := cells[i][b]
+			if len(c.res) == 0 {
+				continue
+			}
 			by := func(r brokerbench.Result) float64 { return r.PerSec }
 			if sh.rate > 0 {
 				by = func(r brokerbench.Result) float64 { return float64(r.P99) }
