@@ -80,7 +80,9 @@ type Agent struct {
 	follow    context.CancelFunc
 	followed  chan struct{}
 
-	corr sync.Map // task id -> correlation (its root input), cached from TASK_CREATED
+	corr     sync.Map        // task id -> correlation (its root input), cached from TASK_CREATED
+	handoffs sync.Map        // task id -> *handoff (handoff.go)
+	lines    *lifecycleLines // the hook's log lines, written beside the fold (tasklog.go)
 
 	recovery *replay.Recovery
 
@@ -157,6 +159,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.view, a.recovery = view, rec
 	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
+	a.lines = startLifecycleLines(a.opts.Logger.Handler())
 	fctx, cancel := context.WithCancel(context.Background())
 	a.follow, a.followed = cancel, make(chan struct{})
 	go func() {
@@ -242,6 +245,7 @@ func (a *Agent) Stop(ctx context.Context) error {
 		cancel()
 		a.follow()
 		<-a.followed
+		a.lines.stop()
 		// The checkpoint is bounded by the stop deadline: what it cannot
 		// write is folded again at the next Start.
 		if err := a.view.Checkpoint(ctx); err != nil && ctx.Err() != nil {
@@ -315,6 +319,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 	}
 	a.logLifecycle(ch)
 	ev, after := &ch.Event, &ch.After
+	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:
 		a.corr.Store(id, ch.Raw.Correlation)
@@ -333,7 +338,11 @@ func (a *Agent) hook(ch *replay.Change) error {
 	if now == was && len(after.History) == len(ch.Before.History) {
 		return nil // a fact that leaves the same work due: its stage still runs
 	}
-	a.dispatch(after, now)
+	if !handedOff {
+		// (Otherwise not the last event of a commit whose stage gave its
+		// slot away: the last one says what is due.)
+		a.dispatch(after, now)
+	}
 	if after.ParentID != "" && Done(after) && !Done(&ch.Before) {
 		a.wakeParent(after)
 	}
@@ -528,28 +537,66 @@ func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Ev
 }
 
 // outcome appends the events that record the outcome of t's stage, built
-// from bodies, expecting t's stream at version v. If the machine says
-// that, once they are folded, the result is due (the task completed), it
-// appends TASK_COMPLETED with the compiled result in the same commit, so
-// that no crash can leave a completed task without its result. The agent
-// learns this from the pure core (Apply, then Next on a copy), never from
-// a routing rule of its own.
+// from bodies, expecting t's stream at version v. The stages that follow
+// and need no I/O go in the same commit, as the machine says they are due
+// once these events are folded (Apply, then Next on a copy; the agent
+// never routes on its own): a respond or generate step (STEP_COMPLETED
+// with its text, caused by the event before it, as if it ran on its own
+// after that event was folded), and TASK_COMPLETED with the compiled
+// result when the result is due, so that no crash can leave a completed
+// task without its result. When the task needs no slot after them, the
+// slot passes to the next task before the commit (handOff).
 func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
-	evs := make([]eventlog.Event, 0, len(bodies)+1)
+	evs := make([]eventlog.Event, 0, len(bodies)+3)
 	pred := t.Clone()
 	ok := true
-	for _, b := range bodies {
-		evs = append(evs, a.event(t.ID, cause, b))
+	add := func(b fsm.Body) {
+		ev := a.event(t.ID, cause, b)
+		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
+		evs = append(evs, ev)
 		if ok {
 			var err error
 			pred, err = fsm.Apply(pred, fsm.Event{Type: b.EventType(), Stream: t.ID, Version: pred.Version + 1, Body: b})
 			ok = err == nil
 		}
 	}
-	if ok && fsm.Next(&pred).Kind == fsm.ActCompile {
-		evs = append(evs, a.event(t.ID, cause, &fsm.TaskCompletedBody{Result: compileResult(&pred)}))
+	for _, b := range bodies {
+		add(b)
 	}
-	return a.appendTask(ctx, t, v, evs...)
+	next := fsm.Next(&pred)
+	for range maxChained {
+		if !ok {
+			break
+		}
+		if next.Kind == fsm.ActCompile {
+			add(&fsm.TaskCompletedBody{Result: compileResult(&pred)})
+		} else if b := pureStep(&pred, next); b != nil {
+			cause = evs[len(evs)-1].ID
+			add(b)
+		} else {
+			break
+		}
+		next = fsm.Next(&pred)
+	}
+	if !ok || next.Kind.NeedsSlot() {
+		return a.appendTask(ctx, t, v, evs...)
+	}
+	return a.handOff(ctx, t, v, evs)
+}
+
+// maxChained bounds the stages outcome chains in one commit.
+const maxChained = 8
+
+// pureStep returns the body that records step act of t when running it
+// needs no I/O (a respond or generate step completes with its text), or
+// nil: a tool call or a sub task, or not a step due.
+func pureStep(t *fsm.Task, act fsm.Action) fsm.Body {
+	step := t.Context.Plan.CurrentStep()
+	if act.Kind != fsm.ActRunStep || step == nil || step.Index != act.Step ||
+		act.StepType == fsm.ActionToolCall || act.StepType == fsm.ActionSubTask {
+		return nil
+	}
+	return fsm.StepDone(act, step.ActionParams["text"], false)
 }
 
 // appendTask appends events to task t's stream expecting it at version

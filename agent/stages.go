@@ -35,11 +35,15 @@ func (a *Agent) fail(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID
 // admit starts a task that waited in idle: TASK_CREATED, caused by the
 // input that created the task, with the input copied into its body.
 func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
-	a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
+	a.appendTask(ctx, t, t.Version, a.admission(t))
+}
+
+func (a *Agent) admission(t *fsm.Task) eventlog.Event {
+	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
 		ParentTaskID: t.ParentID,
-	}))
+	})
 }
 
 // callModel is a model-call stage (act.Stage: reason for version 1;
@@ -153,7 +157,9 @@ func (a *Agent) runStep(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	case fsm.ActionSubTask:
 		a.startSubTask(ctx, t, step)
 	default: // respond, generate
-		a.outcome(ctx, t, t.Version, t.LastEvent, fsm.StepDone(act, step.ActionParams["text"], false))
+		if b := pureStep(t, act); b != nil {
+			a.outcome(ctx, t, t.Version, t.LastEvent, b)
+		}
 	}
 }
 

@@ -41,17 +41,14 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	for round := range f.rounds {
 		for i, cfg := range shapes {
-			url, stop := f.url, func() error { return nil }
-			if url == "" {
-				var err error
-				if url, stop, err = startDaemon(ctx, f.pegasusd, f.dir); err != nil {
-					return err
-				}
+			d, err := f.daemon(ctx)
+			if err != nil {
+				return err
 			}
-			cfg.URL = url
+			cfg.URL = d.url
 			cfg.Prefix = fmt.Sprintf("bench-r%d-%d-", round, i)
 			res, err := brokerbench.Run(ctx, cfg)
-			if serr := stop(); err == nil {
+			if serr := d.remove(); err == nil {
 				err = serr
 			}
 			if err != nil {
@@ -63,10 +60,28 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	return nil
 }
 
-// startDaemon starts the pegasusd binary bin on a free loopback port with a
-// new data directory under dir, and returns its URL and how to stop it
-// (SIGTERM, then removing the data).
-func startDaemon(ctx context.Context, bin, dir string) (string, func() error, error) {
+// daemon is the daemon of one run: the one at f.url, or a pegasusd
+// started with args on a fresh data directory.
+func (f brokerFlags) daemon(ctx context.Context, args ...string) (*daemonProc, error) {
+	if f.url != "" {
+		return &daemonProc{url: f.url}, nil
+	}
+	return startDaemon(ctx, f.pegasusd, f.dir, args...)
+}
+
+// daemonProc is a pegasusd started by startDaemon (or, with no cmd, one
+// running elsewhere at url).
+type daemonProc struct {
+	url, data string // data: the data directory
+	tmp       string // the temporary directory holding data
+	cmd       *exec.Cmd
+	logged    chan struct{}
+	stopped   bool
+}
+
+// startDaemon starts the pegasusd binary bin with args on a free loopback
+// port and a new data directory under dir.
+func startDaemon(ctx context.Context, bin, dir string, args ...string) (*daemonProc, error) {
 	if bin == "" {
 		bin = "pegasusd"
 		if exe, err := os.Executable(); err == nil {
@@ -75,25 +90,25 @@ func startDaemon(ctx context.Context, bin, dir string) (string, func() error, er
 			}
 		}
 	}
-	data, err := os.MkdirTemp(dir, "pegasus-brokerbench-")
+	tmp, err := os.MkdirTemp(dir, "pegasus-brokerbench-")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, bin, "serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(data, "data"),
-		"--log-level", "info", "--log-format", "text")
-	stderr, err := cmd.StderrPipe()
+	d := &daemonProc{tmp: tmp, data: filepath.Join(tmp, "data"), logged: make(chan struct{})}
+	d.cmd = exec.CommandContext(ctx, bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", d.data,
+		"--log-level", "info", "--log-format", "text"}, args...)...)
+	stderr, err := d.cmd.StderrPipe()
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		_ = os.RemoveAll(data)
-		return "", nil, fmt.Errorf("start %s (build it with go build -o bin/ ./cmd/pegasusd, or give -pegasusd): %w", bin, err)
+	if err := d.cmd.Start(); err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, fmt.Errorf("start %s (build it with go build -o bin/ ./cmd/pegasusd, or give -pegasusd): %w", bin, err)
 	}
 	urls := make(chan string, 1)
 	var logs strings.Builder
-	logged := make(chan struct{})
 	go func() {
-		defer close(logged)
+		defer close(d.logged)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
@@ -103,25 +118,40 @@ func startDaemon(ctx context.Context, bin, dir string) (string, func() error, er
 			}
 		}
 	}()
-	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		err := cmd.Wait()
-		<-logged
-		if rerr := os.RemoveAll(data); err == nil {
+	select {
+	case d.url = <-urls:
+		return d, nil
+	case <-d.logged:
+		_ = d.remove()
+		return nil, fmt.Errorf("%s exited before listening:\n%s", bin, logs.String())
+	case <-time.After(30 * time.Second):
+		_ = d.remove()
+		return nil, errors.New(bin + " did not start within 30s")
+	}
+}
+
+// stop stops the daemon (SIGTERM: a graceful stop, which checkpoints the
+// projections) and waits for it to exit.
+func (d *daemonProc) stop() error {
+	if d.cmd == nil || d.stopped {
+		return nil
+	}
+	d.stopped = true
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	err := d.cmd.Wait()
+	<-d.logged
+	return err
+}
+
+// remove stops the daemon and removes its data.
+func (d *daemonProc) remove() error {
+	err := d.stop()
+	if d.tmp != "" {
+		if rerr := os.RemoveAll(d.tmp); err == nil {
 			err = rerr
 		}
-		return err
 	}
-	select {
-	case u := <-urls:
-		return u, stop, nil
-	case <-logged:
-		_ = stop()
-		return "", nil, fmt.Errorf("%s exited before listening:\n%s", bin, logs.String())
-	case <-time.After(30 * time.Second):
-		_ = stop()
-		return "", nil, errors.New(bin + " did not start within 30s")
-	}
+	return err
 }
 
 func fileExists(p string) bool {

@@ -18,6 +18,13 @@
 // latency at a fixed offered rate:
 //
 //	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -broker -rounds 3
+//
+// With -tasks it runs the agent's workload (issue 15, tasks.go): no-op
+// tasks through POST /v1/tasks and the daemon's own agent with its
+// offline model, tasks/s at the defaults and at 100 in flight, the latency
+// at a fixed offered rate, and the bytes stored per task:
+//
+//	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -tasks -rounds 3
 package main
 
 import (
@@ -25,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/internal/bench"
@@ -34,21 +42,46 @@ func main() {
 	dir := flag.String("dir", "", "directory for temporary databases (default: the system temp dir)")
 	duration := flag.Duration("duration", 3*time.Second, "duration of each measurement")
 	rounds := flag.Int("rounds", 3, "measurements per workload and store; the median is reported")
-	run := flag.String("run", "", "regexp selecting workloads by name")
+	run := flag.String("run", "", "regexp selecting workloads by name (with -tasks: shapes, defaults, 100-in-flight, open)")
 	markdown := flag.Bool("markdown", false, "print the table as Markdown")
 	quiet := flag.Bool("q", false, "do not print each measurement")
 	costs := flag.Bool("costs", true, "also measure the log's own costs against a minimal Pebble writer")
 	var bf brokerFlags
 	brokerMode := flag.Bool("broker", false, "run the broker's workload (tasks/s and latency over HTTP) instead of the log's")
 	flag.StringVar(&bf.url, "broker-url", "", "with -broker: a running daemon's URL (default: start -pegasusd for each run)")
-	flag.StringVar(&bf.pegasusd, "pegasusd", "", "with -broker: the pegasusd binary (default: the one beside this binary, else on $PATH)")
+	flag.StringVar(&bf.pegasusd, "pegasusd", "", "with -broker and -tasks: the pegasusd binary (default: the one beside this binary, else on $PATH); with -tasks, BEFORE,AFTER compares binaries round by round")
 	flag.IntVar(&bf.cfg.Tasks, "broker-tasks", 10000, "with -broker: tasks of the closed loop")
 	flag.IntVar(&bf.cfg.Clients, "broker-clients", 16, "with -broker: clients creating tasks in the closed loop")
 	flag.IntVar(&bf.cfg.Workers, "broker-workers", 8, "with -broker: workers")
 	flag.IntVar(&bf.cfg.MaxTasks, "broker-max-tasks", 4, "with -broker: max_tasks of each worker")
 	flag.Float64Var(&bf.cfg.Rate, "broker-rate", 200, "with -broker: tasks/s offered by the open loop")
 	flag.DurationVar(&bf.cfg.Duration, "broker-duration", 10*time.Second, "with -broker: duration of the open loop")
+	var tf tasksFlags
+	tasksMode := flag.Bool("tasks", false, "run the agent's workload (no-op tasks through POST /v1/tasks, tasks/s, latency and bytes per task) instead of the log's")
+	flag.StringVar(&tf.url, "tasks-url", "", "with -tasks: a running daemon's URL (default: start -pegasusd for each run)")
+	flag.IntVar(&tf.cfg.Tasks, "tasks-n", 10000, "with -tasks: tasks of the closed loops")
+	flag.IntVar(&tf.cfg.Clients, "tasks-clients", 16, "with -tasks: clients creating tasks in the closed loops")
+	flag.IntVar(&tf.inflight, "tasks-inflight", 100, "with -tasks: active tasks (--max-active-tasks, and the model and tool concurrency) of the second closed loop")
+	flag.Float64Var(&tf.cfg.Rate, "tasks-rate", 200, "with -tasks: tasks/s offered by the open loop")
+	flag.DurationVar(&tf.cfg.Duration, "tasks-duration", 10*time.Second, "with -tasks: duration of the open loop")
+	flag.StringVar(&tf.profiles, "tasks-cpuprofile", "", "with -tasks: write each daemon's CPU profile into this directory")
 	flag.Parse()
+	if *tasksMode {
+		tf.pegasusd, tf.dir, tf.rounds = bf.pegasusd, *dir, *rounds
+		if *run != "" {
+			re, err := regexp.Compile(*run)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
+				os.Exit(2)
+			}
+			tf.run = re
+		}
+		if err := runTasks(context.Background(), tf); err != nil {
+			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *brokerMode {
 		bf.dir, bf.rounds = *dir, *rounds
 		if err := runBroker(context.Background(), bf); err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,9 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: env("LOG_LEVEL"), Usage: "debug, info, warn or error"},
 		&cli.StringFlag{Name: "log-format", EnvVars: env("LOG_FORMAT"), Usage: "text or json (default: text on a terminal, json otherwise)"},
 		&cli.StringFlag{Name: "metrics-addr", EnvVars: env("METRICS_ADDR"), Usage: "serve /metrics on this loopback address, without the token, instead of on --addr behind it"},
+		// For benchmarks (pegasus-bench -tasks -cpuprofile): not an
+		// operator's flag, so hidden from --help.
+		&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the whole run to this file"},
 	)
 }
 
@@ -206,7 +210,30 @@ func serveAction(cc *cli.Context, stderr io.Writer) error {
 	// at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if f := cc.String("cpuprofile"); f != "" {
+		end, err := startCPUProfile(f)
+		if err != nil {
+			return err
+		}
+		defer end()
+	}
 	return serve(ctx, stop, cfg, logger)
+}
+
+// startCPUProfile profiles the process into file until end is called.
+func startCPUProfile(file string) (end func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // daemon is a running pegasusd.

@@ -1,26 +1,32 @@
-// Package brokerbench is the Dispatch broker's benchmark workload (issue
-// 12, docs/benchmarks.md "The broker"), run against a daemon's URL: clients
-// create no-op tasks (POST /api/v1/tasks) while workers long-poll for their
-// assignments and complete each task with one request, as real workers do.
-// The go benchmarks of cmd/pegasusd and pegasus-bench -broker run it.
+// Package brokerbench holds pegasusd's black-box benchmark workloads, run
+// against a daemon's URL over HTTP:
 //
-// Two shapes. Closed loop (Rate 0): Clients create Tasks tasks as fast as
+//   - Run, the Dispatch broker's (issue 12, docs/benchmarks.md "The
+//     broker"): clients create no-op tasks (POST /api/v1/tasks) while
+//     workers long-poll for their assignments and complete each task with
+//     one request, as real workers do;
+//   - RunTasks, the agent's (issue 15, docs/benchmarks.md "Tasks through
+//     the HTTP API", tasks.go): clients create no-op tasks (POST
+//     /v1/tasks) that the daemon's own agent runs with its model.
+//
+// The go benchmarks of cmd/pegasusd and pegasus-bench -broker and -tasks
+// run them.
+//
+// Two shapes each. Closed loop (Rate 0): Clients create Tasks tasks as fast as
 // the broker answers; the figure is tasks/s. Open loop (Rate > 0): one task
 // is offered every 1/Rate seconds for Duration, whatever the broker's
 // answers, and the latency of each task counts from the time it was due to
 // be sent (no coordinated omission); the figure is p50/p99.
 //
-// Create-to-complete is measured from the client's send (its time travels
-// in the task's metadata) to the worker's 200 answer to /complete.
+// In the broker's workload, create-to-complete is measured from the
+// client's send (its time travels in the task's metadata) to the worker's
+// 200 answer to /complete.
 package brokerbench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -90,23 +96,9 @@ type Result struct {
 	AssignP50, AssignP99 time.Duration
 }
 
-func (r Result) String() string {
-	shape := "closed loop"
-	if r.Offered > 0 {
-		shape = fmt.Sprintf("open loop at %.0f/s", r.Offered)
-	}
-	return fmt.Sprintf("%d tasks (%s) in %s: %.0f tasks/s, create-to-complete p50 %s p99 %s max %s (create-to-assign p50 %s p99 %s)",
-		r.Tasks, shape, r.Elapsed.Round(time.Millisecond), r.PerSec, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.AssignP50), ms(r.AssignP99))
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
-
-// errStatus is an unexpected HTTP answer.
-var errStatus = errors.New("brokerbench: unexpected status")
-
 type run struct {
-	cfg    Config
-	client *http.Client
+	cfg Config
+	c   *client
 
 	mu   sync.Mutex
 	lat  []time.Duration
@@ -121,15 +113,11 @@ type run struct {
 // request the daemon refuses, or when ctx ends before every task is done.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.withDefaults()
-	r := &run{cfg: cfg, done: make(chan struct{}),
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Clients + cfg.Workers + 64}}}
-	defer r.client.CloseIdleConnections()
-	r.want = int64(cfg.Tasks)
-	if cfg.Rate > 0 {
-		r.want = int64(cfg.Rate * cfg.Duration.Seconds())
-	}
-	if r.want <= 0 {
-		return Result{}, fmt.Errorf("brokerbench: nothing to run: rate %v for %s", cfg.Rate, cfg.Duration)
+	r := &run{cfg: cfg, done: make(chan struct{}), c: newClient(cfg, cfg.Clients+cfg.Workers)}
+	defer r.c.close()
+	var err error
+	if r.want, err = cfg.want(); err != nil {
+		return Result{}, err
 	}
 	r.lat = make([]time.Duration, 0, r.want)
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -138,7 +126,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for i := range ids {
 		ids[i] = cfg.Prefix + strconv.Itoa(i)
 		body := fmt.Sprintf(`{"max_tasks":%d}`, cfg.MaxTasks)
-		if _, err := r.do(ctx, "PUT", "/api/v1/agents/"+ids[i], ids[i], body, http.StatusOK); err != nil {
+		if _, err := r.c.do(ctx, "PUT", "/api/v1/agents/"+ids[i], ids[i], body, http.StatusOK); err != nil {
 			return Result{}, err
 		}
 	}
@@ -153,9 +141,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	var cerr error
 	if cfg.Rate > 0 {
-		cerr = r.openLoop(ctx, start)
+		cerr = openLoop(ctx, start, cfg.Rate, r.want, r.create)
 	} else {
-		cerr = r.closedLoop(ctx)
+		cerr = closedLoop(ctx, cfg.Clients, r.want, r.create)
 	}
 	if cerr != nil {
 		cancel(cerr)
@@ -172,76 +160,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	slices.Sort(r.lat)
+	res := newResult(r.want, r.last.Sub(start), cfg.Rate, r.lat)
 	slices.Sort(r.alat)
-	res := Result{Tasks: int(r.want), Elapsed: r.last.Sub(start), Offered: cfg.Rate}
-	res.PerSec = float64(res.Tasks) / res.Elapsed.Seconds()
-	res.P50, res.P99, res.Max = r.lat[len(r.lat)/2], r.lat[len(r.lat)*99/100], r.lat[len(r.lat)-1]
 	res.AssignP50, res.AssignP99 = r.alat[len(r.alat)/2], r.alat[len(r.alat)*99/100]
 	return res, nil
-}
-
-// closedLoop creates cfg.Tasks tasks from cfg.Clients clients, each
-// sending its next create when the last one is answered.
-func (r *run) closedLoop(ctx context.Context) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errc := make(chan error, r.cfg.Clients)
-	for range r.cfg.Clients {
-		wg.Go(func() {
-			for next.Add(1) <= r.want {
-				if err := r.create(ctx, time.Now()); err != nil {
-					errc <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errc)
-	return <-errc
-}
-
-// openLoop offers one task every 1/Rate from start, each create on its
-// own, so that a slow answer does not delay the next task.
-func (r *run) openLoop(ctx context.Context, start time.Time) error {
-	every := time.Duration(float64(time.Second) / r.cfg.Rate)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	errc := make(chan error, 1)
-	for i := range r.want {
-		due := start.Add(time.Duration(i) * every)
-		if d := time.Until(due); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-				return nil
-			case err := <-errc:
-				return err
-			}
-		}
-		wg.Go(func() {
-			if err := r.create(ctx, due); err != nil {
-				select {
-				case errc <- err:
-				default:
-				}
-			}
-		})
-	}
-	wg.Wait()
-	select {
-	case err := <-errc:
-		return err
-	default:
-		return nil
-	}
 }
 
 // create creates one no-op task whose latency counts from t0.
 func (r *run) create(ctx context.Context, t0 time.Time) error {
 	body := fmt.Sprintf(`{"title":"noop","metadata":{"t0":"%d"}}`, t0.UnixNano())
-	_, err := r.do(ctx, "POST", "/api/v1/tasks", "client", body, http.StatusCreated)
+	_, err := r.c.do(ctx, "POST", "/api/v1/tasks", "client", body, http.StatusCreated)
 	return err
 }
 
@@ -249,7 +177,7 @@ func (r *run) create(ctx context.Context, t0 time.Time) error {
 // one request, until ctx ends.
 func (r *run) work(ctx context.Context, id string) error {
 	for ctx.Err() == nil {
-		data, err := r.do(ctx, "GET", "/api/v1/tasks?agent="+id+"&status=assigned&wait=1s", id, "", http.StatusOK)
+		data, err := r.c.do(ctx, "GET", "/api/v1/tasks?agent="+id+"&status=assigned&wait=1s", id, "", http.StatusOK)
 		if err != nil {
 			return err
 		}
@@ -264,7 +192,7 @@ func (r *run) work(ctx context.Context, id string) error {
 			return fmt.Errorf("brokerbench: long poll: %w", err)
 		}
 		for _, t := range page.Tasks {
-			if _, err := r.do(ctx, "POST", "/api/v1/tasks/"+t.TaskID+"/complete", id, `{"result":{}}`, http.StatusOK); err != nil {
+			if _, err := r.c.do(ctx, "POST", "/api/v1/tasks/"+t.TaskID+"/complete", id, `{"result":{}}`, http.StatusOK); err != nil {
 				return err
 			}
 			now := time.Now()
@@ -280,37 +208,4 @@ func (r *run) work(ctx context.Context, id string) error {
 		}
 	}
 	return nil
-}
-
-// do sends one request as agent and returns the body of an answer with
-// status want.
-func (r *run) do(ctx context.Context, method, path, agent, body string, want int) ([]byte, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = bytes.NewBufferString(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, r.cfg.URL+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("X-Agent-ID", agent)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if r.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != want {
-		return nil, fmt.Errorf("%w: %s %s: %d %s", errStatus, method, path, resp.StatusCode, bytes.TrimSpace(data))
-	}
-	return data, nil
 }
