@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/oklog/ulid/v2"
 )
 
 // The tests in this file are about the newest WAL that the head marker
@@ -397,4 +401,84 @@ func TestMarkerWALWriteFails(t *testing.T) {
 		}
 	}
 	mustVerify(t, l)
+}
+
+// rotationChildEnv makes the test binary the child process of
+// TestWALRotationIOErrorEndsProcess.
+const rotationChildEnv = "PEGASUS_TEST_ROTATION_CHILD"
+
+// TestWALRotationIOErrorEndsProcess documents what docs/operations.md says
+// about an I/O error at the moment Pebble switches to a new WAL: Pebble
+// panics in rotateWAL with its mutex released, the Go runtime ends the
+// process with a fatal error (no recover can catch it), and the directory
+// is then what a kill -9 leaves: every acknowledged event is there. The
+// child appends 64 KiB events to a log with 1 MiB memtables on the real
+// disk, printing each acknowledgement, until creating the next WAL fails.
+// If a Pebble upgrade turns this into an error, this test says so.
+func TestWALRotationIOErrorEndsProcess(t *testing.T) {
+	if dir := os.Getenv(rotationChildEnv); dir != "" {
+		rotationChild(dir)
+		return
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestWALRotationIOErrorEndsProcess$")
+	cmd.Env = append(os.Environ(), rotationChildEnv+"="+dir)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), "fatal error") {
+		t.Fatalf("child: %v, want the Go runtime's fatal error (exit status 2); docs/operations.md says so\nstdout:\n%s\nstderr (head):\n%.2000s",
+			err, out, stderr.String())
+	}
+	var acked []Event
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var seq uint64
+		var id string
+		if n, _ := fmt.Sscanf(line, "ACK %d %s", &seq, &id); n == 2 {
+			acked = append(acked, Event{Seq: seq, ID: ulid.MustParse(id)})
+		}
+	}
+	if len(acked) < 4 {
+		t.Fatalf("child acknowledged %d appends:\n%s", len(acked), out)
+	}
+	l := mustOpen(t, dir, nil)
+	defer closeLog(t, l)
+	for _, e := range acked {
+		got, err := l.Get(e.ID)
+		if err != nil || got.Seq != e.Seq {
+			t.Fatalf("acknowledged seq %d after the process died: %v", e.Seq, err)
+		}
+	}
+	mustVerify(t, l)
+	t.Logf("the child died at a WAL rotation after %d acknowledged appends; all there (head %d)", len(acked), l.Head())
+}
+
+func rotationChild(dir string) {
+	var fail atomic.Bool
+	fs := errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if fail.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpCreate || op.Kind == errorfs.OpReuseForWrite) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	l, err := Open(dir, &Options{FS: fs, MemTableSize: 1 << 20})
+	if err != nil {
+		fmt.Println("OPEN", err)
+		os.Exit(3)
+	}
+	body := bytes.Repeat([]byte("r"), 64<<10)
+	for i := range 64 { // 4 MiB: several rotations
+		if i == 4 {
+			fail.Store(true)
+		}
+		res, err := l.Append(context.Background(), "s", Any, Event{Type: "BIG", Body: body})
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(3)
+		}
+		fmt.Println("ACK", res.Events[0].Seq, res.Events[0].ID)
+	}
+	fmt.Println("SURVIVED")
+	os.Exit(4)
 }
