@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -115,9 +116,9 @@ func checkpointFault(t *testing.T, evs []eventlog.Event, inj *faultInjector) (ch
 	ctx := context.Background()
 	mem := vfs.NewMem()
 	logOpts := func(fs vfs.FS, readOnly bool) *eventlog.Options {
-		return &eventlog.Options{FS: fs, ReadOnly: readOnly}
+		return &eventlog.Options{FS: fs, ReadOnly: readOnly, MemTableSize: 1 << 20}
 	}
-	l, err := eventlog.Open("db", logOpts(errorfs.Wrap(mem, inj), false))
+	l, err := eventlog.Open("db", logOpts(reuseFS{FS: errorfs.Wrap(mem, inj), inj: inj}, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +145,7 @@ func checkpointFault(t *testing.T, evs []eventlog.Event, inj *faultInjector) (ch
 		t.Fatal(err)
 	}
 
+	makeMemtableRoom(t, l)
 	inj.arm(true)
 	ckErr := v.Checkpoint(ctx)
 	// The disk is still failing: appends go on one event at a time (one
@@ -217,6 +219,88 @@ func checkpointFault(t *testing.T, evs []eventlog.Event, inj *faultInjector) (ch
 		t.Fatalf("append after the restart: %v", err)
 	}
 	return ckErr != nil
+}
+
+// makeMemtableRoom leaves Pebble's current memtable empty at its full
+// size (the log runs with 1 MiB memtables), so that the checkpoint and the
+// appends of the armed window (a few hundred KiB) do not make Pebble
+// switch to a new WAL. An I/O error at that switch ends the process
+// (Pebble panics with its mutex released, a fatal error no recover
+// catches): eventlog's TestWALRotationIOErrorEndsProcess covers that case
+// in a child process. A batch of half a memtable or more is written by
+// Pebble as its own flushable batch, with a switch to a new WAL and a new
+// empty memtable; memtables start at 256 KiB and double at each switch up
+// to MemTableSize, so after three such batches the new one has 1 MiB free.
+func makeMemtableRoom(t *testing.T, l *eventlog.Log) {
+	t.Helper()
+	filler := bytes.Repeat([]byte{'f'}, 600<<10)
+	for range 3 {
+		if err := l.WriteAux(context.Background(), func(b *eventlog.AuxBatch) error {
+			b.Set([]byte("faults-test/filler"), filler)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// reuseFS makes the writes to recycled WALs go through the injector too:
+// errorfs.FS.ReuseForWrite returns the file unwrapped.
+type reuseFS struct {
+	vfs.FS // an errorfs.FS
+	inj    errorfs.Injector
+}
+
+func (fs reuseFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	if err != nil {
+		return nil, err
+	}
+	return injFile{File: f, path: newname, inj: fs.inj}, nil
+}
+
+func (fs reuseFS) Unwrap() vfs.FS { return fs.FS }
+
+// injFile asks the injector before each write and sync, as errorfs does.
+type injFile struct {
+	vfs.File
+	path string
+	inj  errorfs.Injector
+}
+
+func (f injFile) Write(p []byte) (int, error) {
+	if err := f.inj.MaybeError(errorfs.Op{Kind: errorfs.OpFileWrite, Path: f.path}); err != nil {
+		return 0, err
+	}
+	return f.File.Write(p)
+}
+
+func (f injFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.inj.MaybeError(errorfs.Op{Kind: errorfs.OpFileWriteAt, Path: f.path, Offset: off}); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f injFile) Sync() error {
+	if err := f.inj.MaybeError(errorfs.Op{Kind: errorfs.OpFileSync, Path: f.path}); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f injFile) SyncData() error {
+	if err := f.inj.MaybeError(errorfs.Op{Kind: errorfs.OpFileSyncData, Path: f.path}); err != nil {
+		return err
+	}
+	return f.File.SyncData()
+}
+
+func (f injFile) SyncTo(length int64) (bool, error) {
+	if err := f.inj.MaybeError(errorfs.Op{Kind: errorfs.OpFileSyncTo, Path: f.path}); err != nil {
+		return false, err
+	}
+	return f.File.SyncTo(length)
 }
 
 // faultViewOptions checkpoints only when asked (the test arms the
