@@ -221,7 +221,7 @@ func (l *Log) open() error {
 		return err
 	}
 	if l.readOnly {
-		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, nil, o.FS, l.dir)
+		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, l.endsInFill(head), nil, o.FS, l.dir)
 		return nil
 	}
 	if loss != nil {
@@ -288,7 +288,20 @@ func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (inspection, error) 
 	if err != nil {
 		return inspection{}, err
 	}
-	return inspection{head: head, loss: assessLoss(head, mk, mkFound, mkErr, expected, cut, o.FS, l.dir)}, nil
+	filling := l.endsInFill(head)
+	return inspection{head: head, loss: assessLoss(head, mk, mkFound, mkErr, expected, filling, cut, o.FS, l.dir)}, nil
+}
+
+// endsInFill reports whether the log ends in a SEQ_LOST event: recordLoss
+// was stopped before it appended the DATA_LOST that always follows the
+// fill (the fill may take several appends). The loss is then not recorded
+// yet, and the fill may not have reached every sequence handed out.
+func (l *Log) endsInFill(head uint64) bool {
+	if head == 0 {
+		return false
+	}
+	ev, err := l.readEvent(head)
+	return err == nil && ev.Type == TypeSeqLost && ev.Stream == SystemStream
 }
 
 func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
@@ -411,10 +424,11 @@ func (l *Log) hasMarkerKey() (bool, error) {
 // being gone with nothing newer (walMissing), whatever the head: it held
 // every event written after it was created, which the marker's head may
 // not cover after a crash. A marker that the log says was written but
-// that is missing or unreadable means nobody can tell. cut is the WAL cut
+// that is missing or unreadable means nobody can tell. filling says the
+// log ends in an unfinished SEQ_LOST fill (endsInFill). cut is the WAL cut
 // by AcceptDataLoss, if any. The result locates the damage for the
 // operator.
-func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
+func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected, filling bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
 	var gone string
 	if mkFound && mkErr == nil {
 		if name, missing, err := walMissing(fs, dir, mk.wal); err == nil && missing {
@@ -448,6 +462,13 @@ func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool
 	case !mkFound && expected:
 		loss = &DataLossError{Head: head, Reserved: head, Offset: -1, File: MarkerFile,
 			Reason: MarkerFile + " is missing: how far the log was acknowledged is unknown"}
+	case filling:
+		loss = &DataLossError{Head: head, Reserved: head, Offset: -1,
+			Reason: "an accepted data loss was being recorded when the log stopped: it ends in " + TypeSeqLost +
+				" without the " + TypeDataLost + " that follows the fill"}
+		if mkFound && mkErr == nil {
+			loss.Acknowledged, loss.Reserved = mk.head, max(head, mk.reserved)
+		}
 	case cut != nil:
 		// A cut without a marker (a directory from an older build): what
 		// was lost is unknown.

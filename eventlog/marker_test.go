@@ -482,3 +482,79 @@ func rotationChild(dir string) {
 	fmt.Println("SURVIVED")
 	os.Exit(4)
 }
+
+// TestAcceptedLossNotForgotten stops the process (a power-loss image) at
+// every WAL write while AcceptDataLoss opens a shorter log and records the
+// loss: each image either still refuses with the loss, or holds the
+// DATA_LOST record with every sequence up to the marker's reserved filled.
+// A loss is never forgotten halfway, which would let sequences that were
+// handed out be handed out again.
+func TestAcceptedLossNotForgotten(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	l := mustOpen(t, "db", testOptions(mem))
+	for i := range 5 {
+		mustAppend(t, l, "s", Any, ev("OLD", fmt.Sprint(i)))
+	}
+	closeLog(t, l)
+	l = mustOpen(t, "db", testOptions(mem)) // the 5 events go to a table
+	for i := range 10 {
+		mustAppend(t, l, "s", Any, ev("LOST", fmt.Sprint(i)))
+	}
+	closeLog(t, l)
+	m, _, err := readMarker(mem, "db")
+	if err != nil || m.head != 15 {
+		t.Fatalf("marker %+v %v", m, err)
+	}
+	if err := mem.Remove("db/" + last(files(t, mem, suffix(".log")))); err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var images []*vfs.MemFS
+	watch := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSync) {
+			mu.Lock()
+			images = append(images, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
+			mu.Unlock()
+		}
+		return nil
+	}))
+	o := testOptions(watch)
+	o.AcceptDataLoss = true
+	l = mustOpen(t, "db", o)
+	closeLog(t, l)
+	if len(images) < 3 {
+		t.Fatalf("%d images", len(images))
+	}
+	refused, recorded := 0, 0
+	for i, img := range images {
+		il, err := Open("db", testOptions(img))
+		var dl *DataLossError
+		switch {
+		case errors.As(err, &dl) && dl.Acknowledged == 15:
+			refused++
+			// Accepting it (again) completes the record.
+			ao := testOptions(img)
+			ao.AcceptDataLoss = true
+			al := mustOpen(t, "db", ao)
+			evs := collect(t, al.Scan(0, Forward))
+			closeLog(t, al)
+			if n := len(evs); n <= int(m.reserved) || evs[n-1].Type != TypeDataLost {
+				t.Fatalf("image %d accepted: head %d, last %s (reserved %d)", i, n, evs[n-1].Type, m.reserved)
+			}
+			continue
+		case err != nil:
+			t.Fatalf("image %d: %v", i, err)
+		}
+		evs := collect(t, il.Scan(0, Forward))
+		closeLog(t, il)
+		if n := len(evs); n <= int(m.reserved) || evs[n-1].Type != TypeDataLost {
+			t.Fatalf("image %d opens at head %d without the loss recorded (reserved %d)", i, n, m.reserved)
+		}
+		recorded++
+	}
+	t.Logf("%d images: %d still refuse, %d hold DATA_LOST", len(images), refused, recorded)
+	if refused == 0 || recorded == 0 {
+		t.Fatalf("images cover only one side: %d refuse, %d recorded", refused, recorded)
+	}
+}
