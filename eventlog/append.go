@@ -306,15 +306,16 @@ const markerInterval = time.Second
 // at most one extra fsync per second, after the group was acknowledged.
 func (l *Log) refreshMarker(now time.Time) {
 	head := l.head.Load()
-	if head <= l.mark.head || now.Sub(l.markAt) < l.markEvery || l.failure() != nil {
+	m, at := l.marked()
+	if head <= m.head || now.Sub(at) < l.markEvery || l.failure() != nil {
 		return
 	}
-	m := marker{head: head, reserved: max(l.mark.reserved, head)}
-	if err := writeMarker(l.opts.FS, l.dir, m); err != nil {
+	if err := l.updateMarker(func(m *marker) {
+		m.head = max(m.head, head)
+		m.reserved = max(m.reserved, m.head)
+	}); err != nil {
 		l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
-		return
 	}
-	l.mark, l.markAt = m, now
 }
 
 // commitGroup checks, commits (synced) and publishes one group, then
@@ -366,6 +367,12 @@ func (l *Log) commitGroup(group []*appendReq) {
 		// on disk: its outcome is unknown, as after a failed commit.
 		err = fmt.Errorf("write %s: %w", MarkerFile, merr)
 	}
+	if ferr := l.failure(); ferr != nil && err == nil {
+		// The commit rotated the WAL and the marker could not name the
+		// new one (walCreated poisoned the log): the group is in a WAL
+		// whose loss would go unnoticed. Not acknowledged.
+		err = ferr
+	}
 	if err != nil {
 		err = l.poison(err)
 		for _, r := range g.ok {
@@ -397,19 +404,18 @@ func (l *Log) commitGroup(group []*appendReq) {
 // reader or appender has seen its sequences: if the WAL kept it and the
 // marker did not, Open finds the head beyond the marker, which is allowed.
 func (l *Log) reserve(last uint64) (wait func() error) {
-	if last <= l.mark.reserved {
+	if m, _ := l.marked(); last <= m.reserved {
 		return func() error { return nil }
 	}
-	m := marker{head: l.head.Load(), reserved: last + reserveStep}
+	head := l.head.Load()
 	done := make(chan error, 1)
-	go func() { done <- writeMarker(l.opts.FS, l.dir, m) }()
-	return func() error {
-		if err := <-done; err != nil {
-			return err
-		}
-		l.mark, l.markAt = m, time.Now()
-		return nil
-	}
+	go func() {
+		done <- l.updateMarker(func(m *marker) {
+			m.head = max(m.head, head)
+			m.reserved = max(m.reserved, last+reserveStep)
+		})
+	}()
+	return func() error { return <-done }
 }
 
 // prepare checks one request against the log and the group so far and, if it

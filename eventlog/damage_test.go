@@ -221,7 +221,7 @@ func TestDamagedDirectory(t *testing.T) {
 			if err := fs.Remove("db/" + last(files(t, fs, suffix(".log")))); err != nil {
 				t.Fatal(err)
 			}
-		}, refuse, "", false},
+		}, refuse, "0", false}, // the head marker names the newest WAL
 		{"flipped MANIFEST byte", func(t *testing.T, fs vfs.FS) {
 			m := last(files(t, fs, prefix("MANIFEST-")))
 			flipAt(t, fs, m, fileSize(t, fs, m)/2)

@@ -19,9 +19,10 @@
 //     is poisoned: every later write returns ErrFailed. Reads continue.
 //     Health and Failed report it.
 //   - No silent loss. A head marker file (PEGASUS-HEAD) records the
-//     acknowledged head and bounds every sequence handed out; Open refuses a
-//     log that recovers to a lower head (ErrDataLoss) unless told to accept
-//     the loss, which then never reuses a sequence. See docs/format.md.
+//     acknowledged head, bounds every sequence handed out and names the
+//     newest WAL; Open refuses a log that recovers to a lower head or whose
+//     newest WAL is gone (ErrDataLoss) unless told to accept the loss,
+//     which then never reuses a sequence. See docs/format.md.
 //   - Checked reads. Every record carries a CRC32C that is verified on every
 //     read; corrupt or missing records are reported with their position
 //     (IsCorruption), never skipped.

@@ -122,8 +122,11 @@ type DataLossError struct {
 	// sequence is ever reused.
 	Reserved uint64
 	// File and Offset name the first damage found in the directory (a
-	// WAL's last good offset, a missing MANIFEST), when one was found;
-	// File is "" when the damage could not be located (a deleted WAL).
+	// WAL's last good offset, a missing MANIFEST, the missing WAL the
+	// head marker names as the newest), when one was found; File is ""
+	// when the damage could not be located (a deleted WAL the marker
+	// does not name, such as an older one). Offset is -1 when there is
+	// none.
 	File   string
 	Offset int64
 	// Reason says what was found.
@@ -131,10 +134,18 @@ type DataLossError struct {
 }
 
 func (e *DataLossError) Error() string {
-	msg := fmt.Sprintf("eventlog: acknowledged events are missing: the log ends at seq %d but %s records seq %d as acknowledged",
-		e.Head, MarkerFile, e.Acknowledged)
-	if e.Acknowledged == 0 {
+	var msg string
+	switch {
+	case e.Acknowledged == 0:
 		msg = fmt.Sprintf("eventlog: acknowledged events may be missing: the log ends at seq %d", e.Head)
+	case e.Head >= e.Acknowledged:
+		// A WAL is gone that held what was written after the marker's
+		// head was last recorded (a crash): how much is unknown.
+		msg = fmt.Sprintf("eventlog: acknowledged events may be missing: the log ends at seq %d, and %s last recorded seq %d as acknowledged",
+			e.Head, MarkerFile, e.Acknowledged)
+	default:
+		msg = fmt.Sprintf("eventlog: acknowledged events are missing: the log ends at seq %d but %s records seq %d as acknowledged",
+			e.Head, MarkerFile, e.Acknowledged)
 	}
 	if e.Reason != "" {
 		msg += "; " + e.Reason

@@ -48,9 +48,10 @@ type Log struct {
 	// running (a bad sstable block), if any.
 	corrupt atomic.Pointer[error]
 
-	// mark is the head marker as last written (committer-owned after
-	// Open); loss is what Open found missing (read-only) or accepted
-	// (Options.AcceptDataLoss).
+	// mark is the head marker as last written, guarded by markMu (see
+	// updateMarker); loss is what Open found missing (read-only) or
+	// accepted (Options.AcceptDataLoss).
+	markMu    sync.Mutex
 	mark      marker
 	markAt    time.Time     // when mark was written
 	markEvery time.Duration // markerInterval; tests shorten it
@@ -72,6 +73,8 @@ type Log struct {
 	// testHookRetire, if set, is called by Retire after its checks, before
 	// the request is queued.
 	testHookRetire func()
+	// testHookWAL, if set, is called by walCreated after the marker write.
+	testHookWAL func(pebble.WALCreateInfo)
 
 	// readMu guards the DB against Close while reads use it; iters lets
 	// Close end open iterators, which Pebble requires before closing.
@@ -175,12 +178,29 @@ func (l *Log) open() error {
 	// read-only: the head it recovers, compared with the marker.
 	var loss *DataLossError
 	if !l.readOnly && mustExist {
-		var err error
-		if loss, err = l.inspect(mk, mkFound, mkErr); err != nil {
+		found, err := l.inspect(mk, mkFound, mkErr)
+		if err != nil {
 			return err
 		}
-		if loss != nil && !o.AcceptDataLoss {
+		if loss = found.loss; loss != nil && !o.AcceptDataLoss {
 			return loss
+		}
+		// pebble.Open flushes the replayed WALs and may delete the
+		// marker's WAL before it creates the next one (walCreated then
+		// records it): a crash in between must not look like a deleted
+		// WAL. So the marker forgets its WAL first, and records the head
+		// just recovered instead, which covers every event in it. A loss
+		// being accepted keeps the marker's head, so that it is still
+		// seen if the process stops before recordLoss has filled it.
+		if err := l.updateMarker(func(m *marker) {
+			m.head = max(m.head, found.head)
+			m.reserved = max(m.reserved, m.head)
+			if loss != nil {
+				m.reserved = max(m.reserved, loss.Reserved)
+			}
+			m.wal = 0
+		}); err != nil {
+			return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
 		}
 	}
 	db, err := l.openPebble(fs, mustExist)
@@ -201,21 +221,19 @@ func (l *Log) open() error {
 		return err
 	}
 	if l.readOnly {
-		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, nil, o.FS, l.dir)
+		l.loss = assessLoss(head, mk, mkFound, mkErr, expected, l.endsInFill(head), nil, o.FS, l.dir)
 		return nil
 	}
 	if loss != nil {
 		l.loss = loss
 		o.Logger.Warn("eventlog: accepting data loss", "err", loss)
 	}
-	l.mark = marker{head: head, reserved: max(l.mark.reserved, head)}
-	if loss != nil {
-		l.mark.reserved = max(l.mark.reserved, loss.Reserved)
-	}
-	if err := writeMarker(o.FS, l.dir, l.mark); err != nil {
+	if err := l.updateMarker(func(m *marker) {
+		m.head = max(m.head, head)
+		m.reserved = max(m.reserved, m.head)
+	}); err != nil {
 		return fmt.Errorf("eventlog: write %s: %w", MarkerFile, err)
 	}
-	l.markAt = time.Now()
 	if !expected {
 		b := l.db.NewBatch()
 		defer b.Close()
@@ -227,11 +245,18 @@ func (l *Log) open() error {
 	return nil
 }
 
+// inspection is what inspect found: the head the database recovers and
+// what is missing, if anything.
+type inspection struct {
+	head uint64
+	loss *DataLossError
+}
+
 // inspect opens the existing database read-only and compares the head it
 // recovers with the marker. With Options.AcceptDataLoss a WAL that Pebble
 // refuses (a corrupt chunk before synced data) is cut at its last good
 // record first.
-func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (*DataLossError, error) {
+func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (inspection, error) {
 	o := &l.opts
 	ro := readOnlyFS{FS: o.FS, dir: l.dir}
 	db, err := l.openPebbleRO(ro)
@@ -242,13 +267,13 @@ func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (*DataLossError, err
 			o.Logger.Warn("eventlog: accepting data loss: cutting the WAL at its last good record",
 				"file", cut.file, "offset", cut.offset, "copy", lost, "err", cut.err)
 			if cerr := cutWALs(o.FS, l.dir, lost, cut); cerr != nil {
-				return nil, fmt.Errorf("eventlog: cut damaged WAL %s: %w", cut.file, cerr)
+				return inspection{}, fmt.Errorf("eventlog: cut damaged WAL %s: %w", cut.file, cerr)
 			}
 			db, err = l.openPebbleRO(ro)
 		}
 	}
 	if err != nil {
-		return nil, l.openError(err, mkFound)
+		return inspection{}, l.openError(err, mkFound)
 	}
 	l.db = db
 	defer func() {
@@ -257,13 +282,26 @@ func (l *Log) inspect(mk marker, mkFound bool, mkErr error) (*DataLossError, err
 	}()
 	head, err := l.loadHead()
 	if err != nil {
-		return nil, err
+		return inspection{}, err
 	}
 	expected, err := l.hasMarkerKey()
 	if err != nil {
-		return nil, err
+		return inspection{}, err
 	}
-	return assessLoss(head, mk, mkFound, mkErr, expected, cut, o.FS, l.dir), nil
+	filling := l.endsInFill(head)
+	return inspection{head: head, loss: assessLoss(head, mk, mkFound, mkErr, expected, filling, cut, o.FS, l.dir)}, nil
+}
+
+// endsInFill reports whether the log ends in a SEQ_LOST event: recordLoss
+// was stopped before it appended the DATA_LOST that always follows the
+// fill (the fill may take several appends). The loss is then not recorded
+// yet, and the fill may not have reached every sequence handed out.
+func (l *Log) endsInFill(head uint64) bool {
+	if head == 0 {
+		return false
+	}
+	ev, err := l.readEvent(head)
+	return err == nil && ev.Type == TypeSeqLost && ev.Stream == SystemStream
 }
 
 func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
@@ -278,6 +316,9 @@ func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
 	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
 	po.Lock = l.lock
 	po.ErrorIfNotExists = mustExist
+	if !l.readOnly {
+		po.EventListener.WALCreated = l.walCreated
+	}
 	return pebble.Open(l.dir, po)
 }
 
@@ -379,18 +420,33 @@ func (l *Log) hasMarkerKey() (bool, error) {
 
 // assessLoss compares the head a log recovered with its head marker. A head
 // below the marker's means acknowledged events are gone (a damaged last WAL
-// block, a deleted WAL); a marker that the log says was written but that is
-// missing or unreadable means nobody can tell. cut is the WAL cut by
-// AcceptDataLoss, if any. The result locates the damage for the operator.
-func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
+// block, a deleted WAL); so does the WAL the marker names as the newest
+// being gone with nothing newer (walMissing), whatever the head: it held
+// every event written after it was created, which the marker's head may
+// not cover after a crash. A marker that the log says was written but
+// that is missing or unreadable means nobody can tell. filling says the
+// log ends in an unfinished SEQ_LOST fill (endsInFill). cut is the WAL cut
+// by AcceptDataLoss, if any. The result locates the damage for the
+// operator.
+func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected, filling bool, cut *walDamage, fs vfs.FS, dir string) *DataLossError {
+	var gone string
+	if mkFound && mkErr == nil {
+		if name, missing, err := walMissing(fs, dir, mk.wal); err == nil && missing {
+			gone = name
+		}
+	}
 	var loss *DataLossError
 	switch {
-	case mkFound && mkErr == nil && head < mk.head:
+	case mkFound && mkErr == nil && (head < mk.head || gone != ""):
 		loss = &DataLossError{Head: head, Acknowledged: mk.head, Reserved: mk.reserved, Offset: -1}
 		switch d, _ := scanWALs(fs, dir); {
 		case cut != nil:
 			loss.File, loss.Offset = cut.file, cut.offset
 			loss.Reason = fmt.Sprintf("WAL %s was cut at offset %d (%v)", cut.file, cut.offset, cut.err)
+		case gone != "":
+			loss.File = gone
+			loss.Reason = fmt.Sprintf("WAL %s is missing (deleted?): %s records it as the newest WAL the log "+
+				"wrote to, no later WAL exists, and Pebble never deletes its newest WAL; every event written to it is lost", gone, MarkerFile)
 		case d != nil:
 			loss.File, loss.Offset = d.file, d.offset
 			loss.Reason = fmt.Sprintf("WAL %s reads back only up to offset %d (%v)", d.file, d.offset, d.err)
@@ -406,6 +462,13 @@ func assessLoss(head uint64, mk marker, mkFound bool, mkErr error, expected bool
 	case !mkFound && expected:
 		loss = &DataLossError{Head: head, Reserved: head, Offset: -1, File: MarkerFile,
 			Reason: MarkerFile + " is missing: how far the log was acknowledged is unknown"}
+	case filling:
+		loss = &DataLossError{Head: head, Reserved: head, Offset: -1,
+			Reason: "an accepted data loss was being recorded when the log stopped: it ends in " + TypeSeqLost +
+				" without the " + TypeDataLost + " that follows the fill"}
+		if mkFound && mkErr == nil {
+			loss.Acknowledged, loss.Reserved = mk.head, max(head, mk.reserved)
+		}
 	case cut != nil:
 		// A cut without a marker (a directory from an older build): what
 		// was lost is unknown.
@@ -675,8 +738,14 @@ func (l *Log) Close() error {
 	l.dbClosed = true
 	var merr error
 	if !l.readOnly && l.failure() == nil {
-		// Every acknowledged append is synced: the head is exact.
-		merr = writeMarker(l.opts.FS, l.dir, marker{head: l.Head(), reserved: max(l.mark.reserved, l.Head()), clean: true})
+		// Every acknowledged append is synced: the head is exact (unless
+		// an accepted loss could not be recorded, whose head stays).
+		head := l.Head()
+		merr = l.updateMarker(func(m *marker) {
+			m.clean = head >= m.head
+			m.head = max(m.head, head)
+			m.reserved = max(m.reserved, m.head)
+		})
 	}
 	err := l.closeDB()
 	if err == nil && merr != nil {

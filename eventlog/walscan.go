@@ -71,6 +71,34 @@ func newestWAL(fs vfs.FS, dir string) string {
 	return filepath.Base(path)
 }
 
+// walMissing reports whether the WAL numbered num (the newest the head
+// marker recorded) is missing from dir while no later WAL exists, and
+// returns its file name. Pebble deletes a WAL only once its memtable is
+// flushed, which happens only after a newer WAL was created (a rotation,
+// or Open creating its own), and it recycles only such obsolete WALs: the
+// newest WAL it created is never removed by Pebble. Such a WAL gone with
+// nothing newer was removed by something else, with whatever was written to
+// it. The one window where Pebble itself deletes the marker's WAL before it
+// creates the next (the flush of the replayed WALs in a writable
+// pebble.Open) is closed by Open, which clears the marker's wal first. A
+// num of 0 (unknown) is never missing.
+func walMissing(fs vfs.FS, dir string, num uint64) (name string, missing bool, err error) {
+	if num == 0 {
+		return "", false, nil
+	}
+	logs, err := wal.Scan(wal.Dir{FS: fs, Dirname: dir})
+	if err != nil {
+		return "", false, err
+	}
+	name = wal.NumWAL(num).String() + ".log"
+	for _, ll := range logs {
+		if uint64(ll.Num) >= num {
+			return name, false, nil
+		}
+	}
+	return name, true, nil
+}
+
 // cutWALs keeps the good prefix of the damaged WAL and drops every later
 // WAL, for Options.AcceptDataLoss. Every file it changes or removes is first
 // copied into the directory lostDir (inside dir), so nothing is destroyed.
