@@ -531,7 +531,10 @@ func TestAcceptedLossNotForgotten(t *testing.T) {
 		il, err := Open("db", testOptions(img))
 		var dl *DataLossError
 		switch {
-		case errors.As(err, &dl) && dl.Acknowledged == 15:
+		case errors.As(err, &dl) && dl.Acknowledged >= 15:
+			// The marker may have recorded the fill's own SEQ_LOST
+			// events as its head (a WAL created during the fill
+			// records the head): still a refusal until DATA_LOST.
 			refused++
 			// Accepting it (again) completes the record.
 			ao := testOptions(img)
