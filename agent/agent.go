@@ -53,7 +53,8 @@ const (
 // a committed event, and the follower's hook dispatches the next stage.
 type Agent struct {
 	opts       Options
-	log        *eventlog.Log
+	log        *eventlog.Log     // reads
+	app        eventlog.Appender // writes: Options.Appender, or log
 	view       *replay.View
 	model      llm.Model
 	all        *tools.Registry
@@ -98,10 +99,14 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:    opts,
 		log:     l,
+		app:     opts.Appender,
 		model:   opts.Model,
 		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
 		toolSem: newSemaphore(opts.MaxConcurrentTools),
 		watch:   newWatchers(),
+	}
+	if a.app == nil {
+		a.app = l
 	}
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
@@ -268,7 +273,7 @@ func (a *Agent) appendSystem(ctx context.Context, typ string, body projection.Sy
 	if err != nil {
 		return 0, err
 	}
-	res, err := a.log.Append(ctx, projection.SystemStream, eventlog.Any,
+	res, err := a.app.Append(ctx, projection.SystemStream, eventlog.Any,
 		eventlog.Event{Type: typ, Schema: projection.SystemSchemaVersion, Body: data})
 	if err != nil {
 		return 0, err
@@ -556,7 +561,7 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // v. A conflict means the task moved (a suspend, a cancel, a message)
 // while the stage worked: the stale outcome is dropped, never applied.
 func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
-	res, err := a.log.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+	res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
 	switch {
 	case err == nil:
 		return res, true

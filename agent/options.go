@@ -8,6 +8,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -70,6 +71,13 @@ type Options struct {
 	// Logger receives the agent's messages. The default value discards
 	// them.
 	Logger *slog.Logger
+
+	// Appender receives every event the agent writes; the log given to
+	// New is where it reads, and Appender must make an append visible
+	// there before it returns (pegasusd --cluster passes the replicated
+	// log, whose local copy that log is). The default value is the log
+	// given to New.
+	Appender eventlog.Appender
 
 	// Now is the clock of the current_time tool and of reported latencies.
 	// Event times come from the log, never from here. The default value is

@@ -87,6 +87,8 @@ func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
 	}
 }
 
+var _ eventlog.Appender = (*ReplicatedLog)(nil)
+
 // ReplicatedLog is the clustered log (docs/cluster.md, incomplete): a
 // JetStream stream is the source of truth and a local eventlog.Log is
 // this node's copy, written only by the ReplicatedLog's follower, in the

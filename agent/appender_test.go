@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// countingAppender writes into a log and counts the events it wrote.
+type countingAppender struct {
+	l *eventlog.Log
+	n atomic.Int64
+}
+
+func (c *countingAppender) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	res, err := c.l.Append(ctx, stream, exp, evs...)
+	if err == nil {
+		c.n.Add(int64(len(res.Events)))
+	}
+	return res, err
+}
+
+func (c *countingAppender) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
+	res, err := c.l.AppendMulti(ctx, appends...)
+	for _, r := range res {
+		c.n.Add(int64(len(r.Events)))
+	}
+	return res, err
+}
+
+// TestAppenderReceivesEveryWrite runs tasks (with tools, memory and
+// reflection) through an agent given an Options.Appender: every event in
+// the log, the system events included, came through it (what pegasusd
+// --cluster relies on: a write past it would break the node's copy).
+func TestAppenderReceivesEveryWrite(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openLog(t, fs)
+	app := &countingAppender{l: l}
+	a, err := New(l, Options{Appender: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{"remember that the sky is blue", "what time is it?"} {
+		id, err := a.Submit(ctx, in, "test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
+			t.Fatalf("task %s: %v %v", id, task.State, err)
+		}
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, fs)
+	defer l.Close()
+	if got, head := app.n.Load(), l.Head(); got != int64(head) || head < 10 {
+		t.Fatalf("the appender wrote %d events, the log holds %d", got, head)
+	}
+}
