@@ -101,11 +101,14 @@ type ReplicatedLog struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	st    jetstream.Stream
+	// replicas is the stream's configured replica count.
+	replicas int
 
 	mu      sync.Mutex
 	applied uint64        // highest stream sequence in the local copy
 	changed chan struct{} // closed and replaced when applied moves or err is set
 	err     error         // the follower stopped (ErrApply, or closed)
+	failed  chan struct{} // closed when err is set
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -123,7 +126,7 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
 	}
 	opts.ensureDefaults(nc)
-	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), done: make(chan struct{})}
+	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{})}
 	if err := r.open(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -154,6 +157,7 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
 		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
 	}
+	r.replicas = info.Config.Replicas
 	if r.applied, err = r.localStreamSeq(); err != nil {
 		return err
 	}
@@ -196,6 +200,17 @@ func (r *ReplicatedLog) localStreamSeq() (uint64, error) {
 	}
 	return s, nil
 }
+
+// CatchUp waits until the local copy holds everything the stream held
+// when it was called.
+func (r *ReplicatedLog) CatchUp(ctx context.Context) error { return r.catchUp(ctx) }
+
+// Stream is the name of the JetStream stream.
+func (r *ReplicatedLog) Stream() string { return r.opts.Stream }
+
+// Replicas is the stream's replica count, as JetStream reported it at
+// open.
+func (r *ReplicatedLog) Replicas() int { return r.replicas }
 
 // Local is this node's copy, for reads (the fold, verify, the CLI).
 func (r *ReplicatedLog) Local() *eventlog.Log { return r.local }
@@ -291,7 +306,9 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		}
 		if len(parts) > 0 {
 			if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
-				if ctx.Err() == nil {
+				// The local copy's owner closes it after its last
+				// append, before Close stops the follower.
+				if ctx.Err() == nil && !errors.Is(err, eventlog.ErrClosed) {
 					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
 				}
 				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
@@ -329,7 +346,19 @@ func (r *ReplicatedLog) fail(err error) {
 		r.err = err
 		close(r.changed)
 		r.changed = make(chan struct{})
+		close(r.failed)
 	}
+}
+
+// Failed is closed once the local copy stopped following the stream (Err
+// says why): appends are refused from then on.
+func (r *ReplicatedLog) Failed() <-chan struct{} { return r.failed }
+
+// Err is why the local copy stopped following the stream, or nil.
+func (r *ReplicatedLog) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // waitApplied waits until the local copy holds stream sequence seq.
