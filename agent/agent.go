@@ -185,14 +185,35 @@ func (a *Agent) Start(ctx context.Context) error {
 		_ = a.Stop(ctx)
 		return fmt.Errorf("agent: recording start: %w", err)
 	}
-	for _, t := range rec.InFlight {
-		a.sched.schedule(t.ID, t.Priority)
-	}
-	for _, t := range rec.Idle {
-		a.sched.schedule(t.ID, t.Priority)
-	}
+	a.resume(rec.InFlight, rec.Idle)
 	a.opts.Logger.Info("agent started", "model", a.model.Name(), "head", rec.Head,
 		"resumed", len(rec.InFlight), "suspended", len(rec.Suspended), "rebuilt", rec.Rebuilt)
+	return nil
+}
+
+// resume schedules the owned tasks of recovery's lists, in order.
+func (a *Agent) resume(lists ...[]fsm.Task) {
+	for _, ts := range lists {
+		for _, t := range ts {
+			if a.owns(t.ID) {
+				a.sched.schedule(t.ID, t.Priority)
+			}
+		}
+	}
+}
+
+func (a *Agent) owns(id string) bool { return a.opts.Owns == nil || a.opts.Owns(id) }
+
+// ResumeOwned starts, as Start's recovery does, the owned tasks that were
+// reasoning or acting, then those waiting in idle, once the fold holds
+// the log's head: pegasusd --cluster calls it when it takes a partition
+// (Options.Owns now says yes to its tasks, whose events the hook did not
+// dispatch until then). A task already running is not started twice.
+func (a *Agent) ResumeOwned(ctx context.Context) error {
+	if err := a.view.WaitFor(ctx, a.log.Head()); err != nil {
+		return err
+	}
+	a.resume(a.view.InState(fsm.ActiveStates...), a.view.InState(fsm.StateIdle))
 	return nil
 }
 
@@ -352,6 +373,8 @@ func (a *Agent) hook(ch *replay.Change) error {
 // conflict anyway).
 func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 	switch {
+	case !a.owns(t.ID):
+		// Another daemon runs it (pegasusd --cluster).
 	case act.Kind.NeedsSlot():
 		a.sched.schedule(t.ID, t.Priority)
 	case act.Kind == fsm.ActReflect:
@@ -374,7 +397,7 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 	if err != nil {
 		return
 	}
-	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID {
+	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID && a.owns(p.ID) {
 		a.sched.schedule(p.ID, p.Priority)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -65,5 +66,36 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	defer l.Close()
 	if got, head := app.n.Load(), l.Head(); got != int64(head) || head < 10 {
 		t.Fatalf("the appender wrote %d events, the log holds %d", got, head)
+	}
+}
+
+// TestOwnsAndResumeOwned: a task the agent does not own (Options.Owns) is
+// folded but not run, while an owned one submitted after it completes;
+// once owned, ResumeOwned starts it as recovery would.
+func TestOwnsAndResumeOwned(t *testing.T) {
+	var all atomic.Bool
+	var mine atomic.Value
+	mine.Store("")
+	h := newHarness(t, Options{Owns: func(id string) bool { return all.Load() || id == mine.Load().(string) }})
+	ctx := testCtx(t)
+	other := h.submit("hello")
+	in := ulid.Make()
+	mine.Store(in.String())
+	id, err := h.a.SubmitInput(ctx, Input{Text: "what time is it?", Source: "test", ID: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task := h.wait(id); task.State != fsm.StateCompleted {
+		t.Fatalf("the owned task is %s", task.State)
+	}
+	if task, err := h.a.Task(other); err != nil || task.State != fsm.StateIdle {
+		t.Fatalf("the task not owned is %s (%v), want idle: it ran", task.State, err)
+	}
+	all.Store(true)
+	if err := h.a.ResumeOwned(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if task := h.wait(other); task.State != fsm.StateCompleted {
+		t.Fatalf("the resumed task is %s", task.State)
 	}
 }

@@ -79,6 +79,13 @@ type Options struct {
 	// given to New.
 	Appender eventlog.Appender
 
+	// Owns says whether this agent runs a task (pegasusd --cluster: the
+	// task's partition is leased to this daemon). A task it does not own
+	// is folded and served like any other, but no stage of it runs here;
+	// ResumeOwned starts the tasks of a partition taken later. The default
+	// value owns every task.
+	Owns func(task string) bool
+
 	// Now is the clock of the current_time tool and of reported latencies.
 	// Event times come from the log, never from here. The default value is
 	// time.Now.

@@ -16,8 +16,10 @@ import (
 )
 
 // TestClusterCrash runs pegasusd --cluster against an in-process cluster
-// of three JetStream servers (the log's stream gets three replicas),
-// under concurrent submissions, and kills it with SIGKILL three times at
+// of three JetStream servers (the log's stream gets three replicas; the
+// daemon holds the leases of all 16 partitions, and takes them back at
+// once after a kill, under the same --cluster-node), under concurrent
+// submissions, and kills it with SIGKILL three times at
 // random points, with one NATS server stopped during the second run. A
 // last run finishes every task and stops cleanly. Then: every
 // acknowledged task is in the node's copy exactly once and terminal, the
@@ -30,7 +32,7 @@ func TestClusterCrash(t *testing.T) {
 	js := nats.JetStream()
 	bin := buildDaemon(t)
 	data := filepath.Join(t.TempDir(), "data")
-	flags := []string{"--cluster", nats.URL()}
+	flags := []string{"--cluster", nats.URL(), "--cluster-node", "n1"}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
 
 	ackedAll := map[string]bool{}
@@ -59,7 +61,7 @@ func TestClusterCrash(t *testing.T) {
 
 	// A new node: its copy comes from the stream alone.
 	fresh := filepath.Join(t.TempDir(), "fresh")
-	p = startProc(t, bin, fresh, flags...)
+	p = startProc(t, bin, fresh, "--cluster", nats.URL())
 	p.stop(t)
 	checkLog(t, fresh, ackedAll)
 	if got := checkCopy(t, fresh, js); got < head {
@@ -90,6 +92,9 @@ func checkCopy(t *testing.T, data string, js jetstream.JetStream) uint64 {
 	}
 	covered, err := cluster.VerifyCopy(ctx, l, st)
 	if err != nil || covered != info.State.LastSeq {
+		if m, gerr := st.GetMsg(ctx, info.State.LastSeq); gerr == nil {
+			t.Logf("the stream's last message: %s %s", m.Subject, m.Data)
+		}
 		t.Fatalf("the copy %s holds the stream to %d of %d: %v", data, covered, info.State.LastSeq, err)
 	}
 	if info.Config.Replicas != 3 {

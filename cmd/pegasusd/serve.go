@@ -85,7 +85,7 @@ type config struct {
 	broker     brokerConfig
 	retention  retentionConfig
 	publish    cluster.OutboxOptions // --publish; empty URL: no fan-out
-	cluster    cluster.LogOptions    // --cluster (clusterlog.go); empty URL: the embedded log
+	cluster    clusterConfig         // --cluster (clusterlog.go); empty URL: the embedded log
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -226,8 +226,10 @@ type daemon struct {
 	web    *web            // dashboard and metrics (web.go)
 	retain *retainer       // retention loop (retention.go), nil when off
 	outbox *cluster.Outbox // --publish (publish.go); nil without it
-	// replicated is the clustered log (clusterlog.go); nil without --cluster
+	// replicated is the clustered log, leases this daemon's partition
+	// leases (clusterlog.go); nil without --cluster
 	replicated *cluster.ReplicatedLog
+	leases     *cluster.Leases
 }
 
 func openDataDir(dir string) error {
@@ -307,6 +309,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	own := &ownership{}
 	rl, err := openCluster(ctx, cfg, l, logger)
 	if err != nil {
 		l.Close()
@@ -321,7 +324,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		Model: model, MaxActiveTasks: cfg.maxActive, MaxConcurrentLLM: cfg.maxLLM, MaxConcurrentTools: cfg.maxTools,
 		ToolTimeout: cfg.toolTimeout, MaxIterations: cfg.maxIterations, DisableReflection: cfg.noReflection,
 		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: cfg.memoryBudget},
-		Appender: appender(rl, l),
+		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
 	})
 	if err != nil {
 		l.Close()
@@ -337,6 +340,13 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		return nil, err
 	}
 	if err := d.server.startBroker(l, appender(rl, l), a.View(), cfg); err != nil {
+		d.stopPublish()
+		a.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := d.startLeases(ctx, own); err != nil {
+		d.server.cancelBase()
+		d.server.stopBroker()
 		d.stopPublish()
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -409,6 +419,9 @@ func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
 	case <-d.clusterFailed():
 		failed = d.replicated.Err()
 		d.log.Error("the local copy stopped following the cluster's stream; stopping so that a supervisor restarts pegasusd", "err", failed)
+	case <-d.leasesLost():
+		failed = cluster.ErrFenced
+		d.log.Error("lost a partition lease (this daemon was paused or cut off); stopping so that a supervisor restarts pegasusd")
 	}
 	stopSignals()
 	d.log.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", d.cfg.shutdownTimeout)
@@ -450,6 +463,7 @@ func (d *daemon) shutdown() error {
 	d.server.stopBroker()
 	d.retain.stop() // before the agent closes the log
 	perr := d.stopPublish()
+	d.stopTaking()
 	aerr := d.agent.Stop(ctx)
 	d.closeCluster()
 	return errors.Join(aerr, perr)
