@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"io"
+	"math/rand/v2"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -128,4 +133,176 @@ func TestClusterFlags(t *testing.T) {
 		!strings.Contains(stderr.String(), "--cluster-replicas -1") {
 		t.Fatalf("PEGASUS_CLUSTER_REPLICAS: exit %d: %s", code, stderr.String())
 	}
+}
+
+var failoverCycles = flag.Int("failover-cycles", 1, "owners killed in turn in TestClusterFailover")
+
+// load submits tasks to running daemons from a few goroutines each and
+// collects the acknowledged ids, until stopped.
+type load struct {
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	acked map[string]bool
+	n     chan struct{} // one value per acknowledgement
+}
+
+func startLoad(seed uint64, cycle int, inputs []string, urls ...string) *load {
+	ld := &load{stop: make(chan struct{}), acked: map[string]bool{}, n: make(chan struct{}, 1<<16)}
+	for i, u := range urls {
+		for j := range 2 {
+			acked := make(chan string)
+			ld.wg.Add(2)
+			go func() {
+				defer ld.wg.Done()
+				defer close(acked)
+				submitter(u, inputs, rand.New(rand.NewPCG(seed, uint64(cycle*100+i*10+j))), acked, ld.stop)
+			}()
+			go func() {
+				defer ld.wg.Done()
+				for id := range acked {
+					ld.mu.Lock()
+					ld.acked[id] = true
+					ld.mu.Unlock()
+					ld.n <- struct{}{}
+				}
+			}()
+		}
+	}
+	return ld
+}
+
+// wait waits for n more acknowledgements.
+func (ld *load) wait(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(testTimeout)
+	for range n {
+		select {
+		case <-ld.n:
+		case <-timeout:
+			t.Fatalf("fewer than %d acknowledged submissions within %v", n, testTimeout)
+		}
+	}
+}
+
+// end stops the submitters and adds what they acknowledged to all.
+func (ld *load) end(all map[string]bool) {
+	close(ld.stop)
+	ld.wg.Wait()
+	for id := range ld.acked {
+		all[id] = true
+	}
+}
+
+// waitLeases waits until node holds every partition's lease, watching the
+// lease bucket.
+func waitLeases(t *testing.T, js jetstream.JetStream, node string, parts int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "PEGASUS_LEASES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	owner := map[string]string{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				owner[e.Key()] = string(e.Value())
+				if e.Operation() != jetstream.KeyValuePut {
+					delete(owner, e.Key())
+				}
+			}
+			n := 0
+			for _, v := range owner {
+				if v == node {
+					n++
+				}
+			}
+			if n == parts {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("node %s never held all %d partitions: %v", node, parts, owner)
+		}
+	}
+}
+
+// TestClusterFailover runs two pegasusd --cluster daemons, A and B, on an
+// in-process cluster of three JetStream servers, with submissions to both
+// throughout (any daemon takes them; the one holding the task's
+// partition runs it):
+//   - A, started first, holds all 16 partitions. It is paused with SIGSTOP
+//     past its lease's TTL; B takes every partition over, and a NATS
+//     server is stopped. Resumed with SIGCONT, A finds its leases taken,
+//     its appends to them refused (fenced), and stops with an error.
+//   - A starts again (it holds nothing now), and B is killed with SIGKILL
+//     under load: A takes B's partitions after the TTL. With
+//     -failover-cycles N (default 1) this repeats N times, the killed
+//     daemon restarting and the other one killed next; the last owner
+//     finishes every task, from its own copy.
+//
+// Afterwards every acknowledged task exists once and is terminal, nothing
+// was completed twice, and both copies match the stream.
+func TestClusterFailover(t *testing.T) {
+	seed, rng := crashRun(t)
+	nats := natstest.Start(t, 3)
+	js := nats.JetStream()
+	bin := buildDaemon(t)
+	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	flags := func(node string) []string {
+		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s", "--log-level", "debug"}
+	}
+	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
+	all := map[string]bool{}
+
+	a := startProc(t, bin, dataA, flags("a")...)
+	waitLeases(t, js, "a", 16)
+	b := startProc(t, bin, dataB, flags("b")...)
+	ld := startLoad(seed, 0, inputs, a.url, b.url)
+	ld.wait(t, 4)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitLeases(t, js, "b", 16)
+	down := rng.IntN(3)
+	nats.Stop(down)
+	ld.wait(t, 2) // B takes submissions meanwhile
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	err := a.cmd.Wait()
+	<-a.done
+	ld.end(all)
+	if err == nil || !strings.Contains(a.output(), "lost the lease on a partition") {
+		t.Fatalf("the paused owner, resumed: exit %v\n%s", err, a.output())
+	}
+	t.Logf("the resumed stale owner: %d appends fenced", strings.Count(a.output(), "cluster: another node took over this partition's lease"))
+	nats.Restart(down)
+	nats.WaitReady(3)
+	nats.WaitStreamCurrent(js, "PEGASUS_LOG")
+
+	procs := map[string]*proc{"b": b}
+	data := map[string]string{"a": dataA, "b": dataB}
+	owner, other := "b", "a"
+	for cycle := range *failoverCycles {
+		procs[other] = startProc(t, bin, data[other], flags(other)...)
+		ld = startLoad(seed, cycle+1, inputs, procs[owner].url, procs[other].url)
+		ld.wait(t, 2+rng.IntN(6))
+		procs[owner].kill(t)
+		ld.end(all)
+		waitLeases(t, js, other, 16)
+		owner, other = other, owner
+	}
+	finishAll(t, procs[owner], all)
+	procs[owner].stop(t)
+	checkLog(t, data[owner], all)
+	checkCopy(t, data[owner], js)
+	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners", len(all), *failoverCycles)
 }
