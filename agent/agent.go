@@ -204,16 +204,20 @@ func (a *Agent) resume(lists ...[]fsm.Task) {
 
 func (a *Agent) owns(id string) bool { return a.opts.Owns == nil || a.opts.Owns(id) }
 
-// ResumeOwned starts, as Start's recovery does, the owned tasks that were
-// reasoning or acting, then those waiting in idle, once the fold holds
-// the log's head: pegasusd --cluster calls it when it takes a partition
-// (Options.Owns now says yes to its tasks, whose events the hook did not
-// dispatch until then). A task already running is not started twice.
+// ResumeOwned starts the work due for every unfinished task it owns, once
+// the fold holds the log's head, as the hook does for a task that changed
+// (fsm.Next: a stage to run takes a slot, a timer is armed): pegasusd
+// --cluster calls it when it takes a partition (Options.Owns now says yes
+// to its tasks, whose events the hook did not dispatch until then). It
+// resumes what a restart's recovery resumes; a task already running is
+// not started twice.
 func (a *Agent) ResumeOwned(ctx context.Context) error {
 	if err := a.view.WaitFor(ctx, a.log.Head()); err != nil {
 		return err
 	}
-	a.resume(a.view.InState(fsm.ActiveStates...), a.view.InState(fsm.StateIdle))
+	for _, t := range a.view.Active() {
+		a.dispatch(&t, fsm.Next(&t))
+	}
 	return nil
 }
 
