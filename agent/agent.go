@@ -204,19 +204,22 @@ func (a *Agent) resume(lists ...[]fsm.Task) {
 
 func (a *Agent) owns(id string) bool { return a.opts.Owns == nil || a.opts.Owns(id) }
 
-// ResumeOwned starts the work due for every unfinished task it owns, once
-// the fold holds the log's head, as the hook does for a task that changed
-// (fsm.Next: a stage to run takes a slot, a timer is armed): pegasusd
-// --cluster calls it when it takes a partition (Options.Owns now says yes
-// to its tasks, whose events the hook did not dispatch until then). It
-// resumes what a restart's recovery resumes; a task already running is
-// not started twice.
-func (a *Agent) ResumeOwned(ctx context.Context) error {
+// ResumeOwned starts the work due for every unfinished task it owns that
+// match selects, once the fold holds the log's head, as the hook does for a
+// task that changed (fsm.Next: a stage to run takes a slot, a timer is
+// armed): pegasusd --cluster calls it with the tasks of a partition it just
+// took (Options.Owns now says yes to them; the hook did not dispatch their
+// events until then). It resumes what a restart's recovery resumes. A task
+// the hook dispatched meanwhile may run its stage twice; the second outcome
+// is refused as a conflict and dropped.
+func (a *Agent) ResumeOwned(ctx context.Context, match func(task string) bool) error {
 	if err := a.view.WaitFor(ctx, a.log.Head()); err != nil {
 		return err
 	}
 	for _, t := range a.view.Active() {
-		a.dispatch(&t, fsm.Next(&t))
+		if match(t.ID) {
+			a.dispatch(&t, fsm.Next(&t))
+		}
 	}
 	return nil
 }

@@ -92,7 +92,7 @@ func TestOwnsAndResumeOwned(t *testing.T) {
 		t.Fatalf("the task not owned is %s (%v), want idle: it ran", task.State, err)
 	}
 	all.Store(true)
-	if err := h.a.ResumeOwned(ctx); err != nil {
+	if err := h.a.ResumeOwned(ctx, func(id string) bool { return id == other }); err != nil {
 		t.Fatal(err)
 	}
 	if task := h.wait(other); task.State != fsm.StateCompleted {

@@ -132,7 +132,8 @@ func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
 		return nil
 	}
 	l, err := rl.StartLeases(ctx, d.cfg.cluster.lease, func(p int) {
-		if err := d.agent.ResumeOwned(d.server.base); err != nil && d.server.base.Err() == nil {
+		inP := func(id string) bool { return cluster.PartitionOf(id, rl.Partitions()) == p }
+		if err := d.agent.ResumeOwned(d.server.base, inP); err != nil && d.server.base.Err() == nil {
 			d.log.Error("resuming a partition's tasks failed", "partition", p, "err", err)
 		}
 	})
