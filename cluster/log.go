@@ -100,7 +100,7 @@ func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
 
 var _ eventlog.Appender = (*ReplicatedLog)(nil)
 
-// ReplicatedLog is the clustered log (docs/cluster.md, incomplete): a
+// ReplicatedLog is the clustered log (docs/cluster.md): a
 // JetStream stream is the source of truth and a local eventlog.Log is
 // this node's copy, written only by the ReplicatedLog's follower, in the
 // stream's order. Append publishes to the stream and returns once
