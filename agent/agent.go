@@ -53,7 +53,8 @@ const (
 // a committed event, and the follower's hook dispatches the next stage.
 type Agent struct {
 	opts       Options
-	log        *eventlog.Log
+	log        *eventlog.Log     // reads
+	app        eventlog.Appender // writes: Options.Appender, or log
 	view       *replay.View
 	model      llm.Model
 	all        *tools.Registry
@@ -100,10 +101,14 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	a := &Agent{
 		opts:    opts,
 		log:     l,
+		app:     opts.Appender,
 		model:   opts.Model,
 		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
 		toolSem: newSemaphore(opts.MaxConcurrentTools),
 		watch:   newWatchers(),
+	}
+	if a.app == nil {
+		a.app = l
 	}
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
@@ -183,14 +188,42 @@ func (a *Agent) Start(ctx context.Context) error {
 		_ = a.Stop(ctx)
 		return fmt.Errorf("agent: recording start: %w", err)
 	}
-	for _, t := range rec.InFlight {
-		a.sched.schedule(t.ID, t.Priority)
-	}
-	for _, t := range rec.Idle {
-		a.sched.schedule(t.ID, t.Priority)
-	}
+	a.resume(rec.InFlight, rec.Idle)
 	a.opts.Logger.Info("agent started", "model", a.model.Name(), "head", rec.Head,
 		"resumed", len(rec.InFlight), "suspended", len(rec.Suspended), "rebuilt", rec.Rebuilt)
+	return nil
+}
+
+// resume schedules the owned tasks of recovery's lists, in order.
+func (a *Agent) resume(lists ...[]fsm.Task) {
+	for _, ts := range lists {
+		for _, t := range ts {
+			if a.owns(t.ID) {
+				a.sched.schedule(t.ID, t.Priority)
+			}
+		}
+	}
+}
+
+func (a *Agent) owns(id string) bool { return a.opts.Owns == nil || a.opts.Owns(id) }
+
+// ResumeOwned starts the work due for every unfinished task it owns that
+// match selects, once the fold holds the log's head, as the hook does for a
+// task that changed (fsm.Next: a stage to run takes a slot, a timer is
+// armed): pegasusd --cluster calls it with the tasks of a partition it just
+// took (Options.Owns now says yes to them; the hook did not dispatch their
+// events until then). It resumes what a restart's recovery resumes. A task
+// the hook dispatched meanwhile may run its stage twice; the second outcome
+// is refused as a conflict and dropped.
+func (a *Agent) ResumeOwned(ctx context.Context, match func(task string) bool) error {
+	if err := a.view.WaitFor(ctx, a.log.Head()); err != nil {
+		return err
+	}
+	for _, t := range a.view.Active() {
+		if match(t.ID) {
+			a.dispatch(&t, fsm.Next(&t))
+		}
+	}
 	return nil
 }
 
@@ -272,7 +305,7 @@ func (a *Agent) appendSystem(ctx context.Context, typ string, body projection.Sy
 	if err != nil {
 		return 0, err
 	}
-	res, err := a.log.Append(ctx, projection.SystemStream, eventlog.Any,
+	res, err := a.app.Append(ctx, projection.SystemStream, eventlog.Any,
 		eventlog.Event{Type: typ, Schema: projection.SystemSchemaVersion, Body: data})
 	if err != nil {
 		return 0, err
@@ -356,6 +389,8 @@ func (a *Agent) hook(ch *replay.Change) error {
 // conflict anyway).
 func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 	switch {
+	case !a.owns(t.ID):
+		// Another daemon runs it (pegasusd --cluster).
 	case act.Kind.NeedsSlot():
 		a.sched.schedule(t.ID, t.Priority)
 	case act.Kind == fsm.ActReflect:
@@ -378,7 +413,7 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 	if err != nil {
 		return
 	}
-	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID {
+	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID && a.owns(p.ID) {
 		a.sched.schedule(p.ID, p.Priority)
 	}
 }
@@ -603,7 +638,7 @@ func pureStep(t *fsm.Task, act fsm.Action) fsm.Body {
 // v. A conflict means the task moved (a suspend, a cancel, a message)
 // while the stage worked: the stale outcome is dropped, never applied.
 func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
-	res, err := a.log.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+	res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
 	switch {
 	case err == nil:
 		return res, true

@@ -196,7 +196,7 @@ func (a *Agent) createChild(ctx context.Context, parent *fsm.Task, b *fsm.SubTas
 	if err != nil {
 		return err
 	}
-	_, err = a.log.Append(ctx, b.TaskID, eventlog.Any, eventlog.Event{ID: id, Type: string(fsm.MessageReceived),
+	_, err = a.app.Append(ctx, b.TaskID, eventlog.Any, eventlog.Event{ID: id, Type: string(fsm.MessageReceived),
 		Causation: cause, Correlation: a.correlation(parent.ID), Schema: fsm.SchemaVersion, Body: data})
 	return err
 }

@@ -90,7 +90,7 @@ func (m *logMemory) append(ctx context.Context, c tools.Cause, body fsm.Body) er
 	if c.TaskID != "" {
 		ev.Metadata = map[string]string{"task": c.TaskID}
 	}
-	res, err := m.a.log.Append(ctx, projection.MemoryStream, eventlog.Any, ev)
+	res, err := m.a.app.Append(ctx, projection.MemoryStream, eventlog.Any, ev)
 	if err != nil {
 		return fmt.Errorf("recording the memory change: %w", err)
 	}

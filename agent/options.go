@@ -8,6 +8,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -70,6 +71,20 @@ type Options struct {
 	// Logger receives the agent's messages. The default value discards
 	// them.
 	Logger *slog.Logger
+
+	// Appender receives every event the agent writes; the log given to
+	// New is where it reads, and Appender must make an append visible
+	// there before it returns (pegasusd --cluster passes the replicated
+	// log, whose local copy that log is). The default value is the log
+	// given to New.
+	Appender eventlog.Appender
+
+	// Owns says whether this agent runs a task (pegasusd --cluster: the
+	// task's partition is leased to this daemon). A task it does not own
+	// is folded and served like any other, but no stage of it runs here;
+	// ResumeOwned starts the tasks of a partition taken later. The default
+	// value owns every task.
+	Owns func(task string) bool
 
 	// Now is the clock of the current_time tool and of reported latencies.
 	// Event times come from the log, never from here. The default value is

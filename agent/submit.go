@@ -97,7 +97,7 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 		return "", err
 	}
 	taskID := inputID.String()
-	res, err := a.log.Append(ctx, taskID, eventlog.NoStream, eventlog.Event{
+	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, eventlog.Event{
 		ID: inputID, Type: string(in.Kind), Correlation: inputID, Schema: fsm.SchemaVersion, Body: inData,
 	})
 	if err != nil {
@@ -234,7 +234,7 @@ func (a *Agent) command(ctx context.Context, id string, eventID ulid.ULID, body 
 		}
 		ev := a.event(id, t.LastEvent, body)
 		ev.ID = eventID
-		res, err := a.log.Append(ctx, id, eventlog.Exactly(t.Version), ev)
+		res, err := a.app.Append(ctx, id, eventlog.Exactly(t.Version), ev)
 		var conflict *eventlog.ConflictError
 		if errors.As(err, &conflict) && attempt < 20 {
 			// Wait until the fold has what the log has, then look again.

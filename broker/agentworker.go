@@ -215,7 +215,7 @@ func (b *Broker) cancelChild(ctx context.Context, c *fsm.Task, parent string, ca
 		return err
 	}
 	corr, _ := ulid.ParseStrict(parent)
-	res, err := b.log.Append(ctx, c.ID, eventlog.Exactly(c.Version), eventlog.Event{Type: string(fsm.TaskFailed),
+	res, err := b.app.Append(ctx, c.ID, eventlog.Exactly(c.Version), eventlog.Event{Type: string(fsm.TaskFailed),
 		Time: b.opts.Now(), Causation: cause, Correlation: corr, Schema: fsm.SchemaVersion, Body: data})
 	if err != nil {
 		return err
@@ -348,7 +348,7 @@ func (b *Broker) createAgentChild(ctx context.Context, t *fsm.Task, child ulid.U
 	// Indexed first, so that the follower wakes the loop on the child's
 	// events from its very first.
 	b.children.add(t.ID, child.String())
-	res, err := b.log.Append(ctx, child.String(), eventlog.NoStream, eventlog.Event{ID: child, Type: string(fsm.MessageReceived),
+	res, err := b.app.Append(ctx, child.String(), eventlog.NoStream, eventlog.Event{ID: child, Type: string(fsm.MessageReceived),
 		Time: b.opts.Now(), Causation: t.LastEvent, Correlation: corr, Schema: fsm.SchemaVersion, Body: data})
 	if err != nil {
 		return err

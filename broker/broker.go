@@ -111,6 +111,11 @@ type Options struct {
 	// Logger receives the broker's decisions at debug level. The default
 	// value discards them.
 	Logger *slog.Logger
+	// Appender receives every event the broker writes; the log given to
+	// New is where it reads, and Appender must make an append visible
+	// there before it returns (pegasusd --cluster passes the replicated
+	// log). The default value is the log given to New.
+	Appender eventlog.Appender
 }
 
 // EnsureDefaults returns o with its zero fields set to their defaults.
@@ -146,7 +151,8 @@ func (o Options) EnsureDefaults() Options {
 // (fsm.Next), do it, append the outcome. It never names a machine's
 // states.
 type Broker struct {
-	log   *eventlog.Log
+	log   *eventlog.Log     // reads
+	app   eventlog.Appender // writes: Options.Appender, or log
 	tasks Tasks
 	opts  Options
 	from  uint64 // the view's position when New loaded the live tasks
@@ -177,6 +183,9 @@ func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
 		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
 		children: newChildIndex()}
+	if b.app = b.opts.Appender; b.app == nil {
+		b.app = l
+	}
 	// Run follows the log from the view's position before the load, so
 	// that a task the view folds meanwhile is indexed either way.
 	b.from = tasks.Seq()
@@ -449,14 +458,14 @@ func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) ui
 	if len(batch) == 0 {
 		return 0
 	}
-	res, err := b.log.AppendMulti(ctx, batch...)
+	res, err := b.app.AppendMulti(ctx, batch...)
 	if err == nil {
 		b.opts.Logger.Debug("broker decisions", "n", len(batch))
 		return res[len(res)-1].LastSeq
 	}
 	var last uint64
 	for _, sa := range batch {
-		r, err := b.log.Append(ctx, sa.Stream, sa.Expected, sa.Events...)
+		r, err := b.app.Append(ctx, sa.Stream, sa.Expected, sa.Events...)
 		if err != nil {
 			b.opts.Logger.Debug("broker decision not recorded", "task", sa.Stream, "type", sa.Events[0].Type, "err", err)
 			b.again(sa.Stream)
@@ -538,7 +547,7 @@ func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...
 		}
 		out[i] = ev
 	}
-	res, err := b.log.Append(ctx, t.ID, eventlog.Exactly(t.Version), out...)
+	res, err := b.app.Append(ctx, t.ID, eventlog.Exactly(t.Version), out...)
 	if err != nil {
 		return res, err
 	}

@@ -111,7 +111,11 @@ func newHarness(t *testing.T) *harness { t.Helper(); return newHarnessRun(t, tru
 
 // newHarnessRun is newHarness; with run false the broker's loop is not
 // started (harness.run starts it).
-func newHarnessRun(t *testing.T, run bool) *harness {
+func newHarnessRun(t *testing.T, run bool) *harness { t.Helper(); return newHarnessWith(t, run, nil) }
+
+// newHarnessWith is newHarnessRun with, if app is not nil, the broker's
+// Options.Appender made from the log.
+func newHarnessWith(t *testing.T, run bool, app func(*eventlog.Log) eventlog.Appender) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := eventlog.Open("data", &eventlog.Options{FS: vfs.NewMem()})
@@ -123,7 +127,11 @@ func newHarnessRun(t *testing.T, run bool) *harness {
 		t.Fatal(err)
 	}
 	clk := newFakeClock()
-	b, err := New(l, FromView(v), Options{Now: clk.Now, After: clk.After, Jitter: func(time.Duration) time.Duration { return 0 }})
+	opts := Options{Now: clk.Now, After: clk.After, Jitter: func(time.Duration) time.Duration { return 0 }}
+	if app != nil {
+		opts.Appender = app(l)
+	}
+	b, err := New(l, FromView(v), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 		return fsm.Task{}, err
 	}
 	ev := eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: b.opts.Now(), Schema: fsm.SchemaVersion, Body: data}
-	res, err := b.log.Append(ctx, id.String(), eventlog.NoStream, ev)
+	res, err := b.app.Append(ctx, id.String(), eventlog.NoStream, ev)
 	if errors.Is(err, eventlog.ErrConflict) {
 		// The same id again (an Idempotency-Key retry whose first append
 		// is stored): the log already answered identical content above,
@@ -274,7 +274,7 @@ func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm
 		if len(appends) == 0 {
 			return 0, nil
 		}
-		res, err := b.log.AppendMulti(ctx, appends...)
+		res, err := b.app.AppendMulti(ctx, appends...)
 		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
 			continue
 		}
@@ -353,7 +353,7 @@ func (b *Broker) workerEvent(ctx context.Context, et fsm.EventType, body *projec
 		return err
 	}
 	now := b.opts.Now()
-	if _, err := b.log.Append(ctx, projection.WorkersStream, eventlog.Any,
+	if _, err := b.app.Append(ctx, projection.WorkersStream, eventlog.Any,
 		eventlog.Event{Type: string(et), Time: now, Schema: projection.WorkerSchemaVersion, Body: data}); err != nil {
 		return err
 	}

@@ -1,12 +1,21 @@
 // Package cluster takes Pegasus beyond one machine on NATS JetStream
-// (docs/cluster.md). It holds two things so far.
+// (docs/cluster.md).
 //
 // ReplicatedLog (log.go) makes a JetStream stream the log's source of
-// truth: Append publishes (expected versions as
+// truth (pegasusd --cluster): Append publishes (expected versions as
 // Nats-Expected-Last-Subject-Sequence, ids as Nats-Msg-Id, several events
 // as one atomic batch) and returns once JetStream acknowledged and this
 // node's local eventlog.Log, written only by one follower in the stream's
-// order, holds the events. It is not wired into pegasusd yet.
+// order, holds the events. It is an eventlog.Appender, what the agent and
+// the broker write through.
+//
+// Task ownership (partition.go, lease.go): task streams are spread over a
+// fixed number of partitions recorded in the stream; Leases takes and
+// renews one lease per partition in a JetStream key-value bucket
+// (create, and update at the last revision), records each new owner as a
+// PARTITION_OWNED event, and the owner's appends to its partition carry
+// the partition's last sequence as their expected sequence, so that a
+// stale owner's appends are refused by JetStream (ErrFenced).
 //
 // The fan-out (outbox.go): an Outbox follows a committed log and
 // publishes every event, in the one JSON form of an event

@@ -64,6 +64,14 @@ type LogOptions struct {
 	// Logger receives the follower's errors. The default value discards
 	// them.
 	Logger *slog.Logger
+	// Partitions is how many partitions task streams are spread over
+	// (partition.go), recorded in the stream's metadata when the stream is
+	// created; an existing stream keeps the count it recorded. Zero means
+	// none (no ownership, no fencing). The default value is 0.
+	Partitions int
+	// Node names this node in its partitions' PARTITION_OWNED events. The
+	// default value is a new ULID for each OpenReplicated.
+	Node string
 }
 
 func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
@@ -85,9 +93,14 @@ func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if o.Node == "" {
+		o.Node = ulid.Make().String()
+	}
 }
 
-// ReplicatedLog is the clustered log (docs/cluster.md, incomplete): a
+var _ eventlog.Appender = (*ReplicatedLog)(nil)
+
+// ReplicatedLog is the clustered log (docs/cluster.md): a
 // JetStream stream is the source of truth and a local eventlog.Log is
 // this node's copy, written only by the ReplicatedLog's follower, in the
 // stream's order. Append publishes to the stream and returns once
@@ -99,11 +112,21 @@ type ReplicatedLog struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	st    jetstream.Stream
+	// replicas is the stream's configured replica count.
+	replicas int
+	// parts is the partition count the stream records (0: none).
+	parts int
 
 	mu      sync.Mutex
 	applied uint64        // highest stream sequence in the local copy
 	changed chan struct{} // closed and replaced when applied moves or err is set
 	err     error         // the follower stopped (ErrApply, or closed)
+	// Per partition, as far as the local copy holds the stream: the last
+	// stream sequence on its subjects, and its last PARTITION_OWNED.
+	partLast []uint64
+	owners   []Owner
+	held     map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
+	failed   chan struct{}  // closed when err is set
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -121,7 +144,7 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
 	}
 	opts.ensureDefaults(nc)
-	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), done: make(chan struct{})}
+	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{})}
 	if err := r.open(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -140,6 +163,7 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 			Name: r.opts.Stream, Subjects: []string{"pegasus.log.>"}, Storage: jetstream.FileStorage,
 			Replicas: r.opts.Replicas, Duplicates: r.opts.Duplicates, AllowAtomicPublish: true,
 			Description: "the Pegasus event log (docs/cluster.md)",
+			Metadata:    map[string]string{MetaPartitions: strconv.Itoa(r.opts.Partitions)},
 		})
 	}
 	if err != nil {
@@ -152,7 +176,16 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
 		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
 	}
+	r.replicas = info.Config.Replicas
+	if v, ok := info.Config.Metadata[MetaPartitions]; ok {
+		if r.parts, err = strconv.Atoi(v); err != nil || r.parts < 0 {
+			return fmt.Errorf("%w: stream %s records %s %q", ErrInvalid, r.opts.Stream, MetaPartitions, v)
+		}
+	}
 	if r.applied, err = r.localStreamSeq(); err != nil {
+		return err
+	}
+	if err := r.loadPartitions(ctx); err != nil {
 		return err
 	}
 	if r.applied > info.State.LastSeq {
@@ -194,6 +227,23 @@ func (r *ReplicatedLog) localStreamSeq() (uint64, error) {
 	}
 	return s, nil
 }
+
+// CatchUp waits until the local copy holds everything the stream held
+// when it was called.
+func (r *ReplicatedLog) CatchUp(ctx context.Context) error { return r.catchUp(ctx) }
+
+// Stream is the name of the JetStream stream.
+func (r *ReplicatedLog) Stream() string { return r.opts.Stream }
+
+// Partitions is the partition count the stream records (0: none).
+func (r *ReplicatedLog) Partitions() int { return r.parts }
+
+// Node is this node's name in PARTITION_OWNED events.
+func (r *ReplicatedLog) Node() string { return r.opts.Node }
+
+// Replicas is the stream's replica count, as JetStream reported it at
+// open.
+func (r *ReplicatedLog) Replicas() int { return r.replicas }
 
 // Local is this node's copy, for reads (the fold, verify, the CLI).
 func (r *ReplicatedLog) Local() *eventlog.Log { return r.local }
@@ -261,6 +311,8 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		}
 		var parts []eventlog.StreamAppend
 		var last uint64
+		moved := map[int]uint64{} // partition -> its last stream sequence in what is read
+		owned := map[int]Owner{}  // partition -> its last PARTITION_OWNED in what is read
 		for ok {
 			ev, i, n, sseq, err := decodeMessage(m)
 			if err == nil && i != len(group)+1 {
@@ -276,6 +328,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 				if _, err := r.local.Get(group[0].ID); err != nil {
 					parts = appendParts(parts, group)
 				}
+				r.notePartitions(group, moved, owned)
 				group, last = nil, sseq
 			}
 			if len(parts) >= maxApply {
@@ -289,7 +342,9 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		}
 		if len(parts) > 0 {
 			if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
-				if ctx.Err() == nil {
+				// The local copy's owner closes it after its last
+				// append, before Close stops the follower.
+				if ctx.Err() == nil && !errors.Is(err, eventlog.ErrClosed) {
 					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
 				}
 				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
@@ -299,11 +354,68 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		if last > 0 {
 			r.mu.Lock()
 			r.applied = last
+			for p, seq := range moved {
+				r.partLast[p] = seq
+			}
+			for p, o := range owned {
+				r.owners[p] = o
+			}
 			close(r.changed)
 			r.changed = make(chan struct{})
 			r.mu.Unlock()
 		}
 	}
+}
+
+// notePartitions records, for the partitions of one append's events (as
+// decoded, with their stream sequences), their last stream sequence and
+// their last PARTITION_OWNED. A message JetStream stored twice counts too:
+// JetStream's expected-sequence checks see it.
+func (r *ReplicatedLog) notePartitions(evs []eventlog.Event, moved map[int]uint64, owned map[int]Owner) {
+	for _, ev := range evs {
+		p := PartitionOf(ev.Stream, r.parts)
+		if p < 0 {
+			continue
+		}
+		moved[p], _ = strconv.ParseUint(ev.Metadata[MetaStreamSeq], 10, 64)
+		if o, ok := ownerOf(ev); ok && o.Partition == p {
+			owned[p] = o
+		}
+	}
+}
+
+// loadPartitions reads where each partition stands in the local copy: its
+// last stream sequence (asked of the stream, if the copy holds that
+// message; else the follower sets it when it writes it) and its last
+// PARTITION_OWNED (read from the copy).
+func (r *ReplicatedLog) loadPartitions(ctx context.Context) error {
+	r.partLast, r.owners, r.held = make([]uint64, r.parts), make([]Owner, r.parts), map[int]*lease{}
+	for p := range r.parts {
+		m, err := r.st.GetLastMsgForSubject(ctx, partitionFilter(p))
+		switch {
+		case err == nil && m.Sequence <= r.applied:
+			r.partLast[p] = m.Sequence
+		case err != nil && !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("cluster: stream %s, partition %d: %w", r.opts.Stream, p, err)
+		}
+		v, err := r.local.StreamVersion(PartitionStream(p))
+		if err != nil || v == 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		it := r.local.ReadStream(PartitionStream(p), v)
+		if it.Next() {
+			r.owners[p], _ = ownerOf(it.Event())
+		}
+		err = it.Err()
+		it.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // appendParts adds one append's events to parts, one part per run of
@@ -327,7 +439,19 @@ func (r *ReplicatedLog) fail(err error) {
 		r.err = err
 		close(r.changed)
 		r.changed = make(chan struct{})
+		close(r.failed)
 	}
+}
+
+// Failed is closed once the local copy stopped following the stream (Err
+// says why): appends are refused from then on.
+func (r *ReplicatedLog) Failed() <-chan struct{} { return r.failed }
+
+// Err is why the local copy stopped following the stream, or nil.
+func (r *ReplicatedLog) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // waitApplied waits until the local copy holds stream sequence seq.
@@ -424,25 +548,36 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	if res, ok, err := r.storedAll(parts); ok || err != nil {
 		return res, err
 	}
-	expected := make([]int64, len(parts))
-	for i, p := range parts {
-		if expected[i], err = r.expectedSubjectSeq(ctx, p.Stream, p.Expected); err != nil {
-			return nil, err
-		}
-	}
 	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
 	var last uint64
+	checks := make([]check, len(parts))
 	for {
-		last, err = r.publish(actx, parts, expected, n)
+		fenced := false
+		for i, p := range parts {
+			if checks[i], err = r.check(ctx, p); err != nil {
+				return nil, err
+			}
+			fenced = fenced || checks[i].subj != ""
+		}
+		last, err = r.publish(actx, parts, checks, n)
 		if isWrongLastSeq(err) {
 			// A real conflict, or a busy subject: on a replicated
 			// stream JetStream also refuses an expected-version check
 			// while another append to the same subject is being
-			// replicated, whatever its outcome.
+			// replicated, whatever its outcome. A fenced check also
+			// fails when another append to the partition came first,
+			// or a new owner took it.
 			busy, cerr := r.busy(actx, parts)
+			if ferr := r.fenceLost(parts); ferr != nil {
+				return nil, ferr
+			}
 			if cerr != nil || !busy {
 				return nil, r.conflict(ctx, parts)
+			}
+			var apiErr *jetstream.APIError
+			if fenced && errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && actx.Err() == nil {
+				continue // the partition moved on, not these streams: check again at once
 			}
 		} else if !errors.Is(err, nats.ErrNoResponders) {
 			break
@@ -654,6 +789,64 @@ func (r *ReplicatedLog) expectedSubjectSeq(ctx context.Context, stream string, e
 	return s, nil
 }
 
+// check is a part's expected-sequence check: seq on its own subject, or,
+// for a fenced part, on subj (its partition's subjects); seq -1 is none.
+type check struct {
+	seq  int64
+	subj string
+}
+
+// check maps a part's expected version to its check. An append at an
+// expected version to a partition this node holds is fenced: its version
+// is checked in the local copy, which holds the partition up to the
+// sequence the check then expects of the whole partition (partition.go).
+func (r *ReplicatedLog) check(ctx context.Context, sa eventlog.StreamAppend) (check, error) {
+	if p := PartitionOf(sa.Stream, r.parts); p >= 0 && sa.Expected > 0 {
+		r.mu.Lock()
+		l, last := r.held[p], r.partLast[p]
+		var err error
+		if l != nil {
+			err = r.fenceErrLocked(p, l)
+		}
+		r.mu.Unlock()
+		if err != nil {
+			return check{}, err
+		}
+		if l != nil {
+			if _, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected); err != nil {
+				return check{}, err
+			}
+			return check{seq: int64(last), subj: partitionFilter(p)}, nil
+		}
+	}
+	seq, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected)
+	return check{seq: seq}, err
+}
+
+// fenceLost is the ErrFenced of the first fenced part whose partition
+// this node no longer holds, or nil.
+func (r *ReplicatedLog) fenceLost(parts []eventlog.StreamAppend) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sa := range parts {
+		if p := PartitionOf(sa.Stream, r.parts); p >= 0 && sa.Expected > 0 && r.held[p] != nil {
+			if err := r.fenceErrLocked(p, r.held[p]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fenceErrLocked is ErrFenced if this node's lease on p is lost or the
+// copy's last PARTITION_OWNED of p is not its own. r.mu is held.
+func (r *ReplicatedLog) fenceErrLocked(p int, l *lease) error {
+	if o := r.owners[p]; l.lost || o.Node != r.opts.Node || o.Epoch != l.epoch {
+		return fenceError(p, o)
+	}
+	return nil
+}
+
 // busy reports whether, once the local copy holds what the stream holds,
 // every part's stream is still at its expected version: JetStream refused
 // the append because the subject was busy, not because it moved.
@@ -719,12 +912,12 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 // subject, the first of each part with its expected subject sequence;
 // several go as one atomic batch. It returns the stream sequence of the
 // last.
-func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, expected []int64, n int) (uint64, error) {
+func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, checks []check, n int) (uint64, error) {
 	batchID := ulid.Make().String()
 	var ack pubAck
 	k := 0
 	for pi, p := range parts {
-		subj := "pegasus.log." + Token(p.Stream)
+		subj := subjectOf(p.Stream, r.parts)
 		for j, ev := range p.Events {
 			k++
 			wire := ev
@@ -738,8 +931,11 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
 			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
 			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
-			if j == 0 && expected[pi] >= 0 {
-				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(expected[pi], 10))
+			if c := checks[pi]; j == 0 && c.seq >= 0 {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(c.seq, 10))
+				if c.subj != "" {
+					m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, c.subj)
+				}
 			}
 			if n > 1 {
 				m.Header.Set("Nats-Batch-Id", batchID)

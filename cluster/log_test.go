@@ -25,13 +25,20 @@ type node struct {
 
 func openNode(t *testing.T, nc *natstest.Cluster, dir string) *node {
 	t.Helper()
+	return openNodeWith(t, nc, dir, LogOptions{})
+}
+
+// openNodeWith is openNode with options (their URL is the cluster's).
+func openNodeWith(t *testing.T, nc *natstest.Cluster, dir string, opts LogOptions) *node {
+	t.Helper()
 	l, err := eventlog.Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	rl, err := OpenReplicated(ctx, l, LogOptions{URL: nc.URL()})
+	opts.URL = nc.URL()
+	rl, err := OpenReplicated(ctx, l, opts)
 	if err != nil {
 		l.Close()
 		t.Fatal(err)

@@ -95,9 +95,15 @@ func (o *OutboxOptions) Validate() error {
 	case o.AckTimeout < 0 || o.RetryInterval < 0 || o.Duplicates < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalid)
 	}
-	for _, c := range o.Stream {
+	return ValidateStreamName(o.Stream)
+}
+
+// ValidateStreamName refuses a JetStream stream name JetStream would: one
+// with '.', '*', '>', '/', '\\', whitespace or a control character.
+func ValidateStreamName(name string) error {
+	for _, c := range name {
 		if c == '.' || c == '*' || c == '>' || c <= ' ' || c == '/' || c == '\\' {
-			return fmt.Errorf("%w: stream name %q", ErrInvalid, o.Stream)
+			return fmt.Errorf("%w: stream name %q", ErrInvalid, name)
 		}
 	}
 	return nil

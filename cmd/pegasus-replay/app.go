@@ -63,6 +63,7 @@ const (
 	flagFile    = "file"
 	flagJSON    = "json"
 	flagNoColor = "no-color"
+	flagCluster = "cluster"
 )
 
 // globalFlags returns fresh global flags. The app carries visible copies,
@@ -83,6 +84,8 @@ func globalFlags(hidden bool) []cli.Flag {
 			Usage: "print machine-readable JSON (shapes in docs/replay.md)"},
 		&cli.BoolFlag{Name: flagNoColor, EnvVars: []string{"PEGASUS_NO_COLOR"}, Hidden: hidden,
 			Usage: "never colour the output (colour is also off when stdout is not a terminal or NO_COLOR is set)"},
+		&cli.StringFlag{Name: flagCluster, EnvVars: []string{"PEGASUS_CLUSTER"}, Hidden: hidden,
+			Usage: "verify: the data directory is a node's copy of the clustered log on the NATS servers at `URL`; check it against the stream"},
 	}
 	if hidden {
 		for _, f := range flags {
@@ -101,6 +104,7 @@ func globalFlags(hidden bool) []cli.Flag {
 type globals struct {
 	dataDir, server, token, file string
 	json, noColor                bool
+	cluster                      string
 	// explicit holds the global flags given on the command line rather
 	// than through their PEGASUS_* variables (see run).
 	explicit map[string]bool
@@ -131,6 +135,7 @@ func readGlobals(c *cli.Context) globals {
 		server:  str(flagServer),
 		token:   str(flagToken),
 		file:    str(flagFile),
+		cluster: str(flagCluster),
 		json:    boolean(flagJSON),
 		noColor: boolean(flagNoColor),
 		explicit: func() map[string]bool {

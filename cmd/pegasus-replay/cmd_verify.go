@@ -27,12 +27,18 @@ func verifyCommand(std *stdio) *cli.Command {
 			"check its events against the manifest's hash (docs/retention.md).\n\n" +
 			"   pegasus-replay -d ./pegasus-data verify\n" +
 			"   pegasus-replay -d ./pegasus-data verify --archive ./pegasus-data/archive\n" +
-			"   pegasus-replay -f task-bundle.ndjson verify --allow-gaps",
+			"   pegasus-replay -f task-bundle.ndjson verify --allow-gaps\n\n" +
+			"With --cluster URL, the data directory is a node's copy of a clustered log (pegasusd\n" +
+			"--cluster): also check it against the log's JetStream stream, message by message\n" +
+			"(docs/cluster.md).\n\n" +
+			"   pegasus-replay -d ./pegasus-data --cluster nats://127.0.0.1:4222 verify",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "allow-gaps", EnvVars: env("verify", "allow-gaps"),
 				Usage: "accept jumps in the global sequence (a filtered export); never for a data directory"},
 			&cli.StringFlag{Name: "archive", EnvVars: env("verify", "archive"),
 				Usage: "also check the retention archives in `DIR` against the log's manifests"},
+			&cli.StringFlag{Name: "cluster-stream", Value: "PEGASUS_LOG", EnvVars: []string{"PEGASUS_CLUSTER_STREAM"},
+				Usage: "with --cluster, the clustered log's JetStream `STREAM`"},
 		},
 		Action: func(c *cli.Context) error {
 			if err := exactArgs(c); err != nil {
@@ -43,7 +49,7 @@ func verifyCommand(std *stdio) *cli.Command {
 			if g.dataDir != "" && eventlog.IsCorruption(err) {
 				// A log too damaged to open is verify's finding, not an
 				// unusable source: report it like any other problem.
-				return reportVerify(std, g, fmt.Sprintf("data directory %q", g.dataDir), unopenable(err))
+				return reportVerify(std, g, fmt.Sprintf("data directory %q", g.dataDir), unopenable(err), nil)
 			}
 			if err != nil {
 				return err
@@ -84,21 +90,30 @@ func verifyCommand(std *stdio) *cli.Command {
 				}
 				rep.AddArchives(ar)
 			}
-			return reportVerify(std, g, src.desc, rep)
+			var cc *clusterCopy
+			if g.cluster != "" {
+				if src.log == nil {
+					return usagef("--cluster checks a data directory (a node's copy) against the stream")
+				}
+				if cc, err = verifyClusterCopy(c.Context, src.log, g.cluster, c.String("cluster-stream")); err != nil {
+					return err
+				}
+			}
+			return reportVerify(std, g, src.desc, rep, cc)
 		},
 	}
 }
 
-// reportVerify prints rep (human or --json) and returns errProblems when
-// it is not OK, for exit code 1.
-func reportVerify(std *stdio, g globals, desc string, rep *replay.Report) error {
+// reportVerify prints rep and the cluster check cc if any (human or
+// --json) and returns errProblems when either found one, for exit code 1.
+func reportVerify(std *stdio, g globals, desc string, rep *replay.Report, cc *clusterCopy) error {
 	var err error
 	p := newPrinter(std, g)
 	if p.json {
 		if rep.Problems == nil {
 			rep.Problems = []replay.Problem{}
 		}
-		j := verifyJSON{OK: rep.OK(), Source: desc, Report: rep}
+		j := verifyJSON{OK: rep.OK() && (cc == nil || cc.Problem == ""), Source: desc, Report: rep, Cluster: cc}
 		if l := rep.Log; l != nil {
 			j.Log = &logAuditJSON{Head: l.Head, Records: l.Events, Streams: l.Streams, StreamEntries: l.StreamEntries,
 				IDEntries: l.IDEntries, CausationEntries: l.CausationEntries, AuxKeys: l.AuxKeys, ProblemCount: l.ProblemCount}
@@ -106,8 +121,11 @@ func reportVerify(std *stdio, g globals, desc string, rep *replay.Report) error 
 		err = p.JSON(j)
 	} else {
 		printVerify(p, desc, rep)
+		if cc != nil {
+			printClusterCopy(p, cc)
+		}
 	}
-	if err == nil && !rep.OK() {
+	if err == nil && (!rep.OK() || (cc != nil && cc.Problem != "")) {
 		return errProblems
 	}
 	return err
@@ -136,6 +154,8 @@ type verifyJSON struct {
 	// Log shadows Report.Log (eventlog.Report has no JSON names) with a
 	// stable snake_case shape. Its problems are in problems, kind "log".
 	Log *logAuditJSON `json:"log,omitempty"`
+	// Cluster is --cluster's check of the copy against the stream.
+	Cluster *clusterCopy `json:"cluster,omitempty"`
 }
 
 // logAuditJSON is eventlog's own audit in verify --json.

@@ -219,6 +219,17 @@ func TestCrashRecovery(t *testing.T) {
 	// those whose answer was lost as the process died (created, never
 	// acknowledged), which recovery resumes too.
 	p := startProc(t, bin, data)
+	finishAll(t, p, ackedAll)
+	p.stop(t)
+	t.Logf("%d acknowledged tasks over %d crashes; restarts resumed %d in-flight tasks", len(ackedAll), *crashCycles, resumed)
+	checkLog(t, data, ackedAll)
+}
+
+// finishAll waits until every task of a running daemon is terminal: the
+// acknowledged ones and those whose answer was lost as a process died
+// (created, never acknowledged), which recovery resumes too.
+func finishAll(t *testing.T, p *proc, ackedAll map[string]bool) {
+	t.Helper()
 	client := &http.Client{Timeout: 70 * time.Second}
 	waitTerminal := func(id, what string) {
 		for range 4 { // each wait returns at a change or after 30s
@@ -257,9 +268,6 @@ func TestCrashRecovery(t *testing.T) {
 			waitTerminal(tk.ID, "unacknowledged")
 		}
 	}
-	p.stop(t)
-	t.Logf("%d acknowledged tasks over %d crashes; restarts resumed %d in-flight tasks", len(ackedAll), *crashCycles, resumed)
-	checkLog(t, data, ackedAll)
 }
 
 // waitTask asks for a task, waiting up to 30s for a change; it returns

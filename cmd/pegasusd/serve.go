@@ -30,7 +30,7 @@ import (
 
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
-	return append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...),
+	return append(append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...), clusterFlags()...),
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
 		&cli.StringFlag{Name: "token", EnvVars: env("TOKEN"), Usage: "bearer token required on every route but /healthz and /readyz; required to listen beyond loopback"},
@@ -89,6 +89,7 @@ type config struct {
 	broker     brokerConfig
 	retention  retentionConfig
 	publish    cluster.OutboxOptions // --publish; empty URL: no fan-out
+	cluster    clusterConfig         // --cluster (clusterlog.go); empty URL: the embedded log
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -111,6 +112,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 		return nil, err
 	}
 	if c.publish, err = publishConfigFrom(cc); err != nil {
+		return nil, err
+	}
+	if c.cluster, err = clusterConfigFrom(cc); err != nil {
 		return nil, err
 	}
 	if cc.NArg() > 0 {
@@ -249,6 +253,10 @@ type daemon struct {
 	web    *web            // dashboard and metrics (web.go)
 	retain *retainer       // retention loop (retention.go), nil when off
 	outbox *cluster.Outbox // --publish (publish.go); nil without it
+	// replicated is the clustered log, leases this daemon's partition
+	// leases (clusterlog.go); nil without --cluster
+	replicated *cluster.ReplicatedLog
+	leases     *cluster.Leases
 }
 
 func openDataDir(dir string) error {
@@ -328,10 +336,22 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
+	own := &ownership{}
+	rl, err := openCluster(ctx, cfg, l, logger)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil && rl != nil {
+			rl.Close()
+		}
+	}()
 	a, err := agent.New(l, agent.Options{
 		Model: model, MaxActiveTasks: cfg.maxActive, MaxConcurrentLLM: cfg.maxLLM, MaxConcurrentTools: cfg.maxTools,
 		ToolTimeout: cfg.toolTimeout, MaxIterations: cfg.maxIterations, DisableReflection: cfg.noReflection,
 		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: cfg.memoryBudget},
+		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
 	})
 	if err != nil {
 		l.Close()
@@ -340,13 +360,20 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err := a.Start(ctx); err != nil {
 		return nil, err // Start closes the log on failure
 	}
-	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln}
+	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
 	if err := d.startPublish(); err != nil {
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := d.server.startBroker(l, a.View(), cfg); err != nil {
+	if err := d.server.startBroker(l, appender(rl, l), a.View(), cfg); err != nil {
+		d.stopPublish()
+		a.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	if err := d.startLeases(ctx, own); err != nil {
+		d.server.cancelBase()
+		d.server.stopBroker()
 		d.stopPublish()
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -416,6 +443,12 @@ func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
 		failed = d.events.Health()
 		d.log.Error("the event log refuses writes; stopping so that a supervisor restarts pegasusd",
 			"reason", storageReason(failed), "err", failed)
+	case <-d.clusterFailed():
+		failed = d.replicated.Err()
+		d.log.Error("the local copy stopped following the cluster's stream; stopping so that a supervisor restarts pegasusd", "err", failed)
+	case <-d.leasesLost():
+		failed = cluster.ErrFenced
+		d.log.Error("lost a partition lease (this daemon was paused or cut off); stopping so that a supervisor restarts pegasusd")
 	}
 	stopSignals()
 	d.log.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", d.cfg.shutdownTimeout)
@@ -457,7 +490,9 @@ func (d *daemon) shutdown() error {
 	d.server.stopBroker()
 	d.retain.stop() // before the agent closes the log
 	perr := d.stopPublish()
+	d.stopTaking()
 	aerr := d.agent.Stop(ctx)
+	d.closeCluster()
 	return errors.Join(aerr, perr)
 }
 

@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// countingAppender writes into a log and counts the events it wrote.
+type countingAppender struct {
+	l *eventlog.Log
+	n atomic.Int64
+}
+
+func (c *countingAppender) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	res, err := c.l.Append(ctx, stream, exp, evs...)
+	if err == nil {
+		c.n.Add(int64(len(res.Events)))
+	}
+	return res, err
+}
+
+func (c *countingAppender) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
+	res, err := c.l.AppendMulti(ctx, appends...)
+	for _, r := range res {
+		c.n.Add(int64(len(r.Events)))
+	}
+	return res, err
+}
+
+// TestAppenderReceivesEveryWrite runs tasks (with tools, memory and
+// reflection) through an agent given an Options.Appender: every event in
+// the log, the system events included, came through it (what pegasusd
+// --cluster relies on: a write past it would break the node's copy).
+func TestAppenderReceivesEveryWrite(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openLog(t, fs)
+	app := &countingAppender{l: l}
+	a, err := New(l, Options{Appender: app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []string{"remember that the sky is blue", "what time is it?"} {
+		id, err := a.Submit(ctx, in, "test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
+			t.Fatalf("task %s: %v %v", id, task.State, err)
+		}
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, fs)
+	defer l.Close()
+	if got, head := app.n.Load(), l.Head(); got != int64(head) || head < 10 {
+		t.Fatalf("the appender wrote %d events, the log holds %d", got, head)
+	}
+}
+
+// TestOwnsAndResumeOwned: a task the agent does not own (Options.Owns) is
+// folded but not run, while an owned one submitted after it completes;
+// once owned, ResumeOwned starts it as recovery would.
+func TestOwnsAndResumeOwned(t *testing.T) {
+	var all atomic.Bool
+	var mine atomic.Value
+	mine.Store("")
+	h := newHarness(t, Options{Owns: func(id string) bool { return all.Load() || id == mine.Load().(string) }})
+	ctx := testCtx(t)
+	other := h.submit("hello")
+	in := ulid.Make()
+	mine.Store(in.String())
+	id, err := h.a.SubmitInput(ctx, Input{Text: "what time is it?", Source: "test", ID: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task := h.wait(id); task.State != fsm.StateCompleted {
+		t.Fatalf("the owned task is %s", task.State)
+	}
+	if task, err := h.a.Task(other); err != nil || task.State != fsm.StateIdle {
+		t.Fatalf("the task not owned is %s (%v), want idle: it ran", task.State, err)
+	}
+	all.Store(true)
+	if err := h.a.ResumeOwned(ctx, func(id string) bool { return id == other }); err != nil {
+		t.Fatal(err)
+	}
+	if task := h.wait(other); task.State != fsm.StateCompleted {
+		t.Fatalf("the resumed task is %s", task.State)
+	}
+}

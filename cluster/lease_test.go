@@ -1,0 +1,143 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/cluster/natstest"
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// streamIn returns a task stream name in partition p of n.
+func streamIn(p, n int) string {
+	for i := 0; ; i++ {
+		if s := fmt.Sprintf("task-%d", i); PartitionOf(s, n) == p {
+			return s
+		}
+	}
+}
+
+// startLeases starts a node's leases and returns a channel that gets each
+// partition it takes.
+func startLeases(t *testing.T, n *node, ttl time.Duration) (*Leases, chan int) {
+	t.Helper()
+	took := make(chan int, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	l, err := n.rl.StartLeases(ctx, LeaseOptions{TTL: ttl}, func(p int) { took <- p })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	return l, took
+}
+
+// waitTook waits until a node took every partition in ps (in any order).
+func waitTook(t *testing.T, took chan int, ps ...int) {
+	t.Helper()
+	want := map[int]bool{}
+	for _, p := range ps {
+		want[p] = true
+	}
+	timeout := time.After(testWait)
+	for len(want) > 0 {
+		select {
+		case p := <-took:
+			delete(want, p)
+		case <-timeout:
+			t.Fatalf("partitions %v never taken", want)
+		}
+	}
+}
+
+// TestLeasesFenceAStaleOwner: node A takes every partition of a
+// three-replica log and appends to a task (fenced: its appends carry the
+// partition's last sequence); a second node, B, takes nothing while A
+// renews. A then stops renewing, as a paused process would; once the
+// leases expire B takes them and records itself as the owner. An append A
+// prepared before (the check a paused owner would send when it wakes) is
+// refused by JetStream, even though B never touched the task, and A's
+// appends are refused with ErrFenced from then on, while B's go through:
+// nothing of the stale owner is applied.
+func TestLeasesFenceAStaleOwner(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	const parts = 4
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: 8, Node: "B"}) // the stream's recorded count wins
+	if a.rl.parts != parts || b.rl.parts != parts {
+		t.Fatalf("partitions %d and %d, want %d", a.rl.parts, b.rl.parts, parts)
+	}
+	la, tookA := startLeases(t, a, time.Second)
+	waitTook(t, tookA, 0, 1, 2, 3)
+	lb, tookB := startLeases(t, b, time.Second)
+
+	task, other := streamIn(2, parts), streamIn(2, parts)+"x"
+	for PartitionOf(other, parts) != 2 {
+		other += "x"
+	}
+	if _, err := a.rl.Append(ctx, task, eventlog.NoStream, eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.rl.Append(ctx, task, eventlog.Exactly(1), eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatalf("the owner's fenced append: %v", err)
+	}
+	// Another node's append to the partition moves it: a fenced check
+	// made before fails at JetStream, and a fenced append checks again.
+	stale := eventlog.StreamAppend{Stream: task, Expected: eventlog.Exactly(2), Events: []eventlog.Event{{ID: a.local.NewID(), Type: "STEP", Time: time.Now()}}}
+	chk, err := a.rl.check(ctx, stale)
+	if err != nil || chk.subj != partitionFilter(2) {
+		t.Fatalf("the owner's check %+v: %v", chk, err)
+	}
+	if _, err := b.rl.Append(ctx, other, eventlog.NoStream, eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.rl.publish(ctx, []eventlog.StreamAppend{stale}, []check{chk}, 1); !isWrongLastSeq(err) {
+		t.Fatalf("a fenced append behind its partition: %v, want a wrong last sequence", err)
+	}
+	if _, err := a.rl.Append(ctx, task, eventlog.Exactly(2), eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatalf("the owner's fenced append after another node's: %v", err)
+	}
+	if held := lb.Held(); len(held) != 0 {
+		t.Fatalf("B holds %v while A renews", held)
+	}
+
+	// A pauses; B takes over.
+	stale.Expected = eventlog.Exactly(3)
+	if chk, err = a.rl.check(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	la.pause()
+	waitTook(t, tookB, 0, 1, 2, 3)
+	if _, err := a.rl.publish(ctx, []eventlog.StreamAppend{stale}, []check{chk}, 1); !isWrongLastSeq(err) {
+		t.Fatalf("the stale owner's prepared append: %v, want refused", err)
+	}
+	_, err = a.rl.Append(ctx, task, eventlog.Exactly(3), eventlog.Event{Type: "STALE"})
+	if !errors.Is(err, ErrFenced) || !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("the stale owner's append: %v, want ErrFenced", err)
+	}
+	if _, err := b.rl.Append(ctx, task, eventlog.Exactly(3), eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatalf("the new owner's append: %v", err)
+	}
+	sameCopies(t, a, b)
+	it := a.local.ReadStream(task, 1)
+	defer it.Close()
+	n := 0
+	for it.Next() {
+		n++
+		if it.Event().Type != "STEP" {
+			t.Errorf("version %d is %s", it.Event().Version, it.Event().Type)
+		}
+	}
+	if n != 4 {
+		t.Fatalf("the task has %d events, want 4", n)
+	}
+	// The owners are recorded in the log.
+	if o := a.rl.owners[2]; o.Node != "B" {
+		t.Fatalf("partition 2's last PARTITION_OWNED names %+v", o)
+	}
+}

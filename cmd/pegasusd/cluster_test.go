@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pegasus-engine/pegasus/cluster"
+	"github.com/pegasus-engine/pegasus/cluster/natstest"
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// TestClusterCrash runs pegasusd --cluster against an in-process cluster
+// of three JetStream servers (the log's stream gets three replicas; the
+// daemon holds the leases of all 16 partitions, and takes them back at
+// once after a kill, under the same --cluster-node), under concurrent
+// submissions, and kills it with SIGKILL three times at
+// random points, with one NATS server stopped during the second run. A
+// last run finishes every task and stops cleanly. Then: every
+// acknowledged task is in the node's copy exactly once and terminal, the
+// copy verifies and is the stream's events in order (cluster.VerifyCopy),
+// and a node started from an empty data directory rebuilds the same copy
+// from the stream alone.
+func TestClusterCrash(t *testing.T) {
+	seed, rng := crashRun(t)
+	nats := natstest.Start(t, 3)
+	js := nats.JetStream()
+	bin := buildDaemon(t)
+	data := filepath.Join(t.TempDir(), "data")
+	flags := []string{"--cluster", nats.URL(), "--cluster-node", "n1"}
+	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
+
+	ackedAll := map[string]bool{}
+	for cycle := range 3 {
+		p := startProc(t, bin, data, flags...)
+		if cycle == 0 && !strings.Contains(p.output(), "replicas=3") {
+			t.Fatalf("the stream was not created with 3 replicas:\n%s", p.output())
+		}
+		down := -1
+		if cycle == 1 {
+			down = rng.IntN(3)
+			nats.Stop(down)
+		}
+		killUnderLoad(t, p, inputs, seed, cycle, 3, 1+rng.IntN(10), ackedAll)
+		if down >= 0 {
+			nats.Restart(down)
+			nats.WaitReady(3)
+			nats.WaitStreamCurrent(js, "PEGASUS_LOG")
+		}
+	}
+	p := startProc(t, bin, data, flags...)
+	finishAll(t, p, ackedAll)
+	p.stop(t)
+	checkLog(t, data, ackedAll)
+	head := checkCopy(t, data, js)
+
+	// A new node: its copy comes from the stream alone.
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	p = startProc(t, bin, fresh, "--cluster", nats.URL())
+	p.stop(t)
+	checkLog(t, fresh, ackedAll)
+	if got := checkCopy(t, fresh, js); got < head {
+		t.Fatalf("the new node's copy ends at %d, the first node's at %d", got, head)
+	}
+	t.Logf("%d acknowledged tasks over 3 kills and a NATS server stop; %d events in the stream", len(ackedAll), head)
+}
+
+// checkCopy opens a stopped node's copy read-only and checks it against
+// the log's stream: it holds the stream's events, in order, to the
+// stream's end (cluster.VerifyCopy). It returns the copy's head.
+func checkCopy(t *testing.T, data string, js jetstream.JetStream) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	st, err := js.Stream(ctx, "PEGASUS_LOG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered, err := cluster.VerifyCopy(ctx, l, st)
+	if err != nil || covered != info.State.LastSeq {
+		if m, gerr := st.GetMsg(ctx, info.State.LastSeq); gerr == nil {
+			t.Logf("the stream's last message: %s %s", m.Subject, m.Data)
+		}
+		t.Fatalf("the copy %s holds the stream to %d of %d: %v", data, covered, info.State.LastSeq, err)
+	}
+	if info.Config.Replicas != 3 {
+		t.Errorf("the stream has %d replicas", info.Config.Replicas)
+	}
+	return l.Head()
+}
+
+// TestClusterFlags checks that --cluster settings that cannot work stop
+// pegasusd before it starts, from flags and from the environment.
+func TestClusterFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster-replicas", "9"}, "--cluster-replicas 9"},
+		{[]string{"--cluster-stream", "a.b"}, `stream name "a.b"`},
+		{[]string{"--retain-finished", "1h"}, "--retain-finished does not work with --cluster"},
+		{[]string{"--accept-data-loss"}, "--accept-data-loss does not apply with --cluster"},
+	} {
+		var stderr bytes.Buffer
+		args := append([]string{"pegasusd", "serve", "--data-dir", t.TempDir(), "--cluster", "nats://127.0.0.1:1"}, c.args...)
+		if code := run(args, nil, io.Discard, &stderr); code != exitError || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, stderr.String())
+		}
+	}
+	t.Setenv("PEGASUS_CLUSTER", "nats://127.0.0.1:1")
+	t.Setenv("PEGASUS_CLUSTER_REPLICAS", "-1")
+	var stderr bytes.Buffer
+	if code := run([]string{"pegasusd", "serve", "--data-dir", t.TempDir()}, nil, io.Discard, &stderr); code != exitError ||
+		!strings.Contains(stderr.String(), "--cluster-replicas -1") {
+		t.Fatalf("PEGASUS_CLUSTER_REPLICAS: exit %d: %s", code, stderr.String())
+	}
+}
+
+var failoverCycles = flag.Int("failover-cycles", 1, "owners killed in turn in TestClusterFailover")
+
+// load submits tasks to running daemons from a few goroutines each and
+// collects the acknowledged ids, until stopped.
+type load struct {
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	acked map[string]bool
+	n     chan struct{} // one value per acknowledgement
+}
+
+func startLoad(seed uint64, cycle int, inputs []string, urls ...string) *load {
+	ld := &load{stop: make(chan struct{}), acked: map[string]bool{}, n: make(chan struct{}, 1<<16)}
+	for i, u := range urls {
+		for j := range 2 {
+			acked := make(chan string)
+			ld.wg.Add(2)
+			go func() {
+				defer ld.wg.Done()
+				defer close(acked)
+				submitter(u, inputs, rand.New(rand.NewPCG(seed, uint64(cycle*100+i*10+j))), acked, ld.stop)
+			}()
+			go func() {
+				defer ld.wg.Done()
+				for id := range acked {
+					ld.mu.Lock()
+					ld.acked[id] = true
+					ld.mu.Unlock()
+					ld.n <- struct{}{}
+				}
+			}()
+		}
+	}
+	return ld
+}
+
+// wait waits for n more acknowledgements.
+func (ld *load) wait(t *testing.T, n int) {
+	t.Helper()
+	timeout := time.After(testTimeout)
+	for range n {
+		select {
+		case <-ld.n:
+		case <-timeout:
+			t.Fatalf("fewer than %d acknowledged submissions within %v", n, testTimeout)
+		}
+	}
+}
+
+// end stops the submitters and adds what they acknowledged to all.
+func (ld *load) end(all map[string]bool) {
+	close(ld.stop)
+	ld.wg.Wait()
+	for id := range ld.acked {
+		all[id] = true
+	}
+}
+
+// waitLeases waits until node holds every partition's lease, watching the
+// lease bucket.
+func waitLeases(t *testing.T, js jetstream.JetStream, node string, parts int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, "PEGASUS_LEASES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	owner := map[string]string{}
+	for {
+		select {
+		case e := <-w.Updates():
+			if e != nil {
+				owner[e.Key()] = string(e.Value())
+				if e.Operation() != jetstream.KeyValuePut {
+					delete(owner, e.Key())
+				}
+			}
+			n := 0
+			for _, v := range owner {
+				if v == node {
+					n++
+				}
+			}
+			if n == parts {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("node %s never held all %d partitions: %v", node, parts, owner)
+		}
+	}
+}
+
+// TestClusterFailover runs two pegasusd --cluster daemons, A and B, on an
+// in-process cluster of three JetStream servers, with submissions to both
+// throughout (any daemon takes them; the one holding the task's
+// partition runs it):
+//   - A, started first, holds all 16 partitions. It is paused with SIGSTOP
+//     past its lease's TTL; B takes every partition over, and a NATS
+//     server is stopped. Resumed with SIGCONT, A finds its leases taken,
+//     its appends to them refused (fenced), and stops with an error.
+//   - A starts again (it holds nothing now), and B is killed with SIGKILL
+//     under load: A takes B's partitions after the TTL. With
+//     -failover-cycles N (default 1) this repeats N times, the killed
+//     daemon restarting and the other one killed next; the last owner
+//     finishes every task, from its own copy.
+//
+// Afterwards every acknowledged task exists once and is terminal, nothing
+// was completed twice, and both copies match the stream.
+func TestClusterFailover(t *testing.T) {
+	seed, rng := crashRun(t)
+	nats := natstest.Start(t, 3)
+	js := nats.JetStream()
+	bin := buildDaemon(t)
+	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	flags := func(node string) []string {
+		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s", "--log-level", "debug"}
+	}
+	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
+	all := map[string]bool{}
+
+	a := startProc(t, bin, dataA, flags("a")...)
+	waitLeases(t, js, "a", 16)
+	b := startProc(t, bin, dataB, flags("b")...)
+	ld := startLoad(seed, 0, inputs, a.url, b.url)
+	ld.wait(t, 4)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitLeases(t, js, "b", 16)
+	down := rng.IntN(3)
+	nats.Stop(down)
+	ld.wait(t, 2) // B takes submissions meanwhile
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	err := a.cmd.Wait()
+	<-a.done
+	ld.end(all)
+	if err == nil || !strings.Contains(a.output(), "lost the lease on a partition") {
+		t.Fatalf("the paused owner, resumed: exit %v\n%s", err, a.output())
+	}
+	t.Logf("the resumed stale owner: %d appends fenced", strings.Count(a.output(), "cluster: another node took over this partition's lease"))
+	nats.Restart(down)
+	nats.WaitReady(3)
+	nats.WaitStreamCurrent(js, "PEGASUS_LOG")
+
+	procs := map[string]*proc{"b": b}
+	data := map[string]string{"a": dataA, "b": dataB}
+	owner, other := "b", "a"
+	for cycle := range *failoverCycles {
+		procs[other] = startProc(t, bin, data[other], flags(other)...)
+		ld = startLoad(seed, cycle+1, inputs, procs[owner].url, procs[other].url)
+		ld.wait(t, 2+rng.IntN(6))
+		procs[owner].kill(t)
+		ld.end(all)
+		waitLeases(t, js, other, 16)
+		owner, other = other, owner
+	}
+	finishAll(t, procs[owner], all)
+	procs[owner].stop(t)
+	checkLog(t, data[owner], all)
+	checkCopy(t, data[owner], js)
+	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners", len(all), *failoverCycles)
+}
