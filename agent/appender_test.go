@@ -42,7 +42,9 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	fs := vfs.NewMem()
 	l := openLog(t, fs)
 	app := &countingAppender{l: l}
-	a, err := New(l, Options{Appender: app})
+	// One active task, so that tasks queue and a finishing stage hands
+	// its slot over in its own commit (handoff.go).
+	a, err := New(l, Options{Appender: app, MaxActiveTasks: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +52,15 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, in := range []string{"remember that the sky is blue", "what time is it?"} {
+	var ids []string
+	for _, in := range []string{"remember that the sky is blue", "what time is it?", "hello", "what time is it now?", "hi again"} {
 		id, err := a.Submit(ctx, in, "test", "")
 		if err != nil {
 			t.Fatal(err)
 		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
 		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
 			t.Fatalf("task %s: %v %v", id, task.State, err)
 		}

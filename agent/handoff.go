@@ -56,7 +56,7 @@ func (a *Agent) handOff(ctx context.Context, t *fsm.Task, v uint64, evs []eventl
 		done bool
 	)
 	if nt, ok := a.startable(next); ok {
-		rs, err := a.log.AppendMulti(ctx,
+		rs, err := a.app.AppendMulti(ctx,
 			eventlog.StreamAppend{Stream: t.ID, Expected: eventlog.Exactly(v), Events: evs},
 			eventlog.StreamAppend{Stream: nt.ID, Expected: eventlog.Exactly(nt.Version), Events: []eventlog.Event{a.admission(&nt)}})
 		if err == nil {
