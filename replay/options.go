@@ -75,6 +75,9 @@ type Options struct {
 	//
 	// The default value is a logger that discards everything.
 	Logger *slog.Logger
+
+	// ingestBytes overrides DefaultIngestBytes (tests).
+	ingestBytes int
 }
 
 // EnsureDefaults fills zero fields with their default values and returns o.
