@@ -119,7 +119,7 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 // The sstable is written to a temporary file in the log's directory
 // first (aux-ingest-N.sst.tmp, removed once ingested); a crash may leave
 // one there, which a later IngestAux of this number replaces.
-func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) (err error) {
+func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if err := l.auxWritable(ctx); err != nil {
 		return err
 	}
@@ -147,15 +147,27 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) (err er
 	if l.dbClosed {
 		return ErrClosed
 	}
+	if err := l.ingestAux(ctx, ops); err != nil {
+		return l.poison(fmt.Errorf("eventlog: ingest aux: %w", err))
+	}
+	return nil
+}
+
+// ingestAux writes ops, sorted and unique, to a temporary sstable and
+// ingests it. A failure poisons the log like a failed WriteAux: the disk
+// is full or failing, and an ingest may have written the WAL (one that
+// overlaps the memtable is logged there) or the MANIFEST.
+func (l *Log) ingestAux(ctx context.Context, ops []auxOp) error {
 	fs := l.opts.FS
 	path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return fmt.Errorf("eventlog: ingest aux: %w", err)
+		return err
 	}
 	defer func() {
-		if rerr := fs.Remove(path); rerr != nil && err == nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = fmt.Errorf("eventlog: ingest aux: %w", rerr)
+		// Pebble linked (or copied) the file; a leftover is harmless.
+		if err := fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.opts.Logger.Warn("eventlog: removing an ingested sstable's temporary file", "err", err)
 		}
 	}()
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
@@ -169,19 +181,13 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) (err er
 		}
 		if err != nil {
 			w.Close()
-			return fmt.Errorf("eventlog: ingest aux: %w", err)
+			return err
 		}
 	}
 	if err := w.Close(); err != nil { // syncs the file
-		return fmt.Errorf("eventlog: ingest aux: %w", err)
+		return err
 	}
-	if err := l.ingest(ctx, path); err != nil {
-		if errors.As(err, new(fatalError)) {
-			return l.poison(err)
-		}
-		return fmt.Errorf("eventlog: ingest aux: %w", err)
-	}
-	return nil
+	return l.ingest(ctx, path)
 }
 
 // auxWritable returns why an aux write cannot start, if it cannot.

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestScanAuxRange: a range of aux keys in either direction, bounds
@@ -121,5 +123,50 @@ func TestIngestAux(t *testing.T) {
 	}
 	if err := l.IngestAux(ctx, func(b *AuxBatch) error { b.Set([]byte("x"), nil); return nil }); !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("read-only: %v, want ErrReadOnly", err)
+	}
+}
+
+// TestIngestAuxWriteError: a failed write of the sstable changes nothing
+// that reads can see, poisons the log like a failed WriteAux (a full or
+// failing disk), and leaves the data there at the next open.
+func TestIngestAuxWriteError(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.Contains(op.Path, "aux-ingest-") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.WriteAux(ctx, func(b *AuxBatch) error { b.Set([]byte("a"), []byte("old")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "s", NoStream, ev("E", "1"))
+	armed.Store(true)
+	err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.Set([]byte("a"), []byte("new"))
+		b.Set([]byte("b"), []byte("new"))
+		return nil
+	})
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("IngestAux: %v, want ErrFailed wrapping the injected error", err)
+	}
+	if v, err := l.GetAux([]byte("a")); err != nil || string(v) != "old" {
+		t.Fatalf("a: %q, %v; want old", v, err)
+	}
+	if _, err := l.GetAux([]byte("b")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("b: %v, want ErrNotFound", err)
+	}
+	if _, err := l.Append(ctx, "s", Exactly(1), ev("E", "2")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after a failed ingest: %v, want ErrFailed", err)
+	}
+	l.Close()
+	armed.Store(false)
+	l = mustOpen(t, "db", testOptions(fs))
+	defer closeLog(t, l)
+	if v, err := l.GetAux([]byte("a")); err != nil || string(v) != "old" || l.Head() != 1 {
+		t.Fatalf("after reopening: a %q, %v, head %d; want old, head 1", v, err, l.Head())
 	}
 }
