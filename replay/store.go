@@ -30,8 +30,7 @@ import (
 // Integers are big-endian. A checkpoint writes everything that changed
 // since the previous one and the meta atomically, in one synced batch or
 // one ingested sstable (store.write), so a crash leaves either the old or
-// the new checkpoint, never a mix. Task ids are
-// ULID strings (no 0x00).
+// the new checkpoint, never a mix. Task ids are ULID strings (no 0x00).
 var (
 	keyPrefix   = []byte("proj/")
 	keyMeta     = []byte("proj/meta")

@@ -204,8 +204,9 @@ func (v *View) background() {
 
 // Checkpoint persists what changed since the last checkpoint, with the
 // sequence it reflects, atomically and durably (see store.write), and
-// evicts terminal tasks from memory. It waits for a checkpoint already running, and gives up
-// when ctx ends: what it did not write is folded again at the next Open.
+// evicts terminal tasks from memory. It waits for a checkpoint already
+// running, and gives up when ctx ends: what it did not write is folded
+// again at the next Open.
 // It does nothing for a View that does not persist. The daemon calls it at
 // stop, with the stop deadline; folds start one in the background every
 // Options.CheckpointEvery events or as Options.MemoryBudget requires.
