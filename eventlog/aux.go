@@ -1,11 +1,20 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/pegasus-engine/pegasus/internal/yield"
 )
 
 // AuxBatch collects writes to the aux key space, where read models
@@ -15,6 +24,15 @@ type AuxBatch struct {
 	b   *pebble.Batch
 	key []byte
 	end []byte
+	// ops collects the writes instead of b (IngestAux).
+	ops []auxOp
+	err error
+}
+
+// auxOp is one write collected for IngestAux.
+type auxOp struct {
+	key, value []byte
+	del        bool
 }
 
 func (a *AuxBatch) auxKey(dst, key []byte) []byte {
@@ -24,19 +42,32 @@ func (a *AuxBatch) auxKey(dst, key []byte) []byte {
 
 // Set sets key to value.
 func (a *AuxBatch) Set(key, value []byte) {
+	if a.b == nil {
+		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), value: value})
+		return
+	}
 	a.key = a.auxKey(a.key, key)
 	a.b.Set(a.key, value, nil)
 }
 
 // Delete deletes key.
 func (a *AuxBatch) Delete(key []byte) {
+	if a.b == nil {
+		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), del: true})
+		return
+	}
 	a.key = a.auxKey(a.key, key)
 	a.b.Delete(a.key, nil)
 }
 
 // DeleteRange deletes the keys in [start, end). A nil end means the end of
 // the aux namespace, so DeleteRange(nil, nil) deletes every aux key.
+// IngestAux refuses it (ErrInvalid).
 func (a *AuxBatch) DeleteRange(start, end []byte) {
+	if a.b == nil {
+		a.err = fmt.Errorf("%w: IngestAux takes no DeleteRange", ErrInvalid)
+		return
+	}
 	a.key = a.auxKey(a.key, start)
 	if end == nil {
 		a.end = append(a.end[:0], PrefixAux+1)
@@ -51,13 +82,7 @@ func (a *AuxBatch) DeleteRange(start, end []byte) {
 // independent of the log's sequence. A commit failure poisons the log like a
 // failed append, because it is the same WAL.
 func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
-	if l.readOnly {
-		return ErrReadOnly
-	}
-	if err := l.failure(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := l.auxWritable(ctx); err != nil {
 		return err
 	}
 	l.readMu.RLock()
@@ -79,6 +104,116 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	}
 	b.Close()
 	return nil
+}
+
+// IngestAux writes the aux writes fn makes as one sstable that it ingests
+// into the store: atomically and durably, like WriteAux, but through
+// neither the write-ahead log nor the memtable. A large WriteAux batch
+// holds up the appends committed behind it until it is copied into the
+// memtable and its bytes are synced with theirs; an ingested sstable is
+// written and synced by the caller's goroutine beside the appends, which
+// then wait only for the MANIFEST edit that adds it. For large writes
+// (projection checkpoints); a small one is cheaper with WriteAux. The last
+// write of a key wins; DeleteRange is refused.
+//
+// The sstable is written to a temporary file in the log's directory
+// first (aux-ingest-N.sst.tmp, removed once ingested); a crash may leave
+// one there, which a later IngestAux of this number replaces.
+func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
+	if err := l.auxWritable(ctx); err != nil {
+		return err
+	}
+	a := &AuxBatch{}
+	if err := fn(a); err != nil {
+		return err
+	}
+	if a.err != nil {
+		return a.err
+	}
+	if len(a.ops) == 0 {
+		return nil
+	}
+	// Sorted by key, the last write of each key kept.
+	slices.SortStableFunc(a.ops, func(x, y auxOp) int { return bytes.Compare(x.key, y.key) })
+	ops := a.ops[:0]
+	for i, o := range a.ops {
+		if i+1 < len(a.ops) && bytes.Equal(o.key, a.ops[i+1].key) {
+			continue
+		}
+		ops = append(ops, o)
+	}
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	if l.dbClosed {
+		return ErrClosed
+	}
+	if err := l.ingestAux(ctx, ops); err != nil {
+		return l.poison(fmt.Errorf("eventlog: ingest aux: %w", err))
+	}
+	return nil
+}
+
+// ingestAux writes ops, sorted and unique, to a temporary sstable and
+// ingests it. A failure poisons the log like a failed WriteAux: the disk
+// is full or failing, and an ingest may have written the WAL (one that
+// overlaps the memtable is logged there) or the MANIFEST.
+func (l *Log) ingestAux(ctx context.Context, ops []auxOp) error {
+	fs := l.opts.FS
+	path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Pebble linked (or copied) the file; a leftover is harmless.
+		if err := fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.opts.Logger.Warn("eventlog: removing an ingested sstable's temporary file", "err", err)
+		}
+	}()
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
+	var pace yield.Pacer // a background write: let the appends it competes with run
+	for _, o := range ops {
+		pace.Step(len(o.key) + len(o.value))
+		if o.del {
+			err = w.Delete(o.key)
+		} else {
+			err = w.Set(o.key, o.value)
+		}
+		if err != nil {
+			w.Close()
+			return err
+		}
+	}
+	if err := w.Close(); err != nil { // syncs the file
+		return err
+	}
+	return l.ingest(ctx, path)
+}
+
+// auxWritable returns why an aux write cannot start, if it cannot.
+func (l *Log) auxWritable(ctx context.Context) error {
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	if err := l.failure(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// ingestTempFile names the file where IngestAux writes an sstable before
+// ingesting it (linked into Pebble's files, then removed), numbered by
+// ingestFiles so that concurrent calls do not share one.
+const ingestTempFile = "aux-ingest-%d.sst.tmp"
+
+var ingestFiles atomic.Uint64
+
+// ingest ingests one sstable. Like a commit, a failure in Pebble's
+// Fatalf is recovered into a fatalError: it may have written the WAL (an
+// ingest that overlaps the memtable is logged there) or the MANIFEST.
+func (l *Log) ingest(ctx context.Context, path string) (err error) {
+	defer recoverFatal(&err)
+	return l.db.Ingest(ctx, []string{path})
 }
 
 // GetAux returns a copy of the value of an aux key, or ErrNotFound.

@@ -2,10 +2,14 @@ package eventlog
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestScanAuxRange: a range of aux keys in either direction, bounds
@@ -54,5 +58,115 @@ func TestScanAuxRange(t *testing.T) {
 		if got := scan(c.lower, c.upper, c.dir); !slices.Equal(got, c.want) {
 			t.Errorf("[%q, %q) %v: %v, want %v", c.lower, c.upper, c.dir, got, c.want)
 		}
+	}
+}
+
+// TestIngestAux: an ingested set of aux writes overrides older values and
+// deletes keys (the last write of a key in fn wins), survives a reopen,
+// leaves no temporary file, and keeps appends going; DeleteRange and a
+// read-only log are refused.
+func TestIngestAux(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.WriteAux(ctx, func(b *AuxBatch) error {
+		b.Set([]byte("a"), []byte("old"))
+		b.Set([]byte("gone"), []byte("old"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "s", NoStream, ev("E", "1"))
+	if err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.Set([]byte("c"), []byte("first"))
+		b.Set([]byte("a"), []byte("new"))
+		b.Delete([]byte("gone"))
+		b.Set([]byte("c"), []byte("last"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "s", Exactly(1), ev("E", "2"))
+	if err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.DeleteRange([]byte("a"), []byte("b"))
+		return nil
+	}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("DeleteRange: %v, want ErrInvalid", err)
+	}
+	closeLog(t, l)
+	names, err := fs.List("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "aux-ingest-") {
+			t.Fatalf("temporary file %s left", n)
+		}
+	}
+
+	l = mustOpen(t, "db", &Options{FS: fs, ReadOnly: true})
+	defer closeLog(t, l)
+	for k, want := range map[string]string{"a": "new", "c": "last", "gone": ""} {
+		v, err := l.GetAux([]byte(k))
+		if want == "" {
+			if !errors.Is(err, ErrNotFound) {
+				t.Errorf("%s: %q, %v; want it deleted", k, v, err)
+			}
+			continue
+		}
+		if err != nil || string(v) != want {
+			t.Errorf("%s: %q, %v; want %q", k, v, err, want)
+		}
+	}
+	if l.Head() != 2 {
+		t.Fatalf("head %d, want 2", l.Head())
+	}
+	if err := l.IngestAux(ctx, func(b *AuxBatch) error { b.Set([]byte("x"), nil); return nil }); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only: %v, want ErrReadOnly", err)
+	}
+}
+
+// TestIngestAuxWriteError: a failed write of the sstable changes nothing
+// that reads can see, poisons the log like a failed WriteAux (a full or
+// failing disk), and leaves the data there at the next open.
+func TestIngestAuxWriteError(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if armed.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite && strings.Contains(op.Path, "aux-ingest-") {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.WriteAux(ctx, func(b *AuxBatch) error { b.Set([]byte("a"), []byte("old")); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "s", NoStream, ev("E", "1"))
+	armed.Store(true)
+	err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.Set([]byte("a"), []byte("new"))
+		b.Set([]byte("b"), []byte("new"))
+		return nil
+	})
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("IngestAux: %v, want ErrFailed wrapping the injected error", err)
+	}
+	if v, err := l.GetAux([]byte("a")); err != nil || string(v) != "old" {
+		t.Fatalf("a: %q, %v; want old", v, err)
+	}
+	if _, err := l.GetAux([]byte("b")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("b: %v, want ErrNotFound", err)
+	}
+	if _, err := l.Append(ctx, "s", Exactly(1), ev("E", "2")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("append after a failed ingest: %v, want ErrFailed", err)
+	}
+	l.Close()
+	armed.Store(false)
+	l = mustOpen(t, "db", testOptions(fs))
+	defer closeLog(t, l)
+	if v, err := l.GetAux([]byte("a")); err != nil || string(v) != "old" || l.Head() != 1 {
+		t.Fatalf("after reopening: a %q, %v, head %d; want old, head 1", v, err, l.Head())
 	}
 }

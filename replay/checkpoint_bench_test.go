@@ -18,8 +18,8 @@ import (
 // live fold has folded it. Every tenth operation first appends (unmeasured)
 // eight tasks with 128 KiB inputs, the same in both sub-benchmarks. "idle"
 // never checkpoints; "checkpointing" then starts a checkpoint (about 2 MiB
-// to encode and write in one synced batch) that runs during the next ten
-// measured operations.
+// to encode and write, ingested as an sstable) that runs during the next
+// ten measured operations.
 // It reports the p50, p99 and worst latency of the measured operations.
 // See docs/benchmarks.md for the figures and the command.
 func BenchmarkAppendDuringCheckpoint(b *testing.B) {

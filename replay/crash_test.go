@@ -15,12 +15,23 @@ import (
 )
 
 // TestCrashDuringCheckpoint simulates power loss while a projection
-// checkpoint is being written: the filesystem is cloned (as a crash would
-// leave it, with a random part of the unsynced data) at every write and
-// sync of the write-ahead log during the checkpoint. Every clone must
+// checkpoint is being written, both as one batch through the write-ahead
+// log and as an ingested sstable: the filesystem is cloned (as a crash
+// would leave it) at every write and sync of any file during the
+// checkpoint, with a random part of the unsynced data of the write-ahead
+// log, and all or none of the rest (see powerLossCfg). Every clone must
 // reopen to projections equal to a fresh fold of the log it holds, and
 // recovery must have loaded either the previous checkpoint or the new one.
 func TestCrashDuringCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		ingest int
+	}{{"batch", 1 << 30}, {"ingest", 1}} {
+		t.Run(c.name, func(t *testing.T) { crashDuringCheckpoint(t, c.ingest) })
+	}
+}
+
+func crashDuringCheckpoint(t *testing.T, ingestBytes int) {
 	seed := testSeed(t)
 	ctx := context.Background()
 	evs := replaytest.Generate(seed, replaytest.Config{Tasks: 40, Concurrency: 6})
@@ -32,11 +43,18 @@ func TestCrashDuringCheckpoint(t *testing.T) {
 	var clones []*vfs.MemFS
 	rng := rand.New(rand.NewPCG(seed, 2))
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if !armed.Load() || !strings.HasSuffix(op.Path, ".log") {
+		if !armed.Load() || op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
 			return nil
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		if !strings.HasSuffix(op.Path, ".log") {
+			// An sstable, the MANIFEST, a directory: all or none.
+			for _, pct := range []int{0, 100} {
+				clones = append(clones, crashFS.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rng}))
+			}
+			return nil
+		}
 		switch op.Kind {
 		case errorfs.OpFileWrite, errorfs.OpFileWriteAt:
 			// Part of the batch may be written: keep a random part of it.
@@ -55,7 +73,7 @@ func TestCrashDuringCheckpoint(t *testing.T) {
 	if err := replaytest.AppendAll(ctx, l, evs[:half], 0); err != nil {
 		t.Fatal(err)
 	}
-	opts := &Options{CheckpointEvery: 1 << 30, SnapshotEvery: 2}
+	opts := &Options{CheckpointEvery: 1 << 30, SnapshotEvery: 2, ingestBytes: ingestBytes}
 	v, rec, err := Open(ctx, l, opts) // checkpoint 1 at half
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +102,7 @@ func TestCrashDuringCheckpoint(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(clones) == 0 {
-		t.Fatal("no WAL write happened during the checkpoint: the crash points were never hit")
+		t.Fatal("no write happened during the checkpoint: the crash points were never hit")
 	}
 	loaded := map[uint64]int{}
 	for i, clone := range clones {

@@ -84,8 +84,10 @@
 // under "proj/" (see store.go for the key layout): every changed task, its
 // summary and progress, the stats, the changed memory facts and new
 // episodes, per-task snapshots every Options.SnapshotEvery stream
-// versions, and the sequence they reflect, all in one synced batch per
-// checkpoint. A checkpoint evicts terminal
+// versions, and the sequence they reflect, all written atomically per
+// checkpoint: one synced batch, or for a large checkpoint one sstable
+// ingested beside the write-ahead log, so that appends do not wait behind
+// it. A checkpoint evicts terminal
 // tasks from memory; they are served from the persisted records (and read
 // back if a late fact arrives).
 //
@@ -93,9 +95,9 @@
 // events and whenever the changes not yet persisted reach a sixteenth of
 // Options.MemoryBudget. A checkpoint holds the View's lock only to copy
 // what changed as of one sequence (Set.Pending: task values that Apply
-// never changes in place) and, once the batch is synced, to forget the
+// never changes in place) and, once the write is durable, to forget the
 // changes up to that sequence and evict (Set.Flushed); changes folded
-// meanwhile stay pending. Encoding and the synced write run without the
+// meanwhile stay pending. Encoding and the durable write run without the
 // lock, so no append, WaitFor or query waits for a checkpoint. The fold
 // itself waits only while the View holds more than its whole budget and a
 // checkpoint is running (back-pressure). A View still over its budget also

@@ -26,7 +26,7 @@ type Options struct {
 
 	// CheckpointEvery is how many events a persisting View folds at most
 	// between automatic checkpoints. A checkpoint writes every changed
-	// task, the stats, the memory and the sequence in one synced batch, and
+	// task, the stats, the memory and the sequence atomically, and
 	// evicts finished tasks from memory; it bounds the tail a restart
 	// refolds. Checkpoints run in the background: the fold does not wait
 	// for them (see MemoryBudget).
@@ -75,6 +75,9 @@ type Options struct {
 	//
 	// The default value is a logger that discards everything.
 	Logger *slog.Logger
+
+	// ingestBytes overrides DefaultIngestBytes (tests).
+	ingestBytes int
 }
 
 // EnsureDefaults fills zero fields with their default values and returns o.

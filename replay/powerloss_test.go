@@ -94,7 +94,9 @@ func TestPowerLoss(t *testing.T) {
 		points = 8
 	}
 	evs := replaytest.Generate(seed, replaytest.Config{Tasks: tasks, Concurrency: 6, TextSize: 400})
-	opts := &Options{MemoryBudget: MinMemoryBudget, CheckpointEvery: 40, SnapshotEvery: 4}
+	// Checkpoints of 8 KiB or more are ingested as sstables, the smaller
+	// ones are batches: both kinds run.
+	opts := &Options{MemoryBudget: MinMemoryBudget, CheckpointEvery: 40, SnapshotEvery: 4, ingestBytes: 8 << 10}
 	logOpts := func(fs vfs.FS) *eventlog.Options {
 		return &eventlog.Options{FS: fs, MemTableSize: 1 << 20} // small memtables: flushes and MANIFEST edits too
 	}

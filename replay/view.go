@@ -212,9 +212,10 @@ func (v *View) background() {
 }
 
 // Checkpoint persists what changed since the last checkpoint, with the
-// sequence it reflects, in one synced batch, and evicts terminal tasks
-// from memory. It waits for a checkpoint already running, and gives up
-// when ctx ends: what it did not write is folded again at the next Open.
+// sequence it reflects, atomically and durably (see store.write), and
+// evicts terminal tasks from memory. It waits for a checkpoint already
+// running, and gives up when ctx ends: what it did not write is folded
+// again at the next Open.
 // It does nothing for a View that does not persist. The daemon calls it at
 // stop, with the stop deadline; folds start one in the background every
 // Options.CheckpointEvery events or as Options.MemoryBudget requires.
@@ -224,12 +225,13 @@ func (v *View) Checkpoint(ctx context.Context) error {
 
 // checkpoint writes one checkpoint. It holds v.mu only to take what
 // changed (projection.Set.Pending: task values the fold never changes in
-// place, and the encoded stats) and, once the batch is synced, to tell the
+// place, and the encoded stats) and, once the write is durable, to tell the
 // Set what was persisted (Flushed forgets the changes up to that sequence,
 // keeps those folded meanwhile, and evicts terminal tasks). Encoding and
-// the synced write run without it, so the fold, WaitFor and every reader
-// go on meanwhile. The batch holds the state at one sequence, so a crash
-// at any point leaves the previous checkpoint or this one.
+// the durable write run without it, so the fold, WaitFor and every reader
+// go on meanwhile. The write holds the state at one sequence and is
+// atomic, so a crash at any point leaves the previous checkpoint or this
+// one.
 func (v *View) checkpoint(ctx context.Context) error {
 	select {
 	case v.ckSem <- struct{}{}:
@@ -475,7 +477,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
-	v := &View{opts: o, st: &store{log: l}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
+	v := &View{opts: o, st: &store{log: l, ingest: o.ingestBytes}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
 	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head(), o.MemoryBudget)
 	if err != nil {

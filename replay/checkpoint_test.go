@@ -1,0 +1,171 @@
+package replay
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// holdFS holds every write that carries a marker, once armed, until
+// released: it stands for a disk slow to take a checkpoint's data.
+type holdFS struct {
+	vfs.FS
+	marker  []byte
+	mu      sync.Mutex
+	armed   bool
+	held    chan struct{} // closed at the first write held
+	heldOne sync.Once
+	release chan struct{}
+}
+
+func (fs *holdFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &holdFile{File: f, fs: fs}, nil
+}
+
+func (fs *holdFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.Create(name, c))
+}
+
+func (fs *holdFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+func (fs *holdFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return fs.wrap(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+// holdFile checks each write, with the end of the previous one, for the
+// marker.
+type holdFile struct {
+	vfs.File
+	fs   *holdFS
+	tail []byte
+}
+
+func (f *holdFile) check(p []byte) {
+	seen := append(f.tail, p...)
+	f.tail = append(f.tail[:0], seen[max(0, len(seen)-len(f.fs.marker)):]...)
+	f.fs.mu.Lock()
+	hold := f.fs.armed && bytes.Contains(seen, f.fs.marker)
+	f.fs.mu.Unlock()
+	if hold {
+		f.fs.heldOne.Do(func() { close(f.fs.held) })
+		<-f.fs.release
+	}
+}
+
+func (f *holdFile) Write(p []byte) (int, error) {
+	f.check(p)
+	return f.File.Write(p)
+}
+
+func (f *holdFile) WriteAt(p []byte, off int64) (int, error) {
+	f.check(p)
+	return f.File.WriteAt(p, off)
+}
+
+// TestAppendWhileCheckpointWriteHeld checks that a large checkpoint does
+// not hold up appends: while the disk holds the write that carries the
+// checkpoint's data (a task's 128 KiB input, which it persists), a new
+// event is appended, synced and folded. When a checkpoint was one batch in
+// the write-ahead log the append waited behind it. The checkpoint then
+// completes, and a reopen loads it.
+func TestAppendWhileCheckpointWriteHeld(t *testing.T) {
+	ctx := context.Background()
+	mark := make([]byte, 32)
+	if _, err := rand.Read(mark); err != nil {
+		t.Fatal(err)
+	}
+	fs := &holdFS{FS: vfs.NewMem(), marker: []byte(hex.EncodeToString(mark)),
+		held: make(chan struct{}), release: make(chan struct{})}
+	released := sync.OnceFunc(func() { close(fs.release) })
+	l := openLog(t, fs, "db", false)
+	defer l.Close()
+	v, _, err := Open(ctx, l, &Options{CheckpointEvery: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- v.Follow(fctx, l, nil) }()
+	defer func() {
+		stopFollow()
+		<-followed
+	}()
+	defer released() // first: a failed test releases what it holds
+	submit := func(text string) uint64 {
+		t.Helper()
+		body, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: "test", TaskType: "general"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := l.NewID()
+		res, err := l.Append(ctx, id.String(), eventlog.NoStream, eventlog.Event{
+			ID: id, Type: string(fsm.MessageReceived), Correlation: id, Schema: fsm.SchemaVersion, Body: body,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.LastSeq
+	}
+	large := string(fs.marker) + strings.Repeat(" a large input", (128<<10)/14)
+	seq := submit(large)
+	if err := v.WaitFor(ctx, seq); err != nil {
+		t.Fatal(err)
+	}
+
+	fs.mu.Lock()
+	fs.armed = true // from here on the task's input is written only by the checkpoint
+	fs.mu.Unlock()
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- v.Checkpoint(ctx) }()
+	select {
+	case <-fs.held:
+	case err := <-checkpointed:
+		t.Fatalf("the checkpoint ended (%v) without writing the task", err)
+	}
+	appended := make(chan uint64, 1)
+	go func() {
+		s := submit("what time is it?")
+		if err := v.WaitFor(ctx, s); err != nil {
+			t.Error(err)
+		}
+		appended <- s
+	}()
+	var next uint64
+	select {
+	case next = <-appended:
+	case <-time.After(30 * time.Second): // a bound for the failure only
+		t.Fatal("an append waited for the checkpoint's held write")
+	}
+	released()
+	if err := <-checkpointed; err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WaitFor(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	stopFollow()
+	<-followed
+	followed <- nil // for the deferred stop
+	_, rec, err := Open(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Checkpoint < seq || rec.Rebuilt {
+		t.Fatalf("reopened from checkpoint %d (rebuilt %v), want at least seq %d", rec.Checkpoint, rec.Rebuilt, seq)
+	}
+}
