@@ -171,7 +171,7 @@ func (l *Log) open() error {
 	// Pebble creates a database wherever it finds none. Where there was
 	// one (a marker, or Pebble's own files) a missing MANIFEST must be
 	// reported, not papered over with an empty log.
-	mustExist := l.readOnly || mkFound || hasPebbleFiles(o.FS, l.dir)
+	mustExist := l.readOnly || mkFound || hasPebbleFiles(o.FS, l.dir, true)
 
 	// A writable open flushes what the WAL replays and deletes the WALs,
 	// so it would destroy the evidence of a damaged one. Look first,
@@ -323,14 +323,19 @@ func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
 }
 
 // hasPebbleFiles reports whether dir holds files only a Pebble database
-// leaves (tables, WALs, MANIFESTs).
-func hasPebbleFiles(fs vfs.FS, dir string) bool {
+// leaves: tables and WALs, and, unless dataOnly, MANIFESTs. Open asks
+// for data only: a MANIFEST alone, with neither its pointer
+// (marker.manifest) nor the head marker, is a creation that stopped
+// before Pebble wrote its pointer (Pebble writes the MANIFEST, then the
+// pointer, then the first WAL), so nothing was ever written to it and
+// Pebble may create the database over it.
+func hasPebbleFiles(fs vfs.FS, dir string, dataOnly bool) bool {
 	names, err := fs.List(dir)
 	if err != nil {
 		return false
 	}
 	for _, n := range names {
-		if strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".log") || strings.HasPrefix(n, "MANIFEST-") {
+		if strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".log") || (!dataOnly && strings.HasPrefix(n, "MANIFEST-")) {
 			return true
 		}
 	}
@@ -344,7 +349,7 @@ func (l *Log) openError(err error, mkFound bool) error {
 	switch {
 	case l.readOnly && isLockConflict(err):
 		return l.lockError(err)
-	case errors.Is(err, pebble.ErrDBDoesNotExist) && !mkFound && !hasPebbleFiles(l.opts.FS, l.dir):
+	case errors.Is(err, pebble.ErrDBDoesNotExist) && !mkFound && !hasPebbleFiles(l.opts.FS, l.dir, false):
 		// The caller names the directory.
 		return fmt.Errorf("%w: no Pegasus log in it", ErrFormat)
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
