@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -118,7 +120,7 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 //
 // The sstable is written to a temporary file in the log's directory
 // first (aux-ingest-N.sst.tmp, removed once ingested); a crash may leave
-// one there, which a later IngestAux of this number replaces.
+// one there, which the next writable Open removes.
 func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if err := l.auxWritable(ctx); err != nil {
 		return err
@@ -207,6 +209,24 @@ func (l *Log) auxWritable(ctx context.Context) error {
 const ingestTempFile = "aux-ingest-%d.sst.tmp"
 
 var ingestFiles atomic.Uint64
+
+// removeIngestLeftovers removes the temporary files of IngestAux calls that
+// a crash interrupted. Each is either a table never ingested or a second
+// link to one Pebble already holds under its own name: removing it loses
+// nothing. Open calls it on a writable log, before any IngestAux.
+func removeIngestLeftovers(fs vfs.FS, dir string, logger *slog.Logger) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "aux-ingest-") && strings.HasSuffix(n, ".sst.tmp") {
+			if err := fs.Remove(fs.PathJoin(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				logger.Warn("eventlog: removing a leftover of an interrupted checkpoint ingest", "file", n, "err", err)
+			}
+		}
+	}
+}
 
 // ingest ingests one sstable. Like a commit, a failure in Pebble's
 // Fatalf is recovered into a fatalError: it may have written the WAL (an

@@ -170,3 +170,54 @@ func TestIngestAuxWriteError(t *testing.T) {
 		t.Fatalf("after reopening: a %q, %v, head %d; want old, head 1", v, err, l.Head())
 	}
 }
+
+// TestIngestLeftoversRemovedAtOpen: the temporary file of an IngestAux that
+// a crash interrupted (a table never ingested, or a second link to one
+// Pebble holds) is removed by the next writable open, and what was
+// ingested stays readable; a read-only open leaves the directory alone.
+func TestIngestLeftoversRemovedAtOpen(t *testing.T) {
+	fs := vfs.NewMem()
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.IngestAux(context.Background(), func(b *AuxBatch) error {
+		b.Set([]byte("k"), []byte("v"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	closeLog(t, l)
+	for _, n := range []string{"aux-ingest-7.sst.tmp", "aux-ingest-8.sst.tmp"} {
+		f, err := fs.Create(fs.PathJoin("db", n), vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("partial table")); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	leftovers := func() (n int) {
+		names, err := fs.List("db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range names {
+			if strings.HasPrefix(name, "aux-ingest-") {
+				n++
+			}
+		}
+		return n
+	}
+	ro := mustOpen(t, "db", &Options{FS: fs, ReadOnly: true})
+	closeLog(t, ro)
+	if n := leftovers(); n != 2 {
+		t.Fatalf("a read-only open left %d of 2 leftovers", n)
+	}
+	l = mustOpen(t, "db", testOptions(fs))
+	defer closeLog(t, l)
+	if n := leftovers(); n != 0 {
+		t.Fatalf("%d leftovers after a writable open", n)
+	}
+	if v, err := l.GetAux([]byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("ingested key: %q %v", v, err)
+	}
+}

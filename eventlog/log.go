@@ -228,6 +228,7 @@ func (l *Log) open() error {
 		l.loss = loss
 		o.Logger.Warn("eventlog: accepting data loss", "err", loss)
 	}
+	removeIngestLeftovers(o.FS, l.dir, o.Logger)
 	if err := l.updateMarker(func(m *marker) {
 		m.head = max(m.head, head)
 		m.reserved = max(m.reserved, m.head)
