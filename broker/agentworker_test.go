@@ -287,6 +287,13 @@ func TestChildIndex(t *testing.T) {
 	if got := b2.Children(grand.ID); len(got) != 0 {
 		t.Fatalf("a leaf has children %v", got)
 	}
+	// A child indexed before its creation is folded (the built-in worker
+	// indexes its child first) is not named until the view holds it.
+	pending := ulid.Make().String()
+	b2.children.add(parent.ID, pending)
+	if got := b2.Children(parent.ID); !slices.Equal(got, want) {
+		t.Fatalf("a child the view does not hold is named: %v, want %v", got, want)
+	}
 }
 
 // TestAgentWorkerCancelsStaleChild: when an attempt run by the built-in

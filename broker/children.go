@@ -61,8 +61,21 @@ func (x *childIndex) parentOf(child string) string {
 
 // Children returns the ids of the tasks created with parent_task_id id
 // (dispatch sub-tasks, and the pegasus.task children of a broker task run
-// by the built-in worker), in id order, from the broker's index.
-func (b *Broker) Children(id string) []string { return b.children.of(id) }
+// by the built-in worker), in id order, from the broker's index. Only
+// children the view holds are named: the built-in worker indexes a child
+// just before it appends the child's input (so that the child's first
+// events wake its loop), and a child named before that input is folded
+// would be a task the API does not know yet.
+func (b *Broker) Children(id string) []string {
+	cs := b.children.of(id)
+	out := cs[:0]
+	for _, c := range cs {
+		if _, err := b.tasks.Task(c); err == nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 // sourced is what a Tasks offers, beside the dispatch tasks, to load the
 // index at start: the tasks created from one source. FromView has it.
