@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/wal"
+
+	"github.com/pegasus-engine/pegasus/internal/durable"
 )
 
 // walDamage is the first WAL record that does not read back.
@@ -139,7 +141,7 @@ func cutWALs(fs vfs.FS, dir, lostDir string, d *walDamage) error {
 	if !cut {
 		return fmt.Errorf("eventlog: damaged WAL %s not found", d.file)
 	}
-	return syncDir(fs, dir)
+	return durable.SyncDir(fs, dir)
 }
 
 func readAll(fs vfs.FS, path string) ([]byte, error) {
@@ -151,38 +153,10 @@ func readAll(fs vfs.FS, path string) ([]byte, error) {
 	return io.ReadAll(f)
 }
 
-// writeFileSynced replaces path with data through a synced temporary file.
+// writeFileSynced replaces path with data durably (internal/durable).
 func writeFileSynced(fs vfs.FS, path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
+	return durable.WriteFile(fs, path, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := fs.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(fs, filepath.Dir(path))
-}
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
-	}
-	return d.Close()
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/internal/durable"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -200,52 +202,27 @@ func (o *Options) step(s Step) {
 
 func archiveName(id ulid.ULID) string { return "pegasus-archive-" + id.String() + ".ndjson.gz" }
 
-// writeArchive writes the archive durably: to a temporary file, synced,
-// renamed into place, the directory synced.
-func writeArchive(o *Options, m *replay.ArchiveManifest, head uint64, evs []eventlog.Event) (err error) {
-	path := o.FS.PathJoin(o.ArchiveDir, m.File)
-	tmp := path + ".tmp"
-	f, err := o.FS.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return fmt.Errorf("retention: archive: %w", err)
-	}
-	defer func() {
+// writeArchive writes the archive durably (internal/durable): to a
+// temporary file, synced, renamed into place, the directory synced.
+func writeArchive(o *Options, m *replay.ArchiveManifest, head uint64, evs []eventlog.Event) error {
+	err := durable.WriteFile(o.FS, o.FS.PathJoin(o.ArchiveDir, m.File), func(w io.Writer) error {
+		zw := gzip.NewWriter(w)
+		ex, err := replay.NewExporter(zw, replay.ArchiveHeader(head, m))
 		if err != nil {
-			f.Close()
-			o.FS.Remove(tmp)
-			err = fmt.Errorf("retention: archive %s: %w", m.File, err)
-		}
-	}()
-	zw := gzip.NewWriter(f)
-	ex, err := replay.NewExporter(zw, replay.ArchiveHeader(head, m))
-	if err != nil {
-		return err
-	}
-	for _, ev := range evs {
-		if err := ex.Write(ev); err != nil {
 			return err
 		}
-	}
-	if err := ex.Close(); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		f = nopFile{f}
-		return err
-	}
-	if err := o.FS.Rename(tmp, path); err != nil {
-		f = nopFile{f}
-		return err
-	}
-	if err := syncDir(o.FS, o.ArchiveDir); err != nil {
-		f = nopFile{f}
-		return err
+		for _, ev := range evs {
+			if err := ex.Write(ev); err != nil {
+				return err
+			}
+		}
+		if err := ex.Close(); err != nil {
+			return err
+		}
+		return zw.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("retention: archive %s: %w", m.File, err)
 	}
 	return nil
 }
@@ -259,22 +236,8 @@ func makeDir(fs vfs.FS, dir string) error {
 	if err := fs.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return syncDir(fs, fs.PathDir(dir))
+	return durable.SyncDir(fs, fs.PathDir(dir))
 }
-
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// nopFile keeps the error path from closing a file twice.
-type nopFile struct{ vfs.File }
-
-func (nopFile) Close() error { return nil }
 
 // removeOrphans deletes the archive files (and temporary files) that no
 // manifest in the log names.
