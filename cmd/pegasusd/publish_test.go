@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,28 +40,13 @@ func TestPublishCrash(t *testing.T) {
 		for i := range 3 { // dispatch tasks: swarm.task.<id>.created
 			mustStatus(t, td.as("client", "POST", "/api/v1/tasks", fmt.Sprintf(`{"title":"job %d.%d"}`, cycle, i)), 201)
 		}
-		acked := make(chan string)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range 3 {
-			wg.Add(1)
-			sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
-			go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
-		}
 		down := -1
 		if cycle%2 == 1 {
 			down = rng.IntN(3)
 			nats.Stop(down)
 		}
-		for range 2 + rng.IntN(8) {
-			<-acked
-		}
-		p.kill(t)
+		killUnderLoad(t, p, inputs, seed, cycle, 3, 2+rng.IntN(8), map[string]bool{})
 		resumes += strings.Count(p.output(), "fan-out resumes after the stream's last message")
-		close(stop)
-		go func() { wg.Wait(); close(acked) }()
-		for range acked {
-		}
 		if down >= 0 {
 			nats.Restart(down)
 			nats.WaitReady(3)
