@@ -2,6 +2,7 @@ package projection
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -185,6 +186,47 @@ func contains(s []string, v string) bool {
 
 // Encode returns the canonical encoding of p.
 func (p *Progress) Encode() ([]byte, error) { return marshal(p) }
+
+// The first byte of EncodeStored's encoding: where the description is.
+const (
+	storedDescInput byte = 'i' // the task's input text, left out
+	storedDescOwn   byte = 'd' // in the encoding, as Encode writes it
+)
+
+// EncodeStored returns the encoding of p persisted beside its task t, the
+// task at the same sequence: one byte, then Encode's encoding of p. The
+// description is left out when it is t's input text, as it is but for a
+// task whose TASK_CREATED changed the input its first message gave: an
+// input can be large, and the task's record already holds it.
+// DecodeStored with the same task returns p.
+func (p *Progress) EncodeStored(t *fsm.Task) ([]byte, error) {
+	if p.Description == "" || p.Description != t.Context.InputText {
+		b, err := marshal(p)
+		return append([]byte{storedDescOwn}, b...), err
+	}
+	q := *p
+	q.Description = ""
+	b, err := marshal(&q)
+	return append([]byte{storedDescInput}, b...), err
+}
+
+// DecodeStored decodes an encoding written by EncodeStored for the task t.
+func DecodeStored(data []byte, t *fsm.Task) (Progress, error) {
+	if len(data) == 0 || (data[0] != storedDescInput && data[0] != storedDescOwn) {
+		return Progress{}, fmt.Errorf("%w: stored progress without its description marker", ErrMalformed)
+	}
+	p, err := DecodeProgress(data[1:])
+	if err != nil {
+		return Progress{}, err
+	}
+	if data[0] == storedDescInput {
+		if p.Description != "" {
+			return Progress{}, fmt.Errorf("%w: stored progress has a description and says it is the input's", ErrMalformed)
+		}
+		p.Description = t.Context.InputText
+	}
+	return p, nil
+}
 
 // DecodeProgress decodes an encoding written by Progress.Encode.
 func DecodeProgress(data []byte) (Progress, error) {

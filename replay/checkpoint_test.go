@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -168,4 +169,69 @@ func TestAppendWhileCheckpointWriteHeld(t *testing.T) {
 	if rec.Checkpoint < seq || rec.Rebuilt {
 		t.Fatalf("reopened from checkpoint %d (rebuilt %v), want at least seq %d", rec.Checkpoint, rec.Rebuilt, seq)
 	}
+}
+
+// TestCheckpointHoldsTheInputOnce: a task's input is persisted in its
+// record only; its progress, whose description is that input, gets it back
+// from the record when read from the store.
+func TestCheckpointHoldsTheInputOnce(t *testing.T) {
+	ctx := context.Background()
+	l := openLog(t, vfs.NewMem(), "db", false)
+	defer l.Close()
+	v, _, err := Open(ctx, l, &Options{CheckpointEvery: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := "marker-7f3a " + strings.Repeat("a large input ", (128<<10)/14)
+	body, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: input, Source: "test", TaskType: "general"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.NewID()
+	if _, err := l.Append(ctx, id.String(), eventlog.NoStream, eventlog.Event{
+		ID: id, Type: string(fsm.MessageReceived), Correlation: id, Schema: fsm.SchemaVersion, Body: body,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fold(ctx, v, FromLog(l), FoldOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var copies []string // of the whole input; the summary holds its first bytes
+	it := l.ScanAux(keyPrefix)
+	for it.Next() {
+		if n := bytes.Count(it.Value(), []byte(input[len(input)-1000:])); n > 0 {
+			copies = append(copies, fmt.Sprintf("%s x%d", it.Key(), n))
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	it.Close()
+	if len(copies) != 1 || !strings.HasPrefix(copies[0], prefTask) {
+		t.Fatalf("the input is persisted in %v, want once, in the task record", copies)
+	}
+	st := &store{log: l}
+	_, p, err := st.loadTask(id.String(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil || p.Description != input {
+		t.Fatalf("progress read back without its description (%d bytes)", len(p.Description))
+	}
+	// A view that loads the task from the store serves the same.
+	v2, rec, err := Open(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Rebuilt {
+		t.Fatal("reopened by a rebuild, not from the checkpoint")
+	}
+	got, err := v2.Progress(id.String())
+	if err != nil || got.Description != input {
+		t.Fatalf("reopened view's progress: %d bytes of description, %v", len(got.Description), err)
+	}
+	sameState(t, "reopened", dump(t, v), dump(t, v2))
 }

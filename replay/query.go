@@ -402,6 +402,16 @@ func (v *View) Dump(ctx context.Context) (*Dump, error) {
 			if v.set.Tasks().Has(id) {
 				continue
 			}
+			if kind.prefix == prefProg {
+				// Stored beside its task, as what Encode gives.
+				b, err := restoredProgress(it.Value(), d.Tasks[id])
+				if err != nil {
+					it.Close()
+					return nil, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
+				}
+				kind.into[id] = b
+				continue
+			}
 			kind.into[id] = it.Value()
 		}
 		err := it.Err()
@@ -411,6 +421,20 @@ func (v *View) Dump(ctx context.Context) (*Dump, error) {
 		}
 	}
 	return d, nil
+}
+
+// restoredProgress turns a persisted progress (Progress.EncodeStored) into
+// Progress.Encode's encoding, with the persisted task record tb.
+func restoredProgress(stored, tb []byte) ([]byte, error) {
+	t, err := fsm.DecodeTask(tb)
+	if err != nil {
+		return nil, err
+	}
+	p, err := projection.DecodeStored(stored, &t)
+	if err != nil {
+		return nil, err
+	}
+	return p.Encode()
 }
 
 // Bytes is the whole dump as one canonical byte string.

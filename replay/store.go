@@ -22,7 +22,7 @@ import (
 //	proj/me/<seq (8)>                 projection.Episode   one episode, by the seq that recorded it
 //	proj/t/<task id>                  fsm.EncodeTask       every task, as of its last change
 //	proj/s/<task id>                  projection.Summary   what task lists scan
-//	proj/g/<task id>                  projection.Progress
+//	proj/g/<task id>                  Progress.EncodeStored without the input text the task holds
 //	proj/a/<task id>                  (empty)              non-terminal tasks: loaded at start
 //	proj/q/<queue key (20)><task id>  (empty)              the queue order index (projection.QueueKey)
 //	proj/n/<task id> 0x00 <ver (8)>   fsm.EncodeTask       per-task snapshot at stream version ver
@@ -49,10 +49,12 @@ var (
 // the key layout bumps it; like projection.Version, a mismatch means
 // rebuild.
 //
-// Version 2 added the queue index (proj/q/).
+// Version 2 added the queue index (proj/q/). Version 3 stores progress
+// without the description that is its task's input text
+// (projection.Progress.EncodeStored).
 //
 // Persisted: stored in proj/meta.
-const FormatVersion = 2
+const FormatVersion = 3
 
 // meta is the value of proj/meta.
 type meta struct {
@@ -216,7 +218,7 @@ func (s *store) loadTask(id string, withProgress bool) (fsm.Task, *projection.Pr
 	if err != nil {
 		return fsm.Task{}, nil, err
 	}
-	p, err := projection.DecodeProgress(raw)
+	p, err := projection.DecodeStored(raw, &t)
 	if err != nil {
 		return fsm.Task{}, nil, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
 	}
@@ -305,7 +307,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		add(taskKey(prefSum, id), sb, false)
 		add(append([]byte(prefQueue), r.Summary.QueueKey()...), nil, false)
 		if r.Progress != nil {
-			pb, err := r.Progress.Encode()
+			pb, err := r.Progress.EncodeStored(&r.Task)
 			if err != nil {
 				return err
 			}

@@ -420,7 +420,7 @@ func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, 
 	}
 	e := &evictedTask{task: maphash.Bytes(fv.seed, tb), summary: maphash.Bytes(fv.seed, sb), queueKey: string(sum.QueueKey())}
 	if p, ok := set.Progress(t.ID); ok {
-		pb, err := p.Encode()
+		pb, err := p.EncodeStored(t)
 		if err != nil {
 			return nil, err
 		}
@@ -685,7 +685,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if !ok {
 			return nil, false, nil
 		}
-		b, err := p.Encode()
+		b, err := p.EncodeStored(t)
 		return b, true, err
 	}
 	for _, kind := range []struct{ prefix, what string }{{prefTask, "task"}, {prefSum, "summary"}, {prefProg, "progress"}} {

@@ -1,0 +1,72 @@
+package projection
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// TestProgressStoredWithoutTheInput: the persisted progress leaves out a
+// description that is its task's input text, and gets it back from the
+// task; a description that is not the input is kept as it is.
+func TestProgressStoredWithoutTheInput(t *testing.T) {
+	input := strings.Repeat("a large input ", 10_000)
+	task := fsm.Task{ID: "01JD0000000000000000000000"}
+	task.Context.InputText = input
+	at := time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC)
+	cases := []struct {
+		name, desc string
+		marker     byte
+	}{
+		{"the input", input, storedDescInput},
+		{"changed by TASK_CREATED", "the first message's text", storedDescOwn},
+		{"empty, the input not", "", storedDescOwn},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := Progress{TaskID: task.ID, State: fsm.StateReasoning, Description: c.desc,
+				CompletedSteps: []string{"search"}, UpdatedAt: at}
+			stored, err := p.EncodeStored(&task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stored[0] != c.marker {
+				t.Fatalf("marker %q, want %q", stored[0], c.marker)
+			}
+			if c.marker == storedDescInput && len(stored) > 200 {
+				t.Fatalf("stored progress is %d bytes: it holds the input again", len(stored))
+			}
+			got, err := DecodeStored(stored, &task)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, p) {
+				t.Fatalf("round trip:\n got %+v\nwant %+v", got, p)
+			}
+			full, _ := p.Encode()
+			again, _ := got.Encode()
+			if !bytes.Equal(full, again) {
+				t.Fatal("the restored progress does not encode as the original")
+			}
+		})
+	}
+	for _, bad := range [][]byte{nil, {'x', 0x80}, append([]byte{storedDescInput}, mustEncode(t, Progress{Description: "x"})...)} {
+		if _, err := DecodeStored(bad, &task); !errors.Is(err, ErrMalformed) {
+			t.Fatalf("DecodeStored(%q) = %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+func mustEncode(t *testing.T, p Progress) []byte {
+	t.Helper()
+	b, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
