@@ -158,11 +158,7 @@ func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string,
 		if err != nil || resp.StatusCode != 201 {
 			return
 		}
-		select {
-		case acked <- c.TaskID:
-		case <-stop:
-			return
-		}
+		acked <- c.TaskID // an acknowledged task is always reported, stop or not
 	}
 }
 
@@ -180,14 +176,26 @@ func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, w
 		sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
 		go func() { defer wg.Done(); submitter(p.url, inputs, sub, acked, stop) }()
 	}
+	submitted := make(chan struct{}) // every submitter returned
+	go func() { wg.Wait(); close(submitted) }()
 	for n := 0; n < killAfter; n++ {
-		ackedAll[<-acked] = true
+		select {
+		case id := <-acked:
+			ackedAll[id] = true
+		case <-submitted:
+			close(stop)
+			t.Fatalf("every submitter stopped after %d of %d acknowledgements: the daemon died or refused them\n%s", n, killAfter, p.output())
+		}
 	}
 	p.kill(t)
 	close(stop)
-	go func() { wg.Wait(); close(acked) }()
-	for id := range acked {
-		ackedAll[id] = true
+	for {
+		select {
+		case id := <-acked:
+			ackedAll[id] = true
+		case <-submitted:
+			return
+		}
 	}
 }
 
