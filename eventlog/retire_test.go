@@ -77,6 +77,24 @@ func TestRetire(t *testing.T) {
 		if got := seqs(collect(t, l.Scan(3, Forward))); !slices.Equal(got, want[1:]) {
 			t.Fatalf("scan from inside a hole: %v, want %v", got, want[1:])
 		}
+		for _, from := range []uint64{1, 3} { // from a hole, from inside one
+			sub := l.Subscribe(ctx, from)
+			var got []uint64
+			for _, w := range want {
+				if w < from {
+					continue
+				}
+				e, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatalf("subscription from %d, after %v: %v", from, got, err)
+				}
+				got = append(got, e.Seq)
+			}
+			sub.Close()
+			if w := slices.DeleteFunc(slices.Clone(want), func(s uint64) bool { return s < from }); !slices.Equal(got, w) {
+				t.Fatalf("subscription from %d: %v, want %v", from, got, w)
+			}
+		}
 		if _, err := l.GetSeq(1); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("GetSeq of a removed event: %v", err)
 		}

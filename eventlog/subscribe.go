@@ -7,7 +7,8 @@ import (
 
 // Subscription delivers the log's events in seq order from a starting
 // sequence: first from the log (catch-up), then live as groups commit. It
-// never skips or repeats an event.
+// never skips or repeats an event the log holds; it passes over the
+// sequences that retention archived (Retire's holes), as Scan does.
 //
 // Memory is bounded: a live subscription buffers at most
 // Options.SubscriberBuffer events. The committer never waits for a
@@ -113,11 +114,14 @@ func (s *Subscription) next1(ctx context.Context) (Event, error) {
 		if s.it != nil {
 			if s.it.Next() {
 				ev := s.it.Event()
-				if ev.Seq != s.next {
+				if ev.Seq < s.next {
 					s.it.Close()
 					s.it = nil
 					return Event{}, corruptSeq(s.next, "subscription expected seq %d, log returned %d", s.next, ev.Seq)
 				}
+				// A scan passes over a gap only where hole keys cover it
+				// (retention archived those events), or fails.
+				s.next = ev.Seq
 				return ev, nil
 			}
 			err := s.it.Close()
