@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -64,6 +66,9 @@ func TestRetentionCrashRecovery(t *testing.T) {
 			}
 		}
 	}
+	// Every cycle may have been killed before a run archived anything, and
+	// the last run's tasks finished just now: wait for a run that did.
+	waitArchived(t, p)
 	p.stop(t)
 
 	l, v := openVerified(t, data)
@@ -111,4 +116,30 @@ func TestRetentionCrashRecovery(t *testing.T) {
 	}
 	t.Logf("%d acknowledged tasks over %d kills; %d retention runs archived %d tasks; %d holes; %d orphan archives",
 		len(ackedAll), cycles, ar.Manifests, len(archived), len(holes), len(ar.Orphans))
+}
+
+// waitArchived waits, up to testTimeout, until the log of the running
+// daemon p holds an EVENTS_ARCHIVED event, read from its event stream
+// from the start.
+func waitArchived(t *testing.T, p *proc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/v1/events/stream?after_seq=0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		if sc.Text() == "event: "+eventlog.TypeEventsArchived {
+			return
+		}
+	}
+	t.Fatalf("no retention run archived tasks within %v: %v\n%s", testTimeout, sc.Err(), p.output())
 }
