@@ -61,9 +61,9 @@ func TestPublishCrash(t *testing.T) {
 // starts it again (it publishes what the stop's drain committed after the
 // outbox stopped), waits until the stream holds the log's head as it was
 // and kills it. The stream must then hold the log's events from 1 on,
-// once each, in order (cluster.VerifyFanout), and carry agent, broker and
-// system events on their subjects.
-func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.JetStream, stream string) cluster.FanoutRange {
+// once each, in order (cluster.VerifyFanout), and carry messages on each
+// of subjects (by default agent, broker and system events').
+func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.JetStream, stream string, subjects ...string) cluster.FanoutRange {
 	t.Helper()
 	p := startProc(t, bin, data, flags...)
 	p.stop(t)
@@ -103,7 +103,10 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 	if info, err := st.Info(context.Background()); err == nil && r.Last > 0 {
 		t.Logf("per event: %d bytes in the stream, %d in the log's record", info.State.Bytes/info.State.Msgs, recBytes/int(l.Head()))
 	}
-	for _, subj := range []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"} {
+	if len(subjects) == 0 {
+		subjects = []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"}
+	}
+	for _, subj := range subjects {
 		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 		if err != nil {
 			t.Fatal(err)

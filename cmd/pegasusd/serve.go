@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -252,7 +253,8 @@ type daemon struct {
 	cron   *cron.Cron
 	web    *web            // dashboard and metrics (web.go)
 	retain *retainer       // retention loop (retention.go), nil when off
-	outbox *cluster.Outbox // --publish (publish.go); nil without it
+	fanMu  sync.Mutex      // guards outbox
+	outbox *cluster.Outbox // --publish (publish.go); nil without it, or with --cluster while another daemon publishes
 	// replicated is the clustered log, leases this daemon's partition
 	// leases (clusterlog.go); nil without --cluster
 	replicated *cluster.ReplicatedLog
@@ -489,8 +491,8 @@ func (d *daemon) shutdown() error {
 	d.web.stop(ctx)
 	d.server.stopBroker()
 	d.retain.stop() // before the agent closes the log
-	perr := d.stopPublish()
 	d.stopTaking()
+	perr := d.stopPublish()
 	aerr := d.agent.Stop(ctx)
 	d.closeCluster()
 	return errors.Join(aerr, perr)
