@@ -104,7 +104,7 @@ type Leases struct {
 	noTake bool       // StopTaking was called
 
 	live      atomic.Int64  // live nodes as last counted (announce); 0: unknown
-	announced chan struct{} // closed when announcing returns
+	announced chan struct{} // closed when the counting goroutine returns
 
 	lostOnce sync.Once
 	lost     chan struct{}
@@ -169,8 +169,8 @@ func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acqu
 	lctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	l.live.Store(int64(l.announce(ctx)))
-	go l.announcing(lctx)
-	go l.run(lctx)
+	go l.every(lctx, l.announced, l.count)
+	go l.every(lctx, l.done, l.step)
 	return l, nil
 }
 
@@ -197,28 +197,10 @@ func validKey(s string) bool {
 	return true
 }
 
-// announcing renews the node's announcement and counts the live nodes
-// every Renew, apart from the leases' renewals, which a slow listing must
-// not delay.
-func (l *Leases) announcing(ctx context.Context) {
-	defer close(l.announced)
-	t := time.NewTicker(l.renew)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-l.paused:
-			<-ctx.Done()
-			return
-		case <-t.C:
-		}
-		l.live.Store(int64(l.announce(ctx)))
-	}
-}
-
-func (l *Leases) run(ctx context.Context) {
-	defer close(l.done)
+// every calls f at once and then every Renew, until ctx ends or the
+// leases are paused, and closes done.
+func (l *Leases) every(ctx context.Context, done chan struct{}, f func(context.Context)) {
+	defer close(done)
 	t := time.NewTicker(l.renew)
 	defer t.Stop()
 	for {
@@ -228,7 +210,7 @@ func (l *Leases) run(ctx context.Context) {
 			return
 		default:
 		}
-		l.step(ctx)
+		f(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -236,6 +218,10 @@ func (l *Leases) run(ctx context.Context) {
 		}
 	}
 }
+
+// count renews the node's announcement and counts the live nodes: apart
+// from the leases' renewals (step), which a slow listing must not delay.
+func (l *Leases) count(ctx context.Context) { l.live.Store(int64(l.announce(ctx))) }
 
 // step renews the leases held, gives back the partitions above the
 // node's share (by the live nodes last counted) and takes free ones up
