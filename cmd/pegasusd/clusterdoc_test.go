@@ -16,8 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/pegasus-engine/pegasus/cluster"
-	"github.com/pegasus-engine/pegasus/eventlog"
 )
 
 // shBlocks returns the contents of a Markdown document's ```sh blocks.
@@ -195,18 +193,8 @@ func clusterDocCommands(t *testing.T, bin string, js jetstream.JetStream, local 
 	if err != nil || !strings.Contains(string(out), "cluster: the copy is stream PEGASUS_LOG's messages to") {
 		t.Fatalf("%s: %v\n%s", verify, err, out)
 	}
-	l, err := eventlog.Open(lastData, &eventlog.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	st, err := js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fr, err := cluster.VerifyFanout(context.Background(), l, st); err != nil || fr.First != 1 {
-		t.Fatalf("the fan-out's stream %s holds %+v: %v", stream, fr, err)
-	}
+	l, _, _ := verifyFanout(t, lastData, js, stream)
+	l.Close()
 }
 
 // waitSubject waits until the stream holds a message on subj and returns
