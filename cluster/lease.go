@@ -55,8 +55,9 @@ type LeaseOptions struct {
 type Singleton struct {
 	Name string
 	// Start is called, from the leases' goroutine, when this node takes
-	// the lease. It must not block.
-	Start func()
+	// the lease. It must not block. If it fails, the lease is given back
+	// (and taken again at a later renewal, by this node or another).
+	Start func() error
 	// Stop is called when the node loses the lease or gives it back; it
 	// returns once the job stopped. The lease is taken again only after.
 	Stop func()
@@ -379,11 +380,16 @@ func (l *Leases) stepSingletons(ctx context.Context) {
 					rev, err = l.kv.Update(rctx, s.Name, []byte(l.r.opts.Node), e.Revision())
 				}
 			}
-			if err == nil {
-				st.rev = rev
-				l.r.opts.Logger.Info("took a singleton's lease", "lease", s.Name)
-				s.Start()
+			if err != nil {
+				break
 			}
+			if err := s.Start(); err != nil {
+				l.r.opts.Logger.Error("a singleton did not start; giving its lease back", "lease", s.Name, "err", err)
+				_ = l.kv.Delete(rctx, s.Name, jetstream.LastRevision(rev))
+				break
+			}
+			st.rev = rev
+			l.r.opts.Logger.Info("took a singleton's lease", "lease", s.Name)
 		}
 		cancel()
 	}

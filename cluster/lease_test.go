@@ -156,7 +156,7 @@ func TestLeasesBalance(t *testing.T) {
 	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "B"})
 	runs := make(chan string, 8) // "+A" when A starts the singleton, "-A" when it stops it
 	singleton := func(node string) []Singleton {
-		return []Singleton{{Name: "job", Start: func() { runs <- "+" + node }, Stop: func() { runs <- "-" + node }}}
+		return []Singleton{{Name: "job", Start: func() error { runs <- "+" + node; return nil }, Stop: func() { runs <- "-" + node }}}
 	}
 	released, hold := make(chan int, parts), make(chan struct{})
 	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, Singletons: singleton("A"),

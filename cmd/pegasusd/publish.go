@@ -68,15 +68,15 @@ func (d *daemon) newOutbox() (*cluster.Outbox, error) {
 
 // startFanout starts the outbox once this daemon took the fan-out's
 // lease (--cluster --publish).
-func (d *daemon) startFanout() {
+func (d *daemon) startFanout() error {
 	ob, err := d.newOutbox()
 	if err != nil {
-		d.log.Error("the fan-out did not start", "err", err)
-		return
+		return err
 	}
 	d.fanMu.Lock()
 	d.outbox = ob
 	d.fanMu.Unlock()
+	return nil
 }
 
 // stopFanout stops the outbox when this daemon loses or gives back the
