@@ -463,7 +463,18 @@ func (l *Leases) take(ctx context.Context, p int) bool {
 		}
 		return false
 	}
-	if _, err := r.Append(ctx, PartitionStream(p), eventlog.Any, ownedEvent(Owner{Partition: p, Node: r.opts.Node, Epoch: epoch})); err != nil {
+	// At the partition stream's version: a partition check, which an
+	// old owner's fenced check in flight at the same time cannot pass
+	// (check).
+	var v uint64
+	err = r.catchUp(ctx)
+	if err == nil {
+		v, err = r.local.StreamVersion(PartitionStream(p))
+	}
+	if err == nil {
+		_, err = r.Append(ctx, PartitionStream(p), eventlog.Exactly(v), ownedEvent(Owner{Partition: p, Node: r.opts.Node, Epoch: epoch}))
+	}
+	if err != nil {
 		r.opts.Logger.Warn("recording a partition's new owner failed; giving the lease back", "partition", p, "err", err)
 		_ = l.kv.Delete(context.WithoutCancel(ctx), leaseKey(p), jetstream.LastRevision(epoch))
 		return false
