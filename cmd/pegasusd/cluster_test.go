@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"flag"
 	"io"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
 // TestClusterCrash runs pegasusd --cluster --publish against an in-process cluster
@@ -350,4 +352,103 @@ func TestClusterFailover(t *testing.T) {
 	checkLog(t, data[owner], all)
 	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners; %d events on the fan-out's subjects exactly once",
 		len(all), *failoverCycles, r.Last)
+}
+
+// TestClusterBroker runs the broker on two pegasusd --cluster daemons
+// sharing the partitions (8 each). Dispatch tasks are created on A; an
+// external worker talks to B only, which assigns it the tasks of every
+// partition (a daemon assigns to the workers that talk to it); silent
+// tasks (1 s deadline, no retry) are timed out and dead-lettered by the
+// owners of their partitions; tasks asking for "plan" run on the built-in
+// worker of their partition's owner, as pegasus.task children. Every task
+// ends once: one DISPATCH_COMPLETED or one DISPATCH_DEAD_LETTERED each,
+// and both copies match the stream.
+func TestClusterBroker(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	js := nats.JetStream()
+	bin := buildDaemon(t)
+	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	flags := func(node string) []string { return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s"} }
+	a := startProc(t, bin, dataA, flags("a")...)
+	waitLeases(t, js, "a", 16)
+	b := startProc(t, bin, dataB, flags("b")...)
+	waitOwners(t, js, map[string]int{"a": 8, "b": 8})
+	tdA, tdB := &testDaemon{t: t, url: a.url}, &testDaemon{t: t, url: b.url}
+
+	kinds := map[string]string{} // task id -> "job", "silent" or "plan"
+	for i := range 12 {
+		kind, body := "job", `{"title":"job"}`
+		switch i % 4 {
+		case 1:
+			kind, body = "silent", `{"title":"silent","priority":10,"timeout_seconds":1,"max_retries":0}`
+		case 2:
+			kind, body = "plan", `{"title":"plan a trip","required_capabilities":["plan"]}`
+		}
+		kinds[dtask(t, tdA.as("client", "POST", "/api/v1/tasks", body)).TaskID] = kind
+	}
+	mustStatus(t, tdB.as("w", "PUT", "/api/v1/agents/w", `{"max_tasks":4}`), 200)
+	finished := func() bool {
+		var page struct {
+			Tasks []dispatchJSON `json:"tasks"`
+		}
+		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
+		n := 0
+		for _, j := range page.Tasks {
+			if j.Status == fsm.StateCompleted || j.DeadLettered {
+				n++
+			}
+		}
+		return n == len(kinds)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for !finished() && time.Now().Before(deadline) {
+		reported := false
+		for _, j := range tdB.poll("w") {
+			if kinds[j.TaskID] == "job" {
+				mustStatus(t, tdB.as("w", "POST", "/api/v1/tasks/"+j.TaskID+"/complete", `{"result":{"ok":true}}`), 200)
+				reported = true
+			}
+		}
+		if !reported {
+			// Only silent tasks are assigned to w: their deadlines
+			// fire on the owners' clocks (the long poll answers then).
+			tdA.as("client", "GET", "/api/v1/tasks?status=timed_out&wait=1s", "")
+		}
+	}
+	if !finished() {
+		var page struct {
+			Tasks []dispatchJSON `json:"tasks"`
+		}
+		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
+		var st []string
+		for _, j := range page.Tasks {
+			st = append(st, fmt.Sprintf("%s %s: %s to %q (dead letter %v)", kinds[j.TaskID], j.TaskID, j.Status, j.AssignedAgent, j.DeadLettered))
+		}
+		t.Fatalf("the dispatch tasks never all finished:\n%s\nA:\n%s\nB:\n%s", strings.Join(st, "\n"), lastLines(a.output(), 30), lastLines(b.output(), 30))
+	}
+	a.stop(t)
+	b.stop(t)
+	checkCopy(t, dataB, js) // B stopped last: its copy holds the whole stream
+	l, err := eventlog.Open(dataB, &eventlog.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ends := map[string][]string{}
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		if ev := it.Event(); kinds[ev.Stream] != "" && (ev.Type == string(fsm.DispatchCompleted) || ev.Type == string(fsm.DispatchDeadLettered)) {
+			ends[ev.Stream] = append(ends[ev.Stream], ev.Type)
+		}
+	}
+	for id, kind := range kinds {
+		want := string(fsm.DispatchCompleted)
+		if kind == "silent" {
+			want = string(fsm.DispatchDeadLettered)
+		}
+		if len(ends[id]) != 1 || ends[id][0] != want {
+			t.Errorf("%s task %s ended with %v, want one %s", kind, id, ends[id], want)
+		}
+	}
 }

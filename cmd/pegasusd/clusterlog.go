@@ -125,7 +125,9 @@ func (o *ownership) ownsFunc(rl *cluster.ReplicatedLog) func(string) bool {
 
 // startLeases starts taking and renewing partition leases once the agent
 // has recovered; each partition taken resumes its tasks through the
-// agent's recovery path (ResumeOwned), each one given back to balance the
+// agent's recovery path (ResumeOwned) and has the broker look at its
+// dispatch tasks (the owner decides their timeouts, retries and dead
+// letters, and its built-in worker runs them), each one given back to balance the
 // partitions over the live daemons stops running its tasks first
 // (Disown). With --publish, the fan-out is a singleton: the daemon holding
 // its lease runs the outbox (publish.go).
@@ -153,6 +155,9 @@ func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
 	l, err := rl.StartLeases(ctx, opts, func(p int) {
 		if err := d.agent.ResumeOwned(d.server.base, inP(p)); err != nil && d.server.base.Err() == nil {
 			d.log.Error("resuming a partition's tasks failed", "partition", p, "err", err)
+		}
+		if d.server.broker != nil {
+			d.server.broker.b.CheckAll() // its dispatch tasks' timeouts are this daemon's to decide now
 		}
 	})
 	if err != nil {

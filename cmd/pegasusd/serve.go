@@ -368,7 +368,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := d.server.startBroker(l, appender(rl, l), a.View(), cfg); err != nil {
+	if err := d.server.startBroker(l, appender(rl, l), own.ownsFunc(rl), a.View(), cfg); err != nil {
 		d.stopPublish()
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
