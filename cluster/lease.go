@@ -122,8 +122,8 @@ func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acqu
 	if r.parts == 0 && len(opts.Singletons) == 0 {
 		return nil, fmt.Errorf("%w: stream %s has no partitions", ErrInvalid, r.opts.Stream)
 	}
-	if !validKey(r.opts.Node) {
-		return nil, fmt.Errorf("%w: node name %q (letters, digits, '-', '_' and '=')", ErrInvalid, r.opts.Node)
+	if err := ValidateNode(r.opts.Node); err != nil {
+		return nil, err
 	}
 	for _, s := range opts.Singletons {
 		if !validKey(s.Name) || strings.HasPrefix(s.Name, "partition.") || strings.HasPrefix(s.Name, "node.") {
@@ -183,6 +183,15 @@ func leaseKey(p int) string { return "partition." + strconv.Itoa(p) }
 // nodeKey is where a live node announces itself (renewed every step,
 // expiring with the bucket's TTL).
 func nodeKey(node string) string { return "node." + node }
+
+// ValidateNode refuses a node name that cannot be a key of the lease
+// bucket (it names the node's announcement, node.<name>).
+func ValidateNode(name string) error {
+	if !validKey(name) {
+		return fmt.Errorf("%w: node name %q (letters, digits, '-', '_', '=' and inner dots)", ErrInvalid, name)
+	}
+	return nil
+}
 
 // validKey reports whether s is a key of the bucket made of letters,
 // digits, '-', '_', '=' and dots between them.

@@ -139,6 +139,7 @@ func TestClusterFlags(t *testing.T) {
 	}{
 		{[]string{"--cluster-replicas", "9"}, "--cluster-replicas 9"},
 		{[]string{"--cluster-stream", "a.b"}, `stream name "a.b"`},
+		{[]string{"--cluster-node", "a b"}, `--cluster-node: cluster: invalid options: node name "a b"`},
 		{[]string{"--retain-finished", "1h"}, "--retain-finished does not work with --cluster"},
 		{[]string{"--accept-data-loss"}, "--accept-data-loss does not apply with --cluster"},
 	} {

@@ -69,6 +69,11 @@ func clusterConfigFrom(cc *cli.Context) (clusterConfig, error) {
 	if err := cluster.ValidateStreamName(o.Stream); err != nil {
 		return c, fmt.Errorf("--cluster-stream: %w", err)
 	}
+	if o.Node != "" {
+		if err := cluster.ValidateNode(o.Node); err != nil {
+			return c, fmt.Errorf("--cluster-node: %w", err)
+		}
+	}
 	return c, nil
 }
 
