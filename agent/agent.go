@@ -227,6 +227,28 @@ func (a *Agent) ResumeOwned(ctx context.Context, match func(task string) bool) e
 	return nil
 }
 
+// Disown stops running the tasks match selects, which Options.Owns no
+// longer says yes to (pegasusd --cluster gives their partition to another
+// daemon): none of them is admitted, woken or started again, and Disown
+// returns once no stage of theirs runs, letting running stages finish
+// their current step (whose outcome is recorded) until ctx ends, then
+// cancelling them. A post-task reflection already running is not waited
+// for.
+func (a *Agent) Disown(ctx context.Context, match func(task string) bool) error {
+	running := a.sched.drop(match, false)
+	for i, ended := range running {
+		select {
+		case <-ended:
+		case <-ctx.Done():
+			for _, ended := range append(a.sched.drop(match, true), running[i:]...) {
+				<-ended
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // Recovery returns what Start recovered.
 func (a *Agent) Recovery() *replay.Recovery { return a.recovery }
 
@@ -420,6 +442,11 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 
 // runStage is the scheduler's run: one stage of task id, as folded now.
 func (a *Agent) runStage(ctx context.Context, id string) {
+	if !a.owns(id) {
+		// Disowned while it waited (a timer, the admission queue).
+		a.sched.release(id, false)
+		return
+	}
 	t, err := a.view.Task(id)
 	if err != nil {
 		a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -103,5 +104,51 @@ func TestOwnsAndResumeOwned(t *testing.T) {
 	}
 	if task := h.wait(other); task.State != fsm.StateCompleted {
 		t.Fatalf("the resumed task is %s", task.State)
+	}
+}
+
+// TestDisown: a task whose stage runs and one waiting for a slot stop
+// being run once disowned: Disown returns when the running stage's step
+// is done (its outcome recorded), no slot is held, nothing waits, and
+// neither task moves on until it is owned and resumed again.
+func TestDisown(t *testing.T) {
+	m := &blockingModel{calls: make(chan struct{}, 8), release: make(chan struct{})}
+	var owned atomic.Bool
+	owned.Store(true)
+	h := newHarness(t, Options{Model: m, MaxActiveTasks: 1, DisableReflection: true, Owns: func(string) bool { return owned.Load() }})
+	ctx := testCtx(t)
+	running := h.submit("first")
+	<-m.calls
+	waiting := h.submit("second")
+	if !h.a.sched.queued(waiting) {
+		t.Fatal("the second task does not wait for the slot")
+	}
+	owned.Store(false)
+	done := make(chan error, 1)
+	go func() { done <- h.a.Disown(ctx, func(string) bool { return true }) }()
+	for h.a.sched.queued(waiting) { // Disown drops it at once
+		if ctx.Err() != nil {
+			t.Fatal("the waiting task was never dropped")
+		}
+		runtime.Gosched()
+	}
+	close(m.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if active, queued := h.a.sched.counts(); active != 0 || queued != 0 {
+		t.Fatalf("after Disown %d slots are held and %d tasks wait", active, queued)
+	}
+	if w, _ := h.a.Task(waiting); w.State != fsm.StateIdle || len(m.calls) != 0 {
+		t.Fatalf("the disowned waiting task moved on: %s, %d model calls", w.State, len(m.calls))
+	}
+	owned.Store(true)
+	if err := h.a.ResumeOwned(ctx, func(string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{running, waiting} {
+		if task := h.wait(id); task.State != fsm.StateCompleted {
+			t.Fatalf("task %s is %s once owned again", id, task.State)
+		}
 	}
 }

@@ -35,6 +35,7 @@ type taskRun struct {
 	rerun   bool
 	wait    *waiting
 	cancel  context.CancelFunc
+	ended   chan struct{} // closed when the running stage goroutine returns
 }
 
 func newScheduler(max int, base context.Context, now func() time.Time, stages *sync.WaitGroup, run func(context.Context, string)) *scheduler {
@@ -119,7 +120,7 @@ func (s *scheduler) startLocked(id string, r *taskRun) {
 		r.rerun = true
 		return
 	}
-	r.running = true
+	r.running, r.ended = true, make(chan struct{})
 	s.stages.Add(1)
 	go s.loop(id)
 }
@@ -149,6 +150,7 @@ func (s *scheduler) loop(id string) {
 			continue
 		}
 		r.running, r.rerun = false, false
+		close(r.ended)
 		if !r.holding && r.wait == nil {
 			delete(s.runs, id)
 		}
@@ -201,4 +203,44 @@ func (s *scheduler) counts() (active, queued int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.active, s.queue.Len()
+}
+
+// drop forgets the tasks match selects (the agent no longer owns them):
+// their slots are given up, their waits and timers removed, and no stage
+// of theirs starts again. It returns a channel per stage still running,
+// closed when it returns; cancel also cancels those stages.
+func (s *scheduler) drop(match func(id string) bool, cancel bool) []<-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, tm := range s.timers {
+		if match(id) {
+			tm.Stop()
+			delete(s.timers, id)
+		}
+	}
+	var running []<-chan struct{}
+	for id, r := range s.runs {
+		if !match(id) {
+			continue
+		}
+		if r.wait != nil {
+			s.queue.remove(r.wait)
+			r.wait = nil
+		}
+		if r.holding {
+			r.holding = false
+			s.active--
+		}
+		r.rerun = false
+		if !r.running {
+			delete(s.runs, id)
+			continue
+		}
+		if cancel && r.cancel != nil {
+			r.cancel()
+		}
+		running = append(running, r.ended)
+	}
+	s.admitLocked()
+	return running
 }

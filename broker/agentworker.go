@@ -66,6 +66,9 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 		return err
 	}
 	w := &agentWorker{b: b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}, mine: map[string]struct{}{}}
+	b.mu.Lock()
+	b.agentWake = w.wake
+	b.mu.Unlock()
 	w.endedBefore()
 	errc := make(chan error, 1)
 	go func() { errc <- w.follow(ctx, sub) }()
@@ -78,6 +81,7 @@ func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
 		if all, err = b.sleep(ctx, errc, w.wake, b.opts.WorkerTTL/3); err != nil {
 			return err
 		}
+		all = b.agentAll.Swap(false) || all
 	}
 }
 
@@ -188,6 +192,9 @@ func (w *agentWorker) cancelStale(ctx context.Context) {
 	w.mu.Unlock()
 	b := w.b
 	for id, cause := range ended {
+		if !b.owns(id) {
+			continue // its owner's worker cancels them
+		}
 		current := ""
 		if t, err := b.tasks.Task(id); err == nil && waitsForAgent(&t) {
 			current = agentChildID(&t).String()
@@ -241,8 +248,8 @@ func (w *agentWorker) step(ctx context.Context, all bool) {
 		}
 	}
 	for _, t := range tasks {
-		if !waitsForAgent(&t) {
-			continue
+		if !waitsForAgent(&t) || !b.owns(t.ID) {
+			continue // (another daemon's built-in worker runs a task it does not own)
 		}
 		w.mu.Lock()
 		w.mine[t.ID] = struct{}{}

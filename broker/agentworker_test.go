@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,4 +343,29 @@ func TestAgentWorkerCancelsStaleChild(t *testing.T) {
 	if got, _ := h.b.Task(task.ID); got.Dispatch.RetryCount != 1 {
 		t.Fatalf("task: %s", fsm.Describe(got))
 	}
+}
+
+// TestAgentWorkerOwns: the built-in worker of a daemon that does not own
+// a broker task assigned to "pegasus" (another daemon's worker runs it)
+// leaves it alone; once it owns the task, it starts it.
+func TestAgentWorkerOwns(t *testing.T) {
+	h := newHarnessRun(t, false)
+	var owned atomic.Bool
+	h.b.opts.Owns = func(string) bool { return owned.Load() }
+	h.run()
+	if err := h.b.RegisterAgentWorker(h.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.b.Seen(AgentWorkerID)
+	task := h.create("plan the trip", 0, "plan")
+	h.waitTask(task.ID, "assigned to pegasus", assignedTo(AgentWorkerID))
+	w := &agentWorker{b: h.b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}, mine: map[string]struct{}{}}
+	w.step(h.ctx, true)
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned || len(h.b.Children(task.ID)) != 0 {
+		t.Fatalf("a worker that does not own the task ran it: %s, children %v", got.State, h.b.Children(task.ID))
+	}
+	owned.Store(true)
+	w.step(h.ctx, true)
+	h.waitTask(task.ID, "started by its owner's worker", func(t *fsm.Task) bool { return t.State == fsm.StateInProgress })
+	h.waitChildren(h.b, task.ID, 1)
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -116,6 +117,13 @@ type Options struct {
 	// there before it returns (pegasusd --cluster passes the replicated
 	// log). The default value is the log given to New.
 	Appender eventlog.Appender
+	// Owns says whether this broker decides a task's timeouts, retries and
+	// dead letters, and whether its built-in worker runs the task
+	// (pegasusd --cluster: the tasks of the partitions the daemon holds).
+	// Assignments are not partitioned: a broker assigns queued tasks to
+	// the workers that talk to it (worker liveness is in memory). The
+	// default value is nil: every task.
+	Owns func(task string) bool
 }
 
 // EnsureDefaults returns o with its zero fields set to their defaults.
@@ -170,6 +178,8 @@ type Broker struct {
 	seen      map[string]time.Time         // worker liveness (memory only)
 	changed   chan struct{}                // closed and replaced after every dispatch event folded
 	kick      chan struct{}                // wakes the loop (buffered 1)
+	agentWake chan struct{}                // wakes the built-in worker's loop (RunAgentWorker), nil before
+	agentAll  atomic.Bool                  // the built-in worker looks at every live task at its next wake (CheckAll)
 	running   bool
 
 	followed watermark.Mark // the last event follow has indexed
@@ -332,6 +342,7 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			continue
 		}
 		t := &e.t
+		owned := b.owns(id)
 		switch act := fsm.Next(t); act.Kind {
 		case fsm.ActAssign:
 			if act.At.After(now) {
@@ -346,11 +357,20 @@ func (b *Broker) step(ctx context.Context) time.Time {
 				b.scheduleLocked(e, act.At)
 				continue
 			}
+			if !owned {
+				continue // its owner's broker decides
+			}
 			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchTimedOut, &fsm.DispatchTimedOutBody{AgentID: BrokerAgent})})
 		case fsm.ActRetry:
+			if !owned {
+				continue
+			}
 			jitter := b.opts.Jitter(fsm.DispatchBackoff(t))
 			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchRetried, &fsm.DispatchRetriedBody{AgentID: BrokerAgent, JitterMS: jitter.Milliseconds()})})
 		case fsm.ActDeadLetter:
+			if !owned {
+				continue
+			}
 			_, why := fsm.DispatchRetryDue(t)
 			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})})
 		}
@@ -475,6 +495,28 @@ func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) ui
 		last = max(last, r.LastSeq)
 	}
 	return last
+}
+
+// owns reports whether this broker decides task id's timeouts, retries
+// and dead letters (Options.Owns).
+func (b *Broker) owns(id string) bool { return b.opts.Owns == nil || b.opts.Owns(id) }
+
+// CheckAll has the loop, and the built-in worker's, look at every live
+// task at once, as they do every CheckInterval (WorkerTTL/3): pegasusd --cluster calls it when it takes a partition,
+// whose tasks' decisions are its own from then on.
+func (b *Broker) CheckAll() {
+	b.agentAll.Store(true)
+	b.mu.Lock()
+	b.lastFull = time.Time{}
+	aw := b.agentWake
+	b.mu.Unlock()
+	b.wake()
+	if aw != nil {
+		select {
+		case aw <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // again has the next step look at task id again (its decision was not

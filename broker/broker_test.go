@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,4 +474,27 @@ func TestIdleWorkerBehindUnplaceableQueue(t *testing.T) {
 	h.register("gpu-box", 2, "gpu")
 	h.waitTask(waiting[0].ID, "assigned to gpu-box", assignedTo("gpu-box"))
 	h.waitTask(waiting[1].ID, "assigned to gpu-box", assignedTo("gpu-box"))
+}
+
+// TestOwnsDecidesTimeouts: a broker that does not own a task (pegasusd
+// --cluster: another daemon holds its partition) assigns it to its
+// workers but does not time it out, even long past its deadline; once it
+// owns the task, CheckAll has it decide at once.
+func TestOwnsDecidesTimeouts(t *testing.T) {
+	h := newHarnessRun(t, false)
+	var owned atomic.Bool
+	h.b.opts.Owns = func(string) bool { return owned.Load() }
+	h.run()
+	h.register("w1", 1)
+	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 1, RetryEligible: true}))
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	h.settle()
+	h.clk.Advance(2 * time.Minute) // past the deadline and a full check
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned {
+		t.Fatalf("timed out by a broker that does not own it: %s", got.State)
+	}
+	owned.Store(true)
+	h.b.CheckAll()
+	h.waitTask(task.ID, "timed out and retried by its owner", func(t *fsm.Task) bool { return t.Dispatch.RetryCount == 1 })
 }

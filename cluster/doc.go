@@ -15,7 +15,13 @@
 // (create, and update at the last revision), records each new owner as a
 // PARTITION_OWNED event, and the owner's appends to its partition carry
 // the partition's last sequence as their expected sequence, so that a
-// stale owner's appends are refused by JetStream (ErrFenced).
+// stale owner's appends are refused by JetStream (ErrFenced). Live nodes
+// announce themselves in the bucket (node.<name>) and share the
+// partitions: a node holds at most ceil(partitions / live nodes), gives
+// back what is above (its tasks stop running first, the lease and the
+// fence held until then) and takes free ones below. Singletons (the
+// fan-out with pegasusd --cluster) run on one node at a time under a
+// lease of their own.
 //
 // The fan-out (outbox.go): an Outbox follows a committed log and
 // publishes every event, in the one JSON form of an event
@@ -34,8 +40,9 @@
 //     writes to the log but its cursor (an aux key).
 //   - Exactly once, in log order, without a gap: every message is
 //     published with the stream's expected last sequence (the outbox is
-//     the stream's only publisher), so the stream holds a gap-free prefix
-//     of the log; on any error the outbox drops what is in flight, reads
+//     the stream's only publisher; two outboxes over copies of one
+//     clustered log may overlap, harmlessly), so the stream holds a
+//     gap-free prefix of the log; on any error the outbox drops what is in flight, reads
 //     the stream's last message (its Pegasus-Seq header) and resumes after
 //     it. Each message also carries the event's id as Nats-Msg-Id, so a
 //     retry JetStream already stored is a duplicate it drops.

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +28,39 @@ type LeaseOptions struct {
 	// Renew is how often the node renews its leases and looks for free
 	// partitions. The default value is a third of the bucket's TTL.
 	Renew time.Duration
+	// NoBalance makes the node take every free partition, so that the
+	// first node up holds them all and the others take over only when it
+	// stops or dies. The default value is false: live nodes share the
+	// partitions (each holds at most its share, ceil(partitions / live
+	// nodes), and gives back what is above it).
+	NoBalance bool
+	// Release is called, in a goroutine of its own, when the node gives a
+	// partition back to balance them: it must stop running the
+	// partition's tasks and return once none runs (agent.Disown). The
+	// lease is renewed, and the node's appends to the partition fenced,
+	// until it returns; only then is the lease deleted. The default value
+	// is nil: nothing to stop.
+	Release func(ctx context.Context, p int)
+	// Singletons are jobs that one node of the cluster runs at a time
+	// (the fan-out): each under its own lease in the bucket. The default
+	// value is none.
+	Singletons []Singleton
+}
+
+// Singleton is a job one node at a time runs, while it holds the lease
+// under the key Name (not "partition.<n>" nor "node.<name>"). Nothing
+// fences it: the job must make two runs at once harmless itself (the
+// outbox does: every publish carries the stream's expected last
+// sequence).
+type Singleton struct {
+	Name string
+	// Start is called, from the leases' goroutine, when this node takes
+	// the lease. It must not block. If it fails, the lease is given back
+	// (and taken again at a later renewal, by this node or another).
+	Start func() error
+	// Stop is called when the node loses the lease or gives it back; it
+	// returns once the job stopped. The lease is taken again only after.
+	Stop func()
 }
 
 // lease is a partition this node holds.
@@ -34,6 +69,16 @@ type lease struct {
 	rev     uint64 // its latest revision (renewals)
 	renewed time.Time
 	lost    bool
+	// releasing: the node gives the partition back (balancing); it no
+	// longer runs its tasks. released is closed once none runs.
+	releasing bool
+	released  chan struct{}
+}
+
+// singleState is what the leases' goroutine knows of one singleton.
+type singleState struct {
+	rev      uint64        // the lease's latest revision; 0: not held
+	stopping chan struct{} // closed once Stop returned after a loss; nil: never stopped
 }
 
 // Leases keeps this node's leases on partitions (docs/cluster.md): every
@@ -51,10 +96,16 @@ type Leases struct {
 	kv       jetstream.KeyValue
 	ttl      time.Duration
 	renew    time.Duration
+	opts     LeaseOptions
 	acquired func(p int)
+	singleMu sync.Mutex    // held while the singletons are renewed, taken or stopped
+	singles  []singleState // by index in opts.Singletons
 
 	takeMu sync.Mutex // held while taking a partition
 	noTake bool       // StopTaking was called
+
+	live      atomic.Int64  // live nodes as last counted (announce); 0: unknown
+	announced chan struct{} // closed when the counting goroutine returns
 
 	lostOnce sync.Once
 	lost     chan struct{}
@@ -68,8 +119,16 @@ type Leases struct {
 // the leases' goroutine, each time this node takes a partition, once its
 // PARTITION_OWNED is in the local copy. The log must have partitions.
 func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acquired func(p int)) (*Leases, error) {
-	if r.parts == 0 {
+	if r.parts == 0 && len(opts.Singletons) == 0 {
 		return nil, fmt.Errorf("%w: stream %s has no partitions", ErrInvalid, r.opts.Stream)
+	}
+	if err := ValidateNode(r.opts.Node); err != nil {
+		return nil, err
+	}
+	for _, s := range opts.Singletons {
+		if !validKey(s.Name) || strings.HasPrefix(s.Name, "partition.") || strings.HasPrefix(s.Name, "node.") {
+			return nil, fmt.Errorf("%w: singleton lease key %q", ErrInvalid, s.Name)
+		}
 	}
 	if opts.Bucket == "" {
 		opts.Bucket = "PEGASUS_LEASES"
@@ -95,14 +154,24 @@ func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acqu
 	if st.TTL() <= 0 {
 		return nil, fmt.Errorf("%w: lease bucket %s has no TTL", ErrInvalid, opts.Bucket)
 	}
-	l := &Leases{r: r, kv: kv, ttl: st.TTL(), renew: opts.Renew, acquired: acquired,
-		lost: make(chan struct{}), paused: make(chan struct{}), done: make(chan struct{})}
+	l := &Leases{r: r, kv: kv, ttl: st.TTL(), renew: opts.Renew, opts: opts, acquired: acquired,
+		singles: make([]singleState, len(opts.Singletons)),
+		lost:    make(chan struct{}), paused: make(chan struct{}), done: make(chan struct{}), announced: make(chan struct{})}
 	if l.renew <= 0 {
 		l.renew = l.ttl / 3
 	}
+	r.mu.Lock()
+	for p, h := range r.held {
+		if h.lost { // an earlier Leases' (closed): free to take again
+			delete(r.held, p)
+		}
+	}
+	r.mu.Unlock()
 	lctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
-	go l.run(lctx)
+	l.live.Store(int64(l.announce(ctx)))
+	go l.every(lctx, l.announced, l.count)
+	go l.every(lctx, l.done, l.step)
 	return l, nil
 }
 
@@ -111,8 +180,37 @@ func (l *Leases) TTL() time.Duration { return l.ttl }
 
 func leaseKey(p int) string { return "partition." + strconv.Itoa(p) }
 
-func (l *Leases) run(ctx context.Context) {
-	defer close(l.done)
+// nodeKey is where a live node announces itself (renewed every step,
+// expiring with the bucket's TTL).
+func nodeKey(node string) string { return "node." + node }
+
+// ValidateNode refuses a node name that cannot be a key of the lease
+// bucket (it names the node's announcement, node.<name>).
+func ValidateNode(name string) error {
+	if !validKey(name) {
+		return fmt.Errorf("%w: node name %q (letters, digits, '-', '_', '=' and inner dots)", ErrInvalid, name)
+	}
+	return nil
+}
+
+// validKey reports whether s is a key of the bucket made of letters,
+// digits, '-', '_', '=' and dots between them.
+func validKey(s string) bool {
+	if s == "" || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_=.", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// every calls f at once and then every Renew, until ctx ends or the
+// leases are paused, and closes done.
+func (l *Leases) every(ctx context.Context, done chan struct{}, f func(context.Context)) {
+	defer close(done)
 	t := time.NewTicker(l.renew)
 	defer t.Stop()
 	for {
@@ -122,7 +220,7 @@ func (l *Leases) run(ctx context.Context) {
 			return
 		default:
 		}
-		l.step(ctx)
+		f(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -131,28 +229,194 @@ func (l *Leases) run(ctx context.Context) {
 	}
 }
 
-// step renews the leases held and takes free partitions.
+// count renews the node's announcement and counts the live nodes: apart
+// from the leases' renewals (step), which a slow listing must not delay.
+func (l *Leases) count(ctx context.Context) { l.live.Store(int64(l.announce(ctx))) }
+
+// step renews the leases held, gives back the partitions above the
+// node's share (by the live nodes last counted) and takes free ones up
+// to it, then renews or takes the singletons.
 func (l *Leases) step(ctx context.Context) {
 	r := l.r
+	live := int(l.live.Load())
+	defer l.stepSingletons(ctx)
+	var mine []int // partitions held and not being given back
 	for p := range r.parts {
 		if ctx.Err() != nil {
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, l.renew)
 		r.mu.Lock()
 		h := r.held[p]
-		var rev uint64
-		if h != nil {
-			rev = h.rev
-		}
 		r.mu.Unlock()
-		if h != nil {
-			l.renewOne(rctx, p, rev)
-		} else {
-			l.take(rctx, p)
+		if h == nil {
+			continue
+		}
+		if h.releasing {
+			select {
+			case <-h.released:
+				l.giveBack(ctx, p)
+				continue
+			default:
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.renew)
+		l.renewOne(rctx, p, h.rev)
+		cancel()
+		if !h.releasing && !h.lost {
+			mine = append(mine, p)
+		}
+	}
+	share := r.parts
+	if !l.opts.NoBalance {
+		if live == 0 {
+			return // the live nodes are unknown: keep what is held
+		}
+		share = (r.parts + live - 1) / live
+	}
+	for len(mine) > share {
+		l.release(ctx, mine[len(mine)-1])
+		mine = mine[:len(mine)-1]
+	}
+	n := len(mine)
+	for p := 0; p < r.parts && n < share && ctx.Err() == nil; p++ {
+		r.mu.Lock()
+		free := r.held[p] == nil
+		r.mu.Unlock()
+		if !free {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.renew)
+		if l.take(rctx, p) {
+			n++
 		}
 		cancel()
 	}
+}
+
+// announce renews this node's announcement and returns how many nodes
+// are live (announced within the TTL), or 0 if that is unknown.
+func (l *Leases) announce(ctx context.Context) int {
+	if l.opts.NoBalance || l.r.parts == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.renew)
+	defer cancel()
+	if _, err := l.kv.Put(ctx, nodeKey(l.r.opts.Node), []byte(l.r.opts.Node)); err != nil {
+		l.r.opts.Logger.Warn("announcing this node failed; partitions are not balanced until it works", "err", err)
+		return 0
+	}
+	keys, err := l.kv.ListKeysFiltered(ctx, nodeKey(">"))
+	if err != nil {
+		l.r.opts.Logger.Warn("listing the live nodes failed", "err", err)
+		return 0
+	}
+	defer keys.Stop()
+	nodes := map[string]bool{}
+	for k := range keys.Keys() {
+		nodes[k] = true
+	}
+	if ctx.Err() != nil || !nodes[nodeKey(l.r.opts.Node)] {
+		return 0
+	}
+	return len(nodes)
+}
+
+// release starts giving p back: its tasks stop running here (Owns says
+// no, Release stops what runs) while the lease is still renewed and the
+// node's appends to p fenced; a later step deletes the lease once
+// Release returned.
+func (l *Leases) release(ctx context.Context, p int) {
+	r := l.r
+	r.mu.Lock()
+	h := r.held[p]
+	h.releasing, h.released = true, make(chan struct{})
+	r.mu.Unlock()
+	r.opts.Logger.Info("giving a partition back to balance the partitions over the live nodes", "partition", p)
+	go func() {
+		defer close(h.released)
+		if l.opts.Release != nil {
+			l.opts.Release(ctx, p)
+		}
+	}()
+}
+
+// giveBack deletes the lease on p, whose tasks no longer run here: from
+// now on the node appends to p as any node that does not hold it.
+func (l *Leases) giveBack(ctx context.Context, p int) {
+	r := l.r
+	r.mu.Lock()
+	h := r.held[p]
+	delete(r.held, p)
+	r.mu.Unlock()
+	if h.lost {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, l.renew)
+	defer cancel()
+	if err := l.kv.Delete(dctx, leaseKey(p), jetstream.LastRevision(h.rev)); err != nil {
+		r.opts.Logger.Warn("giving a partition lease back failed; it expires after its TTL", "partition", p, "err", err)
+		return
+	}
+	r.opts.Logger.Info("gave a partition lease back", "partition", p)
+}
+
+// stepSingletons renews the singletons' leases held and takes free ones.
+func (l *Leases) stepSingletons(ctx context.Context) {
+	l.singleMu.Lock()
+	defer l.singleMu.Unlock()
+	for i, s := range l.opts.Singletons {
+		st := &l.singles[i]
+		rctx, cancel := context.WithTimeout(ctx, l.renew)
+		switch {
+		case st.rev != 0:
+			rev, err := l.kv.Update(rctx, s.Name, []byte(l.r.opts.Node), st.rev)
+			switch {
+			case err == nil:
+				st.rev = rev
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+				l.r.opts.Logger.Warn("lost a singleton's lease: another node runs it now", "lease", s.Name, "err", err)
+				st.rev, st.stopping = 0, make(chan struct{})
+				go func(done chan struct{}) { defer close(done); s.Stop() }(st.stopping)
+			default:
+				l.r.opts.Logger.Warn("renewing a singleton's lease failed; retrying", "lease", s.Name, "err", err)
+			}
+		case l.noTaking():
+		case st.stopping == nil || isClosed(st.stopping):
+			rev, err := l.kv.Create(rctx, s.Name, []byte(l.r.opts.Node))
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				// An earlier run's under this node's name: take it over.
+				if e, gerr := l.kv.Get(rctx, s.Name); gerr == nil && string(e.Value()) == l.r.opts.Node {
+					rev, err = l.kv.Update(rctx, s.Name, []byte(l.r.opts.Node), e.Revision())
+				}
+			}
+			if err != nil {
+				break
+			}
+			if err := s.Start(); err != nil {
+				l.r.opts.Logger.Error("a singleton did not start; giving its lease back", "lease", s.Name, "err", err)
+				_ = l.kv.Delete(rctx, s.Name, jetstream.LastRevision(rev))
+				break
+			}
+			st.rev = rev
+			l.r.opts.Logger.Info("took a singleton's lease", "lease", s.Name)
+		}
+		cancel()
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *Leases) noTaking() bool {
+	l.takeMu.Lock()
+	defer l.takeMu.Unlock()
+	return l.noTake
 }
 
 func (l *Leases) renewOne(ctx context.Context, p int, rev uint64) {
@@ -187,11 +451,11 @@ func (l *Leases) loseLocked(p int, err error) {
 // take tries to create p's lease (or to take over one in this node's
 // name: Node names must be unique among running nodes); on success it
 // appends PARTITION_OWNED and holds p.
-func (l *Leases) take(ctx context.Context, p int) {
+func (l *Leases) take(ctx context.Context, p int) bool {
 	l.takeMu.Lock()
 	defer l.takeMu.Unlock()
 	if l.noTake {
-		return
+		return false
 	}
 	r := l.r
 	epoch, err := l.kv.Create(ctx, leaseKey(p), []byte(r.opts.Node))
@@ -206,12 +470,23 @@ func (l *Leases) take(ctx context.Context, p int) {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			r.opts.Logger.Debug("taking a partition lease failed", "partition", p, "err", err)
 		}
-		return
+		return false
 	}
-	if _, err := r.Append(ctx, PartitionStream(p), eventlog.Any, ownedEvent(Owner{Partition: p, Node: r.opts.Node, Epoch: epoch})); err != nil {
+	// At the partition stream's version: a partition check, which an
+	// old owner's fenced check in flight at the same time cannot pass
+	// (check).
+	var v uint64
+	err = r.catchUp(ctx)
+	if err == nil {
+		v, err = r.local.StreamVersion(PartitionStream(p))
+	}
+	if err == nil {
+		_, err = r.Append(ctx, PartitionStream(p), eventlog.Exactly(v), ownedEvent(Owner{Partition: p, Node: r.opts.Node, Epoch: epoch}))
+	}
+	if err != nil {
 		r.opts.Logger.Warn("recording a partition's new owner failed; giving the lease back", "partition", p, "err", err)
 		_ = l.kv.Delete(context.WithoutCancel(ctx), leaseKey(p), jetstream.LastRevision(epoch))
-		return
+		return false
 	}
 	r.mu.Lock()
 	r.held[p] = &lease{epoch: epoch, rev: epoch, renewed: time.Now()}
@@ -220,15 +495,40 @@ func (l *Leases) take(ctx context.Context, p int) {
 	if l.acquired != nil {
 		l.acquired(p)
 	}
+	return true
 }
 
-// StopTaking stops taking free partitions (it waits for a take under
-// way); the leases held are still renewed. Call it when the node starts
-// to stop, before its local copy closes.
-func (l *Leases) StopTaking() {
+// StopTaking stops taking free partitions and singletons (it waits for a
+// take under way); the partitions' leases held are still renewed. The
+// singletons are stopped and their leases given back, so that another
+// node takes them at once. Call it when the node starts to stop, before
+// its local copy closes.
+func (l *Leases) StopTaking(ctx context.Context) {
 	l.takeMu.Lock()
-	defer l.takeMu.Unlock()
 	l.noTake = true
+	l.takeMu.Unlock()
+	l.stopSingletons(ctx)
+}
+
+// stopSingletons stops the singletons this node runs (or waits for a
+// stop under way) and gives their leases back.
+func (l *Leases) stopSingletons(ctx context.Context) {
+	l.singleMu.Lock()
+	defer l.singleMu.Unlock()
+	for i, s := range l.opts.Singletons {
+		st := &l.singles[i]
+		if st.stopping != nil {
+			<-st.stopping
+		}
+		if st.rev == 0 {
+			continue
+		}
+		s.Stop()
+		if err := l.kv.Delete(ctx, s.Name, jetstream.LastRevision(st.rev)); err != nil {
+			l.r.opts.Logger.Warn("giving a singleton's lease back failed; it expires after its TTL", "lease", s.Name, "err", err)
+		}
+		st.rev = 0
+	}
 }
 
 // Owns reports whether this node holds the partition of a task stream
@@ -241,7 +541,7 @@ func (l *Leases) Owns(stream string) bool {
 	l.r.mu.Lock()
 	defer l.r.mu.Unlock()
 	h := l.r.held[p]
-	return h != nil && !h.lost
+	return h != nil && !h.lost && !h.releasing
 }
 
 // Held returns the partitions this node holds, in order.
@@ -250,7 +550,7 @@ func (l *Leases) Held() []int {
 	defer l.r.mu.Unlock()
 	var ps []int
 	for p := range l.r.parts {
-		if h := l.r.held[p]; h != nil && !h.lost {
+		if h := l.r.held[p]; h != nil && !h.lost && !h.releasing {
 			ps = append(ps, p)
 		}
 	}
@@ -270,6 +570,11 @@ func (l *Leases) pause() { close(l.paused) }
 func (l *Leases) Close(ctx context.Context) {
 	l.cancel()
 	<-l.done
+	<-l.announced
+	l.stopSingletons(ctx)
+	if !l.opts.NoBalance && l.r.parts > 0 {
+		_ = l.kv.Delete(ctx, nodeKey(l.r.opts.Node))
+	}
 	r := l.r
 	r.mu.Lock()
 	revs := map[int]uint64{}

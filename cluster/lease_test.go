@@ -22,12 +22,12 @@ func streamIn(p, n int) string {
 
 // startLeases starts a node's leases and returns a channel that gets each
 // partition it takes.
-func startLeases(t *testing.T, n *node, ttl time.Duration) (*Leases, chan int) {
+func startLeases(t *testing.T, n *node, opts LeaseOptions) (*Leases, chan int) {
 	t.Helper()
 	took := make(chan int, 64)
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	l, err := n.rl.StartLeases(ctx, LeaseOptions{TTL: ttl}, func(p int) { took <- p })
+	l, err := n.rl.StartLeases(ctx, opts, func(p int) { took <- p })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func waitTook(t *testing.T, took chan int, ps ...int) {
 }
 
 // TestLeasesFenceAStaleOwner: node A takes every partition of a
-// three-replica log and appends to a task (fenced: its appends carry the
+// three-replica log (without balancing) and appends to a task (fenced: its appends carry the
 // partition's last sequence); a second node, B, takes nothing while A
 // renews. A then stops renewing, as a paused process would; once the
 // leases expire B takes them and records itself as the owner. An append A
@@ -72,9 +72,9 @@ func TestLeasesFenceAStaleOwner(t *testing.T) {
 	if a.rl.parts != parts || b.rl.parts != parts {
 		t.Fatalf("partitions %d and %d, want %d", a.rl.parts, b.rl.parts, parts)
 	}
-	la, tookA := startLeases(t, a, time.Second)
+	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, NoBalance: true})
 	waitTook(t, tookA, 0, 1, 2, 3)
-	lb, tookB := startLeases(t, b, time.Second)
+	lb, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, NoBalance: true})
 
 	task, other := streamIn(2, parts), streamIn(2, parts)+"x"
 	for PartitionOf(other, parts) != 2 {
@@ -140,4 +140,86 @@ func TestLeasesFenceAStaleOwner(t *testing.T) {
 	if o := a.rl.owners[2]; o.Node != "B" {
 		t.Fatalf("partition 2's last PARTITION_OWNED names %+v", o)
 	}
+}
+
+// TestLeasesBalance: node A holds all four partitions; once B is live, A
+// gives back the two above its share (ceil(4 / 2)), keeping their leases
+// (and its fence) until its Release returns, and B takes them. When B
+// stops cleanly, A takes them back at once. A singleton runs on one node
+// at a time and moves to the other when its holder stops.
+func TestLeasesBalance(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	const parts = 4
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "B"})
+	runs := make(chan string, 8) // "+A" when A starts the singleton, "-A" when it stops it
+	singleton := func(node string) []Singleton {
+		return []Singleton{{Name: "job", Start: func() error { runs <- "+" + node; return nil }, Stop: func() { runs <- "-" + node }}}
+	}
+	released, hold := make(chan int, parts), make(chan struct{})
+	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, Singletons: singleton("A"),
+		Release: func(_ context.Context, p int) { released <- p; <-hold }})
+	waitTook(t, tookA, 0, 1, 2, 3)
+	if r := <-runs; r != "+A" {
+		t.Fatalf("the singleton: %s, want +A", r)
+	}
+	lb, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, Singletons: singleton("B")})
+
+	gave := map[int]bool{<-released: true, <-released: true}
+	if !gave[2] || !gave[3] {
+		t.Fatalf("A gives back %v, want 2 and 3", gave)
+	}
+	// Until Release returns A still holds the leases, but no longer
+	// runs the partitions' tasks.
+	for p := range gave {
+		if e, err := la.kv.Get(ctx, leaseKey(p)); err != nil || string(e.Value()) != "A" {
+			t.Fatalf("partition %d's lease while A releases it: %v", p, err)
+		}
+		if la.Owns(streamIn(p, parts)) {
+			t.Fatalf("A still runs partition %d's tasks", p)
+		}
+	}
+	if !la.Owns(streamIn(0, parts)) {
+		t.Fatal("A no longer runs partition 0")
+	}
+	close(hold)
+	waitTook(t, tookB, 2, 3)
+	if got := la.Held(); len(got) != 2 || got[0] != 0 || got[1] != 1 {
+		t.Fatalf("A holds %v, want [0 1]", got)
+	}
+	// B's PARTITION_OWNED is in A's copy: A's appends to 2 and 3 are
+	// those of a node that does not hold them.
+	if err := a.rl.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := a.rl.owners[3]; o.Node != "B" {
+		t.Fatalf("partition 3's owner in A's copy: %+v", o)
+	}
+	if _, err := a.rl.Append(ctx, streamIn(3, parts), eventlog.NoStream, eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatalf("A's append to a partition it gave back: %v", err)
+	}
+
+	// B stops cleanly: its leases and announcement are deleted, A's
+	// share is all four again and it takes them back at once.
+	lb.Close(ctx)
+	waitTook(t, tookA, 2, 3)
+
+	// B again; A stops taking: the singleton moves to B.
+	lb, tookB = startLeases(t, b, LeaseOptions{TTL: time.Second, Singletons: singleton("B")})
+	waitTook(t, tookB, 2, 3)
+	la.StopTaking(ctx)
+	if r := <-runs; r != "-A" {
+		t.Fatalf("the singleton: %s, want -A", r)
+	}
+	if r := <-runs; r != "+B" {
+		t.Fatalf("the singleton: %s, want +B", r)
+	}
+	la.StopTaking(ctx) // a second call changes nothing
+	lb.Close(ctx)
+	if r := <-runs; r != "-B" {
+		t.Fatalf("the singleton: %s, want -B", r)
+	}
+	sameCopies(t, a, b)
 }

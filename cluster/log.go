@@ -797,9 +797,15 @@ type check struct {
 }
 
 // check maps a part's expected version to its check. An append at an
-// expected version to a partition this node holds is fenced: its version
-// is checked in the local copy, which holds the partition up to the
-// sequence the check then expects of the whole partition (partition.go).
+// expected version to a partitioned stream is checked against the whole
+// partition: its version is checked in the local copy, which holds the
+// partition up to the sequence the check then expects of the partition's
+// subjects (partition.go). For a partition this node holds that is the
+// fence; for the others it is what keeps the fence sound: JetStream
+// serialises in-flight checks by the subject they name, so a check on
+// one task's own subject would not stop the owner's partition check from
+// passing while that append is still being replicated, and both would be
+// stored. Creations (NoStream) and Any appends need no fence.
 func (r *ReplicatedLog) check(ctx context.Context, sa eventlog.StreamAppend) (check, error) {
 	if p := PartitionOf(sa.Stream, r.parts); p >= 0 && sa.Expected > 0 {
 		r.mu.Lock()
@@ -812,12 +818,10 @@ func (r *ReplicatedLog) check(ctx context.Context, sa eventlog.StreamAppend) (ch
 		if err != nil {
 			return check{}, err
 		}
-		if l != nil {
-			if _, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected); err != nil {
-				return check{}, err
-			}
-			return check{seq: int64(last), subj: partitionFilter(p)}, nil
+		if _, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected); err != nil {
+			return check{}, err
 		}
+		return check{seq: int64(last), subj: partitionFilter(p)}, nil
 	}
 	seq, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected)
 	return check{seq: seq}, err

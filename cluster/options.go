@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,12 @@ type OutboxOptions struct {
 	// stream missing) before the outbox tries again. The default value is
 	// 1s.
 	RetryInterval time.Duration
+	// CatchUp, if set, is called when the stream holds events beyond the
+	// log's head, before they are taken for a foreign stream's: with
+	// pegasusd --cluster the log is a node's copy, and the node that
+	// published before may have been ahead of it (ReplicatedLog.CatchUp).
+	// The default value is nil: the log is the truth.
+	CatchUp func(context.Context) error
 	// Logger receives the outbox's warnings. The default value discards
 	// them.
 	Logger *slog.Logger

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -157,7 +158,11 @@ func (o *Outbox) session(ctx context.Context) error {
 		cancelOps()
 		return err
 	}
-	from, last, err := o.resume(opCtx, st)
+	from, last, lastID, err := o.resume(opCtx, st)
+	if err == nil && from > o.log.Head()+1 && o.opts.CatchUp != nil {
+		// Another node published what this node's copy does not hold yet.
+		err = o.opts.CatchUp(opCtx)
+	}
 	cancelOps()
 	if err != nil {
 		return err
@@ -165,6 +170,16 @@ func (o *Outbox) session(ctx context.Context) error {
 	if head := o.log.Head(); from > head+1 {
 		return fmt.Errorf("%w: stream %s holds sequence %d, the log's head is %d (a stream filled from another log, "+
 			"or from this one before a data loss: publish into a new stream)", ErrForeignStream, o.opts.Stream, from-1, head)
+	}
+	if lastID != "" {
+		ev, err := o.log.GetSeq(from - 1)
+		switch {
+		case err == nil && ev.ID.String() != lastID:
+			return fmt.Errorf("%w: stream %s holds event %s as sequence %d, the log holds %s there (a stream filled from another log: "+
+				"publish into a new stream)", ErrForeignStream, o.opts.Stream, lastID, from-1, ev.ID)
+		case err != nil && !errors.Is(err, eventlog.ErrNotFound):
+			return err
+		}
 	}
 	if cursor := o.Published(); from != cursor+1 {
 		o.opts.Logger.Info("fan-out resumes after the stream's last message, not the cursor",
@@ -260,18 +275,16 @@ func (o *Outbox) message(ev eventlog.Event) *nats.Msg {
 }
 
 // ensureStream returns the outbox's stream, creating it if it does not
-// exist. An existing stream is used as it is if it captures Subjects.
+// exist. An existing stream is used as it is if its subjects cover
+// Subjects.
 func (o *Outbox) ensureStream(ctx context.Context) (jetstream.Stream, error) {
 	st, err := o.js.Stream(ctx, o.opts.Stream)
 	if err == nil {
-		have := map[string]bool{}
-		for _, s := range st.CachedInfo().Config.Subjects {
-			have[s] = true
-		}
+		have := st.CachedInfo().Config.Subjects
 		for _, s := range Subjects {
-			if !have[s] {
-				return nil, fmt.Errorf("%w: stream %s exists without subject %s (its subjects: %v); publish into a new stream",
-					ErrForeignStream, o.opts.Stream, s, st.CachedInfo().Config.Subjects)
+			if !slices.ContainsFunc(have, func(f string) bool { return covers(f, s) }) {
+				return nil, fmt.Errorf("%w: stream %s does not capture %s (its subjects: %v); publish into a new stream",
+					ErrForeignStream, o.opts.Stream, s, have)
 			}
 		}
 		return st, nil
@@ -286,28 +299,29 @@ func (o *Outbox) ensureStream(ctx context.Context) (jetstream.Stream, error) {
 	})
 }
 
-// resume returns the next log sequence to publish and the stream's last
-// sequence: after the sequence in the stream's last message, or after the
-// stored cursor when the stream holds no message.
-func (o *Outbox) resume(ctx context.Context, st jetstream.Stream) (from, last uint64, err error) {
+// resume returns the next log sequence to publish, the stream's last
+// sequence and the event id its last message carries: after the sequence
+// in the stream's last message, or after the stored cursor when the
+// stream holds no message (no id then).
+func (o *Outbox) resume(ctx context.Context, st jetstream.Stream) (from, last uint64, id string, err error) {
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	last = info.State.LastSeq
 	if info.State.Msgs == 0 {
-		return o.Published() + 1, last, nil
+		return o.Published() + 1, last, "", nil
 	}
 	m, err := st.GetMsg(ctx, last)
 	if err != nil {
-		return 0, 0, fmt.Errorf("cluster: reading the stream's last message %d: %w", last, err)
+		return 0, 0, "", fmt.Errorf("cluster: reading the stream's last message %d: %w", last, err)
 	}
 	seq, err := strconv.ParseUint(m.Header.Get(HeaderSeq), 10, 64)
 	if err != nil || seq == 0 {
-		return 0, 0, fmt.Errorf("%w: stream %s: its last message (%s) has no %s header: another program publishes into it",
+		return 0, 0, "", fmt.Errorf("%w: stream %s: its last message (%s) has no %s header: another program publishes into it",
 			ErrForeignStream, o.opts.Stream, m.Subject, HeaderSeq)
 	}
-	return seq + 1, last, nil
+	return seq + 1, last, m.Header.Get(nats.MsgIdHdr), nil
 }
 
 // storeCursor writes the cursor to the aux space if it moved, at most

@@ -335,3 +335,132 @@ func TestVerifyFanoutCatchesDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxStreamSubjects: the stream the outbox creates captures
+// exactly Subjects, which leave pegasus.log.> to a clustered log's stream
+// in the same account; a stream created before with pegasus.> and
+// swarm.task.> (which cover them) is still used.
+func TestOutboxStreamSubjects(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	if _, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "LOG", Subjects: []string{"pegasus.log.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.append(10)
+	f.start(OutboxOptions{})
+	f.waitPublished("PEGASUS")
+	f.checkStream("PEGASUS")
+
+	if _, err := f.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OLD", Subjects: []string{"pegasus.>", "swarm.task.>"}}); err == nil {
+		t.Fatal("a stream overlapping the log's was created")
+	}
+	g := newFixture(t, 1)
+	if _, err := g.js.CreateStream(ctx, jetstream.StreamConfig{Name: "OLD", Subjects: []string{"pegasus.>", "swarm.task.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	g.append(10)
+	g.start(OutboxOptions{Stream: "OLD"})
+	g.waitPublished("OLD")
+	g.checkStream("OLD")
+
+	for _, c := range []struct {
+		f, g string
+		want bool
+	}{
+		{"pegasus.>", "pegasus.task.>", true}, {"pegasus.*.>", "pegasus.task.>", true}, {"pegasus.task.>", "pegasus.task.>", true},
+		{"pegasus.task.*", "pegasus.task.>", false}, {"pegasus.log.>", "pegasus.task.>", false}, {"pegasus.task", "pegasus.task.>", false},
+		{">", "swarm.task.>", true}, {"swarm.*", "swarm.task.>", false},
+	} {
+		if got := covers(c.f, c.g); got != c.want {
+			t.Errorf("covers(%q, %q) = %v", c.f, c.g, got)
+		}
+	}
+}
+
+// TestOutboxRefusesAnotherLogsStream: a stream whose last message is
+// another log's event at the same sequence is refused, not continued.
+func TestOutboxRefusesAnotherLogsStream(t *testing.T) {
+	f := newFixture(t, 1)
+	f.append(5)
+	f.start(OutboxOptions{})
+	f.waitPublished("PEGASUS")
+	other, err := eventlog.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for range 8 {
+		if _, err := other.Append(context.Background(), "x", eventlog.Any, eventlog.Event{Type: "T"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob, err := StartOutbox(other, OutboxOptions{URL: f.nats.URL(), RetryInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Stop()
+	select {
+	case <-ob.Done():
+	case <-time.After(testWait):
+		t.Fatal("the outbox did not stop")
+	}
+	if err := ob.Err(); !errors.Is(err, ErrForeignStream) {
+		t.Fatalf("%v, want ErrForeignStream", err)
+	}
+}
+
+// TestOutboxTwoNodes: two nodes of a clustered log each run an outbox
+// over their own copy into the same stream, at once, while both append
+// (what a stale fan-out publisher and its successor do): every event is
+// in the stream exactly once, in order, since every publish carries the
+// stream's expected last sequence. The second node's copy may lag the
+// first's publishing: the outbox catches it up (OutboxOptions.CatchUp)
+// rather than taking the stream for a foreign one.
+func TestOutboxTwoNodes(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	a := openNode(t, nc, t.TempDir())
+	b := openNode(t, nc, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	appendSome := func(n *node, k int) {
+		for i := range k {
+			if _, err := n.rl.Append(ctx, fmt.Sprintf("task-%d", i%5), eventlog.Any, eventlog.Event{Type: "STEP"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendSome(a, 40)
+	start := func(n *node) *Outbox {
+		ob, err := StartOutbox(n.local, OutboxOptions{URL: nc.URL(), MaxPending: 4, RetryInterval: time.Millisecond,
+			CatchUp: n.rl.CatchUp, Logger: slog.New(slog.NewTextHandler(tWriter{t}, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ob
+	}
+	oa := start(a)
+	natstest.WaitLastHeader(t, nc.JetStream(), "PEGASUS", HeaderSeq, 10)
+	ob := start(b)
+	done := make(chan struct{})
+	go func() { defer close(done); appendSome(b, 40) }()
+	appendSome(a, 40)
+	<-done
+	if err := a.rl.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitLastHeader(t, nc.JetStream(), "PEGASUS", HeaderSeq, a.local.Head())
+	oa.Stop()
+	ob.Stop()
+	if oa.Err() != nil || ob.Err() != nil {
+		t.Fatalf("the outboxes stopped: %v, %v", oa.Err(), ob.Err())
+	}
+	sameCopies(t, a, b)
+	st, err := nc.JetStream().Stream(ctx, "PEGASUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := VerifyFanout(ctx, b.local, st)
+	if err != nil || r.First != 1 || r.Last != b.local.Head() {
+		t.Fatalf("the stream holds %+v of %d: %v", r, b.local.Head(), err)
+	}
+}

@@ -24,9 +24,34 @@ var dispatchEvents = map[string]string{
 	string(fsm.DispatchUpdated):      "updated",
 }
 
-// Subjects are the subjects the outbox publishes on; its stream must
-// capture them.
-var Subjects = []string{"pegasus.>", "swarm.task.>"}
+// Subjects are the subjects the outbox publishes on, what the stream it
+// creates captures. They leave pegasus.log.> free for the clustered log's
+// stream in the same account (JetStream refuses overlapping streams). An
+// existing stream is used if its subjects cover these (a stream created
+// before, with pegasus.> and swarm.task.>, does).
+var Subjects = []string{"pegasus.task.>", "pegasus.system.>", "swarm.task.>"}
+
+// covers reports whether the subject filter f matches every subject the
+// filter g matches: token by token, ">" covers the rest, "*" covers one
+// token (not a ">"), any other token only itself.
+func covers(f, g string) bool {
+	ft, gt := strings.Split(f, "."), strings.Split(g, ".")
+	for i, t := range ft {
+		switch {
+		case t == ">":
+			return i < len(gt)
+		case i >= len(gt):
+			return false
+		case t == "*":
+			if gt[i] == ">" {
+				return false
+			}
+		case t != gt[i]:
+			return false
+		}
+	}
+	return len(ft) == len(gt)
+}
 
 // Subject returns the subject an event of the given stream and type is
 // published on (see the package comment). Stream names and types are

@@ -73,10 +73,10 @@ type brokerAPI struct {
 // startBroker starts the broker's loop over the log l (writing through
 // app) and the agent's folded view v of it; it stops when the server's base context ends
 // (stopBroker waits for it).
-func (s *server) startBroker(l *eventlog.Log, app eventlog.Appender, v *replay.View, cfg *config) error {
+func (s *server) startBroker(l *eventlog.Log, app eventlog.Appender, owns func(string) bool, v *replay.View, cfg *config) error {
 	b, err := broker.New(l, broker.FromView(v), broker.Options{
 		CheckInterval: cfg.broker.checkEvery, WorkerTTL: cfg.broker.workerTTL, Logger: s.log.With("component", "broker"),
-		Appender: app,
+		Appender: app, Owns: owns,
 	})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"flag"
 	"io"
 	"math/rand/v2"
@@ -18,9 +19,10 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
-// TestClusterCrash runs pegasusd --cluster against an in-process cluster
+// TestClusterCrash runs pegasusd --cluster --publish against an in-process cluster
 // of three JetStream servers (the log's stream gets three replicas; the
 // daemon holds the leases of all 16 partitions, and takes them back at
 // once after a kill, under the same --cluster-node), under concurrent
@@ -29,7 +31,8 @@ import (
 // last run finishes every task and stops cleanly. Then: every
 // acknowledged task is in the node's copy exactly once and terminal, the
 // copy verifies and is the stream's events in order (cluster.VerifyCopy),
-// and a node started from an empty data directory rebuilds the same copy
+// the fan-out's stream holds each of its events once, in order
+// (checkFanout), and a node started from an empty data directory rebuilds the same copy
 // from the stream alone.
 func TestClusterCrash(t *testing.T) {
 	seed, rng := crashRun(t)
@@ -37,7 +40,7 @@ func TestClusterCrash(t *testing.T) {
 	js := nats.JetStream()
 	bin := buildDaemon(t)
 	data := filepath.Join(t.TempDir(), "data")
-	flags := []string{"--cluster", nats.URL(), "--cluster-node", "n1"}
+	flags := []string{"--cluster", nats.URL(), "--cluster-node", "n1", "--publish", nats.URL(), "--publish-stream", "EVENTS", "--publish-replicas", "3"}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
 
 	ackedAll := map[string]bool{}
@@ -61,8 +64,9 @@ func TestClusterCrash(t *testing.T) {
 	p := startProc(t, bin, data, flags...)
 	finishAll(t, p, ackedAll)
 	p.stop(t)
-	checkLog(t, data, ackedAll)
 	head := checkCopy(t, data, js)
+	fanned := checkFanout(t, bin, data, flags, js, "EVENTS", agentSubjects...) // before checkLog, which keeps the directory open
+	checkLog(t, data, ackedAll)
 
 	// A new node: its copy comes from the stream alone.
 	fresh := filepath.Join(t.TempDir(), "fresh")
@@ -72,8 +76,26 @@ func TestClusterCrash(t *testing.T) {
 	if got := checkCopy(t, fresh, js); got < head {
 		t.Fatalf("the new node's copy ends at %d, the first node's at %d", got, head)
 	}
-	t.Logf("%d acknowledged tasks over 3 kills and a NATS server stop; %d events in the stream", len(ackedAll), head)
+	t.Logf("%d acknowledged tasks over 3 kills and a NATS server stop; %d events in the stream, %d on the fan-out's subjects exactly once",
+		len(ackedAll), head, fanned.Last)
 }
+
+// lastLines returns the last n lines of a daemon's output that are not
+// debug lines.
+func lastLines(out string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.Contains(l, "level=DEBUG") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep[max(0, len(keep)-n):], "\n")
+}
+
+// agentSubjects are fan-out subjects the cluster tests' agent tasks and
+// daemons publish on.
+var agentSubjects = []string{"pegasus.task.*.TASK_CREATED", "pegasus.task.*.TASK_COMPLETED", "pegasus.system.system.SYSTEM_STARTED",
+	"pegasus.system.partition-0.PARTITION_OWNED"}
 
 // checkCopy opens a stopped node's copy read-only and checks it against
 // the log's stream: it holds the stream's events, in order, to the
@@ -117,6 +139,7 @@ func TestClusterFlags(t *testing.T) {
 	}{
 		{[]string{"--cluster-replicas", "9"}, "--cluster-replicas 9"},
 		{[]string{"--cluster-stream", "a.b"}, `stream name "a.b"`},
+		{[]string{"--cluster-node", "a b"}, `--cluster-node: cluster: invalid options: node name "a b"`},
 		{[]string{"--retain-finished", "1h"}, "--retain-finished does not work with --cluster"},
 		{[]string{"--accept-data-loss"}, "--accept-data-loss does not apply with --cluster"},
 	} {
@@ -198,6 +221,13 @@ func (ld *load) end(all map[string]bool) {
 // lease bucket.
 func waitLeases(t *testing.T, js jetstream.JetStream, node string, parts int) {
 	t.Helper()
+	waitOwners(t, js, map[string]int{node: parts})
+}
+
+// waitOwners waits until each node holds as many partitions' leases as
+// want says, watching the lease bucket.
+func waitOwners(t *testing.T, js jetstream.JetStream, want map[string]int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "PEGASUS_LEASES")
@@ -213,43 +243,48 @@ func waitLeases(t *testing.T, js jetstream.JetStream, node string, parts int) {
 	for {
 		select {
 		case e := <-w.Updates():
-			if e != nil {
+			if e != nil && strings.HasPrefix(e.Key(), "partition.") {
 				owner[e.Key()] = string(e.Value())
 				if e.Operation() != jetstream.KeyValuePut {
 					delete(owner, e.Key())
 				}
 			}
-			n := 0
+			n := map[string]int{}
 			for _, v := range owner {
-				if v == node {
-					n++
-				}
+				n[v]++
 			}
-			if n == parts {
+			done := true
+			for node, k := range want {
+				done = done && n[node] == k
+			}
+			if done {
 				return
 			}
 		case <-ctx.Done():
-			t.Fatalf("node %s never held all %d partitions: %v", node, parts, owner)
+			t.Fatalf("the partitions' owners never were %v: %v", want, owner)
 		}
 	}
 }
 
-// TestClusterFailover runs two pegasusd --cluster daemons, A and B, on an
-// in-process cluster of three JetStream servers, with submissions to both
-// throughout (any daemon takes them; the one holding the task's
-// partition runs it):
-//   - A, started first, holds all 16 partitions. It is paused with SIGSTOP
-//     past its lease's TTL; B takes every partition over, and a NATS
-//     server is stopped. Resumed with SIGCONT, A finds its leases taken,
-//     its appends to them refused (fenced), and stops with an error.
-//   - A starts again (it holds nothing now), and B is killed with SIGKILL
-//     under load: A takes B's partitions after the TTL. With
-//     -failover-cycles N (default 1) this repeats N times, the killed
-//     daemon restarting and the other one killed next; the last owner
-//     finishes every task, from its own copy.
+// TestClusterFailover runs two pegasusd --cluster --publish daemons, A and
+// B, on an in-process cluster of three JetStream servers, with
+// submissions to both throughout (any daemon takes them; the one holding
+// the task's partition runs it):
+//   - A, started first, holds all 16 partitions and runs the fan-out; once
+//     B is up, A gives 8 back and B takes them (balancing). A is paused
+//     with SIGSTOP past its leases' TTL; B takes every partition over, and
+//     the fan-out, and a NATS server is stopped. Resumed with SIGCONT, A
+//     finds its leases taken, its appends to them refused (fenced), and
+//     stops with an error.
+//   - A starts again (the partitions are shared again, 8 and 8), and B is
+//     killed with SIGKILL under load: A takes B's partitions after the
+//     TTL. With -failover-cycles N (default 1) this repeats N times, the
+//     killed daemon restarting and the other one killed next; the last
+//     owner finishes every task, from its own copy.
 //
 // Afterwards every acknowledged task exists once and is terminal, nothing
-// was completed twice, and both copies match the stream.
+// was completed twice, both copies match the stream, and the fan-out's
+// stream holds every event of the log once, in order (checkFanout).
 func TestClusterFailover(t *testing.T) {
 	seed, rng := crashRun(t)
 	nats := natstest.Start(t, 3)
@@ -257,14 +292,25 @@ func TestClusterFailover(t *testing.T) {
 	bin := buildDaemon(t)
 	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	flags := func(node string) []string {
-		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s", "--log-level", "debug"}
+		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s", "--log-level", "debug",
+			"--publish", nats.URL(), "--publish-stream", "EVENTS", "--publish-replicas", "3"}
 	}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
 	all := map[string]bool{}
 
 	a := startProc(t, bin, dataA, flags("a")...)
+	procs := map[string]*proc{"a": a}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, p := range procs {
+				t.Logf("daemon %s (its last run):\n%s", name, lastLines(p.output(), 40))
+			}
+		}
+	})
 	waitLeases(t, js, "a", 16)
 	b := startProc(t, bin, dataB, flags("b")...)
+	procs["b"] = b
+	waitOwners(t, js, map[string]int{"a": 8, "b": 8})
 	ld := startLoad(seed, 0, inputs, a.url, b.url)
 	ld.wait(t, 4)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -288,11 +334,11 @@ func TestClusterFailover(t *testing.T) {
 	nats.WaitReady(3)
 	nats.WaitStreamCurrent(js, "PEGASUS_LOG")
 
-	procs := map[string]*proc{"b": b}
 	data := map[string]string{"a": dataA, "b": dataB}
 	owner, other := "b", "a"
 	for cycle := range *failoverCycles {
 		procs[other] = startProc(t, bin, data[other], flags(other)...)
+		waitOwners(t, js, map[string]int{owner: 8, other: 8})
 		ld = startLoad(seed, cycle+1, inputs, procs[owner].url, procs[other].url)
 		ld.wait(t, 2+rng.IntN(6))
 		procs[owner].kill(t)
@@ -302,7 +348,108 @@ func TestClusterFailover(t *testing.T) {
 	}
 	finishAll(t, procs[owner], all)
 	procs[owner].stop(t)
-	checkLog(t, data[owner], all)
 	checkCopy(t, data[owner], js)
-	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners", len(all), *failoverCycles)
+	r := checkFanout(t, bin, data[owner], flags(owner), js, "EVENTS", agentSubjects...) // before checkLog, which keeps the directory open
+	checkLog(t, data[owner], all)
+	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners; %d events on the fan-out's subjects exactly once",
+		len(all), *failoverCycles, r.Last)
+}
+
+// TestClusterBroker runs the broker on two pegasusd --cluster daemons
+// sharing the partitions (8 each). Dispatch tasks are created on A; an
+// external worker talks to B only, which assigns it the tasks of every
+// partition (a daemon assigns to the workers that talk to it); silent
+// tasks (1 s deadline, no retry) are timed out and dead-lettered by the
+// owners of their partitions; tasks asking for "plan" run on the built-in
+// worker of their partition's owner, as pegasus.task children. Every task
+// ends once: one DISPATCH_COMPLETED or one DISPATCH_DEAD_LETTERED each,
+// and both copies match the stream.
+func TestClusterBroker(t *testing.T) {
+	nats := natstest.Start(t, 3)
+	js := nats.JetStream()
+	bin := buildDaemon(t)
+	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	flags := func(node string) []string { return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s"} }
+	a := startProc(t, bin, dataA, flags("a")...)
+	waitLeases(t, js, "a", 16)
+	b := startProc(t, bin, dataB, flags("b")...)
+	waitOwners(t, js, map[string]int{"a": 8, "b": 8})
+	tdA, tdB := &testDaemon{t: t, url: a.url}, &testDaemon{t: t, url: b.url}
+
+	kinds := map[string]string{} // task id -> "job", "silent" or "plan"
+	for i := range 12 {
+		kind, body := "job", `{"title":"job"}`
+		switch i % 4 {
+		case 1:
+			kind, body = "silent", `{"title":"silent","priority":10,"timeout_seconds":1,"max_retries":0}`
+		case 2:
+			kind, body = "plan", `{"title":"plan a trip","required_capabilities":["plan"]}`
+		}
+		kinds[dtask(t, tdA.as("client", "POST", "/api/v1/tasks", body)).TaskID] = kind
+	}
+	mustStatus(t, tdB.as("w", "PUT", "/api/v1/agents/w", `{"max_tasks":4}`), 200)
+	finished := func() bool {
+		var page struct {
+			Tasks []dispatchJSON `json:"tasks"`
+		}
+		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
+		n := 0
+		for _, j := range page.Tasks {
+			if j.Status == fsm.StateCompleted || j.DeadLettered {
+				n++
+			}
+		}
+		return n == len(kinds)
+	}
+	deadline := time.Now().Add(testTimeout)
+	for !finished() && time.Now().Before(deadline) {
+		reported := false
+		for _, j := range tdB.poll("w") {
+			if kinds[j.TaskID] == "job" {
+				mustStatus(t, tdB.as("w", "POST", "/api/v1/tasks/"+j.TaskID+"/complete", `{"result":{"ok":true}}`), 200)
+				reported = true
+			}
+		}
+		if !reported {
+			// Only silent tasks are assigned to w: their deadlines
+			// fire on the owners' clocks (the long poll answers then).
+			tdA.as("client", "GET", "/api/v1/tasks?status=timed_out&wait=1s", "")
+		}
+	}
+	if !finished() {
+		var page struct {
+			Tasks []dispatchJSON `json:"tasks"`
+		}
+		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
+		var st []string
+		for _, j := range page.Tasks {
+			st = append(st, fmt.Sprintf("%s %s: %s to %q (dead letter %v)", kinds[j.TaskID], j.TaskID, j.Status, j.AssignedAgent, j.DeadLettered))
+		}
+		t.Fatalf("the dispatch tasks never all finished:\n%s\nA:\n%s\nB:\n%s", strings.Join(st, "\n"), lastLines(a.output(), 30), lastLines(b.output(), 30))
+	}
+	a.stop(t)
+	b.stop(t)
+	checkCopy(t, dataB, js) // B stopped last: its copy holds the whole stream
+	l, err := eventlog.Open(dataB, &eventlog.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ends := map[string][]string{}
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		if ev := it.Event(); kinds[ev.Stream] != "" && (ev.Type == string(fsm.DispatchCompleted) || ev.Type == string(fsm.DispatchDeadLettered)) {
+			ends[ev.Stream] = append(ends[ev.Stream], ev.Type)
+		}
+	}
+	for id, kind := range kinds {
+		want := string(fsm.DispatchCompleted)
+		if kind == "silent" {
+			want = string(fsm.DispatchDeadLettered)
+		}
+		if len(ends[id]) != 1 || ends[id][0] != want {
+			t.Errorf("%s task %s ended with %v, want one %s", kind, id, ends[id], want)
+		}
+	}
 }

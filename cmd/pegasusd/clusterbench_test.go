@@ -67,8 +67,9 @@ func runTasks(t *testing.T, n int, urls ...string) float64 {
 // TestClusterBench measures end-to-end tasks per second (submitted over
 // HTTP, run by the offline model, waited for) with the embedded log and
 // with --cluster on in-process JetStream servers that fsync every write:
-// one server (R1), three (R3), and two daemons on three servers. Run it
-// with -cluster-bench N (docs/cluster.md).
+// one server (R1), three (R3), and two daemons on three servers sharing
+// the partitions (measured once balanced), without and with the fan-out.
+// Run it with -cluster-bench N (docs/cluster.md).
 func TestClusterBench(t *testing.T) {
 	if *clusterBench == 0 {
 		t.Skip("set -cluster-bench N")
@@ -84,8 +85,23 @@ func TestClusterBench(t *testing.T) {
 	report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
 	n3 := natstest.Start(t, 3)
 	report("clustered, 3 servers (R3)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL()).url))
-	n3b := natstest.Start(t, 3)
-	a := startProc(t, bin, filepath.Join(t.TempDir(), "a"), "--cluster", n3b.URL(), "--cluster-node", "a")
-	b := startProc(t, bin, filepath.Join(t.TempDir(), "b"), "--cluster", n3b.URL(), "--cluster-node", "b")
-	report("2 daemons, 3 servers (R3)", runTasks(t, n, a.url, b.url))
+	two := func(name string, publish bool) {
+		nats := natstest.Start(t, 3)
+		flags := func(node string) []string {
+			f := []string{"--cluster", nats.URL(), "--cluster-node", node}
+			if publish {
+				f = append(f, "--publish", nats.URL(), "--publish-replicas", "3")
+			}
+			return f
+		}
+		a := startProc(t, bin, filepath.Join(t.TempDir(), "a"), flags("a")...)
+		waitLeases(t, nats.JetStream(), "a", 16)
+		b := startProc(t, bin, filepath.Join(t.TempDir(), "b"), flags("b")...)
+		waitOwners(t, nats.JetStream(), map[string]int{"a": 8, "b": 8}) // balanced before the clock starts
+		report(name, runTasks(t, n, a.url, b.url))
+		a.stop(t)
+		b.stop(t)
+	}
+	two("2 daemons, 3 servers (R3)", false)
+	two("2 daemons, R3, --publish (R3)", true)
 }

@@ -43,8 +43,15 @@ func TestClusterDocCommands(t *testing.T) {
 	}
 	var build, loop, daemon, verify string
 	var clustered []string
+	vars := map[string]string{} // NAME=value lines, expanded in the lines after them
 	for _, block := range shBlocks(t, "../../docs/cluster.md") {
 		for _, line := range strings.Split(block, "\n") {
+			for k, v := range vars {
+				line = strings.ReplaceAll(line, "$"+k, v)
+			}
+			if m := regexp.MustCompile(`^([A-Z]+)=(\S+)$`).FindStringSubmatch(line); m != nil {
+				vars[m[1]] = m[2]
+			}
 			switch {
 			case strings.HasPrefix(line, "go build -o bin/nats-server "):
 				build = line
@@ -109,32 +116,50 @@ func TestClusterDocCommands(t *testing.T) {
 	clusterDocCommands(t, bin, js, local, clustered, verify)
 }
 
-// clusterDocCommands deletes the fan-out's stream, runs the document's two
-// pegasusd --cluster lines (the
-// first holds every partition before the second starts; HTTP ports chosen
-// free), submits a task to the second, waits there until it finished, reads
-// it from the first (which ran it), stops both and runs the document's
-// pegasus-replay --cluster verify line on the first's copy.
+// clusterDocCommands deletes the single daemon's fan-out stream (it holds
+// another log's events on the fan-out's subjects), runs the document's two
+// pegasusd --cluster --publish lines on the same servers, the first holding
+// every partition before the second starts and giving half back to it
+// (HTTP ports chosen free). It submits a task to the second, waits there
+// until it finished, reads it from the first, waits until the fan-out
+// published its completion, stops both, runs the document's pegasus-replay
+// --cluster verify line on the first's copy and checks the fan-out's
+// stream against the second's (cluster.VerifyFanout).
 func clusterDocCommands(t *testing.T, bin string, js jetstream.JetStream, local func(string) string, lines []string, verify string) {
 	t.Helper()
-	// The fan-out's stream captures pegasus.>, which overlaps the clustered
-	// log's subjects: JetStream refuses both in one account (docs/cluster.md).
 	if err := js.DeleteStream(context.Background(), "PEGASUS"); err != nil {
 		t.Fatal(err)
 	}
 	var procs []*proc
+	stream, lastData := "PEGASUS", ""
 	for i, line := range lines {
 		args := strings.Fields(local(line))[1:]
 		for j := range args {
-			if j > 0 && args[j-1] == "--addr" {
+			switch {
+			case j == 0:
+			case args[j-1] == "--addr":
 				args[j] = "127.0.0.1:0"
+			case args[j-1] == "--publish-stream":
+				stream = args[j]
+			case args[j-1] == "--data-dir":
+				lastData = args[j]
 			}
 		}
-		procs = append(procs, startProc(t, bin, filepath.Join(t.TempDir(), "unused"), args...))
+		p := startProc(t, bin, filepath.Join(t.TempDir(), "unused"), args...)
+		procs = append(procs, p)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s:\n%s", line, lastLines(p.output(), 40))
+			}
+		})
 		if i == 0 {
 			waitLeases(t, js, "n1", 16)
 		}
 	}
+	if !strings.Contains(lines[0], "--publish ") {
+		t.Fatalf("the pegasusd --cluster lines do not publish: %q", lines)
+	}
+	waitOwners(t, js, map[string]int{"n1": 8, "n2": 8})
 	second := &testDaemon{t: t, url: procs[1].url}
 	var c createdJSON
 	r := second.do("POST", "/v1/tasks", `{"input":"hello"}`)
@@ -152,6 +177,10 @@ func clusterDocCommands(t *testing.T, bin string, js jetstream.JetStream, local 
 			}
 		}
 	}
+	completed := "pegasus.task." + c.TaskID + ".TASK_COMPLETED"
+	if n := waitSubject(t, js, stream, completed); n != 1 {
+		t.Fatalf("%d messages on %s", n, completed)
+	}
 	for _, p := range procs {
 		p.stop(t)
 	}
@@ -162,5 +191,30 @@ func clusterDocCommands(t *testing.T, bin string, js jetstream.JetStream, local 
 	out, err := exec.Command("bash", "-c", strings.Replace(local(verify), "pegasus-replay", replayBin, 1)).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "cluster: the copy is stream PEGASUS_LOG's messages to") {
 		t.Fatalf("%s: %v\n%s", verify, err, out)
+	}
+	l, _, _ := verifyFanout(t, lastData, js, stream)
+	l.Close()
+}
+
+// waitSubject waits until the stream holds a message on subj and returns
+// how many it holds. It polls (a subprocess publishes).
+func waitSubject(t *testing.T, js jetstream.JetStream, stream, subj string) int {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := js.Stream(ctx, stream)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = st.Info(ctx, jetstream.WithSubjectFilter(subj)); err == nil && info.State.Subjects[subj] > 0 {
+				cancel()
+				return int(info.State.Subjects[subj])
+			}
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			t.Fatalf("no message on %s in stream %s within %v: %v", subj, stream, testTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -69,6 +69,11 @@ func clusterConfigFrom(cc *cli.Context) (clusterConfig, error) {
 	if err := cluster.ValidateStreamName(o.Stream); err != nil {
 		return c, fmt.Errorf("--cluster-stream: %w", err)
 	}
+	if o.Node != "" {
+		if err := cluster.ValidateNode(o.Node); err != nil {
+			return c, fmt.Errorf("--cluster-node: %w", err)
+		}
+	}
 	return c, nil
 }
 
@@ -125,16 +130,39 @@ func (o *ownership) ownsFunc(rl *cluster.ReplicatedLog) func(string) bool {
 
 // startLeases starts taking and renewing partition leases once the agent
 // has recovered; each partition taken resumes its tasks through the
-// agent's recovery path (ResumeOwned).
+// agent's recovery path (ResumeOwned) and has the broker look at its
+// dispatch tasks (the owner decides their timeouts, retries and dead
+// letters, and its built-in worker runs them), each one given back to balance the
+// partitions over the live daemons stops running its tasks first
+// (Disown). With --publish, the fan-out is a singleton: the daemon holding
+// its lease runs the outbox (publish.go).
 func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
 	rl := d.replicated
-	if rl == nil || rl.Partitions() == 0 {
+	if rl == nil || (rl.Partitions() == 0 && d.cfg.publish.URL == "") {
 		return nil
 	}
-	l, err := rl.StartLeases(ctx, d.cfg.cluster.lease, func(p int) {
-		inP := func(id string) bool { return cluster.PartitionOf(id, rl.Partitions()) == p }
-		if err := d.agent.ResumeOwned(d.server.base, inP); err != nil && d.server.base.Err() == nil {
+	inP := func(p int) func(string) bool {
+		return func(id string) bool { return cluster.PartitionOf(id, rl.Partitions()) == p }
+	}
+	opts := d.cfg.cluster.lease
+	opts.Release = func(ctx context.Context, p int) {
+		// Running stages finish their step (its outcome is still fenced:
+		// the lease is held until this returns), within the drain's time.
+		ctx, cancel := context.WithTimeout(ctx, d.cfg.shutdownTimeout)
+		defer cancel()
+		if err := d.agent.Disown(ctx, inP(p)); err != nil {
+			d.log.Warn("a partition's running stages were cancelled to give it back", "partition", p, "err", err)
+		}
+	}
+	if d.cfg.publish.URL != "" {
+		opts.Singletons = []cluster.Singleton{{Name: "fanout." + d.cfg.publish.Stream, Start: d.startFanout, Stop: d.stopFanout}}
+	}
+	l, err := rl.StartLeases(ctx, opts, func(p int) {
+		if err := d.agent.ResumeOwned(d.server.base, inP(p)); err != nil && d.server.base.Err() == nil {
 			d.log.Error("resuming a partition's tasks failed", "partition", p, "err", err)
+		}
+		if d.server.broker != nil {
+			d.server.broker.b.CheckAll() // its dispatch tasks' timeouts are this daemon's to decide now
 		}
 	})
 	if err != nil {
@@ -146,11 +174,13 @@ func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
 	return nil
 }
 
-// stopTaking stops taking partitions before the agent drains and closes
-// the copy.
+// stopTaking stops taking partitions, and stops the fan-out if this
+// daemon runs it, before the agent drains and closes the copy.
 func (d *daemon) stopTaking() {
 	if d.leases != nil {
-		d.leases.StopTaking()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d.leases.StopTaking(ctx)
+		cancel()
 	}
 }
 

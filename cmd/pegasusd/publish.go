@@ -39,32 +39,75 @@ func publishConfigFrom(cc *cli.Context) (cluster.OutboxOptions, error) {
 
 // startPublish starts the outbox if --publish is set. An unreachable
 // NATS server does not stop the daemon: the outbox retries and logs.
+// With --cluster the outbox runs only while this daemon holds the
+// fan-out's lease (clusterlog.go): startFanout and stopFanout.
 func (d *daemon) startPublish() error {
-	o := d.cfg.publish
-	if o.URL == "" {
+	if d.cfg.publish.URL == "" || d.replicated != nil {
 		return nil
 	}
+	ob, err := d.newOutbox()
+	d.outbox = ob
+	return err
+}
+
+func (d *daemon) newOutbox() (*cluster.Outbox, error) {
+	o := d.cfg.publish
 	o.Logger = d.log.With("component", "fanout")
+	if d.replicated != nil {
+		// Another daemon may have published what this copy does not
+		// hold yet.
+		o.CatchUp = d.replicated.CatchUp
+	}
 	ob, err := cluster.StartOutbox(d.events, o)
+	if err != nil {
+		return nil, err
+	}
+	d.log.Info("publishing events on NATS JetStream", "url", o.URL, "stream", o.Stream, "from", ob.Published()+1)
+	return ob, nil
+}
+
+// startFanout starts the outbox once this daemon took the fan-out's
+// lease (--cluster --publish).
+func (d *daemon) startFanout() error {
+	ob, err := d.newOutbox()
 	if err != nil {
 		return err
 	}
+	d.fanMu.Lock()
 	d.outbox = ob
-	d.log.Info("publishing events on NATS JetStream", "url", o.URL, "stream", o.Stream, "from", ob.Published()+1)
+	d.fanMu.Unlock()
 	return nil
+}
+
+// stopFanout stops the outbox when this daemon loses or gives back the
+// fan-out's lease; the next holder resumes from the stream's last
+// message.
+func (d *daemon) stopFanout() {
+	d.fanMu.Lock()
+	ob := d.outbox
+	d.outbox = nil
+	d.fanMu.Unlock()
+	if ob != nil {
+		ob.Stop()
+		d.log.Info("fan-out stopped", "published", ob.Published(), "err", ob.Err())
+	}
 }
 
 // stopPublish stops the outbox before the log closes; events committed
 // later (the drain) are published at the next start, from the stream's
-// last message.
+// last message. With --cluster, stopTaking already stopped it.
 func (d *daemon) stopPublish() error {
-	if d.outbox == nil {
+	d.fanMu.Lock()
+	ob := d.outbox
+	d.outbox = nil
+	d.fanMu.Unlock()
+	if ob == nil {
 		return nil
 	}
-	d.outbox.Stop()
-	if err := d.outbox.Err(); err != nil {
+	ob.Stop()
+	if err := ob.Err(); err != nil {
 		return fmt.Errorf("--publish: %w", err)
 	}
-	d.log.Info("fan-out stopped", "published", d.outbox.Published())
+	d.log.Info("fan-out stopped", "published", ob.Published())
 	return nil
 }

@@ -61,9 +61,9 @@ func TestPublishCrash(t *testing.T) {
 // starts it again (it publishes what the stop's drain committed after the
 // outbox stopped), waits until the stream holds the log's head as it was
 // and kills it. The stream must then hold the log's events from 1 on,
-// once each, in order (cluster.VerifyFanout), and carry agent, broker and
-// system events on their subjects.
-func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.JetStream, stream string) cluster.FanoutRange {
+// once each, in order (cluster.VerifyFanout), and carry messages on each
+// of subjects (by default agent, broker and system events').
+func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.JetStream, stream string, subjects ...string) cluster.FanoutRange {
 	t.Helper()
 	p := startProc(t, bin, data, flags...)
 	p.stop(t)
@@ -72,20 +72,9 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 	natstest.WaitLastHeader(t, js, stream, cluster.HeaderSeq, head)
 	p.kill(t)
 
-	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, st, r := verifyFanout(t, data, js, stream)
 	defer l.Close()
-	st, err := js.Stream(context.Background(), stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := cluster.VerifyFanout(context.Background(), l, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.First != 1 || r.Last < head {
+	if r.Last < head {
 		t.Fatalf("the stream holds events %d to %d; the log had 1 to %d before the last start", r.First, r.Last, head)
 	}
 	// What the fan-out costs per event: the stream's bytes (message,
@@ -103,7 +92,10 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 	if info, err := st.Info(context.Background()); err == nil && r.Last > 0 {
 		t.Logf("per event: %d bytes in the stream, %d in the log's record", info.State.Bytes/info.State.Msgs, recBytes/int(l.Head()))
 	}
-	for _, subj := range []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"} {
+	if len(subjects) == 0 {
+		subjects = []string{"swarm.task.*.created", "pegasus.task.*.TASK_CREATED", "pegasus.system.system.SYSTEM_STARTED"}
+	}
+	for _, subj := range subjects {
 		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(subj))
 		if err != nil {
 			t.Fatal(err)
@@ -113,6 +105,28 @@ func checkFanout(t *testing.T, bin, data string, flags []string, js jetstream.Je
 		}
 	}
 	return r
+}
+
+// verifyFanout opens a stopped daemon's log read-only (the caller closes
+// it) and checks that the fan-out's stream holds its events from 1 on,
+// once each, in order (cluster.VerifyFanout).
+func verifyFanout(t *testing.T, data string, js jetstream.JetStream, stream string) (*eventlog.Log, jetstream.Stream, cluster.FanoutRange) {
+	t.Helper()
+	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(context.Background(), stream)
+	if err == nil {
+		var r cluster.FanoutRange
+		if r, err = cluster.VerifyFanout(context.Background(), l, st); err == nil && r.First == 1 {
+			return l, st, r
+		}
+		err = fmt.Errorf("it holds %+v: %v", r, err)
+	}
+	l.Close()
+	t.Fatalf("the fan-out's stream %s against %s: %v", stream, data, err)
+	return nil, nil, cluster.FanoutRange{}
 }
 
 // logHead opens a stopped daemon's log read-only and returns its head.

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -252,7 +253,8 @@ type daemon struct {
 	cron   *cron.Cron
 	web    *web            // dashboard and metrics (web.go)
 	retain *retainer       // retention loop (retention.go), nil when off
-	outbox *cluster.Outbox // --publish (publish.go); nil without it
+	fanMu  sync.Mutex      // guards outbox
+	outbox *cluster.Outbox // --publish (publish.go); nil without it, or with --cluster while another daemon publishes
 	// replicated is the clustered log, leases this daemon's partition
 	// leases (clusterlog.go); nil without --cluster
 	replicated *cluster.ReplicatedLog
@@ -366,7 +368,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := d.server.startBroker(l, appender(rl, l), a.View(), cfg); err != nil {
+	if err := d.server.startBroker(l, appender(rl, l), own.ownsFunc(rl), a.View(), cfg); err != nil {
 		d.stopPublish()
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
@@ -489,8 +491,8 @@ func (d *daemon) shutdown() error {
 	d.web.stop(ctx)
 	d.server.stopBroker()
 	d.retain.stop() // before the agent closes the log
-	perr := d.stopPublish()
 	d.stopTaking()
+	perr := d.stopPublish()
 	aerr := d.agent.Stop(ctx)
 	d.closeCluster()
 	return errors.Join(aerr, perr)
