@@ -203,12 +203,19 @@ func (o *Outbox) session(ctx context.Context) error {
 		}
 	}()
 	var readErr error
-	for {
+	for next := from; ; {
 		ev, err := sub.Next(read)
 		if err != nil {
 			readErr = err
 			break
 		}
+		if ev.Seq > next {
+			// The subscription passes over holes only: retention archived
+			// these events before they were published.
+			o.opts.Logger.Warn("fan-out passes over events that retention archived before they were published; they are in its archive",
+				"stream", o.opts.Stream, "first_seq", next, "last_seq", ev.Seq-1)
+		}
+		next = ev.Seq + 1
 		f, err := o.js.PublishMsgAsync(o.message(ev), jetstream.WithMsgID(ev.ID.String()), jetstream.WithExpectLastSequence(last))
 		if err != nil {
 			readErr = err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -463,4 +465,82 @@ func TestOutboxTwoNodes(t *testing.T) {
 	if err != nil || r.First != 1 || r.Last != b.local.Head() {
 		t.Fatalf("the stream holds %+v of %d: %v", r, b.local.Head(), err)
 	}
+}
+
+// TestOutboxPassesOverArchivedEvents: events that retention removed before
+// the outbox published them are not on the stream, the outbox says so
+// with their sequences, and publishes everything else once, in order.
+func TestOutboxPassesOverArchivedEvents(t *testing.T) {
+	f := newFixture(t, 1)
+	ctx := context.Background()
+	for i := range 6 {
+		stream := "kept"
+		if i%2 == 0 {
+			stream = "gone"
+		}
+		if _, err := f.log.Append(ctx, stream, eventlog.Any, eventlog.Event{Type: "STEP_DONE", Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := eventlog.Retirement{Manifest: eventlog.Event{ID: f.log.NewID(), Type: eventlog.TypeEventsArchived, Body: []byte("manifest")}}
+	it := f.log.ReadStream("gone", 1)
+	for it.Next() {
+		ev := it.Event()
+		rt.Events = append(rt.Events, eventlog.RetiredEvent{Seq: ev.Seq, ID: ev.ID, Causation: ev.Causation})
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rt.Streams = []eventlog.RetiredStream{{Stream: "gone", Version: uint64(len(rt.Events))}}
+	if _, err := f.log.Retire(ctx, rt); err != nil {
+		t.Fatal(err)
+	}
+
+	var logged lockedBuffer
+	o := OutboxOptions{URL: f.nats.URL(), CursorInterval: -1, RetryInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
+	ob, err := StartOutbox(f.log, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ob.Stop)
+	f.waitPublished("PEGASUS")
+	st, err := f.js.Stream(ctx, "PEGASUS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for s := uint64(1); ; s++ {
+		m, err := st.GetMsg(ctx, s)
+		if err != nil {
+			break
+		}
+		got = append(got, m.Header.Get(HeaderSeq))
+	}
+	if want := []string{"2", "4", "6", "7"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the stream holds sequences %v, want %v (the kept events and the manifest)", got, want)
+	}
+	for _, w := range []string{"first_seq=1 last_seq=1", "first_seq=3 last_seq=3", "first_seq=5 last_seq=5"} {
+		if !strings.Contains(logged.String(), w) {
+			t.Errorf("no warning for the archived %s:\n%s", w, logged.String())
+		}
+	}
+}
+
+// lockedBuffer is a log destination the outbox's goroutines can share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
