@@ -1,38 +1,20 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/syncbuf"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestLogLinesCarryTaskAttributes: a log line about a task's event has
 // task_id, machine and event_id as attributes of their own.
 func TestLogLinesCarryTaskAttributes(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	h := newHarness(t, Options{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
 	id := h.submit("what time is it?")
 	h.wait(id)

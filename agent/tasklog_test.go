@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/internal/syncbuf"
 )
 
 // logRecords returns the JSON log records with message msg.
@@ -27,7 +28,7 @@ func logRecords(t *testing.T, logs, msg string) []map[string]any {
 // and each failed model attempt is a warning, all with the task's id as a
 // typed attribute.
 func TestLifecycleLogLines(t *testing.T) {
-	var buf syncBuffer
+	var buf syncbuf.Buffer
 	fake := newFakeModel(t, func(*chatReq) reply { return reply{status: 500, content: "the model is down"} })
 	model := fake.client(t, func(o *llm.Options) { o.MaxAttempts = 3 })
 	h := newHarness(t, Options{Model: llm.Offline{}, Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})

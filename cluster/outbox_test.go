@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/syncbuf"
 )
 
 const testWait = 30 * time.Second
@@ -496,7 +496,7 @@ func TestOutboxPassesOverArchivedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logged lockedBuffer
+	var logged syncbuf.Buffer
 	o := OutboxOptions{URL: f.nats.URL(), CursorInterval: -1, RetryInterval: 10 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logged, nil))}
 	ob, err := StartOutbox(f.log, o)
@@ -525,22 +525,4 @@ func TestOutboxPassesOverArchivedEvents(t *testing.T) {
 			t.Errorf("no warning for the archived %s:\n%s", w, logged.String())
 		}
 	}
-}
-
-// lockedBuffer is a log destination the outbox's goroutines can share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
