@@ -231,7 +231,14 @@ func (l *Leases) every(ctx context.Context, done chan struct{}, f func(context.C
 
 // count renews the node's announcement and counts the live nodes: apart
 // from the leases' renewals (step), which a slow listing must not delay.
-func (l *Leases) count(ctx context.Context) { l.live.Store(int64(l.announce(ctx))) }
+// A count that fails keeps the last one (step takes nothing while none
+// is known): on a loaded cluster a failed listing now and then must not
+// stop the balancing.
+func (l *Leases) count(ctx context.Context) {
+	if n := l.announce(ctx); n > 0 {
+		l.live.Store(int64(n))
+	}
+}
 
 // step renews the leases held, gives back the partitions above the
 // node's share (by the live nodes last counted) and takes free ones up
@@ -299,7 +306,9 @@ func (l *Leases) announce(ctx context.Context) int {
 	if l.opts.NoBalance || l.r.parts == 0 {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.renew)
+	// Up to the TTL, after which the announcement would have expired
+	// anyway: a listing slower than Renew is still a count.
+	ctx, cancel := context.WithTimeout(ctx, l.ttl)
 	defer cancel()
 	if _, err := l.kv.Put(ctx, nodeKey(l.r.opts.Node), []byte(l.r.opts.Node)); err != nil {
 		l.r.opts.Logger.Warn("announcing this node failed; partitions are not balanced until it works", "err", err)

@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"flag"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
@@ -369,7 +369,9 @@ func TestClusterBroker(t *testing.T) {
 	js := nats.JetStream()
 	bin := buildDaemon(t)
 	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	flags := func(node string) []string { return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s"} }
+	flags := func(node string) []string {
+		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s"}
+	}
 	a := startProc(t, bin, dataA, flags("a")...)
 	waitLeases(t, js, "a", 16)
 	b := startProc(t, bin, dataB, flags("b")...)

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -138,7 +140,11 @@ func (p *proc) stop(t *testing.T) {
 }
 
 // submitter posts tasks until stopped or the daemon dies, and reports the
-// ids the daemon acknowledged (201).
+// ids the daemon acknowledged (201). Like a client that retries, it posts
+// again after a timeout or a 5xx answer (a daemon slow to start, or one
+// whose NATS server is down), which may have created a task it never
+// acknowledged; it stops at a refused or broken connection (the daemon
+// died) and at any other answer.
 func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string, stop <-chan struct{}) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	for {
@@ -149,12 +155,18 @@ func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string,
 		}
 		body, _ := json.Marshal(map[string]string{"input": inputs[rng.IntN(len(inputs))]})
 		resp, err := client.Post(url+"/v1/tasks", "application/json", bytes.NewReader(body))
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			continue
+		}
 		if err != nil {
 			return // killed
 		}
 		var c createdJSON
 		err = json.NewDecoder(resp.Body).Decode(&c)
 		resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			continue
+		}
 		if err != nil || resp.StatusCode != 201 {
 			return
 		}
@@ -178,6 +190,7 @@ func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, w
 	}
 	submitted := make(chan struct{}) // every submitter returned
 	go func() { wg.Wait(); close(submitted) }()
+	timeout := time.After(testTimeout) // a bound for the failure only
 	for n := 0; n < killAfter; n++ {
 		select {
 		case id := <-acked:
@@ -185,6 +198,10 @@ func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, w
 		case <-submitted:
 			close(stop)
 			t.Fatalf("every submitter stopped after %d of %d acknowledgements: the daemon died or refused them\n%s", n, killAfter, p.output())
+		case <-timeout:
+			p.kill(t)
+			close(stop)
+			t.Fatalf("%d of %d acknowledgements within %v\n%s", n, killAfter, testTimeout, p.output())
 		}
 	}
 	p.kill(t)
