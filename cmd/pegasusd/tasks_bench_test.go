@@ -63,6 +63,11 @@ func TestTasksBenchWorkload(t *testing.T) {
 		if res.Tasks != want || res.PerSec <= 0 {
 			t.Fatalf("%+v: %s", bc, res)
 		}
+		// The client saw the completions on its own subscription; the
+		// agent's fold is another, which may not have folded them yet.
+		if err := td.d.agent.View().WaitFor(ctx, td.d.events.Head()); err != nil {
+			t.Fatal(err)
+		}
 		if st := td.d.agent.View().Stats(); st.Completed != int64(want) || st.Failed != 0 {
 			t.Fatalf("stats after the run: %d completed, %d failed, want %d", st.Completed, st.Failed, want)
 		}
