@@ -82,6 +82,12 @@ func startProc(t *testing.T, bin, data string, extra ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // a test that failed midway leaves no daemon running
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+	})
 	urls := make(chan string, 1)
 	go func() {
 		defer close(p.done)
