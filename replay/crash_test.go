@@ -37,10 +37,10 @@ func crashDuringCheckpoint(t *testing.T, ingestBytes int) {
 	evs := replaytest.Generate(seed, replaytest.Config{Tasks: 40, Concurrency: 6})
 	half := len(evs) / 2
 
-	crashFS := vfs.NewCrashableMem()
+	crashFS := newCrashMem()
 	var armed atomic.Bool
 	var mu sync.Mutex
-	var clones []*vfs.MemFS
+	var clones []*crashMem
 	rng := rand.New(rand.NewPCG(seed, 2))
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if !armed.Load() || op.Kind.ReadOrWrite() != errorfs.OpIsWrite {

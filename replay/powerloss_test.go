@@ -44,12 +44,12 @@ type crashPoints struct {
 }
 
 type crashImage struct {
-	fs    *vfs.MemFS
+	fs    *crashMem
 	acked uint64 // every event up to this sequence was acknowledged
 	op    errorfs.Op
 }
 
-func (c *crashPoints) offer(fs *vfs.MemFS, acked func() uint64, op errorfs.Op) {
+func (c *crashPoints) offer(fs *crashMem, acked func() uint64, op errorfs.Op) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seen++
@@ -101,7 +101,7 @@ func TestPowerLoss(t *testing.T) {
 		return &eventlog.Options{FS: fs, MemTableSize: 1 << 20} // small memtables: flushes and MANIFEST edits too
 	}
 
-	crashFS := vfs.NewCrashableMem()
+	crashFS := newCrashMem()
 	var l atomic.Pointer[eventlog.Log]
 	var view atomic.Pointer[View]
 	head := func() uint64 {
