@@ -342,7 +342,6 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			continue
 		}
 		t := &e.t
-		owned := b.owns(id)
 		switch act := fsm.Next(t); act.Kind {
 		case fsm.ActAssign:
 			if act.At.After(now) {
@@ -352,27 +351,15 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			} else {
 				b.requeueLocked(e)
 			}
-		case fsm.ActWaitWorker:
-			if act.At.After(now) {
+		case fsm.ActWaitWorker, fsm.ActRetry, fsm.ActDeadLetter:
+			if act.Kind == fsm.ActWaitWorker && act.At.After(now) {
 				b.scheduleLocked(e, act.At)
 				continue
 			}
-			if !owned {
+			if !b.owns(id) {
 				continue // its owner's broker decides
 			}
-			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchTimedOut, &fsm.DispatchTimedOutBody{AgentID: BrokerAgent})})
-		case fsm.ActRetry:
-			if !owned {
-				continue
-			}
-			jitter := b.opts.Jitter(fsm.DispatchBackoff(t))
-			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchRetried, &fsm.DispatchRetriedBody{AgentID: BrokerAgent, JitterMS: jitter.Milliseconds()})})
-		case fsm.ActDeadLetter:
-			if !owned {
-				continue
-			}
-			_, why := fsm.DispatchRetryDue(t)
-			decisions = append(decisions, decision{*t, eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})})
+			decisions = append(decisions, decision{*t, b.ownerDecision(t, act.Kind)})
 		}
 	}
 	decisions = b.assignLocked(now, decisions)
@@ -495,6 +482,22 @@ func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) ui
 		last = max(last, r.LastSeq)
 	}
 	return last
+}
+
+// ownerDecision is the event that records what the machine says is due
+// for t, an ActWaitWorker past its deadline, an ActRetry or an
+// ActDeadLetter: the decisions only the owner of t's partition takes.
+func (b *Broker) ownerDecision(t *fsm.Task, kind fsm.ActionKind) typedBody {
+	switch kind {
+	case fsm.ActWaitWorker:
+		return eventOf(fsm.DispatchTimedOut, &fsm.DispatchTimedOutBody{AgentID: BrokerAgent})
+	case fsm.ActRetry:
+		jitter := b.opts.Jitter(fsm.DispatchBackoff(t))
+		return eventOf(fsm.DispatchRetried, &fsm.DispatchRetriedBody{AgentID: BrokerAgent, JitterMS: jitter.Milliseconds()})
+	default:
+		_, why := fsm.DispatchRetryDue(t)
+		return eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})
+	}
 }
 
 // owns reports whether this broker decides task id's timeouts, retries
