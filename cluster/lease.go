@@ -382,7 +382,7 @@ func (l *Leases) stepSingletons(ctx context.Context) {
 			switch {
 			case err == nil:
 				st.rev = rev
-			case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			case leaseGone(err):
 				l.r.opts.Logger.Warn("lost a singleton's lease: another node runs it now", "lease", s.Name, "err", err)
 				st.rev, st.stopping = 0, make(chan struct{})
 				go func(done chan struct{}) { defer close(done); s.Stop() }(st.stopping)
@@ -391,13 +391,7 @@ func (l *Leases) stepSingletons(ctx context.Context) {
 			}
 		case l.noTaking():
 		case st.stopping == nil || isClosed(st.stopping):
-			rev, err := l.kv.Create(rctx, s.Name, []byte(l.r.opts.Node))
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				// An earlier run's under this node's name: take it over.
-				if e, gerr := l.kv.Get(rctx, s.Name); gerr == nil && string(e.Value()) == l.r.opts.Node {
-					rev, err = l.kv.Update(rctx, s.Name, []byte(l.r.opts.Node), e.Revision())
-				}
-			}
+			rev, err := l.create(rctx, s.Name)
 			if err != nil {
 				break
 			}
@@ -438,7 +432,7 @@ func (l *Leases) renewOne(ctx context.Context, p int, rev uint64) {
 	case h.lost:
 	case err == nil:
 		h.rev, h.renewed = next, time.Now()
-	case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+	case leaseGone(err):
 		l.loseLocked(p, err)
 	default:
 		// The bucket is unreachable: keep trying. If the lease expires
@@ -457,6 +451,28 @@ func (l *Leases) loseLocked(p int, err error) {
 	l.lostOnce.Do(func() { close(l.lost) })
 }
 
+// create creates the lease key in this node's name, or takes over one
+// already in its name (an earlier run's, killed before it expired) at its
+// revision, as a new epoch. It returns the revision, or ErrKeyExists when
+// another node holds the key.
+func (l *Leases) create(ctx context.Context, key string) (uint64, error) {
+	node := []byte(l.r.opts.Node)
+	rev, err := l.kv.Create(ctx, key, node)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		if e, gerr := l.kv.Get(ctx, key); gerr == nil && string(e.Value()) == l.r.opts.Node {
+			rev, err = l.kv.Update(ctx, key, node, e.Revision())
+		}
+	}
+	return rev, err
+}
+
+// leaseGone reports whether a renewal's error says the lease is no longer
+// this node's (another revision, or expired or deleted), rather than that
+// the bucket could not be reached.
+func leaseGone(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
+}
+
 // take tries to create p's lease (or to take over one in this node's
 // name: Node names must be unique among running nodes); on success it
 // appends PARTITION_OWNED and holds p.
@@ -467,14 +483,7 @@ func (l *Leases) take(ctx context.Context, p int) bool {
 		return false
 	}
 	r := l.r
-	epoch, err := l.kv.Create(ctx, leaseKey(p), []byte(r.opts.Node))
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		// A lease in this node's name is an earlier run's (killed before
-		// it expired): take it over at its revision, as a new epoch.
-		if e, gerr := l.kv.Get(ctx, leaseKey(p)); gerr == nil && string(e.Value()) == r.opts.Node {
-			epoch, err = l.kv.Update(ctx, leaseKey(p), []byte(r.opts.Node), e.Revision())
-		}
-	}
+	epoch, err := l.create(ctx, leaseKey(p))
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			r.opts.Logger.Debug("taking a partition lease failed", "partition", p, "err", err)
