@@ -63,9 +63,7 @@ func TestUnsyncedGroupStaysInvisible(t *testing.T) {
 			gate, fs := newSyncGate(mem)
 			l := mustOpen(t, "db", testOptions(fs))
 			defer func() { closeLog(t, l) }()
-			for i := range 3 {
-				mustAppend(t, l, "before", Any, ev("OK", fmt.Sprint(i)))
-			}
+			appendN(t, l, "before", "OK", 3)
 			const head = 3
 			sub := l.Subscribe(ctx, head+1)
 			defer sub.Close()

@@ -168,9 +168,7 @@ func TestInjectedIOErrors(t *testing.T) {
 				return strings.HasSuffix(op.Path, ".log") && (op.Kind == kind || (kind == errorfs.OpFileSync && op.Kind == errorfs.OpFileSyncData))
 			})
 			l := mustOpen(t, "db", testOptions(efs))
-			for i := range 10 {
-				mustAppend(t, l, "s", Any, ev("OK", fmt.Sprint(i)))
-			}
+			appendN(t, l, "s", "OK", 10)
 			inject(true)
 
 			var wg sync.WaitGroup
@@ -315,9 +313,7 @@ func TestInjectedStorageErrors(t *testing.T) {
 func TestOpenOnFullDisk(t *testing.T) {
 	mem := vfs.NewMem()
 	l := mustOpen(t, "db", testOptions(mem))
-	for i := range 20 {
-		mustAppend(t, l, "s", Any, ev("E", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "E", 20)
 	closeLog(t, l)
 	full := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if op.Kind == errorfs.OpFileWrite || op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData ||

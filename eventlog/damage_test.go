@@ -406,15 +406,11 @@ func TestMarkerAfterCrash(t *testing.T) {
 func TestRestoreCheckpointKeepingMarker(t *testing.T) {
 	fs := vfs.NewMem()
 	l := mustOpen(t, "db", testOptions(fs))
-	for i := range 10 {
-		mustAppend(t, l, "s", Any, ev("E", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "E", 10)
 	if err := l.Checkpoint("ckpt"); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 10 {
-		mustAppend(t, l, "s", Any, ev("LATER", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "LATER", 10)
 	closeLog(t, l)
 	orig, _, err := readMarker(fs, "db")
 	if err != nil {

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand"
 	"sync"
 	"testing"
@@ -99,4 +100,13 @@ func idFrom(n uint64) ulid.ULID {
 		n >>= 8
 	}
 	return id
+}
+
+// appendN appends n events of type typ to stream, one per append, with
+// bodies "0" to "n-1".
+func appendN(t testing.TB, l *Log, stream, typ string, n int) {
+	t.Helper()
+	for i := range n {
+		mustAppend(t, l, stream, Any, ev(typ, fmt.Sprint(i)))
+	}
 }

@@ -69,9 +69,7 @@ func TestMarkerEncoding(t *testing.T) {
 func TestMarkerVersion1Directory(t *testing.T) {
 	fs := vfs.NewMem()
 	l := mustOpen(t, "db", testOptions(fs))
-	for i := range 5 {
-		mustAppend(t, l, "s", Any, ev("E", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "E", 5)
 	closeLog(t, l)
 	if err := writeFileSynced(fs, "db/"+MarkerFile, markerV1(5, 5+reserveStep)); err != nil {
 		t.Fatal(err)
@@ -492,14 +490,10 @@ func rotationChild(dir string) {
 func TestAcceptedLossNotForgotten(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	l := mustOpen(t, "db", testOptions(mem))
-	for i := range 5 {
-		mustAppend(t, l, "s", Any, ev("OLD", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "OLD", 5)
 	closeLog(t, l)
 	l = mustOpen(t, "db", testOptions(mem)) // the 5 events go to a table
-	for i := range 10 {
-		mustAppend(t, l, "s", Any, ev("LOST", fmt.Sprint(i)))
-	}
+	appendN(t, l, "s", "LOST", 10)
 	closeLog(t, l)
 	m, _, err := readMarker(mem, "db")
 	if err != nil || m.head != 15 {
