@@ -82,21 +82,21 @@ func (d *daemon) startFanout() error {
 // stopFanout stops the outbox when this daemon loses or gives back the
 // fan-out's lease; the next holder resumes from the stream's last
 // message.
-func (d *daemon) stopFanout() {
-	d.fanMu.Lock()
-	ob := d.outbox
-	d.outbox = nil
-	d.fanMu.Unlock()
-	if ob != nil {
-		ob.Stop()
-		d.log.Info("fan-out stopped", "published", ob.Published(), "err", ob.Err())
-	}
-}
+func (d *daemon) stopFanout() { _ = d.stopOutbox() }
 
 // stopPublish stops the outbox before the log closes; events committed
 // later (the drain) are published at the next start, from the stream's
 // last message. With --cluster, stopTaking already stopped it.
 func (d *daemon) stopPublish() error {
+	if err := d.stopOutbox(); err != nil {
+		return fmt.Errorf("--publish: %w", err)
+	}
+	return nil
+}
+
+// stopOutbox stops the outbox this daemon runs, if any, and returns the
+// error that ended it.
+func (d *daemon) stopOutbox() error {
 	d.fanMu.Lock()
 	ob := d.outbox
 	d.outbox = nil
@@ -105,9 +105,6 @@ func (d *daemon) stopPublish() error {
 		return nil
 	}
 	ob.Stop()
-	if err := ob.Err(); err != nil {
-		return fmt.Errorf("--publish: %w", err)
-	}
-	d.log.Info("fan-out stopped", "published", ob.Published())
-	return nil
+	d.log.Info("fan-out stopped", "published", ob.Published(), "err", ob.Err())
+	return ob.Err()
 }
