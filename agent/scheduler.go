@@ -78,10 +78,15 @@ func (s *scheduler) schedule(id string, priority int) {
 func (s *scheduler) release(id string, cancel bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.runs[id]
-	if r == nil {
-		return
+	if r := s.runs[id]; r != nil && s.releaseLocked(id, r, cancel) {
+		s.admitLocked()
 	}
+}
+
+// releaseLocked gives up r's wait and slot (cancel: and its running
+// stage), forgets r unless its stage runs, and reports whether a slot
+// was freed. The caller admits.
+func (s *scheduler) releaseLocked(id string, r *taskRun, cancel bool) (freed bool) {
 	if r.wait != nil {
 		s.queue.remove(r.wait)
 		r.wait = nil
@@ -92,11 +97,12 @@ func (s *scheduler) release(id string, cancel bool) {
 	if r.holding {
 		r.holding = false
 		s.active--
-		s.admitLocked()
+		freed = true
 	}
 	if !r.running {
 		delete(s.runs, id)
 	}
+	return freed
 }
 
 func (s *scheduler) admitLocked() {
@@ -223,23 +229,11 @@ func (s *scheduler) drop(match func(id string) bool, cancel bool) []<-chan struc
 		if !match(id) {
 			continue
 		}
-		if r.wait != nil {
-			s.queue.remove(r.wait)
-			r.wait = nil
-		}
-		if r.holding {
-			r.holding = false
-			s.active--
-		}
 		r.rerun = false
-		if !r.running {
-			delete(s.runs, id)
-			continue
+		if r.running {
+			running = append(running, r.ended)
 		}
-		if cancel && r.cancel != nil {
-			r.cancel()
-		}
-		running = append(running, r.ended)
+		s.releaseLocked(id, r, cancel)
 	}
 	s.admitLocked()
 	return running
