@@ -15,8 +15,11 @@ var ErrMalformed = errors.New("projection: malformed encoding")
 // memory and system event bodies (internal/codec): equal values encode to
 // equal bytes, which is what lets verify compare a persisted projection
 // with a fresh fold byte for byte.
-func marshal(v any) ([]byte, error) {
-	b, err := codec.Encode(v)
+func marshal(v any) ([]byte, error) { return marshalAppend(nil, v) }
+
+// marshalAppend appends marshal's encoding of v to dst.
+func marshalAppend(dst []byte, v any) ([]byte, error) {
+	b, err := codec.Append(dst, v)
 	if err != nil {
 		return nil, fmt.Errorf("projection: %w", err)
 	}

@@ -201,13 +201,11 @@ const (
 // DecodeStored with the same task returns p.
 func (p *Progress) EncodeStored(t *fsm.Task) ([]byte, error) {
 	if p.Description == "" || p.Description != t.Context.InputText {
-		b, err := marshal(p)
-		return append([]byte{storedDescOwn}, b...), err
+		return marshalAppend([]byte{storedDescOwn}, p)
 	}
 	q := *p
 	q.Description = ""
-	b, err := marshal(&q)
-	return append([]byte{storedDescInput}, b...), err
+	return marshalAppend([]byte{storedDescInput}, &q)
 }
 
 // DecodeStored decodes an encoding written by EncodeStored for the task t.

@@ -29,11 +29,15 @@ import (
 
 // Encode returns the canonical msgpack encoding of v (see the package
 // comment). Equal values encode to equal bytes.
-func Encode(v any) ([]byte, error) {
-	var buf bytes.Buffer
+func Encode(v any) ([]byte, error) { return Append(nil, v) }
+
+// Append appends the canonical msgpack encoding of v to dst and returns
+// the extended slice, as Encode would encode it.
+func Append(dst []byte, v any) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
 	enc := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(enc)
-	enc.Reset(&buf)
+	enc.Reset(buf)
 	enc.SetSortMapKeys(true)
 	enc.SetOmitEmpty(true)
 	if err := enc.Encode(v); err != nil {
