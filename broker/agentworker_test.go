@@ -357,8 +357,10 @@ func TestAgentWorkerOwns(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.b.Seen(AgentWorkerID)
+	owned.Store(true) // assigned by its owner, then given away
 	task := h.create("plan the trip", 0, "plan")
 	h.waitTask(task.ID, "assigned to pegasus", assignedTo(AgentWorkerID))
+	owned.Store(false)
 	w := &agentWorker{b: h.b, wake: make(chan struct{}, 1), ended: map[string]ulid.ULID{}, mine: map[string]struct{}{}}
 	w.step(h.ctx, true)
 	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned || len(h.b.Children(task.ID)) != 0 {

@@ -117,13 +117,22 @@ type Options struct {
 	// there before it returns (pegasusd --cluster passes the replicated
 	// log). The default value is the log given to New.
 	Appender eventlog.Appender
-	// Owns says whether this broker decides a task's timeouts, retries and
-	// dead letters, and whether its built-in worker runs the task
-	// (pegasusd --cluster: the tasks of the partitions the daemon holds).
-	// Assignments are not partitioned: a broker assigns queued tasks to
-	// the workers that talk to it (worker liveness is in memory). The
-	// default value is nil: every task.
+	// Owns says whether this broker decides a task's assignment,
+	// timeouts, retries and dead letters, and whether its built-in worker
+	// runs the task (pegasusd --cluster: the tasks of the partitions the
+	// daemon holds). A broker that does not own a task leaves it alone;
+	// a worker polling it still gets the task once the owner's assignment
+	// reaches its log. The default value is nil: every task.
 	Owns func(task string) bool
+	// Share, when set, tells the other brokers that a registered worker
+	// (not the built-in one) made a request to this one at a time, so
+	// that the owners of tasks count it alive (pegasusd --cluster: an
+	// entry in a JetStream key-value bucket, whose updates each daemon
+	// gives to SeenElsewhere). It is called at a worker's first request
+	// and then at most every WorkerTTL/4 per worker, must not block, and
+	// is not called with the broker's lock held. The default value is
+	// nil: liveness stays in this broker.
+	Share func(worker string, at time.Time)
 }
 
 // EnsureDefaults returns o with its zero fields set to their defaults.
@@ -165,25 +174,28 @@ type Broker struct {
 	opts  Options
 	from  uint64 // the view's position when New loaded the live tasks
 
-	mu        sync.Mutex
-	live      map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
-	byWorker  map[string]map[string]*entry // the live tasks each worker runs
-	dirty     map[string]struct{}          // live tasks changed since the loop last looked
-	due       dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
-	ready     readyHeap                    // pending tasks due now, in queue order
-	readyKeys map[string]int               // entries in ready per requirement key (reqKey)
-	workerCh  map[string]chan struct{}     // closed when a worker's tasks change (its long polls)
-	lastFull  time.Time                    // when the loop last looked at every live task
-	workers   projection.Workers           // registered workers, from WorkersStream
-	seen      map[string]time.Time         // worker liveness (memory only)
-	changed   chan struct{}                // closed and replaced after every dispatch event folded
-	kick      chan struct{}                // wakes the loop (buffered 1)
-	agentWake chan struct{}                // wakes the built-in worker's loop (RunAgentWorker), nil before
-	agentAll  atomic.Bool                  // the built-in worker looks at every live task at its next wake (CheckAll)
-	running   bool
+	mu         sync.Mutex
+	live       map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
+	byWorker   map[string]map[string]*entry // the live tasks each worker runs
+	dirty      map[string]struct{}          // live tasks changed since the loop last looked
+	due        dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
+	ready      readyHeap                    // pending tasks due now, in queue order
+	readyKeys  map[string]int               // entries in ready per requirement key (reqKey)
+	workerCh   map[string]chan struct{}     // closed when a worker's tasks change (its long polls)
+	lastFull   time.Time                    // when the loop last looked at every live task
+	workers    projection.Workers           // registered workers, from WorkersStream (loadWorkers)
+	workersVer uint64                       // the version of WorkersStream folded into workers
+	seen       map[string]time.Time         // worker liveness: requests here, and SeenElsewhere
+	shared     map[string]time.Time         // when Seen last gave a worker to Options.Share
+	changed    chan struct{}                // closed and replaced after every dispatch event folded
+	kick       chan struct{}                // wakes the loop (buffered 1)
+	agentWake  chan struct{}                // wakes the built-in worker's loop (RunAgentWorker), nil before
+	agentAll   atomic.Bool                  // the built-in worker looks at every live task at its next wake (CheckAll)
+	running    bool
 
-	followed watermark.Mark // the last event follow has indexed
-	children *childIndex    // parent_task_id -> children (children.go)
+	workersMu sync.Mutex     // held by loadWorkers: one reads the log at a time
+	followed  watermark.Mark // the last event follow has indexed
+	children  *childIndex    // parent_task_id -> children (children.go)
 }
 
 // New returns a broker over the log l and the view tasks of it, with the
@@ -191,7 +203,7 @@ type Broker struct {
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
 		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
-		workers: projection.Workers{}, seen: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
+		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
 		children: newChildIndex()}
 	if b.app = b.opts.Appender; b.app == nil {
 		b.app = l
@@ -205,19 +217,51 @@ func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 		b.children.add(t.ParentID, t.ID)
 	}
 	b.loadChildren()
-	it := l.ReadStream(projection.WorkersStream, 1)
-	defer it.Close()
+	if err := b.loadWorkers(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// loadWorkers folds into the registry the worker events the log holds
+// beyond those folded, in the stream's order: at the start, after this
+// broker's own (workerEvent) and after any other daemon's (follow), so
+// that every broker of a cluster knows every worker.
+func (b *Broker) loadWorkers() error {
+	b.workersMu.Lock()
+	defer b.workersMu.Unlock()
+	b.mu.Lock()
+	from := b.workersVer + 1
+	b.mu.Unlock()
+	type workerEv struct {
+		et      fsm.EventType
+		body    *projection.WorkerBody
+		at      time.Time
+		version uint64
+	}
+	var evs []workerEv
+	it := b.log.ReadStream(projection.WorkersStream, from)
 	for it.Next() {
 		ev := it.Event()
 		body, err := projection.DecodeWorker(ev.Schema, ev.Body)
 		if err != nil {
-			return nil, fmt.Errorf("broker: %s seq %d: %w", projection.WorkersStream, ev.Seq, err)
+			it.Close()
+			return fmt.Errorf("broker: %s seq %d: %w", projection.WorkersStream, ev.Seq, err)
 		}
-		if err := b.workers.Apply(fsm.EventType(ev.Type), body, ev.Time); err != nil {
-			return nil, err
-		}
+		evs = append(evs, workerEv{fsm.EventType(ev.Type), body, ev.Time, ev.Version})
 	}
-	return b, it.Err()
+	if err := it.Close(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ev := range evs {
+		if err := b.workers.Apply(ev.et, ev.body, ev.at); err != nil {
+			return err
+		}
+		b.workersVer = ev.version
+	}
+	return nil
 }
 
 // Run drives the broker until ctx ends: it follows the log (every folded
@@ -288,7 +332,11 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
 			return err
 		}
-		if !isWorker {
+		if isWorker {
+			if err := b.loadWorkers(); err != nil {
+				return err
+			}
+		} else {
 			t, err := b.tasks.Task(ev.Stream)
 			b.mu.Lock()
 			b.observeLocked(ev.Stream, t, err == nil)
@@ -344,6 +392,9 @@ func (b *Broker) step(ctx context.Context) time.Time {
 		t := &e.t
 		switch act := fsm.Next(t); act.Kind {
 		case fsm.ActAssign:
+			if !b.owns(id) {
+				continue // its owner's broker assigns it (CheckAll when this one takes it)
+			}
 			if act.At.After(now) {
 				b.scheduleLocked(e, act.At)
 			} else if !e.queued {
@@ -399,8 +450,8 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 		e := heap.Pop(&b.ready).(*entry)
 		key := e.qkey
 		b.unqueueLocked(e)
-		if b.live[e.t.ID] != e {
-			continue // finished meanwhile
+		if b.live[e.t.ID] != e || !b.owns(e.t.ID) {
+			continue // finished meanwhile, or its partition was given away
 		}
 		if act := fsm.Next(&e.t); act.Kind != fsm.ActAssign || act.At.After(now) {
 			b.dirty[e.t.ID] = struct{}{}
@@ -500,8 +551,8 @@ func (b *Broker) ownerDecision(t *fsm.Task, kind fsm.ActionKind) typedBody {
 	}
 }
 
-// owns reports whether this broker decides task id's timeouts, retries
-// and dead letters (Options.Owns).
+// owns reports whether this broker decides task id's assignment,
+// timeouts, retries and dead letters (Options.Owns).
 func (b *Broker) owns(id string) bool { return b.opts.Owns == nil || b.opts.Owns(id) }
 
 // CheckAll has the loop, and the built-in worker's, look at every live

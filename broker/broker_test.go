@@ -476,18 +476,24 @@ func TestIdleWorkerBehindUnplaceableQueue(t *testing.T) {
 	h.waitTask(waiting[1].ID, "assigned to gpu-box", assignedTo("gpu-box"))
 }
 
-// TestOwnsDecidesTimeouts: a broker that does not own a task (pegasusd
-// --cluster: another daemon holds its partition) assigns it to its
-// workers but does not time it out, even long past its deadline; once it
-// owns the task, CheckAll has it decide at once.
-func TestOwnsDecidesTimeouts(t *testing.T) {
+// TestOwnsDecides: a broker that does not own a task neither assigns it
+// nor times it out; its owner does both, from the moment it takes it
+// (CheckAll).
+func TestOwnsDecides(t *testing.T) {
 	h := newHarnessRun(t, false)
 	var owned atomic.Bool
 	h.b.opts.Owns = func(string) bool { return owned.Load() }
 	h.run()
 	h.register("w1", 1)
 	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 1, RetryEligible: true}))
-	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+		t.Fatalf("assigned by a broker that does not own it: %s", got.State)
+	}
+	owned.Store(true)
+	h.b.CheckAll()
+	h.waitTask(task.ID, "assigned by its owner", assignedTo("w1"))
+	owned.Store(false)
 	h.settle()
 	h.clk.Advance(2 * time.Minute) // past the deadline and a full check
 	h.settle()
@@ -497,4 +503,70 @@ func TestOwnsDecidesTimeouts(t *testing.T) {
 	owned.Store(true)
 	h.b.CheckAll()
 	h.waitTask(task.ID, "timed out and retried by its owner", func(t *fsm.Task) bool { return t.Dispatch.RetryCount == 1 })
+}
+
+// TestSharedLiveness: a registered worker's requests are shared (at its
+// first one, then at most every WorkerTTL/4), and a worker seen only by
+// another broker (SeenElsewhere) gets this broker's tasks; an older
+// sighting changes nothing.
+func TestSharedLiveness(t *testing.T) {
+	h := newHarnessRun(t, false)
+	type sighting struct {
+		worker string
+		at     time.Time
+	}
+	shared := make(chan sighting, 16)
+	h.b.opts.Share = func(w string, at time.Time) { shared <- sighting{w, at} }
+	h.run()
+	if err := h.b.RegisterAgentWorker(h.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.b.Seen(AgentWorkerID)
+	h.b.Seen("client") // not a worker
+	h.register("w1", 1)
+	if got := <-shared; got.worker != "w1" || !got.at.Equal(h.clk.Now()) {
+		t.Fatalf("shared %+v, want w1 at registration", got)
+	}
+	h.clk.Advance(20 * time.Second) // under WorkerTTL/4 (22.5s)
+	h.b.Seen("w1")
+	h.clk.Advance(5 * time.Second)
+	h.b.Seen("w1")
+	if got := <-shared; got.worker != "w1" || !got.at.Equal(h.clk.Now()) {
+		t.Fatalf("shared %+v, want w1 25s after its registration", got)
+	}
+	select {
+	case got := <-shared:
+		t.Fatalf("shared %+v more often than every WorkerTTL/4, or a worker that is not one", got)
+	default:
+	}
+
+	// w2 registers with another daemon (its event reaches this one's log)
+	// and talks to that daemon only.
+	data, err := projection.EncodeWorker(&projection.WorkerBody{Worker: "w2", Capabilities: []string{"gpu"}, MaxTasks: 1, By: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.log.Append(h.ctx, projection.WorkersStream, eventlog.Any, eventlog.Event{Type: string(projection.WorkerRegistered),
+		Time: h.clk.Now(), Schema: projection.WorkerSchemaVersion, Body: data}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	if err := h.b.Wait(ctx, func() bool { _, err := h.b.Worker("w2"); return err == nil }); err != nil {
+		t.Fatal("a worker registered through another daemon never reached this broker's registry")
+	}
+	h.clk.Advance(2 * time.Minute) // w2 is silent here beyond WorkerTTL
+	h.settle()
+	task := h.create("render", 0, "gpu")
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+		t.Fatalf("assigned to a worker nobody saw for 2 minutes: %s", got.State)
+	}
+	h.b.SeenElsewhere("w2", h.clk.Now().Add(-time.Second)) // its request to the other broker wakes this one
+	h.waitTask(task.ID, "assigned to the worker seen elsewhere", assignedTo("w2"))
+	old := h.clk.Now().Add(-time.Hour)
+	h.b.SeenElsewhere("w2", old)
+	if w, _ := h.b.Worker("w2"); !w.Alive || w.LastSeen.Equal(old) {
+		t.Fatalf("an older sighting replaced a newer one: %+v", w)
+	}
 }

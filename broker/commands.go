@@ -15,10 +15,11 @@ import (
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
-// Seen records that agent made a request now (liveness, memory only). A
-// worker that was not alive (never seen since the start, or not within
-// WorkerTTL) wakes the loop: it may take queued tasks now, and nothing
-// else would tell the loop so.
+// Seen records that agent made a request now (liveness). A worker that
+// was not alive (never seen since the start, or not within WorkerTTL)
+// wakes the loop: it may take queued tasks now, and nothing else would
+// tell the loop so. A registered worker's first request, and then one
+// every WorkerTTL/4, is given to Options.Share.
 func (b *Broker) Seen(agent string) {
 	if agent == "" {
 		return
@@ -28,8 +29,38 @@ func (b *Broker) Seen(agent string) {
 	last, known := b.seen[agent]
 	b.seen[agent] = now
 	_, worker := b.workers[agent]
+	share := worker && b.opts.Share != nil && agent != AgentWorkerID && now.Sub(b.shared[agent]) >= b.opts.WorkerTTL/4
+	if share {
+		b.shared[agent] = now
+	}
 	b.mu.Unlock()
+	if share {
+		b.opts.Share(agent, now)
+	}
 	if worker && (!known || now.Sub(last) > b.opts.WorkerTTL) {
+		b.wake()
+	}
+}
+
+// SeenElsewhere records that worker made a request to another broker at
+// time at (Options.Share's other end). An older sighting than the one
+// known changes nothing; one that makes a registered worker alive again
+// wakes the loop, as Seen does.
+func (b *Broker) SeenElsewhere(worker string, at time.Time) {
+	if worker == "" || worker == AgentWorkerID {
+		return // each daemon's built-in worker is its own
+	}
+	now := b.opts.Now()
+	b.mu.Lock()
+	last, known := b.seen[worker]
+	if known && !at.After(last) {
+		b.mu.Unlock()
+		return
+	}
+	b.seen[worker] = at
+	_, registered := b.workers[worker]
+	b.mu.Unlock()
+	if registered && (!known || now.Sub(last) > b.opts.WorkerTTL) && now.Sub(at) <= b.opts.WorkerTTL {
 		b.wake()
 	}
 }
@@ -324,10 +355,10 @@ func (b *Broker) Register(ctx context.Context, id string, caps []string, maxTask
 			return WorkerInfo{}, fmt.Errorf("%w: an empty capability", ErrInvalid)
 		}
 	}
-	b.Seen(id)
 	if err := b.workerEvent(ctx, projection.WorkerRegistered, &projection.WorkerBody{Worker: id, Capabilities: caps, MaxTasks: max(maxTasks, 1), By: id}); err != nil {
 		return WorkerInfo{}, err
 	}
+	b.Seen(id) // registered now: shared, and alive at once
 	return b.Worker(id)
 }
 
@@ -357,9 +388,9 @@ func (b *Broker) workerEvent(ctx context.Context, et fsm.EventType, body *projec
 		eventlog.Event{Type: string(et), Time: now, Schema: projection.WorkerSchemaVersion, Body: data}); err != nil {
 		return err
 	}
-	b.mu.Lock()
-	err = b.workers.Apply(et, body, now)
-	b.mu.Unlock()
+	// The registry folds the stream in its order, with any other
+	// daemon's worker events appended before this one.
+	err = b.loadWorkers()
 	b.notify()
 	return err
 }

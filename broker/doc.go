@@ -17,9 +17,12 @@
 //     assignment before run_at, so a wrong clock cannot break a task.
 //   - A worker's report is recorded only when the task is assigned to
 //     that worker (ErrNotAssigned otherwise, and nothing is written).
-//   - Worker registrations and drains are events on projection.WorkersStream;
-//     liveness (the last request carrying X-Agent-ID) is kept in memory
-//     only: after a restart no worker gets a task before it calls again.
+//   - Worker registrations and drains are events on projection.WorkersStream,
+//     folded in the stream's order (loadWorkers); liveness (the last request
+//     carrying X-Agent-ID) is kept in memory: after a restart no worker
+//     gets a task before it calls again. In a cluster, only the owner of a
+//     task's partition assigns and decides it (Options.Owns), and workers'
+//     requests to other daemons reach it (Options.Share, SeenElsewhere).
 //   - The broker reads tasks from the daemon's folded view (Tasks); it
 //     does not fold events itself. It keeps an index of the live tasks as
 //     the view folded them (index.go), so that a step looks only at what

@@ -136,14 +136,8 @@ func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acqu
 	if opts.TTL == 0 {
 		opts.TTL = 10 * time.Second
 	}
-	kv, err := r.js.KeyValue(ctx, opts.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: opts.Bucket, TTL: opts.TTL, Replicas: r.replicas,
-			Description: "Pegasus partition leases (docs/cluster.md)"})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = r.js.KeyValue(ctx, opts.Bucket)
-		}
-	}
+	kv, err := r.openBucket(ctx, jetstream.KeyValueConfig{Bucket: opts.Bucket, TTL: opts.TTL,
+		Description: "Pegasus partition leases (docs/cluster.md)"})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: lease bucket %s: %w", opts.Bucket, err)
 	}
@@ -173,6 +167,22 @@ func (r *ReplicatedLog) StartLeases(ctx context.Context, opts LeaseOptions, acqu
 	go l.every(lctx, l.announced, l.count)
 	go l.every(lctx, l.done, l.step)
 	return l, nil
+}
+
+// openBucket opens the key-value bucket cfg names, or creates it as cfg
+// says with the log stream's replicas (another node may create it
+// meanwhile: then it is opened). An existing bucket keeps its own
+// settings.
+func (r *ReplicatedLog) openBucket(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := r.js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		cfg.Replicas = r.replicas
+		kv, err = r.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = r.js.KeyValue(ctx, cfg.Bucket)
+		}
+	}
+	return kv, err
 }
 
 // TTL is the leases' time to live, as the bucket records it.

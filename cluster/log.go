@@ -38,6 +38,9 @@ const (
 	// HeaderSchema is the event's body schema (the JSON form's "schema",
 	// kept exactly: the draft parser defaults a zero one).
 	HeaderSchema = "Pegasus-Schema"
+	// HeaderNode names the node that appended the event (LogOptions.Node):
+	// for an audit of who decided what, not read by the follower.
+	HeaderNode = "Pegasus-Node"
 	// MetaStreamSeq is the metadata key under which the local copy keeps
 	// each event's sequence in the JetStream stream: what an expected
 	// version maps to (Nats-Expected-Last-Subject-Sequence) and where the
@@ -935,6 +938,7 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
 			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
 			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
+			m.Header.Set(HeaderNode, r.opts.Node)
 			if c := checks[pi]; j == 0 && c.seq >= 0 {
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(c.seq, 10))
 				if c.subj != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/broker"
+	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
@@ -72,11 +73,13 @@ type brokerAPI struct {
 
 // startBroker starts the broker's loop over the log l (writing through
 // app) and the agent's folded view v of it; it stops when the server's base context ends
-// (stopBroker waits for it).
-func (s *server) startBroker(l *eventlog.Log, app eventlog.Appender, owns func(string) bool, v *replay.View, cfg *config) error {
+// (stopBroker waits for it). With --cluster and partitions, it assigns
+// and decides only the tasks of the partitions this daemon holds, and
+// shares its workers' requests with the other daemons (clusterlog.go).
+func (s *server) startBroker(l *eventlog.Log, app eventlog.Appender, own *ownership, rl *cluster.ReplicatedLog, v *replay.View, cfg *config) error {
 	b, err := broker.New(l, broker.FromView(v), broker.Options{
 		CheckInterval: cfg.broker.checkEvery, WorkerTTL: cfg.broker.workerTTL, Logger: s.log.With("component", "broker"),
-		Appender: app, Owns: owns,
+		Appender: app, Owns: own.ownsFunc(rl), Share: own.shareFunc(rl),
 	})
 	if err != nil {
 		return err

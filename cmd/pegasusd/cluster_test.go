@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,6 +99,20 @@ func lastLines(out string, n int) string {
 var agentSubjects = []string{"pegasus.task.*.TASK_CREATED", "pegasus.task.*.TASK_COMPLETED", "pegasus.system.system.SYSTEM_STARTED",
 	"pegasus.system.partition-0.PARTITION_OWNED"}
 
+// logStream returns the clustered log's stream and its state now.
+func logStream(ctx context.Context, t *testing.T, js jetstream.JetStream) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
+	st, err := js.Stream(ctx, "PEGASUS_LOG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, info
+}
+
 // checkCopy opens a stopped node's copy read-only and checks it against
 // the log's stream: it holds the stream's events, in order, to the
 // stream's end (cluster.VerifyCopy). It returns the copy's head.
@@ -109,14 +125,7 @@ func checkCopy(t *testing.T, data string, js jetstream.JetStream) uint64 {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	st, err := js.Stream(ctx, "PEGASUS_LOG")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, info := logStream(ctx, t, js)
 	covered, err := cluster.VerifyCopy(ctx, l, st)
 	if err != nil || covered != info.State.LastSeq {
 		if m, gerr := st.GetMsg(ctx, info.State.LastSeq); gerr == nil {
@@ -292,7 +301,10 @@ func TestClusterFailover(t *testing.T) {
 	bin := buildDaemon(t)
 	dataA, dataB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	flags := func(node string) []string {
-		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "2s", "--log-level", "debug",
+		// 3 s: a renewal waits out the lease bucket's leader election
+		// when a NATS server stops (2 s and a loaded machine: the survivor's
+		// lease expired meanwhile, and the resumed paused daemon took it).
+		return []string{"--cluster", nats.URL(), "--cluster-node", node, "--cluster-lease-ttl", "3s", "--log-level", "debug",
 			"--publish", nats.URL(), "--publish-stream", "EVENTS", "--publish-replicas", "3"}
 	}
 	inputs := []string{"what time is it?", "hello", "remember the door code is 42"}
@@ -355,15 +367,69 @@ func TestClusterFailover(t *testing.T) {
 		len(all), *failoverCycles, r.Last)
 }
 
+// checkOwnersDecided reads the whole stream and requires every broker
+// decision on a task (assignment, time-out, retry, dead letter) to have
+// been appended by the node that owned the task's partition then (by
+// the partition's last PARTITION_OWNED before it). It returns how many
+// it checked, and requires decisions by both daemons.
+func checkOwnersDecided(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, info := logStream(ctx, t, js)
+	parts, err := strconv.Atoi(info.Config.Metadata[cluster.MetaPartitions])
+	if err != nil || parts == 0 {
+		t.Fatalf("the stream records %q partitions", info.Config.Metadata[cluster.MetaPartitions])
+	}
+	owner := map[int]string{}
+	by := map[string]int{}
+	n := 0
+	for sseq := info.State.FirstSeq; sseq <= info.State.LastSeq; sseq++ {
+		m, err := st.GetMsg(ctx, sseq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct { // the event's JSON form, as the stream carries it
+			Stream, Type string
+			Body         []byte
+		}
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatalf("stream message %d: %v", sseq, err)
+		}
+		p := cluster.PartitionOf(ev.Stream, parts)
+		switch ev.Type {
+		case cluster.PartitionOwned:
+			var o cluster.Owner
+			if err := json.Unmarshal(ev.Body, &o); err != nil {
+				t.Fatal(err)
+			}
+			owner[p] = o.Node
+		case string(fsm.DispatchAssigned), string(fsm.DispatchTimedOut), string(fsm.DispatchRetried), string(fsm.DispatchDeadLettered):
+			node := m.Header.Get(cluster.HeaderNode)
+			if node != owner[p] {
+				t.Errorf("stream message %d: %s of task %s (partition %d) appended by %q, the partition's owner was %q",
+					sseq, ev.Type, ev.Stream, p, node, owner[p])
+			}
+			by[node]++
+			n++
+		}
+	}
+	if len(by) < 2 {
+		t.Errorf("broker decisions by %v: want both daemons deciding for their partitions", by)
+	}
+	return n
+}
+
 // TestClusterBroker runs the broker on two pegasusd --cluster daemons
 // sharing the partitions (8 each). Dispatch tasks are created on A; an
-// external worker talks to B only, which assigns it the tasks of every
-// partition (a daemon assigns to the workers that talk to it); silent
-// tasks (1 s deadline, no retry) are timed out and dead-lettered by the
-// owners of their partitions; tasks asking for "plan" run on the built-in
-// worker of their partition's owner, as pegasus.task children. Every task
-// ends once: one DISPATCH_COMPLETED or one DISPATCH_DEAD_LETTERED each,
-// and both copies match the stream.
+// external worker registers with and polls B only, and the owners of
+// every partition assign it their tasks (its requests reach A as
+// sightings); silent tasks (1 s deadline, no retry) are timed out and
+// dead-lettered by the owners of their partitions; tasks asking for
+// "plan" run on the built-in worker of their partition's owner, as
+// pegasus.task children. Every task ends once: one DISPATCH_COMPLETED or
+// one DISPATCH_DEAD_LETTERED each, the copy matches the stream, and every
+// broker decision was appended by its partition's owner.
 func TestClusterBroker(t *testing.T) {
 	nats := natstest.Start(t, 3)
 	js := nats.JetStream()
@@ -432,6 +498,9 @@ func TestClusterBroker(t *testing.T) {
 	a.stop(t)
 	b.stop(t)
 	checkCopy(t, dataB, js) // B stopped last: its copy holds the whole stream
+	if n := checkOwnersDecided(t, js); n < len(kinds) {
+		t.Errorf("%d broker decisions in the stream, want at least one assignment per task (%d)", n, len(kinds))
+	}
 	l, err := eventlog.Open(dataB, &eventlog.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)

@@ -108,11 +108,53 @@ func appender(rl *cluster.ReplicatedLog, l *eventlog.Log) eventlog.Appender {
 	return rl
 }
 
-// ownership is what the agent asks whether it runs a task: with
-// partitions, whether this daemon holds the task's partition's lease.
-// Until the leases start (after recovery) it holds none.
+// ownership is what the agent and the broker ask whether they run a
+// task: with partitions, whether this daemon holds the task's
+// partition's lease. Until the leases start (after recovery) it holds
+// none. It also carries the broker's workers' requests to the other
+// daemons (sightings), so that the owners of their tasks count them
+// alive.
 type ownership struct {
-	leases atomic.Pointer[cluster.Leases]
+	leases    atomic.Pointer[cluster.Leases]
+	sightings atomic.Pointer[cluster.Sightings]
+}
+
+// shareFunc is broker.Options.Share: nil without partitions (every
+// daemon assigns every task to the workers that talk to it).
+func (o *ownership) shareFunc(rl *cluster.ReplicatedLog) func(string, time.Time) {
+	if rl == nil || rl.Partitions() == 0 {
+		return nil
+	}
+	return func(worker string, at time.Time) {
+		if s := o.sightings.Load(); s != nil {
+			s.Share(worker, at)
+		}
+	}
+}
+
+// closeSightings stops sharing the workers' requests (after the broker
+// stopped).
+func (o *ownership) closeSightings() {
+	if s := o.sightings.Swap(nil); s != nil {
+		s.Close()
+	}
+}
+
+// startSightings opens the workers' sightings bucket with --cluster and
+// partitions: what any daemon's workers ask is told to this daemon's
+// broker (broker.SeenElsewhere), before the daemon serves a request.
+func (d *daemon) startSightings(ctx context.Context, own *ownership) error {
+	rl := d.replicated
+	if rl == nil || rl.Partitions() == 0 || d.server.broker == nil {
+		return nil
+	}
+	s, err := rl.ShareSightings(ctx, cluster.SightingOptions{TTL: d.cfg.broker.workerTTL}, d.server.broker.b.SeenElsewhere)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	own.sightings.Store(s)
+	d.own = own
+	return nil
 }
 
 func (o *ownership) owns(id string) bool {
@@ -187,6 +229,9 @@ func (d *daemon) stopTaking() {
 // closeCluster gives the leases back and stops the follower, after the
 // agent's last append; the agent closes the copy.
 func (d *daemon) closeCluster() {
+	if d.own != nil {
+		d.own.closeSightings()
+	}
 	if d.leases != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		d.leases.Close(ctx)

@@ -259,6 +259,7 @@ type daemon struct {
 	// leases (clusterlog.go); nil without --cluster
 	replicated *cluster.ReplicatedLog
 	leases     *cluster.Leases
+	own        *ownership // the sightings to close (clusterlog.go); nil without them
 }
 
 func openDataDir(dir string) error {
@@ -368,17 +369,19 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	if err := d.server.startBroker(l, appender(rl, l), own.ownsFunc(rl), a.View(), cfg); err != nil {
-		d.stopPublish()
-		a.Stop(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	if err := d.startLeases(ctx, own); err != nil {
-		d.server.cancelBase()
-		d.server.stopBroker()
-		d.stopPublish()
-		a.Stop(context.WithoutCancel(ctx))
-		return nil, err
+	for _, start := range []func() error{
+		func() error { return d.server.startBroker(l, appender(rl, l), own, rl, a.View(), cfg) },
+		func() error { return d.startSightings(ctx, own) },
+		func() error { return d.startLeases(ctx, own) },
+	} {
+		if err := start(); err != nil {
+			d.server.cancelBase() // the broker's loop, if it started
+			d.server.stopBroker()
+			own.closeSightings()
+			d.stopPublish()
+			a.Stop(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	d.http = &http.Server{
 		Handler:           d.startWeb(metricsLn),
