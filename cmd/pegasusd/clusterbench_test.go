@@ -68,7 +68,8 @@ func runTasks(t *testing.T, n int, urls ...string) float64 {
 // HTTP, run by the offline model, waited for) with the embedded log and
 // with --cluster on in-process JetStream servers that fsync every write:
 // one server (R1), three (R3), and two daemons on three servers sharing
-// the partitions (measured once balanced), without and with the fan-out.
+// the partitions (measured once balanced), without and with the fan-out,
+// and three daemons.
 // Run it with -cluster-bench N (docs/cluster.md).
 func TestClusterBench(t *testing.T) {
 	if *clusterBench == 0 {
@@ -85,7 +86,9 @@ func TestClusterBench(t *testing.T) {
 	report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
 	n3 := natstest.Start(t, 3)
 	report("clustered, 3 servers (R3)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL()).url))
-	two := func(name string, publish bool) {
+	// k daemons on three servers, measured once they share the 16
+	// partitions (8 and 8; 6, 6 and 4), with clients on every daemon.
+	shared := func(name string, k int, publish bool) {
 		nats := natstest.Start(t, 3)
 		flags := func(node string) []string {
 			f := []string{"--cluster", nats.URL(), "--cluster-node", node}
@@ -94,14 +97,23 @@ func TestClusterBench(t *testing.T) {
 			}
 			return f
 		}
-		a := startProc(t, bin, filepath.Join(t.TempDir(), "a"), flags("a")...)
-		waitLeases(t, nats.JetStream(), "a", 16)
-		b := startProc(t, bin, filepath.Join(t.TempDir(), "b"), flags("b")...)
-		waitOwners(t, nats.JetStream(), map[string]int{"a": 8, "b": 8}) // balanced before the clock starts
-		report(name, runTasks(t, n, a.url, b.url))
-		a.stop(t)
-		b.stop(t)
+		var procs []*proc
+		var urls []string
+		for i, want := range [][]int{{16}, {8, 8}, {6, 6, 4}}[:k] {
+			p := startProc(t, bin, filepath.Join(t.TempDir(), string(rune('a'+i))), flags(string(rune('a'+i)))...)
+			procs, urls = append(procs, p), append(urls, p.url)
+			owners := map[string]int{}
+			for j, n := range want {
+				owners[string(rune('a'+j))] = n
+			}
+			waitOwners(t, nats.JetStream(), owners) // balanced before the clock starts
+		}
+		report(name, runTasks(t, n, urls...))
+		for _, p := range procs {
+			p.stop(t)
+		}
 	}
-	two("2 daemons, 3 servers (R3)", false)
-	two("2 daemons, R3, --publish (R3)", true)
+	shared("2 daemons, 3 servers (R3)", 2, false)
+	shared("2 daemons, R3, --publish (R3)", 2, true)
+	shared("3 daemons, 3 servers (R3)", 3, false)
 }
