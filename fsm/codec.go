@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/pegasus-engine/pegasus/internal/codec"
 )
@@ -167,10 +168,13 @@ func isNilBody(b Body) bool {
 // reflection: they are the bytes internal/codec writes for the same value,
 // checked byte for byte by a test, at a fraction of the cost. It returns no
 // error today; the error stays for callers that treat encoding as fallible.
-func EncodeTask(t Task) ([]byte, error) {
-	e := taskEncoder{b: make([]byte, 0, sizeHint(&t))}
-	encTask(&e, &t)
-	return e.b, nil
+func EncodeTask(t Task) ([]byte, error) { return AppendTask(nil, &t), nil }
+
+// AppendTask appends EncodeTask's encoding of t to dst.
+func AppendTask(dst []byte, t *Task) []byte {
+	e := taskEncoder{b: slices.Grow(dst, sizeHint(t))}
+	encTask(&e, t)
+	return e.b
 }
 
 // sizeHint estimates the encoded size of t from its largest parts, so that

@@ -34,6 +34,10 @@
 //
 // The package knows nothing of storage: the replay layer persists what
 // Pending returns, restores with Restore and RestoreTask, and serves
-// evicted tasks from the persisted records. docs/projections.md describes
+// evicted tasks from the persisted records. It encodes them too
+// (EncodeStoredTask): the fold tracks which event holds each task's input
+// text (Set.InputSeq), so that a stored task refers to a large input by
+// that event's sequence instead of copying it; the replay layer, which has
+// the log, reads the event back (InputRef.Resolve). docs/projections.md describes
 // the read models and their queries.
 package projection

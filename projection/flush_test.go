@@ -93,7 +93,7 @@ func TestCool(t *testing.T) {
 	if ch := s.Apply(fail); ch.Err == nil {
 		t.Fatal("folded into a stub")
 	}
-	s.RestoreTask(a, nil)
+	s.RestoreTask(a, nil, 0)
 	mustApply(t, s, fail)
 	if s.Tasks().ActiveCount() != 1 || s.Bytes().Tasks < 100<<10 {
 		t.Fatalf("after restore: active %d, %+v", s.Tasks().ActiveCount(), s.Bytes())

@@ -113,8 +113,8 @@ func TestSetFoldsATask(t *testing.T) {
 		t.Fatalf("pending: %d tasks, seq %d, %d snapshots", len(pending.Tasks), pending.Seq, len(pending.Snapshots))
 	}
 	for i, snap := range pending.Snapshots {
-		if snap.Version != uint64(2*(i+1)) {
-			t.Fatalf("snapshot %d at version %d", i, snap.Version)
+		if snap.Task.Version != uint64(2*(i+1)) {
+			t.Fatalf("snapshot %d at version %d", i, snap.Task.Version)
 		}
 	}
 	if evicted := s.Flushed(pending.Seq); len(evicted) != 1 || s.Tasks().Has(id) {
@@ -124,7 +124,7 @@ func TestSetFoldsATask(t *testing.T) {
 		t.Fatal("NeedsTask")
 	}
 	// A late fact after eviction folds once the task is restored.
-	s.RestoreTask(pending.Tasks[0].Task, pending.Tasks[0].Progress)
+	s.RestoreTask(pending.Tasks[0].Task, pending.Tasks[0].Progress, pending.Tasks[0].InputSeq)
 	mustApply(t, s, sc.ev(id, &fsm.TaskCompletedBody{Result: "done"}))
 	if tk, _ := s.Tasks().Get(id); !tk.Context.ResultRecorded {
 		t.Fatal("late fact not applied")

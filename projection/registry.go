@@ -40,6 +40,9 @@ type slot struct {
 	task     fsm.Task
 	progress Progress // valid when hasProg
 	hasProg  bool
+	// inputSeq is the sequence of an event whose body holds the task's
+	// input text, 0 if unknown (EncodeStoredTask).
+	inputSeq uint64
 	dirty    bool  // changed since the last Flushed
 	bytes    int64 // slotBytes when last accounted by the Set
 	// cold: the task left memory (Set.Cool) but is not finished; task is a

@@ -119,7 +119,7 @@ type Set struct {
 	seq    uint64
 
 	dirty     []*slot // changed since the last Flushed, once each
-	snapshots []fsm.Task
+	snapshots []Snapshot
 
 	// Estimated bytes held (see Bytes): every task in memory, the dirty
 	// ones among them, and the queued snapshots.
@@ -148,9 +148,12 @@ func Restore(o Options, seq uint64, stats *Stats, memory *Memory) *Set {
 
 // RestoreTask puts back a task (and its progress, nil if none) loaded from
 // the persisted read model: an active task at start, or a terminal task
-// that receives a late fact. It is not marked changed.
-func (s *Set) RestoreTask(t fsm.Task, p *Progress) {
+// that receives a late fact. inputSeq is what InputSeq said of it when it
+// was persisted (the sequence of its input reference, InputRef.Seq), 0 if
+// unknown. It is not marked changed.
+func (s *Set) RestoreTask(t fsm.Task, p *Progress, inputSeq uint64) {
 	sl := s.tasks.put(t)
+	sl.inputSeq = inputSeq
 	if p != nil {
 		sl.progress, sl.hasProg = *p, true
 	}
@@ -217,6 +220,18 @@ func (s *Set) Progress(id string) (Progress, bool) {
 	return sl.progress, true
 }
 
+// InputSeq returns the global sequence of an event whose body holds the
+// input text of a task in memory (the event that created it), 0 if the
+// task is not in memory or none is known: what EncodeStoredTask needs to
+// refer to the input instead of copying it.
+func (s *Set) InputSeq(id string) uint64 {
+	sl, ok := s.tasks.slots[id]
+	if !ok || sl.cold {
+		return 0
+	}
+	return sl.inputSeq
+}
+
 // NeedsTask reports whether folding an event at version of stream
 // requires a task that is not in memory: any event after a stream's first
 // whose task has been evicted. The replay layer then loads the task
@@ -257,6 +272,7 @@ func (s *Set) Apply(ev fsm.Event) Change {
 		} else {
 			s.tasks.set(sl, after)
 		}
+		sl.inputSeq = nextInputSeq(sl.inputSeq, &ev, &ch.Before, &ch.After)
 		applyProgress(&sl.progress, !sl.hasProg, ev, &ch.Before, &ch.After)
 		sl.hasProg = true
 		s.stats.task(ev, &ch.Before, &ch.After)
@@ -267,7 +283,7 @@ func (s *Set) Apply(ev fsm.Event) Change {
 		}
 		s.account(sl)
 		if n := s.opts.SnapshotEvery; n > 0 && after.Version%n == 0 {
-			s.snapshots = append(s.snapshots, after)
+			s.snapshots = append(s.snapshots, Snapshot{Task: after, InputSeq: sl.inputSeq})
 			if !s.opts.Unbounded {
 				s.snapBytes += TaskBytes(&after)
 			}
@@ -306,9 +322,18 @@ func (s *Set) Refuse(ev fsm.Event, err error) Change {
 
 // TaskRecord is what the replay layer persists for one changed task.
 type TaskRecord struct {
-	Task     fsm.Task
+	Task fsm.Task
+	// InputSeq is the sequence of an event whose body holds the task's
+	// input text, 0 if none is known (EncodeStoredTask).
+	InputSeq uint64
 	Progress *Progress
 	Summary  Summary
+}
+
+// Snapshot is a task queued for a per-task snapshot, with its InputSeq.
+type Snapshot struct {
+	Task     fsm.Task
+	InputSeq uint64
 }
 
 // Pending is everything that changed since the last Flushed: what a
@@ -319,7 +344,7 @@ type TaskRecord struct {
 type Pending struct {
 	Seq       uint64
 	Tasks     []TaskRecord // changed tasks, by id
-	Snapshots []fsm.Task   // queued snapshots, in fold order
+	Snapshots []Snapshot   // queued snapshots, in fold order
 	Stats     []byte       // Stats.Encode at Seq: every event moves its counters
 	// Facts are the memory facts changed, Episodes the episodes recorded.
 	Facts    []Fact
@@ -333,10 +358,10 @@ func (s *Set) Pending() (Pending, error) {
 	if err != nil {
 		return Pending{}, err
 	}
-	p := Pending{Seq: s.seq, Snapshots: append([]fsm.Task(nil), s.snapshots...), Stats: stats}
+	p := Pending{Seq: s.seq, Snapshots: append([]Snapshot(nil), s.snapshots...), Stats: stats}
 	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
 	for _, sl := range s.dirty {
-		r := TaskRecord{Task: sl.task, Summary: Summarize(&sl.task)}
+		r := TaskRecord{Task: sl.task, InputSeq: sl.inputSeq, Summary: Summarize(&sl.task)}
 		if sl.hasProg {
 			pr := sl.progress
 			r.Progress = &pr
@@ -384,7 +409,7 @@ func (s *Set) Cool(target int64) []string {
 		}
 		t := &sl.task
 		sl.task = fsm.Task{ID: t.ID, State: t.State, Priority: t.Priority, Version: t.Version, Seq: t.Seq}
-		sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+		sl.progress, sl.hasProg, sl.cold, sl.inputSeq = Progress{}, false, true, 0
 		s.account(sl)
 		ids = append(ids, sl.task.ID)
 	}
@@ -396,7 +421,7 @@ func (s *Set) Cool(target int64) []string {
 // active tasks do not fit in the memory budget.
 func (s *Set) RestoreCold(sum *Summary) {
 	sl := s.tasks.put(fsm.Task{ID: sum.ID, State: sum.State, Priority: sum.Priority, Version: sum.Events, Seq: sum.Seq})
-	sl.progress, sl.hasProg, sl.cold = Progress{}, false, true
+	sl.progress, sl.hasProg, sl.cold, sl.inputSeq = Progress{}, false, true, 0
 	s.account(sl)
 }
 
@@ -420,13 +445,13 @@ func (s *Set) Flushed(seq uint64) []string {
 	clear(s.dirty[len(keep):]) // drop the pointers: evicted slots must not stay reachable
 	s.dirty = keep
 	i := 0
-	for i < len(s.snapshots) && s.snapshots[i].Seq <= seq {
+	for i < len(s.snapshots) && s.snapshots[i].Task.Seq <= seq {
 		if !s.opts.Unbounded {
-			s.snapBytes -= TaskBytes(&s.snapshots[i])
+			s.snapBytes -= TaskBytes(&s.snapshots[i].Task)
 		}
 		i++
 	}
-	s.snapshots = append([]fsm.Task(nil), s.snapshots[i:]...)
+	s.snapshots = append([]Snapshot(nil), s.snapshots[i:]...)
 	s.memory.ClearChanges(seq)
 	var ids []string
 	for id, sl := range s.tasks.slots {

@@ -345,7 +345,7 @@ func FinishedBefore(ctx context.Context, l *eventlog.Log, cutoff time.Time, max 
 		if (!sum.State.IsTerminal() && !dispatch) || !sum.UpdatedAt.Before(cutoff) || sum.Seq > m.Seq || strings.HasPrefix(sum.ID, "$") {
 			continue
 		}
-		t, _, err := st.loadTask(sum.ID, false)
+		t, _, err := st.loadRecord(sum.ID) // its state and versions: the input is not needed
 		if err != nil {
 			return nil, err
 		}

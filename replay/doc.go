@@ -87,7 +87,9 @@
 // versions, and the sequence they reflect, all written atomically per
 // checkpoint: one synced batch, or for a large checkpoint one sstable
 // ingested beside the write-ahead log, so that appends do not wait behind
-// it. A checkpoint evicts terminal
+// it. A task's input of 1 KiB or more is not written again: its record
+// refers to the event that created the task, which reading the task back
+// reads (projection.EncodeStoredTask). A checkpoint evicts terminal
 // tasks from memory; they are served from the persisted records (and read
 // back if a late fact arrives).
 //

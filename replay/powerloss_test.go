@@ -93,7 +93,9 @@ func TestPowerLoss(t *testing.T) {
 	if points == 0 {
 		points = 8
 	}
-	evs := replaytest.Generate(seed, replaytest.Config{Tasks: tasks, Concurrency: 6, TextSize: 400})
+	// Inputs of 750 to 2,250 bytes: the task records copy some and refer
+	// to the others in the log (projection.InputRefMin).
+	evs := replaytest.Generate(seed, replaytest.Config{Tasks: tasks, Concurrency: 6, TextSize: 400, InputSize: 1500})
 	// Checkpoints of 8 KiB or more are ingested as sstables, the smaller
 	// ones are batches: both kinds run.
 	opts := &Options{MemoryBudget: MinMemoryBudget, CheckpointEvery: 40, SnapshotEvery: 4, ingestBytes: 8 << 10}

@@ -412,7 +412,16 @@ func (v *View) Dump(ctx context.Context) (*Dump, error) {
 				kind.into[id] = b
 				continue
 			}
-			kind.into[id] = it.Value()
+			// Stored with a reference to its input (EncodeStoredTask):
+			// read back whole, as EncodeTask gives.
+			t, err := decodeStoredTask(v.st.log, it.Value())
+			if err == nil {
+				kind.into[id], err = fsm.EncodeTask(t)
+			}
+			if err != nil {
+				it.Close()
+				return nil, fmt.Errorf("replay: persisted task %s: %w", id, err)
+			}
 		}
 		err := it.Err()
 		it.Close()

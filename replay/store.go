@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -20,12 +21,20 @@ import (
 //	proj/stats                        projection.Stats
 //	proj/mf/<path>                    projection.Fact      one long-term memory fact
 //	proj/me/<seq (8)>                 projection.Episode   one episode, by the seq that recorded it
-//	proj/t/<task id>                  fsm.EncodeTask       every task, as of its last change
+//	proj/t/<task id>                  EncodeStoredTask     every task, as of its last change
 //	proj/s/<task id>                  projection.Summary   what task lists scan
 //	proj/g/<task id>                  Progress.EncodeStored without the input text the task holds
 //	proj/a/<task id>                  (empty)              non-terminal tasks: loaded at start
 //	proj/q/<queue key (20)><task id>  (empty)              the queue order index (projection.QueueKey)
-//	proj/n/<task id> 0x00 <ver (8)>   fsm.EncodeTask       per-task snapshot at stream version ver
+//	proj/n/<task id> 0x00 <ver (8)>   EncodeStoredTask     per-task snapshot at stream version ver
+//
+// A task record or snapshot refers to a large input text (1 KiB or more,
+// projection.InputRefMin) by the sequence of the event whose body holds
+// it, the event that created the task, instead of copying it; reading the
+// task back reads that event (resolveInput). Retention removes a task's
+// records in the batch that removes its events, so a reference never
+// outlives its event; one that does is reported (ErrInputGone), never
+// served as an empty input.
 //
 // Integers are big-endian. A checkpoint writes everything that changed
 // since the previous one and the meta atomically, in one synced batch or
@@ -51,10 +60,17 @@ var (
 //
 // Version 2 added the queue index (proj/q/). Version 3 stores progress
 // without the description that is its task's input text
-// (projection.Progress.EncodeStored).
+// (projection.Progress.EncodeStored). Version 4 stores tasks with a marker
+// byte and refers to a large input text by the event that holds it
+// (projection.EncodeStoredTask).
 //
 // Persisted: stored in proj/meta.
-const FormatVersion = 3
+const FormatVersion = 4
+
+// ErrInputGone is returned when a stored task refers to its input text in
+// an event the log no longer holds (removed by retention, or lost): the
+// task cannot be read back whole, and is never served with an empty input.
+var ErrInputGone = errors.New("replay: the event holding a task's input is gone")
 
 // meta is the value of proj/meta.
 type meta struct {
@@ -77,6 +93,9 @@ func snapPrefix(id string) []byte { return append(append([]byte(prefSnap), id...
 type store struct {
 	log    *eventlog.Log
 	ingest int // checkpoint size from which it is ingested; 0: DefaultIngestBytes
+	// written counts the bytes (keys and values) of the checkpoints
+	// written, for the benchmarks.
+	written atomic.Int64
 }
 
 // load returns the persisted projections as a Set holding the active
@@ -130,14 +149,14 @@ func (s *store) load(o projection.Options, identity string, head uint64, budget 
 			set.RestoreCold(&sum)
 			continue
 		}
-		t, p, err := s.loadTask(id, true)
-		if errors.Is(err, projection.ErrTaskNotFound) || fsmMalformed(err) {
+		st, err := s.loadStored(id, true)
+		if errors.Is(err, projection.ErrTaskNotFound) || errors.Is(err, ErrInputGone) || fsmMalformed(err) {
 			return nil, fmt.Sprintf("active task %s: %v", id, err), nil
 		}
 		if err != nil {
 			return nil, "", err
 		}
-		set.RestoreTask(t, p)
+		set.RestoreTask(st.task, st.progress, st.inputSeq)
 	}
 	if err := it.Err(); err != nil {
 		return nil, "", fmt.Errorf("replay: reading projections: %w", err)
@@ -197,32 +216,98 @@ func episodeKey(seq uint64) []byte { return binary.BigEndian.AppendUint64([]byte
 
 // loadTask reads a persisted task (and its progress if withProgress).
 func (s *store) loadTask(id string, withProgress bool) (fsm.Task, *projection.Progress, error) {
+	st, err := s.loadStored(id, withProgress)
+	return st.task, st.progress, err
+}
+
+// storedTask is a task read back from the store, whole.
+type storedTask struct {
+	task     fsm.Task
+	progress *projection.Progress // nil if none, or not asked for
+	inputSeq uint64               // the event holding its input, if the record refers to it
+}
+
+// loadStored reads a persisted task (and its progress if withProgress),
+// with its input text read from the log when the record refers to it.
+func (s *store) loadStored(id string, withProgress bool) (storedTask, error) {
+	t, ref, err := s.loadRecord(id)
+	if err != nil {
+		return storedTask{}, err
+	}
+	if err := resolveInput(s.log, &t, ref); err != nil {
+		return storedTask{}, err
+	}
+	st := storedTask{task: t, inputSeq: ref.Seq}
+	if !withProgress {
+		return st, nil
+	}
+	raw, err := s.log.GetAux(taskKey(prefProg, id))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return storedTask{}, err
+	}
+	p, err := projection.DecodeStored(raw, &st.task)
+	if err != nil {
+		return storedTask{}, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
+	}
+	st.progress = &p
+	return st, nil
+}
+
+// loadRecord reads a persisted task record as stored: without its input
+// text when ref is not zero (resolveInput puts it back). Enough for its
+// state, versions and times.
+func (s *store) loadRecord(id string) (fsm.Task, projection.InputRef, error) {
 	raw, err := s.log.GetAux(taskKey(prefTask, id))
 	if errors.Is(err, eventlog.ErrNotFound) {
-		return fsm.Task{}, nil, fmt.Errorf("%w: %s", projection.ErrTaskNotFound, id)
+		return fsm.Task{}, projection.InputRef{}, fmt.Errorf("%w: %s", projection.ErrTaskNotFound, id)
 	}
 	if err != nil {
-		return fsm.Task{}, nil, err
+		return fsm.Task{}, projection.InputRef{}, err
 	}
-	t, err := fsm.DecodeTask(raw)
+	t, ref, err := projection.DecodeStoredTask(raw)
 	if err != nil {
-		return fsm.Task{}, nil, fmt.Errorf("replay: persisted task %s: %w", id, err)
+		return fsm.Task{}, projection.InputRef{}, fmt.Errorf("replay: persisted task %s: %w", id, err)
 	}
-	if !withProgress {
-		return t, nil, nil
+	return t, ref, nil
+}
+
+// decodeStoredTask decodes a persisted task record or snapshot and reads
+// its input text back from l when the record refers to it.
+func decodeStoredTask(l *eventlog.Log, raw []byte) (fsm.Task, error) {
+	t, ref, err := projection.DecodeStoredTask(raw)
+	if err != nil {
+		return fsm.Task{}, err
 	}
-	raw, err = s.log.GetAux(taskKey(prefProg, id))
+	if err := resolveInput(l, &t, ref); err != nil {
+		return fsm.Task{}, err
+	}
+	return t, nil
+}
+
+// resolveInput puts into t the input text its stored record refers to
+// (ref; nothing to do when zero), read from the event at ref.Seq.
+func resolveInput(l *eventlog.Log, t *fsm.Task, ref projection.InputRef) error {
+	if ref.IsZero() {
+		return nil
+	}
+	ev, err := l.GetSeq(ref.Seq)
 	if errors.Is(err, eventlog.ErrNotFound) {
-		return t, nil, nil
+		return fmt.Errorf("%w: task %s refers to its input in the event at seq %d: %v", ErrInputGone, t.ID, ref.Seq, err)
 	}
 	if err != nil {
-		return fsm.Task{}, nil, err
+		return fmt.Errorf("replay: reading the input of task %s at seq %d: %w", t.ID, ref.Seq, err)
 	}
-	p, err := projection.DecodeStored(raw, &t)
+	fe, err := Decode(ev)
 	if err != nil {
-		return fsm.Task{}, nil, fmt.Errorf("replay: persisted progress of %s: %w", id, err)
+		return fmt.Errorf("replay: reading the input of task %s at seq %d: %w", t.ID, ref.Seq, err)
 	}
-	return t, &p, nil
+	if err := ref.Resolve(t, fe); err != nil {
+		return fmt.Errorf("replay: persisted task %s: %w", t.ID, err)
+	}
+	return nil
 }
 
 // loadSummary reads a persisted task summary.
@@ -246,14 +331,14 @@ func (s *store) loadSummary(id string) (projection.Summary, error) {
 // event) is left out: the fold then refuses the event as it would from
 // zero.
 func (s *store) restoreTask(set *projection.Set, id string) error {
-	t, p, err := s.loadTask(id, true)
+	st, err := s.loadStored(id, true)
 	if errors.Is(err, projection.ErrTaskNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("replay: loading evicted task: %w (run verify; delete the proj/ keys to rebuild)", err)
 	}
-	set.RestoreTask(t, p)
+	set.RestoreTask(st.task, st.progress, st.inputSeq)
 	return nil
 }
 
@@ -295,7 +380,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		r := &p.Tasks[i]
 		id := r.Task.ID
-		tb, err := fsm.EncodeTask(r.Task)
+		tb, err := projection.EncodeStoredTask(&r.Task, r.InputSeq)
 		if err != nil {
 			return err
 		}
@@ -315,8 +400,9 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		add(taskKey(prefActive, id), nil, r.Task.IsTerminal())
 	}
-	for _, t := range p.Snapshots {
-		b, err := fsm.EncodeTask(t)
+	for i := range p.Snapshots {
+		t := &p.Snapshots[i].Task
+		b, err := projection.EncodeStoredTask(t, p.Snapshots[i].InputSeq)
 		if err != nil {
 			return err
 		}
@@ -356,10 +442,15 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	if limit <= 0 {
 		limit = DefaultIngestBytes
 	}
+	write := s.log.IngestAux
 	if size < limit {
-		return s.log.WriteAux(ctx, fill)
+		write = s.log.WriteAux
 	}
-	return s.log.IngestAux(ctx, fill)
+	if err := write(ctx, fill); err != nil {
+		return err
+	}
+	s.written.Add(int64(size))
+	return nil
 }
 
 // clear deletes every persisted projection key.

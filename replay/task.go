@@ -28,13 +28,13 @@ func StateAt(ctx context.Context, r Reader, id string, b Bound) (fsm.Task, error
 	set := projection.NewSet(o.setOptions(false))
 	from := uint64(1)
 	if lr, ok := r.(*LogReader); ok && projection.KindOf(id) == projection.KindTask {
-		base, ok, err := bestSnapshot(lr.Log, id, b)
+		base, inputSeq, ok, err := bestSnapshot(lr.Log, id, b)
 		if err != nil {
 			return fsm.Task{}, err
 		}
 		if ok {
 			set = projection.Restore(o.setOptions(false), base.Seq, nil, nil)
-			set.RestoreTask(base, nil)
+			set.RestoreTask(base, nil, inputSeq)
 			from = base.Version + 1
 		}
 	}
@@ -50,9 +50,11 @@ func StateAt(ctx context.Context, r Reader, id string, b Bound) (fsm.Task, error
 }
 
 // bestSnapshot returns the newest persisted state of task id inside b:
-// the task record or a snapshot. A time bound trusts a candidate whose
-// last event is stamped at or before it (stream times do not go back).
-func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, bool, error) {
+// the task record or a snapshot, with its input text read from the log if
+// the record refers to it (and the sequence it refers to). A time bound
+// trusts a candidate whose last event is stamped at or before it (stream
+// times do not go back).
+func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, uint64, bool, error) {
 	inside := func(t *fsm.Task) bool {
 		switch {
 		case b.Seq != 0:
@@ -63,10 +65,11 @@ func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, bool, error) {
 		return true
 	}
 	var best fsm.Task
+	var bestRef projection.InputRef
 	found := false
 	// consider decodes a candidate and reports whether it is inside b.
 	consider := func(raw []byte) (bool, error) {
-		t, err := fsm.DecodeTask(raw)
+		t, ref, err := projection.DecodeStoredTask(raw)
 		if err != nil {
 			return false, fmt.Errorf("replay: persisted state of task %s: %w", id, err)
 		}
@@ -74,7 +77,7 @@ func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, bool, error) {
 			return false, nil
 		}
 		if !found || t.Version > best.Version {
-			best, found = t, true
+			best, bestRef, found = t, ref, true
 		}
 		return true, nil
 	}
@@ -82,10 +85,10 @@ func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, bool, error) {
 	switch {
 	case err == nil:
 		if _, err := consider(raw); err != nil {
-			return fsm.Task{}, false, err
+			return fsm.Task{}, 0, false, err
 		}
 	case !errors.Is(err, eventlog.ErrNotFound):
-		return fsm.Task{}, false, err
+		return fsm.Task{}, 0, false, err
 	}
 	var snaps [][]byte
 	it := l.ScanAux(snapPrefix(id))
@@ -95,20 +98,25 @@ func bestSnapshot(l *eventlog.Log, id string, b Bound) (fsm.Task, bool, error) {
 	err = it.Err()
 	it.Close()
 	if err != nil {
-		return fsm.Task{}, false, err
+		return fsm.Task{}, 0, false, err
 	}
 	// Keys sort by version: the newest snapshot inside the bound is the
 	// first one found walking back.
 	for i := len(snaps) - 1; i >= 0; i-- {
 		ok, err := consider(snaps[i])
 		if err != nil {
-			return fsm.Task{}, false, err
+			return fsm.Task{}, 0, false, err
 		}
 		if ok {
 			break
 		}
 	}
-	return best, found, nil
+	if found {
+		if err := resolveInput(l, &best, bestRef); err != nil {
+			return fsm.Task{}, 0, false, err
+		}
+	}
+	return best, bestRef.Seq, found, nil
 }
 
 // Step is one event of a task's timeline with the state it moved the task

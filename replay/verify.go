@@ -359,9 +359,10 @@ func (fv *foldVerifier) evict() error {
 	defer v.mu.Unlock()
 	set := v.set
 	type kept struct {
-		t    fsm.Task
-		p    projection.Progress
-		hasP bool
+		t        fsm.Task
+		p        projection.Progress
+		hasP     bool
+		inputSeq uint64
 	}
 	var keep []kept
 	var err error
@@ -382,7 +383,7 @@ func (fv *foldVerifier) evict() error {
 		}
 		if due || refused || fv.missing[t.ID] || fv.holes[t.ID] {
 			p, hasP := set.Progress(t.ID)
-			keep = append(keep, kept{*t, p, hasP})
+			keep = append(keep, kept{*t, p, hasP, set.InputSeq(t.ID)})
 			return
 		}
 		var e *evictedTask
@@ -399,9 +400,9 @@ func (fv *foldVerifier) evict() error {
 		k := &keep[i]
 		delete(fv.evicted, k.t.ID)
 		if k.hasP {
-			set.RestoreTask(k.t, &k.p)
+			set.RestoreTask(k.t, &k.p, k.inputSeq)
 		} else {
-			set.RestoreTask(k.t, nil)
+			set.RestoreTask(k.t, nil, k.inputSeq)
 		}
 	}
 	return nil
@@ -409,7 +410,7 @@ func (fv *foldVerifier) evict() error {
 
 // digest is what compareProjections needs of t once it left the fold.
 func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, error) {
-	tb, err := fsm.EncodeTask(*t)
+	tb, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -460,9 +461,9 @@ func (fv *foldVerifier) reload(set *projection.Set, id string) error {
 		return fmt.Errorf("replay: verify: reading evicted task %s back: %w", id, err)
 	}
 	if p, ok := tmp.Progress(id); ok {
-		set.RestoreTask(t, &p)
+		set.RestoreTask(t, &p, tmp.InputSeq(id))
 	} else {
-		set.RestoreTask(t, nil)
+		set.RestoreTask(t, nil, tmp.InputSeq(id))
 	}
 	return nil
 }
@@ -582,11 +583,22 @@ func (fv *foldVerifier) check(ch *Change) error {
 			if err != nil {
 				return err
 			}
-			got, err := fv.log.GetAux(k)
+			raw, err := fv.log.GetAux(k)
 			if err != nil {
 				return err
 			}
-			if !bytes.Equal(got, want) {
+			// Read back as a reader would, the input from the event the
+			// snapshot refers to: what it gives must be the fold's task.
+			got, err := decodeStoredTask(fv.log, raw)
+			var gotb []byte
+			if err == nil {
+				gotb, err = fsm.EncodeTask(got)
+			}
+			switch {
+			case err != nil:
+				fv.rep.add(Problem{Kind: ProblemSnapshot, Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Key: quoteKey(k),
+					Reason: fmt.Sprintf("snapshot of task %s at version %d does not read back: %v", ch.After.ID, ch.After.Version, err)})
+			case !bytes.Equal(gotb, want):
 				fv.rep.add(Problem{Kind: ProblemSnapshot, Seq: ev.Seq, ID: ev.ID.String(), Stream: ev.Stream, Key: quoteKey(k),
 					Reason: fmt.Sprintf("snapshot of task %s at version %d disagrees with the log", ch.After.ID, ch.After.Version)})
 			}
@@ -674,7 +686,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 	want := func(prefix string, t *fsm.Task) ([]byte, bool, error) {
 		switch prefix {
 		case prefTask:
-			b, err := fsm.EncodeTask(*t)
+			b, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
 			return b, true, err
 		case prefSum:
 			sum := projection.Summarize(t)

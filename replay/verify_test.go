@@ -198,9 +198,12 @@ func TestVerifyCatchesProjectionDisagreement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			task, _ := fsm.DecodeTask(raw)
+			task, ref, err := projection.DecodeStoredTask(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
 			task.Context.FinalResult += "!"
-			b, _ := fsm.EncodeTask(task)
+			b, _ := projection.EncodeStoredTask(&task, ref.Seq)
 			return b
 		}},
 		{"stats", ProblemProjection, "stats", func(t *testing.T, l *eventlog.Log, evs []eventlog.Event) []byte {
@@ -237,10 +240,13 @@ func TestVerifyCatchesProjectionDisagreement(t *testing.T) {
 					t.Fatal("no snapshot persisted")
 				}
 				key = it.Key()
-				task, _ := fsm.DecodeTask(it.Value())
+				task, ref, err := projection.DecodeStoredTask(it.Value())
 				it.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
 				task.Priority++
-				val, _ = fsm.EncodeTask(task)
+				val, _ = projection.EncodeStoredTask(&task, ref.Seq)
 			}
 			if err := l.WriteAux(ctx, func(b *eventlog.AuxBatch) error { b.Set(key, val); return nil }); err != nil {
 				t.Fatal(err)
