@@ -38,6 +38,24 @@ func (c *countingAppender) AppendMulti(ctx context.Context, appends ...eventlog.
 	return res, err
 }
 
+// runAll submits inputs to a and waits until every task completed.
+func runAll(ctx context.Context, t *testing.T, a *Agent, inputs ...string) {
+	t.Helper()
+	var ids []string
+	for _, in := range inputs {
+		id, err := a.Submit(ctx, in, "test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
+			t.Fatalf("task %s: %v %v", id, task.State, err)
+		}
+	}
+}
+
 // TestAppenderReceivesEveryWrite runs tasks (with tools, memory and
 // reflection) through an agent given an Options.Appender: every event in
 // the log, the system events included, came through it (what pegasusd
@@ -56,19 +74,7 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, in := range []string{"remember that the sky is blue", "what time is it?", "hello", "what time is it now?", "hi again"} {
-		id, err := a.Submit(ctx, in, "test", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
-			t.Fatalf("task %s: %v %v", id, task.State, err)
-		}
-	}
+	runAll(ctx, t, a, "remember that the sky is blue", "what time is it?", "hello", "what time is it now?", "hi again")
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -213,19 +219,7 @@ func TestStageOutcomeRetried(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, in := range []string{"what time is it?", "hello", "remember that the door code is 42"} {
-		id, err := a.Submit(ctx, in, "test", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
-			t.Fatalf("task %s: %v %v", id, task.State, err)
-		}
-	}
+	runAll(ctx, t, a, "what time is it?", "hello", "remember that the door code is 42")
 	app.mu.Lock()
 	left, written := app.fail, app.written
 	app.mu.Unlock()
