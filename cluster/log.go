@@ -917,7 +917,7 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 			// Not a conflict: nothing moved the streams. JetStream
 			// refused the check as busy (other appends to the
 			// partition in flight) until the time ran out.
-			return fmt.Errorf("%w: stream %q is still at version %d, its partition busy", ErrUnavailable, first.Stream, first.Current)
+			return fmt.Errorf("%w: stream %q is still at version %d, its check refused as busy or the copy behind", ErrUnavailable, first.Stream, first.Current)
 		}
 		if err := r.waitApplied(wctx, r.Applied()+1); err != nil && ctx.Err() != nil {
 			return err
