@@ -664,18 +664,71 @@ func pureStep(t *fsm.Task, act fsm.Action) fsm.Body {
 // appendTask appends events to task t's stream expecting it at version
 // v. A conflict means the task moved (a suspend, a cancel, a message)
 // while the stage worked: the stale outcome is dropped, never applied.
+//
+// Through an Options.Appender (pegasusd --cluster), an append that failed
+// otherwise, and may succeed later (no stream leader during an election,
+// an acknowledgement that never came), is sent again with the same event
+// ids, so that one that was stored after all is not stored twice, with a
+// backoff from appendRetryFirst to appendRetryMax, for as long as the
+// stage runs and the agent owns the task: the stage's outcome (a model's
+// answer, a tool's result) is not lost to a passing failure, and the
+// task does not wait for the next start. The log itself fails only for
+// good (ErrFailed, corruption): its ids are left to it, which spares the
+// idempotency lookup of ids given by the caller.
 func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
-	res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
-	switch {
-	case err == nil:
-		return res, true
-	case errors.Is(err, eventlog.ErrConflict):
-		a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
-	case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
-		a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
-	default:
-		a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
-			taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+	idempotent := a.app != eventlog.Appender(a.log)
+	if idempotent {
+		for i := range evs {
+			if evs[i].ID == (ulid.ULID{}) {
+				evs[i].ID = a.log.NewID()
+			}
+		}
 	}
-	return res, false
+	wait := appendRetryFirst
+	for attempt := 1; ; attempt++ {
+		res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "attempts", attempt)
+			}
+			return res, true
+		case errors.Is(err, eventlog.ErrConflict):
+			a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+			return res, false
+		case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
+			a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
+			return res, false
+		case !idempotent || !retryable(err) || !a.owns(t.ID):
+			a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
+				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+			return res, false
+		}
+		if attempt == 1 {
+			a.opts.Logger.Warn("appending a stage outcome failed; retrying with the same event ids",
+				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+		case <-timer.C:
+		}
+		wait = min(2*wait, appendRetryMax)
+	}
+}
+
+// The backoff of appendTask's retries.
+const (
+	appendRetryFirst = 20 * time.Millisecond
+	appendRetryMax   = 5 * time.Second
+)
+
+// retryable reports whether an append that failed with err may succeed
+// if sent again unchanged: not bad input, not an id used for other
+// content, not a log that refuses writes until a restart or found
+// corruption.
+func retryable(err error) bool {
+	return !errors.Is(err, eventlog.ErrInvalid) && !errors.Is(err, eventlog.ErrIDReused) &&
+		!errors.Is(err, eventlog.ErrFailed) && !eventlog.IsCorruption(err)
 }

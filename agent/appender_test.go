@@ -2,7 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -35,6 +38,24 @@ func (c *countingAppender) AppendMulti(ctx context.Context, appends ...eventlog.
 	return res, err
 }
 
+// runAll submits inputs to a and waits until every task completed.
+func runAll(ctx context.Context, t *testing.T, a *Agent, inputs ...string) {
+	t.Helper()
+	var ids []string
+	for _, in := range inputs {
+		id, err := a.Submit(ctx, in, "test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
+			t.Fatalf("task %s: %v %v", id, task.State, err)
+		}
+	}
+}
+
 // TestAppenderReceivesEveryWrite runs tasks (with tools, memory and
 // reflection) through an agent given an Options.Appender: every event in
 // the log, the system events included, came through it (what pegasusd
@@ -53,19 +74,7 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, in := range []string{"remember that the sky is blue", "what time is it?", "hello", "what time is it now?", "hi again"} {
-		id, err := a.Submit(ctx, in, "test", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if task, err := a.WaitForTask(ctx, id); err != nil || task.State != fsm.StateCompleted {
-			t.Fatalf("task %s: %v %v", id, task.State, err)
-		}
-	}
+	runAll(ctx, t, a, "remember that the sky is blue", "what time is it?", "hello", "what time is it now?", "hi again")
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -149,6 +158,93 @@ func TestDisown(t *testing.T) {
 	for _, id := range []string{running, waiting} {
 		if task := h.wait(id); task.State != fsm.StateCompleted {
 			t.Fatalf("task %s is %s once owned again", id, task.State)
+		}
+	}
+}
+
+// flakyAppender fails the first appends at an expected version (the
+// stages' outcomes) as a clustered log can: odd ones are written but
+// their acknowledgement is lost, even ones are not written (no stream
+// leader).
+type flakyAppender struct {
+	countingAppender
+	mu      sync.Mutex
+	fail    int
+	written []ulid.ULID // the events whose acknowledgement was lost
+}
+
+var errNoLeader = errors.New("no stream leader (test)")
+
+func (f *flakyAppender) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	f.mu.Lock()
+	failing := exp != eventlog.Any && exp != eventlog.NoStream && f.fail > 0
+	n := f.fail
+	if failing {
+		f.fail--
+	}
+	f.mu.Unlock()
+	if !failing {
+		return f.countingAppender.Append(ctx, stream, exp, evs...)
+	}
+	if n%2 == 0 {
+		return eventlog.AppendResult{}, errNoLeader
+	}
+	res, err := f.countingAppender.Append(ctx, stream, exp, evs...)
+	if err != nil {
+		return res, err
+	}
+	f.mu.Lock()
+	for _, ev := range res.Events {
+		f.written = append(f.written, ev.ID)
+	}
+	f.mu.Unlock()
+	return eventlog.AppendResult{}, fmt.Errorf("%w: acknowledgement lost (test)", context.DeadlineExceeded)
+}
+
+// TestStageOutcomeRetried: a stage's outcome whose append failed for a
+// passing reason (not stored: no leader; or stored, its acknowledgement
+// lost) is sent again with the same event ids until it is recorded, once:
+// every task completes without a restart, and no event is in the log
+// twice. Before, the outcome was dropped and the task waited, holding its
+// slot, for the next start.
+func TestStageOutcomeRetried(t *testing.T) {
+	fs := vfs.NewMem()
+	l := openLog(t, fs)
+	app := &flakyAppender{countingAppender: countingAppender{l: l}, fail: 6}
+	a, err := New(l, Options{Appender: app, MaxActiveTasks: 1, DisableReflection: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runAll(ctx, t, a, "what time is it?", "hello", "remember that the door code is 42")
+	app.mu.Lock()
+	left, written := app.fail, app.written
+	app.mu.Unlock()
+	if left != 0 || len(written) == 0 {
+		t.Fatalf("%d failures left, %d events written with a lost acknowledgement: the test failed nothing", left, len(written))
+	}
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, fs)
+	defer l.Close()
+	seen := map[string]int{}
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		ev := it.Event()
+		seen[fmt.Sprintf("%s/%s/%x", ev.Stream, ev.Type, ev.Body)]++
+	}
+	for _, id := range written {
+		ev, err := l.Get(id)
+		if err != nil {
+			t.Fatalf("an event written before its acknowledgement was lost is not in the log: %v", err)
+		}
+		if n := seen[fmt.Sprintf("%s/%s/%x", ev.Stream, ev.Type, ev.Body)]; n != 1 {
+			t.Errorf("%s %s is in the log %d times", ev.Stream, ev.Type, n)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,9 +259,14 @@ func (l *Leases) step(ctx context.Context) {
 	live := int(l.live.Load())
 	defer l.stepSingletons(ctx)
 	var mine []int // partitions held and not being given back
+	// Every lease is renewed at once, within one Renew: one after the
+	// other, a bucket slow to answer (an election after a server stopped)
+	// would let the last ones expire.
+	rctx, cancel := context.WithTimeout(ctx, l.renew)
+	var renewing sync.WaitGroup
 	for p := range r.parts {
 		if ctx.Err() != nil {
-			return
+			break
 		}
 		r.mu.Lock()
 		h := r.held[p]
@@ -276,13 +282,23 @@ func (l *Leases) step(ctx context.Context) {
 			default:
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, l.renew)
-		l.renewOne(rctx, p, h.rev)
-		cancel()
-		if !h.releasing && !h.lost {
-			mine = append(mine, p)
-		}
+		r.mu.Lock()
+		rev := h.rev
+		r.mu.Unlock()
+		renewing.Go(func() { l.renewOne(rctx, p, rev) })
+		mine = append(mine, p)
 	}
+	renewing.Wait()
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	mine = slices.DeleteFunc(mine, func(p int) bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		h := r.held[p]
+		return h == nil || h.releasing || h.lost
+	})
 	share := r.parts
 	if !l.opts.NoBalance {
 		if live == 0 {
@@ -295,18 +311,21 @@ func (l *Leases) step(ctx context.Context) {
 		mine = mine[:len(mine)-1]
 	}
 	n := len(mine)
-	for p := 0; p < r.parts && n < share && ctx.Err() == nil; p++ {
+	// Taking, one partition after the other, gets one Renew in all: the
+	// next renewals must not wait behind slow takes (a copy catching up
+	// after a server stopped); what is left is taken at the next step.
+	tctx, cancel := context.WithTimeout(ctx, l.renew)
+	defer cancel()
+	for p := 0; p < r.parts && n < share && tctx.Err() == nil; p++ {
 		r.mu.Lock()
 		free := r.held[p] == nil
 		r.mu.Unlock()
 		if !free {
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, l.renew)
-		if l.take(rctx, p) {
+		if l.take(tctx, p) {
 			n++
 		}
-		cancel()
 	}
 }
 

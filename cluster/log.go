@@ -25,6 +25,12 @@ var (
 	// its acknowledgement did not arrive: it may or may not be in the
 	// stream. Retrying with the same event ids is safe.
 	ErrUnknownOutcome = errors.New("cluster: append outcome unknown (retry with the same event ids)")
+	// ErrUnavailable is returned (wrapped) when an append could not be
+	// stored for now and nothing was: no stream leader answered (an
+	// election), or JetStream kept refusing its expected-version check as
+	// busy with other appends to the same partition although the streams
+	// stayed at the expected versions, for AckTimeout. Retrying is safe.
+	ErrUnavailable = errors.New("cluster: the stream cannot take the append now (nothing was stored; retry)")
 	// ErrApply is returned (wrapped) once the follower cannot write a
 	// stream message into the local log; the replicated log then refuses
 	// appends (the local copy no longer follows the stream).
@@ -595,7 +601,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 			if isWrongLastSeq(err) {
 				return nil, r.conflict(ctx, parts)
 			}
-			return nil, fmt.Errorf("cluster: stream %s has no leader: %w", r.opts.Stream, err)
+			return nil, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err)
 		case <-t.C:
 		}
 	}
@@ -877,8 +883,9 @@ func (r *ReplicatedLog) busy(ctx context.Context, parts []eventlog.StreamAppend)
 // part whose stream is not at its expected version once the local copy
 // has caught up. On a replicated stream JetStream refuses an append that
 // conflicts with one still being replicated, so the local copy waits (at
-// most AckTimeout) for that one to arrive; if it never commits, the error
-// names the first checked part with the version it has.
+// most AckTimeout) for that one to arrive; if it never commits (every
+// stream still at its expected version), the refusal was not a conflict
+// and it returns ErrUnavailable: nothing was stored, retry.
 func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamAppend) error {
 	wctx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
 	defer cancel()
@@ -907,7 +914,10 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 			if first == nil {
 				return fmt.Errorf("%w: JetStream refused an append without expected versions", ErrApply)
 			}
-			return first
+			// Not a conflict: nothing moved the streams. JetStream
+			// refused the check as busy (other appends to the
+			// partition in flight) until the time ran out.
+			return fmt.Errorf("%w: stream %q is still at version %d, its check refused as busy or the copy behind", ErrUnavailable, first.Stream, first.Current)
 		}
 		if err := r.waitApplied(wctx, r.Applied()+1); err != nil && ctx.Err() != nil {
 			return err

@@ -29,6 +29,7 @@ type Sightings struct {
 
 	mu      sync.Mutex
 	pending map[string]time.Time // the sightings Share queued, by worker
+	sent    map[string]time.Time // the latest sighting put (or being put), by worker
 	wake    chan struct{}        // buffered 1: pending has something
 
 	cancel context.CancelFunc
@@ -77,7 +78,7 @@ func (r *ReplicatedLog) ShareSightings(ctx context.Context, opts SightingOptions
 		return nil, fmt.Errorf("cluster: sightings bucket %s: %w", opts.Bucket, err)
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Sightings{kv: kv, node: r.opts.Node, seen: seen, logger: r.opts.Logger, pending: map[string]time.Time{},
+	s := &Sightings{kv: kv, node: r.opts.Node, seen: seen, logger: r.opts.Logger, pending: map[string]time.Time{}, sent: map[string]time.Time{},
 		wake: make(chan struct{}, 1), cancel: cancel}
 	w, err := kv.WatchAll(sctx, jetstream.IgnoreDeletes()) // ends with Close
 	if err != nil {
@@ -92,12 +93,14 @@ func (r *ReplicatedLog) ShareSightings(ctx context.Context, opts SightingOptions
 
 // Share queues a sighting of worker at time at, to be put in the bucket;
 // it never blocks. Of several sightings of one worker queued meanwhile,
-// the latest is put.
+// the latest is put, and one older than the last put is not.
 func (s *Sightings) Share(worker string, at time.Time) {
 	s.mu.Lock()
-	if at.After(s.pending[worker]) {
-		s.pending[worker] = at
+	if !at.After(s.sent[worker]) || !at.After(s.pending[worker]) {
+		s.mu.Unlock()
+		return
 	}
+	s.pending[worker] = at
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -122,6 +125,9 @@ func (s *Sightings) put(ctx context.Context) {
 		s.mu.Lock()
 		batch := s.pending
 		s.pending = map[string]time.Time{}
+		for worker, at := range batch {
+			s.sent[worker] = at
+		}
 		s.mu.Unlock()
 		for worker, at := range batch {
 			v, err := json.Marshal(sighting{Worker: worker, At: at, Node: s.node})
@@ -135,6 +141,9 @@ func (s *Sightings) put(ctx context.Context) {
 				s.mu.Lock()
 				if _, later := s.pending[worker]; !later {
 					s.pending[worker] = at
+				}
+				if s.sent[worker].Equal(at) {
+					delete(s.sent, worker) // not put after all: the retry may be
 				}
 				s.mu.Unlock()
 				retry = time.After(time.Second)

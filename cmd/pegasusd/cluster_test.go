@@ -285,11 +285,13 @@ func waitOwners(t *testing.T, js jetstream.JetStream, want map[string]int) {
 //     the fan-out, and a NATS server is stopped. Resumed with SIGCONT, A
 //     finds its leases taken, its appends to them refused (fenced), and
 //     stops with an error.
-//   - A starts again (the partitions are shared again, 8 and 8), and B is
-//     killed with SIGKILL under load: A takes B's partitions after the
-//     TTL. With -failover-cycles N (default 1) this repeats N times, the
-//     killed daemon restarting and the other one killed next; the last
-//     owner finishes every task, from its own copy.
+//   - A starts again (the partitions are shared again, 8 and 8), a NATS
+//     server stops under load and B is killed with SIGKILL while it is
+//     down: A takes B's partitions after the TTL, then the server comes
+//     back. With -failover-cycles N (default 1) this repeats N times, the
+//     killed daemon restarting, the other one killed next and another
+//     server stopped; the last owner finishes every task, from its own
+//     copy.
 //
 // Afterwards every acknowledged task exists once and is terminal, nothing
 // was completed twice, both copies match the stream, and the fan-out's
@@ -353,9 +355,17 @@ func TestClusterFailover(t *testing.T) {
 		waitOwners(t, js, map[string]int{owner: 8, other: 8})
 		ld = startLoad(seed, cycle+1, inputs, procs[owner].url, procs[other].url)
 		ld.wait(t, 2+rng.IntN(6))
+		// Both kinds in turn: a NATS server (another one each cycle) stops
+		// under load, then the owner is killed while it is down.
+		down := (down + 1 + cycle) % 3
+		nats.Stop(down)
+		ld.wait(t, 1)
 		procs[owner].kill(t)
 		ld.end(all)
 		waitLeases(t, js, other, 16)
+		nats.Restart(down)
+		nats.WaitReady(3)
+		nats.WaitStreamCurrent(js, "PEGASUS_LOG")
 		owner, other = other, owner
 	}
 	finishAll(t, procs[owner], all)
@@ -363,7 +373,7 @@ func TestClusterFailover(t *testing.T) {
 	checkCopy(t, data[owner], js)
 	r := checkFanout(t, bin, data[owner], flags(owner), js, "EVENTS", agentSubjects...) // before checkLog, which keeps the directory open
 	checkLog(t, data[owner], all)
-	t.Logf("%d acknowledged tasks over a paused owner, a NATS server stop and %d killed owners; %d events on the fan-out's subjects exactly once",
+	t.Logf("%d acknowledged tasks over a paused owner and %d killed owners, each with a NATS server stopped; %d events on the fan-out's subjects exactly once",
 		len(all), *failoverCycles, r.Last)
 }
 

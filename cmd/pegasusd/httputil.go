@@ -37,6 +37,7 @@ const (
 	codeBeyondHead     = "beyond_head"            // a resume position past the log's last event
 	codeTooLarge       = "payload_too_large"      // body over --max-body-bytes
 	codeUnavailable    = "shutting_down"          // the daemon is stopping
+	codeClusterBusy    = "cluster_unavailable"    // --cluster: the stream cannot take the append now; retry
 	codeInternal       = "internal"               // a bug or an I/O failure; see the daemon's log
 	codeMethodNotAllwd = "method_not_allowed"
 )

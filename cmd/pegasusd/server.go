@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
@@ -152,6 +153,12 @@ func (s *server) fromError(err error) *apiError {
 		return errBadRequest("%s", cliconv.Message(err))
 	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
 		return errShuttingDown
+	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrUnknownOutcome):
+		// --cluster: an election, or a partition busy for the append's
+		// whole time; a retry (with the same Idempotency-Key) is safe.
+		s.log.Warn("request failed: the clustered log cannot take it now", "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, Code: codeClusterBusy,
+			Message: "the clustered log cannot take the request now; retry (with the same Idempotency-Key for a submission)"}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The client went away or gave up: nobody reads this answer.
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request cancelled"}
