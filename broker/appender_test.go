@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,4 +79,50 @@ func TestAppenderReceivesEveryWrite(t *testing.T) {
 	if err := it.Err(); err != nil || n < 7 {
 		t.Fatalf("%d events: %v", n, err)
 	}
+}
+
+// failingAppender refuses every broker assignment while failing, as a
+// clustered log can (no stream leader: nothing stored), and writes
+// everything else into the log.
+type failingAppender struct {
+	l       *eventlog.Log
+	failing atomic.Bool
+}
+
+var errUnavailable = errors.New("the stream cannot take the append now (test)")
+
+func (f *failingAppender) fail(evs ...eventlog.Event) bool {
+	return f.failing.Load() && evs[0].Type == string(fsm.DispatchAssigned)
+}
+
+func (f *failingAppender) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	if f.fail(evs...) {
+		return eventlog.AppendResult{}, errUnavailable
+	}
+	return f.l.Append(ctx, stream, exp, evs...)
+}
+
+func (f *failingAppender) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
+	if f.fail(appends[0].Events...) {
+		return nil, errUnavailable
+	}
+	return f.l.AppendMulti(ctx, appends...)
+}
+
+// TestDecisionRetriedSoon: a decision the log could not record (not a
+// conflict: no event of the task will wake the loop) is taken again a
+// second later, not at CheckInterval.
+func TestDecisionRetriedSoon(t *testing.T) {
+	app := &failingAppender{}
+	app.failing.Store(true)
+	h := newHarnessWith(t, true, func(l *eventlog.Log) eventlog.Appender { app.l = l; return app })
+	h.register("w1", 1)
+	task := h.create("job", 0)
+	h.settle()
+	if got, _ := h.b.Task(task.ID); got.State != fsm.StatePending {
+		t.Fatalf("the refused assignment was recorded: %s", got.State)
+	}
+	app.failing.Store(false) // the stream is back; nothing else happens
+	h.clk.Advance(decisionRetry)
+	h.waitTask(task.ID, "assigned a second later", assignedTo("w1"))
 }

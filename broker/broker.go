@@ -420,13 +420,26 @@ func (b *Broker) step(ctx context.Context) time.Time {
 
 	// The next step must see this one's outcome in the index, or it would
 	// count a worker's load short and decide again on stale versions.
-	if last := b.appendAll(ctx, decisions, now); last > 0 {
+	last, failed := b.appendAll(ctx, decisions, now)
+	if last > 0 {
 		if err := b.followed.Wait(ctx, last); err != nil {
 			b.opts.Logger.Debug("broker: wait for the index", "err", err)
 		}
 	}
+	if failed {
+		// A decision not recorded for another reason than a conflict
+		// (whose event wakes the loop): the log could not take it now.
+		// The next step takes it again soon, not at CheckInterval.
+		if retry := now.Add(decisionRetry); next.IsZero() || next.After(retry) {
+			next = retry
+		}
+	}
 	return next
 }
+
+// decisionRetry is how soon the loop takes again a decision the log could
+// not record (pegasusd --cluster: an election, a busy partition).
+const decisionRetry = time.Second
 
 // assignLocked appends to ds the assignments of the tasks at the head of
 // the queue that eligible workers have room for. Tasks no worker can take
@@ -499,9 +512,10 @@ func (b *Broker) allBlockedLocked(blocked map[string]bool) bool {
 // append, one synced commit, each at the version of the task it was taken
 // on. If a task moved meanwhile the append is refused as a whole, and each
 // decision is tried alone. It returns the last sequence appended (0:
-// none). A task whose decision was not recorded is looked at again by the
-// next step.
-func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) uint64 {
+// none), and whether a decision was not recorded for another reason than
+// a conflict. A task whose decision was not recorded is looked at again
+// by the next step.
+func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) (last uint64, failed bool) {
 	batch := make([]eventlog.StreamAppend, 0, len(ds))
 	for i := range ds {
 		d := &ds[i]
@@ -514,25 +528,25 @@ func (b *Broker) appendAll(ctx context.Context, ds []decision, now time.Time) ui
 		batch = append(batch, eventlog.StreamAppend{Stream: d.t.ID, Expected: eventlog.Exactly(d.t.Version), Events: []eventlog.Event{ev}})
 	}
 	if len(batch) == 0 {
-		return 0
+		return 0, false
 	}
 	res, err := b.app.AppendMulti(ctx, batch...)
 	if err == nil {
 		b.opts.Logger.Debug("broker decisions", "n", len(batch))
-		return res[len(res)-1].LastSeq
+		return res[len(res)-1].LastSeq, false
 	}
-	var last uint64
 	for _, sa := range batch {
 		r, err := b.app.Append(ctx, sa.Stream, sa.Expected, sa.Events...)
 		if err != nil {
 			b.opts.Logger.Debug("broker decision not recorded", "task", sa.Stream, "type", sa.Events[0].Type, "err", err)
 			b.again(sa.Stream)
+			failed = failed || !errors.Is(err, eventlog.ErrConflict)
 			continue
 		}
 		b.opts.Logger.Debug("broker decision", "task", sa.Stream, "type", sa.Events[0].Type)
 		last = max(last, r.LastSeq)
 	}
-	return last
+	return last, failed
 }
 
 // ownerDecision is the event that records what the machine says is due
