@@ -11,8 +11,10 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,9 +61,10 @@ func StartSync(t testing.TB, n int, syncAlways bool) *Cluster {
 	c := &Cluster{t: t}
 	var routes []*url.URL
 	var routePorts []int
+	taken := map[int]bool{}
 	if n > 1 {
 		for range n {
-			p := freePort(t)
+			p := freePort(t, taken)
 			routePorts = append(routePorts, p)
 			routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
 		}
@@ -70,7 +73,7 @@ func StartSync(t testing.TB, n int, syncAlways bool) *Cluster {
 		o := &server.Options{
 			ServerName: fmt.Sprintf("S-%d", i+1),
 			Host:       "127.0.0.1",
-			Port:       freePort(t),
+			Port:       freePort(t, taken),
 			JetStream:  true,
 			StoreDir:   t.TempDir(),
 			SyncAlways: syncAlways,
@@ -98,17 +101,47 @@ func StartSync(t testing.TB, n int, syncAlways bool) *Cluster {
 	return c
 }
 
-// freePort returns a loopback TCP port that was free a moment ago. The
-// servers need their ports before they start, since each one's routes
-// name all the others (and a restarted server must come back on its own).
-func freePort(t testing.TB) int {
+// freePort returns a loopback TCP port that was free a moment ago and is
+// not in taken. The servers need their ports before they start, since each
+// one's routes name all the others (and a restarted server must come back
+// on its own). The port is drawn below the system's ephemeral range: a
+// port the kernel hands out (to a listener on port 0, or to an outgoing
+// connection, as the other servers' routes and the tests running beside
+// make) could be taken again before the server binds it, and the server
+// would never accept connections.
+func freePort(t testing.TB, taken map[int]bool) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := portRange()
+	for range 1000 {
+		p := lo + rand.IntN(hi-lo)
+		if taken[p] {
+			continue
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		taken[p] = true
+		return p
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	t.Fatalf("natstest: no free loopback port in [%d, %d)", lo, hi)
+	return 0
+}
+
+// portRange is where freePort draws: the 10,000 ports below the
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range; Linux's
+// default starts at 32768), and never below 1024.
+func portRange() (lo, hi int) {
+	hi = 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 2048 {
+				hi = n
+			}
+		}
+	}
+	return max(hi-10000, 1024), hi
 }
 
 func (c *Cluster) start(i int) {
