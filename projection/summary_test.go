@@ -3,55 +3,17 @@ package projection
 import (
 	"bytes"
 	"flag"
-	"math"
 	"math/rand/v2"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/codec"
+	"github.com/pegasus-engine/pegasus/internal/randfill"
 )
 
 var summarySeed = flag.Uint64("summary.seed", 0, "seed of TestEncodeSummaryMatchesReflection (0: a new one)")
-
-// randomSummary fills each field of a Summary by reflection, so a field
-// added to Summary is filled without this test knowing it and the hand
-// encoder must write it. Values cover each encoding's forms: empty and
-// not, strings of every length class, every integer width and sign, times
-// before 1970, after 2514 and in another zone.
-func randomSummary(rng *rand.Rand) Summary {
-	var s Summary
-	v := reflect.ValueOf(&s).Elem()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		if rng.IntN(4) == 0 {
-			continue // empty
-		}
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(strings.Repeat("é", []int{0, 1, 15, 16, 127, 128, 40000}[rng.IntN(7)]) + "x")
-		case reflect.Int:
-			f.SetInt([]int64{1, -1, -32, -33, 127, 128, 255, 256, 65535, 65536, -129, math.MaxInt32 + 1, math.MinInt64, math.MaxInt64}[rng.IntN(14)])
-		case reflect.Uint64:
-			f.SetUint([]uint64{1, 127, 128, 256, 65536, 1 << 32, math.MaxUint64}[rng.IntN(7)])
-		case reflect.Struct:
-			if f.Type() != reflect.TypeFor[time.Time]() {
-				panic("randomSummary: a struct field that is not a time: " + f.Type().String())
-			}
-			secs := []int64{0, 1, 1 << 33, 1<<34 - 1, 1 << 34, 17e9, -1, -62135596800, rng.Int64N(4e9)}[rng.IntN(9)]
-			tm := time.Unix(secs, int64(rng.IntN(3))*int64(rng.IntN(1e9)))
-			if rng.IntN(2) == 0 {
-				tm = tm.In(time.FixedZone("X", 3600))
-			}
-			f.Set(reflect.ValueOf(tm))
-		default:
-			panic("randomSummary: a field of kind " + f.Kind().String() + ": teach the test and Summary.Encode")
-		}
-	}
-	return s
-}
 
 // TestEncodeSummaryMatchesReflection: the hand encoder of Summary writes
 // exactly the bytes of the canonical reflection encoder (internal/codec),
@@ -65,7 +27,8 @@ func TestEncodeSummaryMatchesReflection(t *testing.T) {
 	t.Logf("seed %d (rerun with -summary.seed %d)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	for i := range 2000 {
-		s := randomSummary(rng)
+		var s Summary // every field by reflection: a new one is filled, and must be encoded
+		randfill.Fill(rng, reflect.ValueOf(&s).Elem())
 		checkSummaryEncoding(t, i, &s)
 	}
 }
