@@ -26,9 +26,7 @@ func (b *Broker) Seen(agent string) {
 	}
 	now := b.opts.Now()
 	b.mu.Lock()
-	last, known := b.seen[agent]
-	b.seen[agent] = now
-	_, worker := b.workers[agent]
+	worker, revived := b.seeLocked(agent, now, now)
 	share := worker && b.opts.Share != nil && agent != AgentWorkerID && now.Sub(b.shared[agent]) >= b.opts.WorkerTTL/4
 	if share {
 		b.shared[agent] = now
@@ -37,7 +35,7 @@ func (b *Broker) Seen(agent string) {
 	if share {
 		b.opts.Share(agent, now)
 	}
-	if worker && (!known || now.Sub(last) > b.opts.WorkerTTL) {
+	if revived {
 		b.wake()
 	}
 }
@@ -52,17 +50,26 @@ func (b *Broker) SeenElsewhere(worker string, at time.Time) {
 	}
 	now := b.opts.Now()
 	b.mu.Lock()
-	last, known := b.seen[worker]
-	if known && !at.After(last) {
-		b.mu.Unlock()
-		return
-	}
-	b.seen[worker] = at
-	_, registered := b.workers[worker]
+	_, revived := b.seeLocked(worker, at, now)
 	b.mu.Unlock()
-	if registered && (!known || now.Sub(last) > b.opts.WorkerTTL) && now.Sub(at) <= b.opts.WorkerTTL {
+	if revived {
 		b.wake()
 	}
+}
+
+// seeLocked records a request of agent at time at, unless a later one is
+// known, and reports whether agent is a registered worker and whether
+// the request makes it alive again (not seen within WorkerTTL before):
+// the loop must then wake, as nothing else would tell it that the worker
+// may take queued tasks now.
+func (b *Broker) seeLocked(agent string, at, now time.Time) (worker, revived bool) {
+	_, worker = b.workers[agent]
+	last, known := b.seen[agent]
+	if known && !at.After(last) {
+		return worker, false
+	}
+	b.seen[agent] = at
+	return worker, worker && (!known || now.Sub(last) > b.opts.WorkerTTL) && now.Sub(at) <= b.opts.WorkerTTL
 }
 
 func (b *Broker) wake() {
