@@ -76,6 +76,10 @@ type lease struct {
 	released  chan struct{}
 }
 
+// runs reports whether the node runs the partition's tasks under this
+// lease: held, not lost, not being given back. r.mu is held.
+func (h *lease) runs() bool { return h != nil && !h.lost && !h.releasing }
+
 // singleState is what the leases' goroutine knows of one singleton.
 type singleState struct {
 	rev      uint64        // the lease's latest revision; 0: not held
@@ -270,6 +274,10 @@ func (l *Leases) step(ctx context.Context) {
 		}
 		r.mu.Lock()
 		h := r.held[p]
+		var rev uint64
+		if h != nil {
+			rev = h.rev
+		}
 		r.mu.Unlock()
 		if h == nil {
 			continue
@@ -282,9 +290,6 @@ func (l *Leases) step(ctx context.Context) {
 			default:
 			}
 		}
-		r.mu.Lock()
-		rev := h.rev
-		r.mu.Unlock()
 		renewing.Go(func() { l.renewOne(rctx, p, rev) })
 		mine = append(mine, p)
 	}
@@ -293,12 +298,9 @@ func (l *Leases) step(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	mine = slices.DeleteFunc(mine, func(p int) bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		h := r.held[p]
-		return h == nil || h.releasing || h.lost
-	})
+	r.mu.Lock()
+	mine = slices.DeleteFunc(mine, func(p int) bool { return !r.held[p].runs() })
+	r.mu.Unlock()
 	share := r.parts
 	if !l.opts.NoBalance {
 		if live == 0 {
@@ -587,8 +589,7 @@ func (l *Leases) Owns(stream string) bool {
 	}
 	l.r.mu.Lock()
 	defer l.r.mu.Unlock()
-	h := l.r.held[p]
-	return h != nil && !h.lost && !h.releasing
+	return l.r.held[p].runs()
 }
 
 // Held returns the partitions this node holds, in order.
@@ -597,7 +598,7 @@ func (l *Leases) Held() []int {
 	defer l.r.mu.Unlock()
 	var ps []int
 	for p := range l.r.parts {
-		if h := l.r.held[p]; h != nil && !h.lost && !h.releasing {
+		if l.r.held[p].runs() {
 			ps = append(ps, p)
 		}
 	}
