@@ -119,10 +119,14 @@ type ownership struct {
 	sightings atomic.Pointer[cluster.Sightings]
 }
 
+// partitioned reports whether --cluster runs with partitions, each
+// daemon running the tasks of those it holds.
+func partitioned(rl *cluster.ReplicatedLog) bool { return rl != nil && rl.Partitions() > 0 }
+
 // shareFunc is broker.Options.Share: nil without partitions (every
 // daemon assigns every task to the workers that talk to it).
 func (o *ownership) shareFunc(rl *cluster.ReplicatedLog) func(string, time.Time) {
-	if rl == nil || rl.Partitions() == 0 {
+	if !partitioned(rl) {
 		return nil
 	}
 	return func(worker string, at time.Time) {
@@ -143,17 +147,16 @@ func (o *ownership) closeSightings() {
 // startSightings opens the workers' sightings bucket with --cluster and
 // partitions: what any daemon's workers ask is told to this daemon's
 // broker (broker.SeenElsewhere), before the daemon serves a request.
-func (d *daemon) startSightings(ctx context.Context, own *ownership) error {
+func (d *daemon) startSightings(ctx context.Context) error {
 	rl := d.replicated
-	if rl == nil || rl.Partitions() == 0 || d.server.broker == nil {
+	if !partitioned(rl) || d.server.broker == nil {
 		return nil
 	}
 	s, err := rl.ShareSightings(ctx, cluster.SightingOptions{TTL: d.cfg.broker.workerTTL}, d.server.broker.b.SeenElsewhere)
 	if err != nil {
 		return fmt.Errorf("--cluster: %w", err)
 	}
-	own.sightings.Store(s)
-	d.own = own
+	d.own.sightings.Store(s)
 	return nil
 }
 
@@ -164,7 +167,7 @@ func (o *ownership) owns(id string) bool {
 
 // ownsFunc is agent.Options.Owns: nil (every task) without partitions.
 func (o *ownership) ownsFunc(rl *cluster.ReplicatedLog) func(string) bool {
-	if rl == nil || rl.Partitions() == 0 {
+	if !partitioned(rl) {
 		return nil
 	}
 	return o.owns
@@ -178,7 +181,7 @@ func (o *ownership) ownsFunc(rl *cluster.ReplicatedLog) func(string) bool {
 // partitions over the live daemons stops running its tasks first
 // (Disown). With --publish, the fan-out is a singleton: the daemon holding
 // its lease runs the outbox (publish.go).
-func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
+func (d *daemon) startLeases(ctx context.Context) error {
 	rl := d.replicated
 	if rl == nil || (rl.Partitions() == 0 && d.cfg.publish.URL == "") {
 		return nil
@@ -210,7 +213,7 @@ func (d *daemon) startLeases(ctx context.Context, own *ownership) error {
 	if err != nil {
 		return fmt.Errorf("--cluster: %w", err)
 	}
-	own.leases.Store(l)
+	d.own.leases.Store(l)
 	d.leases = l
 	d.log.Info("taking partition leases", "partitions", rl.Partitions(), "ttl", l.TTL(), "node", rl.Node())
 	return nil
@@ -229,9 +232,7 @@ func (d *daemon) stopTaking() {
 // closeCluster gives the leases back and stops the follower, after the
 // agent's last append; the agent closes the copy.
 func (d *daemon) closeCluster() {
-	if d.own != nil {
-		d.own.closeSightings()
-	}
+	d.own.closeSightings()
 	if d.leases != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		d.leases.Close(ctx)

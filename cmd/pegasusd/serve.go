@@ -259,7 +259,7 @@ type daemon struct {
 	// leases (clusterlog.go); nil without --cluster
 	replicated *cluster.ReplicatedLog
 	leases     *cluster.Leases
-	own        *ownership // the sightings to close (clusterlog.go); nil without them
+	own        *ownership // what the agent and the broker run, and the sightings to close (clusterlog.go)
 }
 
 func openDataDir(dir string) error {
@@ -363,7 +363,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err := a.Start(ctx); err != nil {
 		return nil, err // Start closes the log on failure
 	}
-	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl}
+	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl, own: own}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
 	if err := d.startPublish(); err != nil {
 		a.Stop(context.WithoutCancel(ctx))
@@ -371,8 +371,8 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}
 	for _, start := range []func() error{
 		func() error { return d.server.startBroker(l, appender(rl, l), own, rl, a.View(), cfg) },
-		func() error { return d.startSightings(ctx, own) },
-		func() error { return d.startLeases(ctx, own) },
+		func() error { return d.startSightings(ctx) },
+		func() error { return d.startLeases(ctx) },
 	} {
 		if err := start(); err != nil {
 			d.server.cancelBase() // the broker's loop, if it started
