@@ -41,9 +41,15 @@ func dtask(t *testing.T, r response) dispatchJSON {
 // poll is a worker's long poll for its assignments.
 func (td *testDaemon) poll(worker string) []dispatchJSON {
 	td.t.Helper()
-	r := td.as(worker, "GET", "/api/v1/tasks?agent="+worker+"&status=assigned&wait=20s", "")
+	return td.dispatchTasks(worker, "agent="+worker+"&status=assigned&wait=20s")
+}
+
+// dispatchTasks lists dispatch tasks as agent: GET /api/v1/tasks?query.
+func (td *testDaemon) dispatchTasks(agent, query string) []dispatchJSON {
+	td.t.Helper()
+	r := td.as(agent, "GET", "/api/v1/tasks?"+query, "")
 	if r.status != 200 {
-		td.t.Fatalf("poll: %d %s", r.status, r.body)
+		td.t.Fatalf("list ?%s: %d %s", query, r.status, r.body)
 	}
 	var page struct {
 		Tasks []dispatchJSON `json:"tasks"`

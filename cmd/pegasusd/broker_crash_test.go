@@ -78,24 +78,21 @@ func TestBrokerCrash(t *testing.T) {
 	// The worker comes back and finishes every job it gets; it never
 	// reports on the silent ones, whose deadlines fire.
 	finished := func() bool {
-		var page struct {
-			Tasks []dispatchJSON `json:"tasks"`
-		}
-		td.as("w", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
+		tasks := td.dispatchTasks("w", "limit=1000")
 		n := 0
-		for _, j := range page.Tasks {
+		for _, j := range tasks {
 			if j.Status == "completed" || j.DeadLettered {
 				n++
 			}
 		}
 		if testing.Verbose() {
 			var st []string
-			for _, j := range page.Tasks {
+			for _, j := range tasks {
 				st = append(st, fmt.Sprintf("%s/%s/%v", j.Status, j.AssignedAgent, j.DeadLettered))
 			}
 			t.Logf("%v", st)
 		}
-		return n == len(ids) && len(page.Tasks) == len(ids)
+		return n == len(ids) && len(tasks) == len(ids)
 	}
 	for range 100 {
 		if finished() {
@@ -107,11 +104,7 @@ func TestBrokerCrash(t *testing.T) {
 			}
 		}
 		// An in-progress job from before the kill: the worker completes it too.
-		var page struct {
-			Tasks []dispatchJSON `json:"tasks"`
-		}
-		td.as("w", "GET", "/api/v1/tasks?agent=w&status=in_progress", "").json(t, &page)
-		for _, j := range page.Tasks {
+		for _, j := range td.dispatchTasks("w", "agent=w&status=in_progress") {
 			mustStatus(t, td.as("w", "POST", "/api/v1/tasks/"+j.TaskID+"/complete", `{"result":{"ok":true}}`), 200)
 		}
 		// The silent tasks' deadlines (1 s) fire on the daemon's clock:

@@ -467,12 +467,8 @@ func TestClusterBroker(t *testing.T) {
 	}
 	mustStatus(t, tdB.as("w", "PUT", "/api/v1/agents/w", `{"max_tasks":4}`), 200)
 	finished := func() bool {
-		var page struct {
-			Tasks []dispatchJSON `json:"tasks"`
-		}
-		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
 		n := 0
-		for _, j := range page.Tasks {
+		for _, j := range tdA.dispatchTasks("client", "limit=1000") {
 			if j.Status == fsm.StateCompleted || j.DeadLettered {
 				n++
 			}
@@ -495,12 +491,8 @@ func TestClusterBroker(t *testing.T) {
 		}
 	}
 	if !finished() {
-		var page struct {
-			Tasks []dispatchJSON `json:"tasks"`
-		}
-		tdA.as("client", "GET", "/api/v1/tasks?limit=1000", "").json(t, &page)
 		var st []string
-		for _, j := range page.Tasks {
+		for _, j := range tdA.dispatchTasks("client", "limit=1000") {
 			st = append(st, fmt.Sprintf("%s %s: %s to %q (dead letter %v)", kinds[j.TaskID], j.TaskID, j.Status, j.AssignedAgent, j.DeadLettered))
 		}
 		t.Fatalf("the dispatch tasks never all finished:\n%s\nA:\n%s\nB:\n%s", strings.Join(st, "\n"), lastLines(a.output(), 30), lastLines(b.output(), 30))
