@@ -150,9 +150,9 @@ type ReplicatedLog struct {
 	partLast []uint64
 	owners   []Owner
 	// keys binds idempotency keys (keys.go).
-	keys jetstream.KeyValue
-	held     map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
-	failed   chan struct{}  // closed when err is set
+	keys   jetstream.KeyValue
+	held   map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
+	failed chan struct{}  // closed when err is set
 
 	cancel context.CancelFunc
 	done   chan struct{}

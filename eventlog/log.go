@@ -33,8 +33,8 @@ type Log struct {
 	idMu     sync.Mutex
 	idLastMs uint64
 	// keyMu serialises the bindings of idempotency keys (idempotency.go).
-	keyMu keyLocks
-	entropy  ulid.MonotonicReader
+	keyMu   keyLocks
+	entropy ulid.MonotonicReader
 
 	// reqs carries append requests to the committer. closeMu guards sending
 	// on it against Close closing it.

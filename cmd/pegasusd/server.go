@@ -39,8 +39,8 @@ type server struct {
 	draining   atomic.Bool
 	// keys binds Idempotency-Keys (idempotency.go): the log itself, or
 	// with --cluster the replicated log's bucket.
-	keys eventlog.KeyReserver
-	broker     *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
+	keys   eventlog.KeyReserver
+	broker *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
 }
 
 // newServer serves a started agent a, its log l and the name of its model.
