@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
@@ -176,4 +178,24 @@ func TestOpenWaitsForJetStream(t *testing.T) {
 		}
 	}
 	sameCopies(t, opened...)
+}
+
+// TestStartRetryable: at start, what JetStream did not answer or answered
+// as not ready is tried again; what it refused is not.
+func TestStartRetryable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("cluster: stream X: %w", nats.ErrNoResponders), true},
+		{fmt.Errorf("cluster: stream X: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{fmt.Errorf("cluster: stream X: %w", &jetstream.APIError{Code: 400, ErrorCode: 10065, Description: "subjects overlap with an existing stream"}), false},
+		{fmt.Errorf("%w: stream X is not a Pegasus log", ErrInvalid), false},
+		{fmt.Errorf("%w: the local copy is ahead", ErrApply), false},
+	} {
+		if got := startRetryable(c.err); got != c.want {
+			t.Errorf("startRetryable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

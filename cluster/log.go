@@ -216,11 +216,20 @@ func (r *ReplicatedLog) start(ctx context.Context) error {
 }
 
 // startRetryable reports whether open may succeed if tried again: the
-// servers or JetStream did not answer (yet), as opposed to a stream that
-// is not a Pegasus log or a copy that is not the stream's.
+// servers or JetStream did not answer (yet), or answered that they are
+// not ready (a 5xx API error: no meta leader, the cluster forming), as
+// opposed to a request JetStream refused (a 4xx: subjects that overlap
+// another stream's, say), a stream that is not a Pegasus log or a copy
+// that is not the stream's.
 func startRetryable(err error) bool {
-	return !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrApply) && !errors.Is(err, eventlog.ErrClosed) &&
-		!errors.Is(err, eventlog.ErrFailed)
+	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrApply) || errors.Is(err, eventlog.ErrClosed) || errors.Is(err, eventlog.ErrFailed) {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500 || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
+	}
+	return true
 }
 
 func (r *ReplicatedLog) open(ctx context.Context) error {
@@ -251,6 +260,9 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 	}
 	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
 		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
+	}
+	if info.Config.Storage != jetstream.FileStorage {
+		return fmt.Errorf("%w: stream %s keeps its messages in memory: a log must be on disk (file storage)", ErrInvalid, r.opts.Stream)
 	}
 	r.replicas = info.Config.Replicas
 	if v, ok := info.Config.Metadata[MetaPartitions]; ok {

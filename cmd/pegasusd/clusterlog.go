@@ -100,6 +100,10 @@ func openCluster(ctx context.Context, cfg *config, l *eventlog.Log, logger *slog
 	}
 	logger.Info("the log is clustered on NATS JetStream", "url", o.URL, "stream", rl.Stream(), "replicas", rl.Replicas(),
 		"partitions", rl.Partitions(), "applied", rl.Applied())
+	if rl.Replicas() < 3 {
+		logger.Warn("the log's stream has fewer than 3 replicas: one server's disk holds acknowledged events alone (docs/cluster.md)",
+			"stream", rl.Stream(), "replicas", rl.Replicas())
+	}
 	return rl, nil
 }
 
