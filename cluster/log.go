@@ -150,7 +150,16 @@ type ReplicatedLog struct {
 	partLast []uint64
 	owners   []Owner
 	// keys binds idempotency keys (keys.go).
-	keys   jetstream.KeyValue
+	keys jetstream.KeyValue
+	// committers are the single writers of the partitions this node
+	// holds (committer.go), started on first use; commits counts them.
+	committers map[int]*committer
+	commits    commitCounters
+	// beforeBatch, if set (tests), is called before a committer
+	// publishes a batch of n appends to partition p.
+	beforeBatch func(p, n int)
+	// ctx ends when the log closes: the committers stop.
+	ctx    context.Context
 	held   map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
 	failed chan struct{}  // closed when err is set
 
@@ -296,7 +305,7 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 		return err
 	}
 	fctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
+	r.ctx, r.cancel = fctx, cancel
 	go r.follow(fctx, it)
 	return nil
 }
@@ -639,9 +648,18 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	if res, ok, err := r.storedAll(parts); ok || err != nil {
 		return res, err
 	}
-	actx, cancel := context.WithTimeout(ctx, r.opts.AckTimeout)
+	if p, ok := r.ownedPartition(parts); ok {
+		o := r.commit(ctx, p, parts, n)
+		if o.err != nil || o.res != nil {
+			return o.res, o.err
+		}
+		return r.appliedResult(ctx, parts, o.last)
+	}
+	deadline := time.Now().Add(r.opts.AckTimeout)
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var last uint64
+	wait := firstRetryWait
 	checks := make([]check, len(parts))
 	for {
 		fenced := false
@@ -674,36 +692,35 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 			// The same events are being stored by another request: a
 			// retry (on this node or another) of an append whose answer
 			// was lost. Its outcome is this one's: wait for it.
-			wctx, cancel := context.WithTimeout(actx, noLeaderWait)
-			_ = r.waitApplied(wctx, r.Applied()+1)
-			cancel()
+			if !r.retryPause(ctx, deadline, &wait) {
+				return nil, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome)
+			}
 			if res, ok, err := r.storedAll(parts); ok || err != nil {
 				return res, err
-			}
-			if actx.Err() != nil {
-				return nil, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome)
 			}
 			continue
 		} else if !errors.Is(err, nats.ErrNoResponders) {
 			break
 		}
 		// A busy subject, or no stream leader listens (an election
-		// after a server stopped): nothing was stored. Send again until
-		// AckTimeout.
-		t := time.NewTimer(noLeaderWait)
-		select {
-		case <-actx.Done():
-			t.Stop()
+		// after a server stopped): nothing was stored. Send again,
+		// sooner if the copy moves, until AckTimeout.
+		if !r.retryPause(ctx, deadline, &wait) {
 			if isWrongLastSeq(err) {
 				return nil, r.conflict(ctx, parts)
 			}
 			return nil, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err)
-		case <-t.C:
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
+	return r.appliedResult(ctx, parts, last)
+}
+
+// appliedResult waits until the local copy holds stream sequence last,
+// the append's last message, and returns the append's local positions.
+func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.StreamAppend, last uint64) ([]eventlog.AppendResult, error) {
 	if err := r.waitApplied(ctx, last); err != nil {
 		return nil, err
 	}
@@ -770,10 +787,6 @@ func (r *ReplicatedLog) storedAll(parts []eventlog.StreamAppend) ([]eventlog.App
 	}
 	return res, true, nil
 }
-
-// noLeaderWait is the pause before an append is sent again when no
-// stream leader answered.
-const noLeaderWait = 50 * time.Millisecond
 
 // maxBatch is the most events one Append takes: nats-server's default
 // limit of an atomic batch.

@@ -1,0 +1,396 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// The owner of a partition is its single writer (docs/cluster.md,
+// "Appends to an owned partition"): every append of this node whose
+// streams all belong to one partition it holds goes through that
+// partition's committer, as the embedded log's appends go through its
+// group commit. While one atomic batch is in flight, the appends that
+// arrive gather; the next batch takes them all, each checked against the
+// node's own view of the partition (the local copy, caught up with the
+// previous batch, plus the batch's earlier appends), and carries one
+// check: the partition's expected last sequence on its first message. A
+// node so never refuses or sleeps on its own appends, and the fence is as
+// strong as before against another node: any append to the partition by
+// another node since (a submission, a message, a worker's report on
+// another daemon, a new owner's PARTITION_OWNED) moves that sequence, and
+// the whole batch is refused and never stored. The committer then catches
+// up, answers the appends that now conflict, and sends the others again;
+// a new owner's PARTITION_OWNED makes every one ErrFenced.
+//
+// Partitions are pipelined independently, one batch in flight each (the
+// order of a partition's appends is the order of its batches).
+
+// committer is one partition's single writer on this node.
+type committer struct {
+	r    *ReplicatedLog
+	p    int
+	reqs chan *commitReq
+	// acked is the stream sequence of the last message of this
+	// committer's last acknowledged batch: the next batch waits until the
+	// local copy holds it, so that versions are read from the copy.
+	acked uint64
+}
+
+// commitReq is one AppendMulti waiting for its batch.
+type commitReq struct {
+	ctx   context.Context
+	parts []eventlog.StreamAppend
+	n     int                // messages
+	done  chan commitOutcome // buffered: the committer never blocks on it
+}
+
+// commitOutcome is a request's answer: the stream sequence of its last
+// message, or why it was not stored.
+type commitOutcome struct {
+	last uint64
+	res  []eventlog.AppendResult // set when the events were found stored (a retry)
+	err  error
+}
+
+// CommitStats counts what the partitions' committers did, for benchmarks
+// and audits.
+type CommitStats struct {
+	Appends  uint64 // appends stored through a committer
+	Batches  uint64 // batches published
+	Refused  uint64 // batches JetStream refused (another node moved the partition, or a busy check)
+	Messages uint64 // messages in the stored batches
+}
+
+type commitCounters struct{ appends, batches, refused, messages atomic.Uint64 }
+
+// CommitStats returns the committers' counters since the log opened.
+func (r *ReplicatedLog) CommitStats() CommitStats {
+	c := &r.commits
+	return CommitStats{Appends: c.appends.Load(), Batches: c.batches.Load(), Refused: c.refused.Load(), Messages: c.messages.Load()}
+}
+
+// ownedPartition is the partition every part of an append belongs to, if
+// this node holds it (lost or not: a lost lease is answered by the
+// committer with ErrFenced).
+func (r *ReplicatedLog) ownedPartition(parts []eventlog.StreamAppend) (int, bool) {
+	p := PartitionOf(parts[0].Stream, r.parts)
+	if p < 0 {
+		return -1, false
+	}
+	for _, sa := range parts[1:] {
+		if PartitionOf(sa.Stream, r.parts) != p {
+			return -1, false
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return p, r.held[p] != nil
+}
+
+// committerFor returns partition p's committer, starting it on first use.
+func (r *ReplicatedLog) committerFor(p int) *committer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.committers == nil {
+		r.committers = map[int]*committer{}
+	}
+	c := r.committers[p]
+	if c == nil {
+		c = &committer{r: r, p: p, reqs: make(chan *commitReq, maxBatch)}
+		r.committers[p] = c
+		go c.run(r.ctx)
+	}
+	return c
+}
+
+// commit sends an append through partition p's committer and waits for
+// its outcome.
+func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, n int) commitOutcome {
+	req := &commitReq{ctx: ctx, parts: parts, n: n, done: make(chan commitOutcome, 1)}
+	c := r.committerFor(p)
+	select {
+	case c.reqs <- req:
+	case <-ctx.Done():
+		return commitOutcome{err: ctx.Err()} // not queued: nothing sent
+	case <-r.ctx.Done():
+		return commitOutcome{err: fmt.Errorf("%w: closed", eventlog.ErrClosed)}
+	}
+	select {
+	case o := <-req.done:
+		return o
+	case <-ctx.Done():
+		// It may be in the batch in flight.
+		return commitOutcome{err: fmt.Errorf("%w: %v", ErrUnknownOutcome, ctx.Err())}
+	}
+}
+
+// run takes the waiting appends, as many as a batch holds, and commits
+// them, until the log closes.
+func (c *committer) run(ctx context.Context) {
+	var carry *commitReq
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-c.reqs:
+			case <-ctx.Done():
+				c.drain(fmt.Errorf("%w: closed", eventlog.ErrClosed))
+				return
+			}
+		}
+		batch, msgs := []*commitReq{first}, first.n
+	gather:
+		for {
+			select {
+			case req := <-c.reqs:
+				if msgs+req.n > maxBatch {
+					carry = req
+					break gather
+				}
+				batch, msgs = append(batch, req), msgs+req.n
+			default:
+				break gather
+			}
+		}
+		c.commit(ctx, batch)
+	}
+}
+
+// drain answers every waiting append with err.
+func (c *committer) drain(err error) {
+	for {
+		select {
+		case req := <-c.reqs:
+			req.done <- commitOutcome{err: err}
+		default:
+			return
+		}
+	}
+}
+
+// Pauses of an append or a batch that found no stream leader (an
+// election), or whose check JetStream refused as busy with another node's
+// append in flight: from the first to the longest, until AckTimeout.
+const (
+	firstRetryWait = 5 * time.Millisecond
+	maxRetryWait   = 250 * time.Millisecond
+)
+
+// commit stores batch as one or more atomic batches and answers each
+// append.
+func (c *committer) commit(ctx context.Context, batch []*commitReq) {
+	r := c.r
+	deadline := time.Now().Add(r.opts.AckTimeout)
+	wait := firstRetryWait
+	answer := func(req *commitReq, o commitOutcome) { req.done <- o }
+	for attempt := 0; len(batch) > 0; attempt++ {
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		sent, last, err := c.send(actx, batch, &batch, attempt > 0, answer)
+		cancel()
+		switch {
+		case err == nil && len(sent) == 0:
+			return // every append answered without a batch
+		case err == nil:
+			// last is the batch's last message: each append's last is
+			// counted back from it.
+			r.commits.batches.Add(1)
+			tail := last
+			for i := len(sent) - 1; i >= 0; i-- {
+				r.commits.appends.Add(1)
+				r.commits.messages.Add(uint64(sent[i].n))
+				answer(sent[i], commitOutcome{last: tail})
+				tail -= uint64(sent[i].n)
+			}
+			c.acked = last
+			return
+		case isWrongLastSeq(err):
+			// Another node appended to the partition, or took it, or
+			// JetStream refused the check as busy with another node's
+			// append in flight. Nothing of the batch was stored: catch
+			// up and check every append again.
+			r.commits.refused.Add(1)
+			moved, ferr := c.caughtUp(ctx, deadline)
+			if ferr != nil {
+				c.answerAll(batch, ferr)
+				return
+			}
+			if !moved && !r.retryPause(ctx, deadline, &wait) {
+				c.answerAll(batch, fmt.Errorf("%w: partition %d's check refused as busy until the time ran out", ErrUnavailable, c.p))
+				return
+			}
+		case isDuplicateInFlight(err) || isDuplicateInBatch(err):
+			// An append sent again (its first attempt's answer was
+			// lost) is, or is being, stored: answer it from the copy
+			// once there, send the others.
+			if _, ferr := c.caughtUp(ctx, deadline); ferr != nil {
+				c.answerAll(batch, ferr)
+				return
+			}
+			if !r.retryPause(ctx, deadline, &wait) {
+				c.answerAll(batch, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome))
+				return
+			}
+		case errors.Is(err, nats.ErrNoResponders):
+			if !r.retryPause(ctx, deadline, &wait) {
+				c.answerAll(batch, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err))
+				return
+			}
+		default:
+			// ErrUnknownOutcome among others: the copy is caught up
+			// before the next batch is checked.
+			c.acked = 0
+			c.answerAll(batch, err)
+			return
+		}
+	}
+}
+
+// send checks the waiting appends against the node's view of the
+// partition, answers those that conflict or are already stored (removing
+// them from *batch), and publishes the others as one atomic batch with the
+// partition's expected last sequence. It returns what it sent and the
+// stream sequence of the batch's last message.
+func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commitReq, again bool, answer func(*commitReq, commitOutcome)) ([]*commitReq, uint64, error) {
+	r := c.r
+	if c.acked == 0 {
+		if err := r.catchUp(ctx); err != nil {
+			return nil, 0, err
+		}
+	} else if err := r.waitApplied(ctx, c.acked); err != nil {
+		return nil, 0, err
+	}
+	r.mu.Lock()
+	l, last := r.held[c.p], r.partLast[c.p]
+	var ferr error
+	if l == nil {
+		ferr = fenceError(c.p, r.owners[c.p])
+	} else {
+		ferr = r.fenceErrLocked(c.p, l)
+	}
+	r.mu.Unlock()
+	if ferr != nil {
+		return nil, 0, ferr
+	}
+	versions := map[string]uint64{} // versions after the batch's earlier appends
+	var sent []*commitReq
+	var parts []eventlog.StreamAppend
+	n := 0
+	keep := (*rest)[:0]
+	for _, req := range batch {
+		if err := req.ctx.Err(); err != nil {
+			answer(req, commitOutcome{err: err}) // never sent
+			continue
+		}
+		if again { // AppendMulti looked before it queued the append
+			if res, ok, err := r.storedAll(req.parts); ok || err != nil {
+				answer(req, commitOutcome{res: res, err: err})
+				continue
+			}
+		}
+		cerr := error(nil)
+		next := map[string]uint64{}
+		for _, sa := range req.parts {
+			cur, ok := versions[sa.Stream]
+			if !ok {
+				v, err := r.local.StreamVersion(sa.Stream)
+				if err != nil {
+					cerr = err
+					break
+				}
+				cur = v
+			}
+			if sa.Expected != eventlog.Any && uint64(sa.Expected) != cur {
+				cerr = &eventlog.ConflictError{Stream: sa.Stream, Expected: sa.Expected, Current: cur}
+				break
+			}
+			next[sa.Stream] = cur + uint64(len(sa.Events))
+		}
+		if cerr != nil {
+			answer(req, commitOutcome{err: cerr})
+			continue
+		}
+		for s, v := range next {
+			versions[s] = v
+		}
+		keep = append(keep, req)
+		sent = append(sent, req)
+		parts = append(parts, req.parts...)
+		n += req.n
+	}
+	*rest = keep
+	if len(sent) == 0 {
+		return nil, 0, nil
+	}
+	checks := make([]check, len(parts))
+	for i := range checks {
+		checks[i].seq = -1
+	}
+	checks[0] = check{seq: int64(last), subj: partitionFilter(c.p)}
+	if h := r.beforeBatch; h != nil {
+		h(c.p, len(sent))
+	}
+	seq, err := r.publish(ctx, parts, checks, n)
+	return sent, seq, err
+}
+
+// caughtUp waits until the local copy holds what the stream holds, and
+// reports whether the partition moved meanwhile; ErrFenced if another
+// node took it.
+func (c *committer) caughtUp(ctx context.Context, deadline time.Time) (bool, error) {
+	r := c.r
+	r.mu.Lock()
+	before := r.partLast[c.p]
+	r.mu.Unlock()
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if err := r.catchUp(cctx); err != nil {
+		return false, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if l := r.held[c.p]; l == nil {
+		return false, fenceError(c.p, r.owners[c.p])
+	} else if err := r.fenceErrLocked(c.p, l); err != nil {
+		return false, err
+	}
+	return r.partLast[c.p] != before, nil
+}
+
+// retryPause waits *wait, or less if the local copy moves first (the
+// append in the way may be the one that arrives), and doubles *wait up to
+// maxRetryWait; false when the deadline comes first or ctx ends.
+func (r *ReplicatedLog) retryPause(ctx context.Context, deadline time.Time, wait *time.Duration) bool {
+	d := min(*wait, time.Until(deadline))
+	if d <= 0 {
+		return false
+	}
+	*wait = min(2**wait, maxRetryWait)
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	_ = r.waitApplied(wctx, r.Applied()+1)
+	return ctx.Err() == nil
+}
+
+func (c *committer) answerAll(batch []*commitReq, err error) {
+	for _, req := range batch {
+		req.done <- commitOutcome{err: err}
+	}
+}
+
+// jsErrCodeDuplicateInBatch is JetStream's refusal of an atomic batch one
+// of whose messages' Nats-Msg-Id is already stored.
+const jsErrCodeDuplicateInBatch jetstream.ErrorCode = 10201
+
+func isDuplicateInBatch(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeDuplicateInBatch
+}
