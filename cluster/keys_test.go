@@ -190,6 +190,7 @@ func TestStartRetryable(t *testing.T) {
 		{context.DeadlineExceeded, true},
 		{fmt.Errorf("cluster: stream X: %w", nats.ErrNoResponders), true},
 		{fmt.Errorf("cluster: stream X: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), true},
+		{fmt.Errorf("cluster: stream X: %w", &jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}), true},
 		{fmt.Errorf("cluster: stream X: %w", &jetstream.APIError{Code: 400, ErrorCode: 10065, Description: "subjects overlap with an existing stream"}), false},
 		{fmt.Errorf("%w: stream X is not a Pegasus log", ErrInvalid), false},
 		{fmt.Errorf("%w: the local copy is ahead", ErrApply), false},

@@ -226,7 +226,8 @@ func (r *ReplicatedLog) start(ctx context.Context) error {
 
 // startRetryable reports whether open may succeed if tried again: the
 // servers or JetStream did not answer (yet), or answered that they are
-// not ready (a 5xx API error: no meta leader, the cluster forming), as
+// not ready (a 5xx API error: no meta leader, the cluster forming; a
+// stream that another node is creating not found yet), as
 // opposed to a request JetStream refused (a 4xx: subjects that overlap
 // another stream's, say), a stream that is not a Pegasus log or a copy
 // that is not the stream's.
@@ -236,7 +237,9 @@ func startRetryable(err error) bool {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500 || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
+		// A stream another node is creating may not be found yet.
+		return apiErr.Code >= 500 || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamNotFound
 	}
 	return true
 }
