@@ -281,6 +281,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commi
 		return nil, 0, ferr
 	}
 	versions := map[string]uint64{} // versions after the batch's earlier appends
+	caught := false
 	var sent []*commitReq
 	var parts []eventlog.StreamAppend
 	n := 0
@@ -302,6 +303,17 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commi
 			cur, ok := versions[sa.Stream]
 			if !ok {
 				v, err := r.local.StreamVersion(sa.Stream)
+				if err == nil && sa.Expected != eventlog.Any && uint64(sa.Expected) > v && !caught {
+					// The caller saw a version this copy does not hold
+					// yet (another node's append): catch up once. The
+					// partition's sequence read above may then be
+					// behind, and JetStream refuses the batch: it is
+					// checked again.
+					caught = true
+					if err = r.catchUp(ctx); err == nil {
+						v, err = r.local.StreamVersion(sa.Stream)
+					}
+				}
 				if err != nil {
 					cerr = err
 					break

@@ -651,6 +651,25 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	if res, ok, err := r.storedAll(parts); ok || err != nil {
 		return res, err
 	}
+	res, err := r.appendNew(ctx, parts, n)
+	var conflict *eventlog.ConflictError
+	if errors.As(err, &conflict) {
+		// A retry racing its own first attempt (on this node or another:
+		// a client that gave up, an acknowledgement lost) finds its
+		// stream moved by the very events it carries: a replay, not a
+		// conflict (or ErrIDReused if they are stored with other
+		// content).
+		if res, ok, serr := r.storedAll(parts); ok || serr != nil {
+			return res, serr
+		}
+	}
+	return res, err
+}
+
+// appendNew stores parts, which the local copy does not hold (yet):
+// through the partition's committer if this node holds the partition of
+// every part, else as one publish checked by JetStream.
+func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, n int) ([]eventlog.AppendResult, error) {
 	if p, ok := r.ownedPartition(parts); ok {
 		o := r.commit(ctx, p, parts, n)
 		if o.err != nil || o.res != nil {
@@ -662,6 +681,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var last uint64
+	var err error
 	wait := firstRetryWait
 	checks := make([]check, len(parts))
 	for {

@@ -1,0 +1,221 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/cluster/natstest"
+	"github.com/pegasus-engine/pegasus/eventlog"
+)
+
+// batchGate holds a committer's batches before they are published: each
+// batch's size is sent on sizes, and the batch waits for a value on open.
+type batchGate struct {
+	sizes chan int
+	open  chan struct{}
+}
+
+func gateBatches(n *node) *batchGate {
+	g := &batchGate{sizes: make(chan int, 16), open: make(chan struct{})}
+	n.rl.beforeBatch = func(_, size int) {
+		g.sizes <- size
+		<-g.open
+	}
+	return g
+}
+
+// next waits for the next batch to reach the gate and returns its size.
+func (g *batchGate) next(t *testing.T) int {
+	t.Helper()
+	select {
+	case n := <-g.sizes:
+		return n
+	case <-time.After(testWait):
+		t.Fatal("no batch reached the gate")
+		return 0
+	}
+}
+
+// waitQueued waits until k appends wait for partition p's committer.
+func waitQueued(t *testing.T, n *node, p, k int) {
+	t.Helper()
+	deadline := time.Now().Add(testWait)
+	for {
+		n.rl.mu.Lock()
+		c := n.rl.committers[p]
+		n.rl.mu.Unlock()
+		if c != nil && len(c.reqs) == k {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d appends never queued for partition %d", k, p)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// streamsIn returns k distinct task streams of partition p of n.
+func streamsIn(p, n, k int) []string {
+	var out []string
+	for i := 0; len(out) < k; i++ {
+		if s := fmt.Sprintf("task-%d", i); PartitionOf(s, n) == p {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// appendAll appends one event to each stream at once, at the version the
+// versions map gives, and returns each append's error.
+func appendAll(ctx context.Context, n *node, streams []string, exp eventlog.ExpectedVersion, ids []ulid.ULID) []error {
+	errs := make([]error, len(streams))
+	var wg sync.WaitGroup
+	for i, s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.rl.Append(ctx, s, exp, eventlog.Event{ID: ids[i], Type: "STEP"})
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func newIDs(n *node, k int) []ulid.ULID {
+	ids := make([]ulid.ULID, k)
+	for i := range ids {
+		ids[i] = n.local.NewID()
+	}
+	return ids
+}
+
+// TestCommitterJoinsTheNextBatch: while a partition's batch is in flight,
+// the owner's appends that arrive gather and go as the next batch, one
+// request, with no refusal and no pause: the owner never races itself.
+func TestCommitterJoinsTheNextBatch(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	const parts = 4
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	_, took := startLeases(t, a, LeaseOptions{TTL: 3 * time.Second, NoBalance: true})
+	waitTook(t, took, 0, 1, 2, 3)
+	streams := streamsIn(1, parts, 6)
+	for _, s := range streams {
+		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.rl.CommitStats()
+	g := gateBatches(a)
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		first <- err
+	}()
+	if n := g.next(t); n != 1 {
+		t.Fatalf("the first batch holds %d appends, want 1", n)
+	}
+	rest := make(chan []error, 1)
+	go func() { rest <- appendAll(ctx, a, streams[1:], eventlog.Exactly(1), newIDs(a, 5)) }()
+	waitQueued(t, a, 1, 5)
+	close(g.open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := g.next(t); n != 5 {
+		t.Fatalf("the next batch holds %d appends, want the 5 that waited", n)
+	}
+	for i, err := range <-rest {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	st := a.rl.CommitStats()
+	if got := st.Batches - before.Batches; got != 2 {
+		t.Errorf("%d batches, want 2", got)
+	}
+	if st.Refused != before.Refused {
+		t.Errorf("%d batches refused: the owner raced itself", st.Refused-before.Refused)
+	}
+	for _, s := range streams {
+		if v, _ := a.local.StreamVersion(s); v != 2 {
+			t.Errorf("stream %s at version %d, want 2", s, v)
+		}
+	}
+}
+
+// TestCommitterStaleOwnerBatchNotStored: two owners of one partition at
+// once. A's lease expires (it stops renewing, as a paused process) while
+// its batch of appends is checked and about to be published; B takes the
+// partition and records itself. A's batch, sent with the partition's old
+// last sequence, is refused whole by JetStream, every append of it is
+// ErrFenced, and none of its events is in the stream.
+func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	const parts = 4
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Node: "B"})
+	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, NoBalance: true})
+	waitTook(t, tookA, 0, 1, 2, 3)
+	_, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, NoBalance: true})
+	streams := streamsIn(2, parts, 5)
+	for _, s := range streams {
+		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := gateBatches(a)
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		first <- err
+	}()
+	g.next(t)
+	ids := newIDs(a, 4)
+	rest := make(chan []error, 1)
+	go func() { rest <- appendAll(ctx, a, streams[1:], eventlog.Exactly(1), ids) }()
+	waitQueued(t, a, 2, 4)
+	g.open <- struct{}{} // the first batch goes while A still holds the partition
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := g.next(t); n != 4 {
+		t.Fatalf("the stale batch holds %d appends, want 4", n)
+	}
+	// The batch is checked and waits at the gate: A stops renewing and B
+	// takes over and records itself before A publishes.
+	la.pause()
+	waitTook(t, tookB, 0, 1, 2, 3)
+	refused := a.rl.CommitStats().Refused
+	close(g.open)
+	for i, err := range <-rest {
+		if !errors.Is(err, ErrFenced) {
+			t.Fatalf("stale append %d: %v, want ErrFenced", i, err)
+		}
+	}
+	if a.rl.CommitStats().Refused == refused {
+		t.Fatal("the stale batch was never sent to JetStream: the test did not exercise the fence")
+	}
+	if err := b.rl.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if _, err := b.local.Get(id); !errors.Is(err, eventlog.ErrNotFound) {
+			t.Fatalf("the stale owner's event %s is in the log (%v)", id, err)
+		}
+	}
+	for _, s := range streams[1:] {
+		if v, _ := b.local.StreamVersion(s); v != 1 {
+			t.Errorf("stream %s at version %d, want 1", s, v)
+		}
+	}
+}
