@@ -2,13 +2,21 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 )
@@ -85,7 +93,28 @@ func TestClusterBench(t *testing.T) {
 	n1 := natstest.Start(t, 1)
 	report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
 	n3 := natstest.Start(t, 3)
-	report("clustered, 3 servers (R3)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL()).url))
+	// The same servers' limit: 8 publishers of synced JetStream messages
+	// of an event's size, each waiting for its acknowledgement.
+	raw := rawPublishRate(t, n3, 8, 3*time.Second)
+	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
+	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL())
+	info0 := streamInfo(t, n3, "PEGASUS_LOG")
+	c0 := scrapeCounters(t, p3.url, "pegasus_cluster_")
+	start := time.Now()
+	report("clustered, 3 servers (R3)", runTasks(t, n, p3.url))
+	el := time.Since(start).Seconds()
+	info1 := streamInfo(t, n3, "PEGASUS_LOG")
+	c1 := scrapeCounters(t, p3.url, "pegasus_cluster_")
+	msgs := float64(info1.State.Msgs - info0.State.Msgs)
+	batches := c1["pegasus_cluster_batches_total"] - c0["pegasus_cluster_batches_total"]
+	appends := c1["pegasus_cluster_appends_total"] - c0["pegasus_cluster_appends_total"]
+	refused := c1["pegasus_cluster_batches_refused_total"] - c0["pegasus_cluster_batches_refused_total"]
+	inBatches := c1["pegasus_cluster_messages_total"] - c0["pegasus_cluster_messages_total"]
+	// Appends outside the committers ($system, $memory: no partition)
+	// are one request each.
+	requests := batches + (msgs - inBatches)
+	t.Logf("%-32s %7.0f messages/s  %.2f of raw; %.0f requests/s  %.2f of raw; %.1f appends a batch; %.2f%% of batches refused",
+		"clustered R3, JetStream side", msgs/el, msgs/el/raw, requests/el, requests/el/raw, appends/max(batches, 1), 100*refused/max(batches, 1))
 	// k daemons on three servers, measured once they share the 16
 	// partitions (8 and 8; 6, 6 and 4), with clients on every daemon.
 	shared := func(name string, k int, publish bool) {
@@ -116,4 +145,75 @@ func TestClusterBench(t *testing.T) {
 	shared("2 daemons, 3 servers (R3)", 2, false)
 	shared("2 daemons, R3, --publish (R3)", 2, true)
 	shared("3 daemons, 3 servers (R3)", 3, false)
+}
+
+// rawPublishRate publishes messages of an event's size (512 bytes) to a
+// new R3 stream on the servers from pubs publishers, each waiting for its
+// acknowledgement, for d, and returns the messages per second.
+func rawPublishRate(t *testing.T, nats *natstest.Cluster, pubs int, d time.Duration) float64 {
+	t.Helper()
+	js := nats.JetStream()
+	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage,
+		Replicas: len(nats.Servers)}); err != nil {
+		t.Fatal(err)
+	}
+	defer js.DeleteStream(context.Background(), "RAW")
+	payload := bytes.Repeat([]byte("x"), 512)
+	var total atomic.Int64
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if _, err := js.Publish(ctx, fmt.Sprintf("raw.%d", i), payload); err != nil {
+					t.Error(err)
+					return
+				}
+				total.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(total.Load()) / d.Seconds()
+}
+
+func streamInfo(t *testing.T, nats *natstest.Cluster, name string) *jetstream.StreamInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := nats.JetStream().Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// scrapeCounters reads the daemon's /metrics series whose names start
+// with prefix (without labels).
+func scrapeCounters(t *testing.T, url, prefix string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, prefix) {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				out[name] = f
+			}
+		}
+	}
+	return out
 }

@@ -43,7 +43,14 @@ func listenMetrics(addr string) (net.Listener, error) {
 // startWeb starts the metrics and returns the daemon's HTTP handler: the
 // API, the dashboard and, without --metrics-addr, /metrics.
 func (d *daemon) startWeb(metricsLn net.Listener) http.Handler {
-	m := metrics.New(d.agent, d.events, metrics.Options{GoCollectors: true})
+	o := metrics.Options{GoCollectors: true}
+	if rl := d.replicated; rl != nil {
+		o.ClusterCommits = func() (uint64, uint64, uint64, uint64) {
+			s := rl.CommitStats()
+			return s.Appends, s.Batches, s.Refused, s.Messages
+		}
+	}
+	m := metrics.New(d.agent, d.events, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	d.web = &web{metrics: m, ln: metricsLn, cancel: cancel, done: make(chan struct{})}
 	go func() {

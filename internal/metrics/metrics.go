@@ -35,6 +35,11 @@ type Options struct {
 	// GoCollectors adds the Go runtime and process collectors. The default
 	// value is false (tests leave them out; the daemon turns them on).
 	GoCollectors bool
+	// ClusterCommits, with --cluster, reports what the partitions'
+	// committers did (cluster.CommitStats): appends, batches published,
+	// batches JetStream refused, messages stored. The default value is
+	// nil: no such series.
+	ClusterCommits func() (appends, batches, refused, messages uint64)
 }
 
 // Metrics is the registry of one daemon.
@@ -112,6 +117,19 @@ func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 		m.archived.WithLabelValues(what) // exposed at 0 before the first run, so rate() sees it start
 	}
 	m.reg.MustRegister(m.archived)
+	if f := o.ClusterCommits; f != nil {
+		for i, c := range []struct{ name, help string }{
+			{"pegasus_cluster_appends_total", "Appends this daemon stored through its partitions' committers (--cluster)."},
+			{"pegasus_cluster_batches_total", "Atomic batches this daemon's committers published (--cluster)."},
+			{"pegasus_cluster_batches_refused_total", "Batches JetStream refused: another daemon moved the partition, a new owner, or a busy check (--cluster)."},
+			{"pegasus_cluster_messages_total", "Messages in the batches this daemon's committers stored (--cluster)."},
+		} {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 {
+				a, b, r, n := f()
+				return float64([]uint64{a, b, r, n}[i])
+			}))
+		}
+	}
 	m.reg.MustRegister(m.events, m.commits, m.commitLatency, m.modelCalls, m.modelLatency, m.modelRetries,
 		m.tokens, m.toolCalls, m.toolDuration, m.taskDuration, m.httpRequests, m.httpDuration,
 		(*stateCollector)(m), (*storageCollector)(m))
