@@ -44,9 +44,11 @@ type Log struct {
 	// closed when it is set.
 	failed   atomic.Pointer[error]
 	failedCh chan struct{}
-	// corrupt holds the first corruption Pebble found in a file while
-	// running (a bad sstable block), if any.
-	corrupt atomic.Pointer[error]
+	// damage holds the first damage found in the data, if any: records
+	// missing below the head at Open, or corruption Pebble found in a
+	// file while running (a bad sstable block). It matches ErrDamaged and
+	// wraps the *CorruptionError; appends fail with it.
+	damage atomic.Pointer[error]
 
 	// mark is the head marker as last written, guarded by markMu (see
 	// updateMarker); loss is what Open found missing (read-only) or
@@ -134,6 +136,19 @@ func Open(dir string, opts *Options) (*Log, error) {
 			l.Close()
 			return nil, err
 		}
+	}
+	// After an accepted loss is recorded: that records the tail lost,
+	// this refuses writes over records lost below it.
+	missing, err := l.findMissing(l.Head())
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	if missing != nil {
+		if !l.readOnly {
+			o.Logger.Error("eventlog: records are missing below the head; refusing writes until the log is restored", "err", missing)
+		}
+		l.noteDamage(missing)
 	}
 	return l, nil
 }
@@ -607,8 +622,14 @@ func (l *Log) poison(cause error) error {
 // (Pebble's DataCorruption event). The read that found it fails on its
 // own; this makes Health report it.
 func (l *Log) noteCorruption(info pebble.DataCorruptionInfo) {
-	var err error = &CorruptionError{File: filepath.Base(info.Path), Offset: -1, Reason: detailsOf(info.Details)}
-	l.corrupt.CompareAndSwap(nil, &err)
+	l.noteDamage(&CorruptionError{File: filepath.Base(info.Path), Offset: -1, Reason: detailsOf(info.Details)})
+}
+
+// noteDamage records the first damage found in the data: from then on
+// appends fail with ErrDamaged (see refusal) and Health reports it.
+func (l *Log) noteDamage(ce *CorruptionError) {
+	err := fmt.Errorf("%w: %w", ErrDamaged, ce)
+	l.damage.CompareAndSwap(nil, &err)
 }
 
 // detailsOf is Pebble's corruption message without the path Pebble adds
@@ -623,14 +644,20 @@ func detailsOf(err error) string {
 // Health reports whether the log can be trusted to serve: nil, or the error
 // that poisoned it (matching ErrFailed: a commit, a WAL or MANIFEST write
 // or sync failed, for example on a full disk; the log refuses writes until
-// it is reopened), or else the first corruption Pebble found in a file
-// while running (a *CorruptionError naming the file: reads of that data
-// fail; the log must be restored). Health never changes back to nil.
-func (l *Log) Health() error {
+// it is reopened), or else the damage found in its data (matching
+// ErrDamaged and wrapping a *CorruptionError: records missing below the
+// head found at Open, naming the first, or the first corruption Pebble
+// found in a file while running, naming the file; the log refuses writes,
+// reads of the damaged data fail, and the log must be restored). Appends
+// fail with the same error. Health never changes back to nil.
+func (l *Log) Health() error { return l.refusal() }
+
+// refusal is why the log refuses appends, or nil.
+func (l *Log) refusal() error {
 	if err := l.failure(); err != nil {
 		return err
 	}
-	if p := l.corrupt.Load(); p != nil {
+	if p := l.damage.Load(); p != nil {
 		return *p
 	}
 	return nil
