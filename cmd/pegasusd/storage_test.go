@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
@@ -165,6 +166,125 @@ func TestCorruptTableAtStart(t *testing.T) {
 	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
 	}
+}
+
+// TestHoleAtStart drops a run of records below the head from a stopped
+// daemon's log, the way a MANIFEST that lost a table does (dropKeys).
+// Recovery folds from the last checkpoint, above the hole, so the daemon
+// starts; the log finds the hole at open, and the daemon is not ready and
+// refuses writes, both with a reason naming the first missing record, as
+// after a failed fsync. It still serves what is intact, and it stays so
+// across a restart.
+func TestHoleAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	var last string
+	for range 8 {
+		last = td.submit("some work")
+		td.waitTask(last)
+	}
+	td.stop()
+	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(31))
+
+	for range 2 {
+		td = startDaemon(t, cfg)
+		r := td.do("GET", "/readyz", "")
+		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") ||
+			!strings.Contains(string(r.body), "refuses writes") {
+			t.Fatalf("readyz over a hole: %d %s", r.status, r.body)
+		}
+		r = td.do("POST", "/v1/tasks", `{"input":"on top of a hole"}`)
+		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") {
+			t.Fatalf("submit over a hole: %d %s", r.status, r.body)
+		}
+		if r := td.do("GET", "/v1/tasks/"+last, ""); r.status != 200 {
+			t.Fatalf("a task above the hole: %d %s", r.status, r.body)
+		}
+		td.stop()
+	}
+}
+
+// TestHoleUnderRecovery: records missing where the recovery fold reads
+// (here the projections' checkpoint is gone too, so it folds from zero)
+// stop the start, naming the first missing record and the way out: a
+// hole cannot be cut around like a damaged tail.
+func TestHoleUnderRecovery(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	for range 3 {
+		td.waitTask(td.submit("some work"))
+	}
+	td.stop()
+	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(11))
+	dropKeys(t, cfg.dataDir, eventlog.AuxKey([]byte("proj/")), eventlog.AuxKey([]byte("proj0")))
+
+	_, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), "seq 5") ||
+		!strings.Contains(err.Error(), "restore the newest checkpoint") || strings.Contains(err.Error(), "--accept-data-loss") {
+		t.Fatalf("start over a hole the recovery reads: %v", err)
+	}
+}
+
+// TestCorruptTableRefusesWrites: once a read finds a corrupt table, the
+// daemon is not ready and refuses new tasks, both with the file named.
+func TestCorruptTableRefusesWrites(t *testing.T) {
+	cfg := testConfig(t)
+	td := startDaemon(t, cfg)
+	for range 5 {
+		td.waitTask(td.submit("some work"))
+	}
+	td.stop()
+	td = startDaemon(t, cfg) // flushes the first run's WAL into a table
+	td.stop()
+	p := dataFiles(t, cfg.dataDir, ".sst")[0]
+	sst := filepath.Base(p)
+	rewriteFile(t, p, func(data []byte) []byte { data[60] ^= 0x10; return data })
+
+	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Skipf("recovery read the corrupt block (TestCorruptTableAtStart covers it): %v", err)
+	}
+	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
+	t.Cleanup(func() { d.shutdown() })
+	if r := td.do("GET", "/v1/events?after_seq=0&limit=1000", ""); r.status != 503 {
+		t.Fatalf("reading the corrupt table: %d %.300s", r.status, r.body)
+	}
+	r := td.do("POST", "/v1/tasks", `{"input":"after the corruption was found"}`)
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) ||
+		!strings.Contains(string(r.body), "refuses writes") {
+		t.Fatalf("submit after a corrupt table was found: %d %s", r.status, r.body)
+	}
+	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
+		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
+	}
+}
+
+// dropKeys takes the keys [start, end) of a stopped daemon's log out of
+// the tables' metadata, the way a MANIFEST that lost a table does: no
+// tombstone, nothing in the WAL, the keys are in no table Pebble lists
+// (Pebble's Excise edits the MANIFEST to that effect).
+func dropKeys(t *testing.T, dir string, start, end []byte) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest,
+		Logger: pebbleQuiet{}, ErrorIfNotExists: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type pebbleQuiet struct{}
+
+func (pebbleQuiet) Infof(string, ...any)  {}
+func (pebbleQuiet) Errorf(string, ...any) {}
+func (pebbleQuiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
 }
 
 // dataFiles lists the paths of the files in dir whose names end in suffix,
