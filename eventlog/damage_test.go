@@ -238,6 +238,12 @@ func TestDamagedDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, eitherWay, "marker.manifest", false},
+		{"flipped sstable footer", func(t *testing.T, fs vfs.FS) {
+			flipAt(t, fs, files(t, fs, suffix(".sst"))[0], -10)
+		}, eitherWay, "0", false},
+		{"truncated sstable", func(t *testing.T, fs vfs.FS) {
+			truncateTo(t, fs, files(t, fs, suffix(".sst"))[0], 0.99)
+		}, eitherWay, "0", false},
 		{"deleted head marker", func(t *testing.T, fs vfs.FS) {
 			if err := fs.Remove("db/" + MarkerFile); err != nil {
 				t.Fatal(err)

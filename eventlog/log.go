@@ -377,6 +377,11 @@ func (l *Log) openError(err error, mkFound bool) error {
 		// boundary) or the table was deleted.
 		return &CorruptionError{File: currentManifest(l.opts.FS, l.dir), Offset: -1,
 			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableOf(err.Error())}
+	case strings.Contains(err.Error(), "object size mismatch"):
+		// A table is not the size the MANIFEST records: truncated,
+		// extended or replaced.
+		return &CorruptionError{File: tableBefore(err.Error(), ": object size mismatch"), Offset: -1,
+			Reason: "the table's size on disk is not the size the MANIFEST records (truncated or replaced?)" + sizesOf(err.Error())}
 	case errors.Is(err, os.ErrNotExist) && strings.Contains(err.Error(), "MANIFEST"):
 		return &CorruptionError{File: manifestName(err.Error()), Offset: -1,
 			Reason: "the MANIFEST (the list of the database's files) is missing"}
@@ -416,6 +421,30 @@ func tableOf(msg string) string {
 	return "a table"
 }
 
+// tableBefore names the table whose number precedes marker in Pebble's
+// message ("L0: 000005: object size mismatch"), or "a table".
+func tableBefore(msg, marker string) string {
+	i := strings.Index(msg, marker)
+	j := i
+	for j > 0 && msg[j-1] >= '0' && msg[j-1] <= '9' {
+		j--
+	}
+	if i < 0 || j == i {
+		return "a table"
+	}
+	return msg[j:i] + ".sst"
+}
+
+// sizesOf is Pebble's ": 14255 (disk) != 14285 (MANIFEST)", without the
+// path Pebble puts before it, or "".
+func sizesOf(msg string) string {
+	i := strings.LastIndex(msg, "): ")
+	if i < 0 || !strings.Contains(msg[i:], "(disk)") {
+		return ""
+	}
+	return msg[i+1:]
+}
+
 func manifestName(msg string) string {
 	if i := strings.Index(msg, "MANIFEST-"); i >= 0 {
 		j := i + len("MANIFEST-")
@@ -436,7 +465,7 @@ func (l *Log) hasMarkerKey() (bool, error) {
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
-	return false, fmt.Errorf("eventlog: read marker key: %w", err)
+	return false, storageError("read marker key", err)
 }
 
 // assessLoss compares the head a log recovered with its head marker. A head
@@ -524,7 +553,7 @@ func (l *Log) checkFormat() error {
 		}
 		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("eventlog: read format version: %w", err)
+		return storageError("read format version", err)
 	}
 	empty, err := l.dbEmpty()
 	if err != nil {
@@ -554,7 +583,13 @@ func (l *Log) dbEmpty() (bool, error) {
 		return false, err
 	}
 	defer it.Close()
-	return !it.First(), it.Error()
+	if it.First() {
+		return false, nil
+	}
+	if err := it.Error(); err != nil {
+		return false, storageError("read", err)
+	}
+	return true, nil
 }
 
 func (l *Log) loadHead() (uint64, error) {
@@ -567,7 +602,10 @@ func (l *Log) loadHead() (uint64, error) {
 	}
 	defer it.Close()
 	if !it.Last() {
-		return 0, it.Error()
+		if err := it.Error(); err != nil {
+			return 0, storageError("read the head", err)
+		}
+		return 0, nil
 	}
 	seq, ok := ParseEventKey(it.Key())
 	if !ok {
