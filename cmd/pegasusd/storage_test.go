@@ -129,8 +129,8 @@ func TestDamagedLogAtStart(t *testing.T) {
 // TestCorruptTableAtStart flips a byte in a table of a stopped daemon's
 // log. The daemon never panics: either recovery reads the bad block and
 // start refuses with a corruption error naming the table, or it starts
-// and the reads that reach the block fail with 503 while /readyz reports
-// the corruption.
+// and the reads that reach the block fail with 503; from then on /readyz
+// reports the corruption and new tasks are refused with the same reason.
 func TestCorruptTableAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	td := startDaemon(t, cfg)
@@ -165,6 +165,11 @@ func TestCorruptTableAtStart(t *testing.T) {
 	}
 	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
+	}
+	r = td.do("POST", "/v1/tasks", `{"input":"after the corruption was found"}`)
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) ||
+		!strings.Contains(string(r.body), "refuses writes") {
+		t.Fatalf("submit after a corrupt table was found: %d %s", r.status, r.body)
 	}
 }
 
@@ -222,40 +227,6 @@ func TestHoleUnderRecovery(t *testing.T) {
 	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), "seq 5") ||
 		!strings.Contains(err.Error(), "restore the newest checkpoint") || strings.Contains(err.Error(), "--accept-data-loss") {
 		t.Fatalf("start over a hole the recovery reads: %v", err)
-	}
-}
-
-// TestCorruptTableRefusesWrites: once a read finds a corrupt table, the
-// daemon is not ready and refuses new tasks, both with the file named.
-func TestCorruptTableRefusesWrites(t *testing.T) {
-	cfg := testConfig(t)
-	td := startDaemon(t, cfg)
-	for range 5 {
-		td.waitTask(td.submit("some work"))
-	}
-	td.stop()
-	td = startDaemon(t, cfg) // flushes the first run's WAL into a table
-	td.stop()
-	p := dataFiles(t, cfg.dataDir, ".sst")[0]
-	sst := filepath.Base(p)
-	rewriteFile(t, p, func(data []byte) []byte { data[60] ^= 0x10; return data })
-
-	d, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Skipf("recovery read the corrupt block (TestCorruptTableAtStart covers it): %v", err)
-	}
-	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
-	t.Cleanup(func() { d.shutdown() })
-	if r := td.do("GET", "/v1/events?after_seq=0&limit=1000", ""); r.status != 503 {
-		t.Fatalf("reading the corrupt table: %d %.300s", r.status, r.body)
-	}
-	r := td.do("POST", "/v1/tasks", `{"input":"after the corruption was found"}`)
-	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) ||
-		!strings.Contains(string(r.body), "refuses writes") {
-		t.Fatalf("submit after a corrupt table was found: %d %s", r.status, r.body)
-	}
-	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
-		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
 	}
 }
 
