@@ -133,14 +133,8 @@ func TestDamagedLogAtStart(t *testing.T) {
 // reports the corruption and new tasks are refused with the same reason.
 func TestCorruptTableAtStart(t *testing.T) {
 	cfg := testConfig(t)
-	td := startDaemon(t, cfg)
-	for range 5 {
-		td.waitTask(td.submit("some work"))
-	}
-	td.stop()
-	// A second run flushes the first run's WAL into a table.
-	td = startDaemon(t, cfg)
-	td.stop()
+	settledRun(t, cfg, 5)
+	settledRun(t, cfg, 0) // flushes the first run's WAL into a table
 	tables := dataFiles(t, cfg.dataDir, ".sst")
 	if len(tables) == 0 {
 		t.Fatalf("no table in %s", cfg.dataDir)
@@ -157,7 +151,7 @@ func TestCorruptTableAtStart(t *testing.T) {
 		t.Logf("refused: %v", err)
 		return
 	}
-	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
+	td := &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
 	t.Cleanup(func() { d.shutdown() })
 	r := td.do("GET", "/v1/events?after_seq=0&limit=1000", "")
 	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) {
@@ -182,17 +176,11 @@ func TestCorruptTableAtStart(t *testing.T) {
 // across a restart.
 func TestHoleAtStart(t *testing.T) {
 	cfg := testConfig(t)
-	td := startDaemon(t, cfg)
-	var last string
-	for range 8 {
-		last = td.submit("some work")
-		td.waitTask(last)
-	}
-	td.stop()
+	last := settledRun(t, cfg, 8)
 	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(31))
 
 	for range 2 {
-		td = startDaemon(t, cfg)
+		td := startDaemon(t, cfg)
 		r := td.do("GET", "/readyz", "")
 		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") ||
 			!strings.Contains(string(r.body), "refuses writes") {
@@ -215,11 +203,7 @@ func TestHoleAtStart(t *testing.T) {
 // hole cannot be cut around like a damaged tail.
 func TestHoleUnderRecovery(t *testing.T) {
 	cfg := testConfig(t)
-	td := startDaemon(t, cfg)
-	for range 3 {
-		td.waitTask(td.submit("some work"))
-	}
-	td.stop()
+	settledRun(t, cfg, 3)
 	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(11))
 	dropKeys(t, cfg.dataDir, eventlog.AuxKey([]byte("proj/")), eventlog.AuxKey([]byte("proj0")))
 
@@ -228,6 +212,20 @@ func TestHoleUnderRecovery(t *testing.T) {
 		!strings.Contains(err.Error(), "restore the newest checkpoint") || strings.Contains(err.Error(), "--accept-data-loss") {
 		t.Fatalf("start over a hole the recovery reads: %v", err)
 	}
+}
+
+// settledRun runs a daemon on cfg's data directory through n tasks that
+// settle, and stops it, for a test to damage what it left. It returns the
+// last task's id.
+func settledRun(t *testing.T, cfg *config, n int) (last string) {
+	t.Helper()
+	td := startDaemon(t, cfg)
+	for range n {
+		last = td.submit("some work")
+		td.waitTask(last)
+	}
+	td.stop()
+	return last
 }
 
 // dropKeys takes the keys [start, end) of a stopped daemon's log out of
