@@ -664,7 +664,7 @@ func (l *Log) noteCorruption(info pebble.DataCorruptionInfo) {
 }
 
 // noteDamage records the first damage found in the data: from then on
-// appends fail with ErrDamaged (see refusal) and Health reports it.
+// appends fail with ErrDamaged and Health reports it.
 func (l *Log) noteDamage(ce *CorruptionError) {
 	err := fmt.Errorf("%w: %w", ErrDamaged, ce)
 	l.damage.CompareAndSwap(nil, &err)
@@ -688,10 +688,7 @@ func detailsOf(err error) string {
 // found in a file while running, naming the file; the log refuses writes,
 // reads of the damaged data fail, and the log must be restored). Appends
 // fail with the same error. Health never changes back to nil.
-func (l *Log) Health() error { return l.refusal() }
-
-// refusal is why the log refuses appends, or nil.
-func (l *Log) refusal() error {
+func (l *Log) Health() error {
 	if err := l.failure(); err != nil {
 		return err
 	}
