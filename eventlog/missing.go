@@ -33,8 +33,8 @@ import (
 //     recorded.
 //
 // The cost is one properties block per table, a few block reads per table
-// without the property, and a seek per gap between tables: it does not
-// grow with the number of records. What it cannot see: a table without
+// without the property, a seek per gap between tables and, after Retire,
+// a pass over the hole keys: it does not grow with the number of records. What it cannot see: a table without
 // the property (an older build's) that lost records inside its range, and
 // a hole smaller than the retired records a table still holds (Retire's
 // range deletions not compacted yet) in the same table. Verify sees those,
