@@ -182,9 +182,20 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.state = stateRunning
 	a.mu.Unlock()
 
-	if _, err := a.appendSystem(ctx, SystemStarted, projection.SystemBody{
+	_, err = a.appendSystem(ctx, SystemStarted, projection.SystemBody{
 		Model: a.model.Name(), Head: rec.Head, Resumed: len(rec.InFlight), Suspended: len(rec.Suspended),
-	}); err != nil {
+	})
+	switch {
+	case errors.Is(err, eventlog.ErrDamaged):
+		// The log holds damaged data (records missing below the head, a
+		// corrupt table) and refuses writes until it is restored. The
+		// agent runs, so that what is intact can be read while the damage
+		// is inspected, but resumes nothing: no outcome could be recorded.
+		// The log's Health says so (the daemon's readiness).
+		a.opts.Logger.Error("the event log is damaged and refuses writes: started without resuming any task; restore the log",
+			"head", rec.Head, "in_flight", len(rec.InFlight), "err", err)
+		return nil
+	case err != nil:
 		_ = a.Stop(ctx)
 		return fmt.Errorf("agent: recording start: %w", err)
 	}
@@ -292,7 +303,11 @@ func (a *Agent) Stop(ctx context.Context) error {
 		// Record the stop with a fresh context: ctx may be spent, and the
 		// record is one synced append.
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if res, err := a.appendSystem(sctx, SystemStopped, projection.SystemBody{Head: a.log.Head(), Clean: clean}); err != nil {
+		// A damaged log refused every write since it was found (Start
+		// said so): the stop is not recorded, and that is no new error.
+		if res, err := a.appendSystem(sctx, SystemStopped, projection.SystemBody{Head: a.log.Head(), Clean: clean}); errors.Is(err, eventlog.ErrDamaged) {
+			a.opts.Logger.Warn("stop not recorded: the event log is damaged and refuses writes", "err", err)
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("agent: recording stop: %w", err))
 		} else if err := a.view.WaitFor(sctx, res); err != nil {
 			errs = append(errs, fmt.Errorf("agent: waiting for the fold: %w", err))

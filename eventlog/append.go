@@ -64,7 +64,7 @@ func (l *Log) appendMulti(ctx context.Context, appends []StreamAppend, rt *Retir
 	if l.readOnly {
 		return nil, ErrReadOnly
 	}
-	if err := l.failure(); err != nil {
+	if err := l.Health(); err != nil { // a failed commit, damaged data
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

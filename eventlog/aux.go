@@ -248,7 +248,7 @@ func (l *Log) GetAux(key []byte) ([]byte, error) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("eventlog: get aux: %w", err)
+		return nil, storageError("get aux", err)
 	}
 	defer closer.Close()
 	return append([]byte{}, v...), nil
@@ -306,13 +306,13 @@ func (a *AuxIterator) Next() bool {
 	}
 	if !ok {
 		if err := it.it.Error(); err != nil {
-			it.err = fmt.Errorf("eventlog: scan aux: %w", err)
+			it.err = storageError("scan aux", err)
 		}
 		return false
 	}
 	v, err := it.it.ValueAndErr()
 	if err != nil {
-		it.err = fmt.Errorf("eventlog: scan aux: %w", err)
+		it.err = storageError("scan aux", err)
 		return false
 	}
 	a.key = append([]byte{}, it.it.Key()[1:]...)

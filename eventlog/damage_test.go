@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -238,6 +241,12 @@ func TestDamagedDirectory(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, eitherWay, "marker.manifest", false},
+		{"flipped sstable footer", func(t *testing.T, fs vfs.FS) {
+			flipAt(t, fs, files(t, fs, suffix(".sst"))[0], -10)
+		}, eitherWay, "0", false},
+		{"truncated sstable", func(t *testing.T, fs vfs.FS) {
+			truncateTo(t, fs, files(t, fs, suffix(".sst"))[0], 0.99)
+		}, eitherWay, "0", false},
 		{"deleted head marker", func(t *testing.T, fs vfs.FS) {
 			if err := fs.Remove("db/" + MarkerFile); err != nil {
 				t.Fatal(err)
@@ -289,7 +298,8 @@ func TestDamagedDirectory(t *testing.T) {
 
 // TestCorruptTable flips a byte in an sstable's data block: reads that hit
 // it fail with the file named, Verify reports it as a problem, Health turns
-// unhealthy, and nothing panics (Pebble's default reaction is Fatalf).
+// unhealthy, the log refuses appends from then on (ErrDamaged), and
+// nothing panics (Pebble's default reaction is Fatalf).
 func TestCorruptTable(t *testing.T) {
 	fs, acked := runs(t)
 	sst := files(t, fs, suffix(".sst"))[0]
@@ -313,11 +323,17 @@ func TestCorruptTable(t *testing.T) {
 	if p.File != sst || p.Offset < 0 {
 		t.Fatalf("problem %+v, want file %s with a block offset", p, sst)
 	}
-	if h := l.Health(); !errors.As(h, &ce) || ce.File != sst {
+	if h := l.Health(); !errors.Is(h, ErrDamaged) || !errors.As(h, &ce) || ce.File != sst {
 		t.Fatalf("Health: %v", h)
 	}
-	// The log still takes writes: the damage is in old data.
-	mustAppend(t, l, "s", Any, ev("AFTER", ""))
+	head := l.Head()
+	_, err = l.Append(context.Background(), "s", Any, ev("AFTER", ""))
+	if !errors.Is(err, ErrDamaged) || !errors.As(err, &ce) || ce.File != sst {
+		t.Fatalf("append after a corrupt table was found: %v, want ErrDamaged naming %s", err, sst)
+	}
+	if l.Head() != head {
+		t.Fatalf("head moved from %d to %d", head, l.Head())
+	}
 }
 
 // TestOldFormatDirectory opens a directory written the way the previous
@@ -432,4 +448,150 @@ func TestRestoreCheckpointKeepingMarker(t *testing.T) {
 		t.Fatalf("head %d after the restore, the original reserved up to %d", l.Head(), orig.reserved)
 	}
 	mustVerify(t, l)
+}
+
+// dropRecords takes the records first..last out of the tables' metadata,
+// the way a MANIFEST that lost a table does: no tombstone, no trace in the
+// WAL, the keys are simply not in any table Pebble lists (Pebble's Excise
+// edits the MANIFEST to that effect).
+func dropRecords(t *testing.T, fs vfs.FS, first, last uint64) {
+	t.Helper()
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.db.Excise(context.Background(), pebble.KeyRange{Start: EventKey(first), End: EventKey(last + 1)}); err != nil {
+		t.Fatal(err)
+	}
+	closeLog(t, l)
+}
+
+// TestHoleAtOpen: records missing below the head (a table dropped from
+// the MANIFEST) are found at Open from the tables' bounds, without reading
+// the log. The log opens, so that what is left can be read and verified,
+// but it refuses appends with ErrDamaged and Health names the first
+// missing record.
+func TestHoleAtOpen(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		first, last uint64
+	}{
+		{"middle", 101, 200},
+		{"start", 1, 50},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs, acked := runs(t)
+			dropRecords(t, fs, c.first, c.last)
+			l := mustOpen(t, "db", testOptions(fs))
+			defer closeLog(t, l)
+			if l.Head() != uint64(len(acked)) {
+				t.Fatalf("head %d, want %d", l.Head(), len(acked))
+			}
+			h := l.Health()
+			var ce *CorruptionError
+			if !errors.Is(h, ErrDamaged) || !errors.As(h, &ce) || ce.Seq != c.first ||
+				!strings.Contains(h.Error(), fmt.Sprintf("%d events", c.last-c.first+1)) {
+				t.Fatalf("Health: %v, want ErrDamaged at seq %d", h, c.first)
+			}
+			if _, err := l.Append(context.Background(), "s", Any, ev("AFTER", "")); !errors.Is(err, ErrDamaged) || !IsCorruption(err) {
+				t.Fatalf("append over a hole: %v, want ErrDamaged", err)
+			}
+			if l.Head() != uint64(len(acked)) {
+				t.Fatalf("head moved to %d", l.Head())
+			}
+			// Reads up to the hole work; a read across it fails.
+			if _, err := l.GetSeq(c.last + 1); err != nil {
+				t.Fatalf("read above the hole: %v", err)
+			}
+			if _, err := l.GetSeq(c.first); !IsCorruption(err) && !errors.Is(err, ErrNotFound) {
+				t.Fatalf("read in the hole: %v", err)
+			}
+			// A read-only open (verify) sees it too.
+			closeLog(t, l)
+			ro := testOptions(fs)
+			ro.ReadOnly = true
+			rl := mustOpen(t, "db", ro)
+			defer closeLog(t, rl)
+			if h := rl.Health(); !errors.As(h, &ce) || ce.Seq != c.first {
+				t.Fatalf("read-only Health: %v", h)
+			}
+		})
+	}
+}
+
+// TestNoHoleAtOpen: what looks like a hole from the tables' bounds but is
+// not one is not reported: records still in the memtable (a read-only
+// open replays the WAL without flushing it) and ranges removed by Retire
+// (their hole keys say so).
+func TestNoHoleAtOpen(t *testing.T) {
+	fs, acked := runs(t)
+	ro := testOptions(fs)
+	ro.ReadOnly = true
+	rl := mustOpen(t, "db", ro)
+	if h := rl.Health(); h != nil || rl.Head() != uint64(len(acked)) {
+		t.Fatalf("read-only open with records in the WAL: head %d, %v", rl.Head(), h)
+	}
+	closeLog(t, rl)
+	l := mustOpen(t, "db", testOptions(fs))
+	if h := l.Health(); h != nil {
+		t.Fatalf("open: %v", h)
+	}
+	mustAppend(t, l, "s", Any, ev("AFTER", ""))
+	closeLog(t, l)
+}
+
+// TestHoleBetweenWideTables: tables that hold index keys on both sides of
+// the records (every flush of a daemon's memtable: the causation index
+// below them, the id and stream indexes above) do not say by their bounds
+// which records they hold. Here one such table holds 1..100, another
+// 201..300 (added the way Pebble adds a table, as a MANIFEST that lost the
+// one between would list them), no table holds 101..200, and Pebble
+// compacts the two into one table whose range spans the hole: the count of
+// records in its property says that some are missing.
+func TestHoleBetweenWideTables(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	l := mustOpen(t, "db", testOptions(fs))
+	cause := mustAppend(t, l, "s", Any, ev("E", "")).Events[0]
+	for range 99 {
+		mustAppend(t, l, "s", Any, Event{Type: "E", Causation: cause.ID})
+	}
+	if err := l.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type kv struct{ k, v []byte }
+	var kvs []kv
+	for i := range uint64(100) {
+		e := Event{ID: l.NewID(), Seq: 201 + i, Stream: "t", Version: 1 + i, Type: "E", Time: newTestClock().Now(),
+			Causation: cause.ID, Correlation: cause.Correlation}
+		rec, err := appendRecord(nil, &e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kvs = append(kvs, kv{EventKey(e.Seq), rec}, kv{CausationIndexKey(e.Causation, e.Seq), nil},
+			kv{IDIndexKey(e.ID), EncodeSeqValue(e.Seq)}, kv{StreamIndexKey(e.Stream, e.Version), EncodeSeqValue(e.Seq)})
+	}
+	slices.SortFunc(kvs, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+	f, err := fs.Create("db/wide.sst", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
+	for _, p := range kvs {
+		if err := w.Set(p.k, p.v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.db.Ingest(ctx, []string{"db/wide.sst"}); err != nil {
+		t.Fatal(err)
+	}
+	closeLog(t, l)
+
+	l = mustOpen(t, "db", testOptions(fs))
+	defer closeLog(t, l)
+	var ce *CorruptionError
+	if h := l.Health(); l.Head() != 300 || !errors.Is(h, ErrDamaged) || !errors.As(h, &ce) || ce.Seq != 101 ||
+		!strings.Contains(h.Error(), "101 to 200 (100 events)") {
+		t.Fatalf("head %d, Health: %v; want ErrDamaged for 101 to 200", l.Head(), h)
+	}
 }

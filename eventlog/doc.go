@@ -18,6 +18,11 @@
 //   - Fail-stop. If a synced commit fails, its outcome is unknown, so the log
 //     is poisoned: every later write returns ErrFailed. Reads continue.
 //     Health and Failed report it.
+//   - No writes on damage. Records missing below the head (found at Open
+//     from Pebble's table metadata: every table carries the range and count
+//     of the records it holds, see findMissing) or a corrupt file found
+//     while running make every later append return ErrDamaged with the
+//     *CorruptionError; Health reports it. Reads of intact data continue.
 //   - No silent loss. A head marker file (PEGASUS-HEAD) records the
 //     acknowledged head, bounds every sequence handed out and names the
 //     newest WAL; Open refuses a log that recovers to a lower head or whose

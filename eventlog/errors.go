@@ -30,6 +30,16 @@ var (
 	// guess and refuses further writes until it is reopened. Reads continue
 	// to work and never show the failed commit.
 	ErrFailed = errors.New("eventlog: log failed and refuses writes")
+	// ErrDamaged is returned by every append to a log that holds damaged
+	// data: records missing below the head, found at Open (a table the
+	// MANIFEST no longer lists), or a corrupt file found while running (a
+	// bad sstable block). Appending on top of damage would build on a log
+	// that can no longer be audited or folded whole, so the log refuses,
+	// and keeps refusing after a reopen while the damage is there: the
+	// data must be restored (docs/operations.md). Reads of what is intact
+	// continue. The error also carries the *CorruptionError that names the
+	// damage (IsCorruption).
+	ErrDamaged = errors.New("eventlog: log is damaged and refuses writes")
 	// ErrInvalid is returned for malformed input: a bad stream name, an empty
 	// type, an oversized event, an empty append, a duplicate id in one append.
 	ErrInvalid = errors.New("eventlog: invalid argument")

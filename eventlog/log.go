@@ -46,9 +46,11 @@ type Log struct {
 	// closed when it is set.
 	failed   atomic.Pointer[error]
 	failedCh chan struct{}
-	// corrupt holds the first corruption Pebble found in a file while
-	// running (a bad sstable block), if any.
-	corrupt atomic.Pointer[error]
+	// damage holds the first damage found in the data, if any: records
+	// missing below the head at Open, or corruption Pebble found in a
+	// file while running (a bad sstable block). It matches ErrDamaged and
+	// wraps the *CorruptionError; appends fail with it.
+	damage atomic.Pointer[error]
 
 	// mark is the head marker as last written, guarded by markMu (see
 	// updateMarker); loss is what Open found missing (read-only) or
@@ -136,6 +138,19 @@ func Open(dir string, opts *Options) (*Log, error) {
 			l.Close()
 			return nil, err
 		}
+	}
+	// After an accepted loss is recorded: that records the tail lost,
+	// this refuses writes over records lost below it.
+	missing, err := l.findMissing(l.Head())
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	if missing != nil {
+		if !l.readOnly {
+			o.Logger.Error("eventlog: records are missing below the head; refusing writes until the log is restored", "err", missing)
+		}
+		l.noteDamage(missing)
 	}
 	return l, nil
 }
@@ -364,6 +379,11 @@ func (l *Log) openError(err error, mkFound bool) error {
 		// boundary) or the table was deleted.
 		return &CorruptionError{File: currentManifest(l.opts.FS, l.dir), Offset: -1,
 			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableOf(err.Error())}
+	case strings.Contains(err.Error(), "object size mismatch"):
+		// A table is not the size the MANIFEST records: truncated,
+		// extended or replaced.
+		return &CorruptionError{File: tableBefore(err.Error(), ": object size mismatch"), Offset: -1,
+			Reason: "the table's size on disk is not the size the MANIFEST records (truncated or replaced?)" + sizesOf(err.Error())}
 	case errors.Is(err, os.ErrNotExist) && strings.Contains(err.Error(), "MANIFEST"):
 		return &CorruptionError{File: manifestName(err.Error()), Offset: -1,
 			Reason: "the MANIFEST (the list of the database's files) is missing"}
@@ -403,6 +423,30 @@ func tableOf(msg string) string {
 	return "a table"
 }
 
+// tableBefore names the table whose number precedes marker in Pebble's
+// message ("L0: 000005: object size mismatch"), or "a table".
+func tableBefore(msg, marker string) string {
+	i := strings.Index(msg, marker)
+	j := i
+	for j > 0 && msg[j-1] >= '0' && msg[j-1] <= '9' {
+		j--
+	}
+	if i < 0 || j == i {
+		return "a table"
+	}
+	return msg[j:i] + ".sst"
+}
+
+// sizesOf is Pebble's ": 14255 (disk) != 14285 (MANIFEST)", without the
+// path Pebble puts before it, or "".
+func sizesOf(msg string) string {
+	i := strings.LastIndex(msg, "): ")
+	if i < 0 || !strings.Contains(msg[i:], "(disk)") {
+		return ""
+	}
+	return msg[i+1:]
+}
+
 func manifestName(msg string) string {
 	if i := strings.Index(msg, "MANIFEST-"); i >= 0 {
 		j := i + len("MANIFEST-")
@@ -423,7 +467,7 @@ func (l *Log) hasMarkerKey() (bool, error) {
 	if errors.Is(err, pebble.ErrNotFound) {
 		return false, nil
 	}
-	return false, fmt.Errorf("eventlog: read marker key: %w", err)
+	return false, storageError("read marker key", err)
 }
 
 // assessLoss compares the head a log recovered with its head marker. A head
@@ -511,7 +555,7 @@ func (l *Log) checkFormat() error {
 		}
 		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
-		return fmt.Errorf("eventlog: read format version: %w", err)
+		return storageError("read format version", err)
 	}
 	empty, err := l.dbEmpty()
 	if err != nil {
@@ -541,7 +585,13 @@ func (l *Log) dbEmpty() (bool, error) {
 		return false, err
 	}
 	defer it.Close()
-	return !it.First(), it.Error()
+	if it.First() {
+		return false, nil
+	}
+	if err := it.Error(); err != nil {
+		return false, storageError("read", err)
+	}
+	return true, nil
 }
 
 func (l *Log) loadHead() (uint64, error) {
@@ -554,7 +604,10 @@ func (l *Log) loadHead() (uint64, error) {
 	}
 	defer it.Close()
 	if !it.Last() {
-		return 0, it.Error()
+		if err := it.Error(); err != nil {
+			return 0, storageError("read the head", err)
+		}
+		return 0, nil
 	}
 	seq, ok := ParseEventKey(it.Key())
 	if !ok {
@@ -609,8 +662,14 @@ func (l *Log) poison(cause error) error {
 // (Pebble's DataCorruption event). The read that found it fails on its
 // own; this makes Health report it.
 func (l *Log) noteCorruption(info pebble.DataCorruptionInfo) {
-	var err error = &CorruptionError{File: filepath.Base(info.Path), Offset: -1, Reason: detailsOf(info.Details)}
-	l.corrupt.CompareAndSwap(nil, &err)
+	l.noteDamage(&CorruptionError{File: filepath.Base(info.Path), Offset: -1, Reason: detailsOf(info.Details)})
+}
+
+// noteDamage records the first damage found in the data: from then on
+// appends fail with ErrDamaged and Health reports it.
+func (l *Log) noteDamage(ce *CorruptionError) {
+	err := fmt.Errorf("%w: %w", ErrDamaged, ce)
+	l.damage.CompareAndSwap(nil, &err)
 }
 
 // detailsOf is Pebble's corruption message without the path Pebble adds
@@ -625,14 +684,17 @@ func detailsOf(err error) string {
 // Health reports whether the log can be trusted to serve: nil, or the error
 // that poisoned it (matching ErrFailed: a commit, a WAL or MANIFEST write
 // or sync failed, for example on a full disk; the log refuses writes until
-// it is reopened), or else the first corruption Pebble found in a file
-// while running (a *CorruptionError naming the file: reads of that data
-// fail; the log must be restored). Health never changes back to nil.
+// it is reopened), or else the damage found in its data (matching
+// ErrDamaged and wrapping a *CorruptionError: records missing below the
+// head found at Open, naming the first, or the first corruption Pebble
+// found in a file while running, naming the file; the log refuses writes,
+// reads of the damaged data fail, and the log must be restored). Appends
+// fail with the same error. Health never changes back to nil.
 func (l *Log) Health() error {
 	if err := l.failure(); err != nil {
 		return err
 	}
-	if p := l.corrupt.Load(); p != nil {
+	if p := l.damage.Load(); p != nil {
 		return *p
 	}
 	return nil

@@ -223,6 +223,9 @@ func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(p
 		MemTableSize:       o.MemTableSize,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{l: o.Logger, onFatal: onFatal},
+		// Every table says which records it holds, so that Open notices
+		// records missing below the head without reading them.
+		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{newRecordsCollector},
 	}
 	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
 	// corrupt sstable block found by a read or a compaction. The read

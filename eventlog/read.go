@@ -518,6 +518,17 @@ func beyondHead(from, head uint64) error {
 	return fmt.Errorf("%w: asked to start at seq %d, the log ends at %d", ErrBeyondHead, from, head)
 }
 
+// storageError is readError for reads that are not of one record (the
+// format and marker keys, the head, aux keys): corruption Pebble reports
+// becomes a *CorruptionError naming the file, anything else is wrapped
+// with what was being read.
+func storageError(what string, err error) error {
+	if pebble.IsCorruptionError(err) {
+		return readError(0, err)
+	}
+	return fmt.Errorf("eventlog: %s: %w", what, err)
+}
+
 // readError wraps a Pebble read error. Corruption Pebble found in a file (a
 // bad sstable block) becomes a *CorruptionError naming the file and block,
 // so that callers match it with IsCorruption and never see a host path.

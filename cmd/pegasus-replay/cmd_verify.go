@@ -49,7 +49,7 @@ func verifyCommand(std *stdio) *cli.Command {
 			if g.dataDir != "" && eventlog.IsCorruption(err) {
 				// A log too damaged to open is verify's finding, not an
 				// unusable source: report it like any other problem.
-				return reportVerify(std, g, fmt.Sprintf("data directory %q", g.dataDir), unopenable(err), nil)
+				return reportVerify(std, g, fmt.Sprintf("data directory %q", g.dataDir), corruptionReport(err), nil)
 			}
 			if err != nil {
 				return err
@@ -80,6 +80,12 @@ func verifyCommand(std *stdio) *cli.Command {
 				rep, err = replay.VerifySource(c.Context, src.reader, vo)
 			}
 			bar.done()
+			if eventlog.IsCorruption(err) {
+				// Corruption met outside the audit's own checks (a bad
+				// block in the persisted projections it loads first) is a
+				// finding too, in the report like the others.
+				return reportVerify(std, g, src.desc, corruptionReport(err), nil)
+			}
 			if err != nil {
 				return err
 			}
@@ -131,10 +137,11 @@ func reportVerify(std *stdio, g globals, desc string, rep *replay.Report, cc *cl
 	return err
 }
 
-// unopenable is the report on a data directory the log refused to open
-// because it is damaged (a corrupt WAL, a missing MANIFEST): one log
-// problem naming the file and the offset.
-func unopenable(err error) *replay.Report {
+// corruptionReport is the report on a data directory the log refused to
+// open because it is damaged (a corrupt WAL, a missing MANIFEST, a table
+// Pebble cannot read), or whose audit met corruption it could not report
+// itself: one log problem naming the file and the offset.
+func corruptionReport(err error) *replay.Report {
 	pr := replay.Problem{Kind: replay.ProblemLog, Reason: err.Error()}
 	var ce *eventlog.CorruptionError
 	if errors.As(err, &ce) {

@@ -53,19 +53,29 @@ func damage(t *testing.T, dir, suffix string, f func([]byte) []byte) string {
 	return ""
 }
 
-// TestVerifyDamagedDirectory: verify reports a corrupt sstable block, a
-// lost WAL tail and a WAL Pebble refuses as problems (exit 1, --json
-// intact, the file named), never as a panic or a clean bill of health.
+// TestVerifyDamagedDirectory: verify reports corrupt sstable blocks
+// (wherever they are: the records, the persisted projections, the index
+// block, the footer), a truncated table, a lost WAL tail and a WAL Pebble
+// refuses as problems (exit 1, --json one report with the file named),
+// never as a panic, an empty output, an unusable source (exit 4) or a
+// clean bill of health. Damage that stops the log from opening is exit 1
+// for the other commands too.
 func TestVerifyDamagedDirectory(t *testing.T) {
 	for _, c := range []struct {
 		name, suffix string
 		damage       func([]byte) []byte
 		prepare      func(t *testing.T, dir string)
+		refused      bool // the log does not open
 	}{
-		{"flipped sstable block", ".sst", func(b []byte) []byte { b[60] ^= 0x10; return b }, nil},
-		{"lost WAL tail", ".log", func(b []byte) []byte { return b[:len(b)/2] }, appendMore},
+		{"flipped sstable block", ".sst", func(b []byte) []byte { b[60] ^= 0x10; return b }, nil, false},
+		{"flipped sstable block, middle", ".sst", func(b []byte) []byte { b[len(b)/2] ^= 0x10; return b }, nil, false},
+		{"flipped sstable block, three quarters", ".sst", func(b []byte) []byte { b[len(b)*3/4] ^= 0x10; return b }, nil, false},
+		{"flipped sstable index block", ".sst", func(b []byte) []byte { b[len(b)-200] ^= 0x10; return b }, nil, true},
+		{"flipped sstable footer", ".sst", func(b []byte) []byte { b[len(b)-10] ^= 0x10; return b }, nil, true},
+		{"truncated sstable", ".sst", func(b []byte) []byte { return b[:len(b)-30] }, nil, true},
+		{"lost WAL tail", ".log", func(b []byte) []byte { return b[:len(b)/2] }, appendMore, false},
 		// Pebble itself refuses this one: the log cannot even be opened.
-		{"flipped early WAL byte", ".log", func(b []byte) []byte { b[len(b)/10] ^= 0x10; return b }, appendMore},
+		{"flipped early WAL byte", ".log", func(b []byte) []byte { b[len(b)/10] ^= 0x10; return b }, appendMore, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := importedDir(t)
@@ -85,7 +95,7 @@ func TestVerifyDamagedDirectory(t *testing.T) {
 				} `json:"problems"`
 			}
 			if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-				t.Fatalf("--json output does not parse: %v\n%s", err, r.stdout)
+				t.Fatalf("--json output does not parse: %v\n%s\n%s", err, r.stdout, r.stderr)
 			}
 			num := strings.TrimSuffix(file, c.suffix)
 			if out.OK || len(out.Problems) == 0 || !strings.Contains(out.Problems[0].Reason, num) {
@@ -95,6 +105,9 @@ func TestVerifyDamagedDirectory(t *testing.T) {
 			// The human output says FAILED too.
 			if r := runCLI(t, termOpts{}, "-d", dir, "verify"); r.code != exitFailed || !strings.Contains(r.stdout, "FAILED") {
 				t.Fatalf("verify: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+			}
+			if r := runCLI(t, termOpts{}, "-d", dir, "tasks"); c.refused && (r.code != exitFailed || !strings.Contains(r.stderr, num)) {
+				t.Fatalf("tasks on a log that does not open: exit %d, want %d\n%s", r.code, exitFailed, r.stderr)
 			}
 		})
 	}

@@ -71,6 +71,11 @@ func openDataDir(dir string) (*source, error) {
 	if errors.Is(err, eventlog.ErrLocked) {
 		return nil, sourceErr(lockedError(dir))
 	}
+	if eventlog.IsCorruption(err) {
+		// Damage is a finding (verify reports it), not a source of the
+		// wrong kind: exit code 1, like corruption met while reading.
+		return nil, fmt.Errorf("data directory %q: %w", dir, err)
+	}
 	if err != nil {
 		return nil, sourceErr(fmt.Errorf("data directory %q: %w", dir, err))
 	}

@@ -361,7 +361,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		return nil, err
 	}
 	if err := a.Start(ctx); err != nil {
-		return nil, err // Start closes the log on failure
+		return nil, withWaysOut(err, false) // Start closes the log on failure
 	}
 	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl, own: own}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
@@ -419,14 +419,8 @@ func openLog(cfg *config, logger *slog.Logger) (*eventlog.Log, error) {
 	o := cfg.logOptions
 	o.Logger, o.AcceptDataLoss = storageLogger(logger, cfg.logLevel), cfg.acceptDataLoss
 	l, err := eventlog.Open(cfg.dataDir, &o)
-	if eventlog.IsCorruption(err) {
-		return nil, fmt.Errorf("%w\n"+
-			"ways out (docs/operations.md): stop here and inspect with `pegasus-replay -d DATA_DIR verify`; then either restore "+
-			"the newest checkpoint (POST /v1/admin/checkpoint copies, --checkpoint-dir) into the data directory, or start once "+
-			"with --accept-data-loss to cut the log at its last good point (what is lost is recorded, no sequence is reused)", err)
-	}
 	if err != nil {
-		return nil, err
+		return nil, withWaysOut(err, true)
 	}
 	if loss := l.DataLoss(); loss != nil {
 		logger.Warn("accepted data loss: the log was cut and the loss recorded as DATA_LOST on $system",
@@ -434,6 +428,22 @@ func openLog(cfg *config, logger *slog.Logger) (*eventlog.Log, error) {
 			"reason", loss.Reason)
 	}
 	return l, nil
+}
+
+// withWaysOut adds to a corruption found at start what the operator can
+// do. Damage the log's Open finds at its end can be cut (canCut); damage
+// the recovery fold reads across (records missing below the head) cannot.
+func withWaysOut(err error, canCut bool) error {
+	if !eventlog.IsCorruption(err) {
+		return err
+	}
+	const inspect = "ways out (docs/operations.md): stop here and inspect with `pegasus-replay -d DATA_DIR verify`; then "
+	const restore = "restore the newest checkpoint (POST /v1/admin/checkpoint copies, --checkpoint-dir) into the data directory"
+	if !canCut {
+		return fmt.Errorf("%w\n"+inspect+restore, err)
+	}
+	return fmt.Errorf("%w\n"+inspect+"either "+restore+", or start once with --accept-data-loss to cut the log at its last "+
+		"good point (what is lost is recorded, no sequence is reused)", err)
 }
 
 // wait blocks until ctx ends (a signal) or the event log refuses writes

@@ -193,6 +193,12 @@ func storageReason(err error) string {
 		return "the event log refuses writes after a storage I/O error; pegasusd restarts to recover (docs/operations.md)"
 	case errors.As(err, &dl):
 		return "the event log lost acknowledged events; see docs/operations.md"
+	case errors.Is(err, eventlog.ErrDamaged) && errors.As(err, &ce) && ce.File != "":
+		return fmt.Sprintf("the event log refuses writes: it found corruption in %s; restore a checkpoint (docs/operations.md)", ce.File)
+	case errors.Is(err, eventlog.ErrDamaged) && errors.As(err, &ce) && ce.Seq != 0:
+		return fmt.Sprintf("the event log refuses writes: records are missing or corrupt from seq %d; restore a checkpoint (docs/operations.md)", ce.Seq)
+	case errors.Is(err, eventlog.ErrDamaged):
+		return "the event log refuses writes: it found damaged data; restore a checkpoint (docs/operations.md)"
 	case errors.As(err, &ce) && ce.File != "":
 		return fmt.Sprintf("the event log found corruption in %s; restore a checkpoint (docs/operations.md)", ce.File)
 	case errors.As(err, &ce) && ce.Seq != 0:

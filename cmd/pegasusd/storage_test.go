@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
@@ -128,18 +129,12 @@ func TestDamagedLogAtStart(t *testing.T) {
 // TestCorruptTableAtStart flips a byte in a table of a stopped daemon's
 // log. The daemon never panics: either recovery reads the bad block and
 // start refuses with a corruption error naming the table, or it starts
-// and the reads that reach the block fail with 503 while /readyz reports
-// the corruption.
+// and the reads that reach the block fail with 503; from then on /readyz
+// reports the corruption and new tasks are refused with the same reason.
 func TestCorruptTableAtStart(t *testing.T) {
 	cfg := testConfig(t)
-	td := startDaemon(t, cfg)
-	for range 5 {
-		td.waitTask(td.submit("some work"))
-	}
-	td.stop()
-	// A second run flushes the first run's WAL into a table.
-	td = startDaemon(t, cfg)
-	td.stop()
+	settledRun(t, cfg, 5)
+	settledRun(t, cfg, 0) // flushes the first run's WAL into a table
 	tables := dataFiles(t, cfg.dataDir, ".sst")
 	if len(tables) == 0 {
 		t.Fatalf("no table in %s", cfg.dataDir)
@@ -156,7 +151,7 @@ func TestCorruptTableAtStart(t *testing.T) {
 		t.Logf("refused: %v", err)
 		return
 	}
-	td = &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
+	td := &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
 	t.Cleanup(func() { d.shutdown() })
 	r := td.do("GET", "/v1/events?after_seq=0&limit=1000", "")
 	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) {
@@ -165,6 +160,100 @@ func TestCorruptTableAtStart(t *testing.T) {
 	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
 	}
+	r = td.do("POST", "/v1/tasks", `{"input":"after the corruption was found"}`)
+	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) ||
+		!strings.Contains(string(r.body), "refuses writes") {
+		t.Fatalf("submit after a corrupt table was found: %d %s", r.status, r.body)
+	}
+}
+
+// TestHoleAtStart drops a run of records below the head from a stopped
+// daemon's log, the way a MANIFEST that lost a table does (dropKeys).
+// Recovery folds from the last checkpoint, above the hole, so the daemon
+// starts; the log finds the hole at open, and the daemon is not ready and
+// refuses writes, both with a reason naming the first missing record, as
+// after a failed fsync. It still serves what is intact, and it stays so
+// across a restart.
+func TestHoleAtStart(t *testing.T) {
+	cfg := testConfig(t)
+	last := settledRun(t, cfg, 8)
+	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(31))
+
+	for range 2 {
+		td := startDaemon(t, cfg)
+		r := td.do("GET", "/readyz", "")
+		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") ||
+			!strings.Contains(string(r.body), "refuses writes") {
+			t.Fatalf("readyz over a hole: %d %s", r.status, r.body)
+		}
+		r = td.do("POST", "/v1/tasks", `{"input":"on top of a hole"}`)
+		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") {
+			t.Fatalf("submit over a hole: %d %s", r.status, r.body)
+		}
+		if r := td.do("GET", "/v1/tasks/"+last, ""); r.status != 200 {
+			t.Fatalf("a task above the hole: %d %s", r.status, r.body)
+		}
+		td.stop()
+	}
+}
+
+// TestHoleUnderRecovery: records missing where the recovery fold reads
+// (here the projections' checkpoint is gone too, so it folds from zero)
+// stop the start, naming the first missing record and the way out: a
+// hole cannot be cut around like a damaged tail.
+func TestHoleUnderRecovery(t *testing.T) {
+	cfg := testConfig(t)
+	settledRun(t, cfg, 3)
+	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(11))
+	dropKeys(t, cfg.dataDir, eventlog.AuxKey([]byte("proj/")), eventlog.AuxKey([]byte("proj0")))
+
+	_, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), "seq 5") ||
+		!strings.Contains(err.Error(), "restore the newest checkpoint") || strings.Contains(err.Error(), "--accept-data-loss") {
+		t.Fatalf("start over a hole the recovery reads: %v", err)
+	}
+}
+
+// settledRun runs a daemon on cfg's data directory through n tasks that
+// settle, and stops it, for a test to damage what it left. It returns the
+// last task's id.
+func settledRun(t *testing.T, cfg *config, n int) (last string) {
+	t.Helper()
+	td := startDaemon(t, cfg)
+	for range n {
+		last = td.submit("some work")
+		td.waitTask(last)
+	}
+	td.stop()
+	return last
+}
+
+// dropKeys takes the keys [start, end) of a stopped daemon's log out of
+// the tables' metadata, the way a MANIFEST that lost a table does: no
+// tombstone, nothing in the WAL, the keys are in no table Pebble lists
+// (Pebble's Excise edits the MANIFEST to that effect).
+func dropKeys(t *testing.T, dir string, start, end []byte) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{FormatMajorVersion: pebble.FormatNewest,
+		Logger: pebbleQuiet{}, ErrorIfNotExists: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Excise(context.Background(), pebble.KeyRange{Start: start, End: end})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type pebbleQuiet struct{}
+
+func (pebbleQuiet) Infof(string, ...any)  {}
+func (pebbleQuiet) Errorf(string, ...any) {}
+func (pebbleQuiet) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
 }
 
 // dataFiles lists the paths of the files in dir whose names end in suffix,
