@@ -151,7 +151,9 @@ func TestWorkerHeartbeat(t *testing.T) {
 		return "slow", nil
 	})
 	id := create(t, c, 1, api.CreateDispatch{Title: "slow", RequiredCapabilities: []string{"hb"}, HeartbeatSeconds: 1})[0]
-	d := waitDispatch(t, c, id, func(d api.DispatchTask) bool { return d.Status != api.StatusPending && d.Status != api.StatusAssigned && d.Status != api.StatusInProgress })
+	d := waitDispatch(t, c, id, func(d api.DispatchTask) bool {
+		return d.Status != api.StatusPending && d.Status != api.StatusAssigned && d.Status != api.StatusInProgress
+	})
 	if d.Status != api.StatusCompleted || d.RetryCount != 0 || seen.get()[id] != 1 {
 		t.Fatalf("task %+v, handled %d times: want completed at the first attempt", d, seen.get()[id])
 	}
