@@ -83,10 +83,10 @@ var (
 // been done, unless it was a GET.
 var ErrUnreachable = errors.New("client: cannot reach the server")
 
-// ErrStreamEnded is returned by Subscription.Next when the server closed
-// the event stream and the client may not reconnect (Options.MaxAttempts
-// is 1).
-var ErrStreamEnded = errors.New("client: the server closed the event stream")
+// ErrStreamEnded is returned by Subscription.Next when the event stream
+// ended, closed by the server or broken (then it wraps the read error),
+// and the client may not reconnect (Options.MaxAttempts is 1).
+var ErrStreamEnded = errors.New("client: the event stream ended")
 
 type kind struct {
 	err      error

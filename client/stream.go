@@ -60,8 +60,9 @@ func (s *Subscription) LastSeq() uint64 { return s.last }
 
 // Next returns the next event, waiting for it, or an error: ctx's, a
 // refusal of the server (an *Error: ErrBeyondHead when the resume
-// position is past the log's head), ErrStreamEnded when the server closed
-// the stream and reconnecting is not allowed, or the last connection
+// position is past the log's head), ErrStreamEnded when the stream ended
+// (closed, or broken: it then wraps the read error) and reconnecting is
+// not allowed (Options.MaxAttempts 1), or the last connection
 // error once MaxAttempts connections in a row failed.
 func (s *Subscription) Next(ctx context.Context) (api.Event, error) {
 	for {
@@ -92,7 +93,7 @@ func (s *Subscription) Next(ctx context.Context) (api.Event, error) {
 			s.drop()
 			if s.c.opts.MaxAttempts == 1 {
 				if r.err != nil {
-					return api.Event{}, fmt.Errorf("%w: %w", ErrUnreachable, r.err)
+					return api.Event{}, fmt.Errorf("%w: %w", ErrStreamEnded, r.err)
 				}
 				return api.Event{}, ErrStreamEnded
 			}
@@ -113,7 +114,9 @@ func (s *Subscription) Next(ctx context.Context) (api.Event, error) {
 
 // connect opens the stream after s.last and starts reading it.
 func (s *Subscription) connect(ctx context.Context) error {
-	q := url.Values{}
+	// Last-Event-ID is the SSE way to resume; after_seq says the same for
+	// proxies that drop the header.
+	q := url.Values{"after_seq": {strconv.FormatUint(s.last, 10)}}
 	if s.opts.Stream != "" {
 		q.Set("stream", s.opts.Stream)
 	}
