@@ -218,8 +218,10 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 // once sends r a single time. wait is negative when the error may not be
 // retried, else at least the server's Retry-After.
 func (c *Client) once(ctx context.Context, r request, body []byte, out any) (http.Header, time.Duration, error) {
-	u := c.base.JoinPath(r.path)
-	u.RawQuery = r.query.Encode()
+	u, err := c.url(r.path, r.query)
+	if err != nil {
+		return nil, -1, err
+	}
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -265,6 +267,18 @@ func (c *Client) once(ctx context.Context, r request, body []byte, out any) (htt
 		}
 	}
 	return resp.Header, 0, nil
+}
+
+// url is the address of path (escaped already: pathf) with query. The
+// path is appended as it is, never cleaned, so that a task id such as
+// ".." names no other route.
+func (c *Client) url(path string, query url.Values) (*url.URL, error) {
+	u, err := url.Parse(c.base.String() + path)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	u.RawQuery = query.Encode()
+	return u, nil
 }
 
 // headers sets the authentication, the agent id and the key of r.

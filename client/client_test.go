@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,10 @@ func newClient(t *testing.T, opts *client.Options) *client.Client {
 	return c
 }
 
+// unique makes name unique to this run of the test: the daemon is shared
+// by every test of the binary, and -count runs them again.
+func unique(name string) string { return name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) }
+
 func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // a bound for failures only
 	t.Cleanup(cancel)
@@ -36,18 +41,19 @@ func testContext(t *testing.T) context.Context {
 func TestTasks(t *testing.T) {
 	ctx := testContext(t)
 	c := newClient(t, nil)
+	source, key := unique("client-test"), unique("client-test-tasks")
 
-	first, err := c.Submit(ctx, api.CreateTask{Input: "what time is it?", Source: "client-test", Metadata: map[string]string{"k": "v"}},
-		client.WithIdempotencyKey("client-test-tasks"))
+	first, err := c.Submit(ctx, api.CreateTask{Input: "what time is it?", Source: source, Metadata: map[string]string{"k": "v"}},
+		client.WithIdempotencyKey(key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.Submit(ctx, api.CreateTask{Input: "what time is it?", Source: "client-test", Metadata: map[string]string{"k": "v"}},
-		client.WithIdempotencyKey("client-test-tasks"))
+	again, err := c.Submit(ctx, api.CreateTask{Input: "what time is it?", Source: source, Metadata: map[string]string{"k": "v"}},
+		client.WithIdempotencyKey(key))
 	if err != nil || again.TaskID != first.TaskID {
 		t.Fatalf("a keyed submission sent again: %+v, %v; want task %s", again, err, first.TaskID)
 	}
-	_, err = c.Submit(ctx, api.CreateTask{Input: "another"}, client.WithIdempotencyKey("client-test-tasks"))
+	_, err = c.Submit(ctx, api.CreateTask{Input: "another"}, client.WithIdempotencyKey(key))
 	if !errors.Is(err, client.ErrKeyReused) {
 		t.Fatalf("the key with another request: %v, want ErrKeyReused", err)
 	}
@@ -61,7 +67,7 @@ func TestTasks(t *testing.T) {
 	}
 
 	// A question, answered.
-	q, err := c.Submit(ctx, api.CreateTask{Input: "?", Source: "client-test"})
+	q, err := c.Submit(ctx, api.CreateTask{Input: "?", Source: source})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +107,7 @@ func TestTasks(t *testing.T) {
 
 	// List: filters, and a cursor.
 	var ids []string
-	o := client.ListOptions{Sources: []string{"client-test"}, Order: "asc", Limit: 1}
+	o := client.ListOptions{Sources: []string{source}, Order: "asc", Limit: 1}
 	for s, err := range c.All(ctx, o) {
 		if err != nil {
 			t.Fatal(err)
@@ -186,25 +192,26 @@ func TestSubscribe(t *testing.T) {
 func TestDispatch(t *testing.T) {
 	ctx := testContext(t)
 	c := newClient(t, &client.Options{AgentID: "dispatch-test"})
-	w := newClient(t, &client.Options{AgentID: "dispatch-test-worker"})
-	if _, err := w.Register(ctx, []string{"dispatch-test"}, 1); err != nil {
+	wid, capability, source := unique("dispatch-test-worker"), unique("dispatch-test"), unique("dispatch-test")
+	w := newClient(t, &client.Options{AgentID: wid})
+	if _, err := w.Register(ctx, []string{capability}, 1); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for _, title := range []string{"one", "two"} {
-		d, err := c.CreateDispatch(ctx, api.CreateDispatch{Title: title, RequiredCapabilities: []string{"dispatch-test"}, Source: "dispatch-test"},
-			client.WithIdempotencyKey("dispatch-test-"+title))
+		d, err := c.CreateDispatch(ctx, api.CreateDispatch{Title: title, RequiredCapabilities: []string{capability}, Source: source},
+			client.WithIdempotencyKey(source+title))
 		if err != nil || d.Owner != "dispatch-test" || d.MaxRetries != 3 || !d.RetryEligible {
 			t.Fatalf("create: %+v, %v", d, err)
 		}
 		ids = append(ids, d.TaskID)
 	}
-	if d, err := c.CreateDispatch(ctx, api.CreateDispatch{Title: "one", RequiredCapabilities: []string{"dispatch-test"}, Source: "dispatch-test"},
-		client.WithIdempotencyKey("dispatch-test-one")); err != nil || d.TaskID != ids[0] {
+	if d, err := c.CreateDispatch(ctx, api.CreateDispatch{Title: "one", RequiredCapabilities: []string{capability}, Source: source},
+		client.WithIdempotencyKey(source+"one")); err != nil || d.TaskID != ids[0] {
 		t.Fatalf("a keyed create sent again: %+v, %v", d, err)
 	}
 	var listed []string
-	o := client.DispatchListOptions{Source: "dispatch-test", Limit: 1}
+	o := client.DispatchListOptions{Source: source, Limit: 1}
 	for {
 		page, err := c.ListDispatch(ctx, o)
 		if err != nil {
@@ -272,11 +279,11 @@ func TestDispatch(t *testing.T) {
 	if s, err := c.BrokerStats(ctx); err != nil || s.Tasks < 2 || s.ByStatus[api.StatusCompleted] < 1 {
 		t.Fatalf("stats: %+v, %v", s, err)
 	}
-	if wk, err := c.Drain(ctx, "dispatch-test-worker"); err != nil || !wk.Draining || wk.DrainedBy != "dispatch-test" {
+	if wk, err := c.Drain(ctx, wid); err != nil || !wk.Draining || wk.DrainedBy != "dispatch-test" {
 		t.Fatalf("drain: %+v, %v", wk, err)
 	}
 	workers, err := c.Workers(ctx)
-	if err != nil || !slices.ContainsFunc(workers, func(wk api.Worker) bool { return wk.ID == "dispatch-test-worker" && wk.Draining }) {
+	if err != nil || !slices.ContainsFunc(workers, func(wk api.Worker) bool { return wk.ID == wid && wk.Draining }) {
 		t.Fatalf("workers: %+v, %v", workers, err)
 	}
 	if _, err := c.GetDispatch(ctx, "nope"); !errors.Is(err, client.ErrNotFound) {

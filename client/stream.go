@@ -120,8 +120,10 @@ func (s *Subscription) connect(ctx context.Context) error {
 	if s.opts.Stream != "" {
 		q.Set("stream", s.opts.Stream)
 	}
-	u := s.c.base.JoinPath("/v1/events/stream")
-	u.RawQuery = q.Encode()
+	u, err := s.c.url("/v1/events/stream", q)
+	if err != nil {
+		return err
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u.String(), nil)
 	if err != nil {
