@@ -161,12 +161,18 @@ type CallOption func(*request)
 // random key of their own, so that their own retries are safe.
 func WithIdempotencyKey(key string) CallOption { return func(r *request) { r.key = key } }
 
-// autoKey gives r a random idempotency key when it has none and may be
-// retried, as Stripe's clients do.
-func (c *Client) autoKey(r *request) {
+// keyed sends a POST that takes an Idempotency-Key: the caller's
+// (opts), or else, when it may be retried, a random one, as Stripe's
+// clients do.
+func (c *Client) keyed(ctx context.Context, r request, opts []CallOption, out any) error {
+	for _, o := range opts {
+		o(&r)
+	}
 	if r.key == "" && c.opts.MaxAttempts > 1 {
 		r.key = crand.Text()
 	}
+	_, err := c.do(ctx, r, out)
+	return err
 }
 
 // Do sends one request to path (with query) and decodes a 2xx answer into

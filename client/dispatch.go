@@ -16,13 +16,8 @@ import (
 // client's AgentID unless t.Owner says otherwise. Like Submit, it is
 // keyed: WithIdempotencyKey, or a random key of its own.
 func (c *Client) CreateDispatch(ctx context.Context, t api.CreateDispatch, opts ...CallOption) (api.DispatchTask, error) {
-	r := request{method: http.MethodPost, path: "/api/v1/tasks", body: t}
-	for _, o := range opts {
-		o(&r)
-	}
-	c.autoKey(&r)
 	var out api.DispatchTask
-	_, err := c.do(ctx, r, &out)
+	err := c.keyed(ctx, request{method: http.MethodPost, path: "/api/v1/tasks", body: t}, opts, &out)
 	return out, err
 }
 

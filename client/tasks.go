@@ -18,13 +18,8 @@ import (
 // without it, the client sends a random key of its own, which makes its
 // own retries safe but not the caller's.
 func (c *Client) Submit(ctx context.Context, t api.CreateTask, opts ...CallOption) (api.Created, error) {
-	r := request{method: http.MethodPost, path: "/v1/tasks", body: t}
-	for _, o := range opts {
-		o(&r)
-	}
-	c.autoKey(&r)
 	var out api.Created
-	_, err := c.do(ctx, r, &out)
+	err := c.keyed(ctx, request{method: http.MethodPost, path: "/v1/tasks", body: t}, opts, &out)
 	return out, err
 }
 
@@ -154,13 +149,8 @@ func (c *Client) TaskProgress(ctx context.Context, id string) (api.Progress, err
 // Reply answers a suspended task (POST /v1/tasks/{id}/messages). Like
 // Submit, it is keyed: WithIdempotencyKey, or a random key of its own.
 func (c *Client) Reply(ctx context.Context, id string, m api.Message, opts ...CallOption) (api.Task, error) {
-	r := request{method: http.MethodPost, path: pathf("/v1/tasks/%s/messages", id), body: m}
-	for _, o := range opts {
-		o(&r)
-	}
-	c.autoKey(&r)
 	var out api.Task
-	_, err := c.do(ctx, r, &out)
+	err := c.keyed(ctx, request{method: http.MethodPost, path: pathf("/v1/tasks/%s/messages", id), body: m}, opts, &out)
 	return out, err
 }
 
