@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -384,5 +385,44 @@ func TestRetries(t *testing.T) {
 	}
 	if _, err := dead.Get(ctx, "T"); !errors.Is(err, client.ErrUnreachable) {
 		t.Fatalf("no server: %v, want ErrUnreachable", err)
+	}
+}
+
+// TestSubscribeReconnects: when the stream drops, the subscription
+// reconnects with Last-Event-ID, the last sequence it returned: every
+// event once, in order.
+func TestSubscribeReconnects(t *testing.T) {
+	var mu sync.Mutex
+	var resumes []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Last-Event-ID")
+		mu.Lock()
+		resumes = append(resumes, id)
+		mu.Unlock()
+		after, _ := strconv.Atoi(id)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "retry: 2000\n\n: ping\n\n")
+		for seq := after + 1; seq <= min(after+3, 10); seq++ { // then the connection drops
+			fmt.Fprintf(w, "id: %d\nevent: E\ndata: {\"id\":\"e%d\",\"seq\":%d,\"type\":\"E\"}\n\n", seq, seq, seq)
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, &client.Options{MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := c.Subscribe(client.StreamOptions{})
+	defer sub.Close()
+	ctx := testContext(t)
+	for want := uint64(1); want <= 10; want++ {
+		ev, err := sub.Next(ctx)
+		if err != nil || ev.Seq != want {
+			t.Fatalf("event %d: seq %d, %v", want, ev.Seq, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(resumes) != "[0 3 6 9]" {
+		t.Fatalf("Last-Event-ID per connection: %v, want [0 3 6 9]", resumes)
 	}
 }

@@ -32,7 +32,8 @@ const maxEventLine = 64 << 20
 // (GET /v1/events/stream, Server-Sent Events). When the connection drops
 // it reconnects with Last-Event-ID, the sequence of the last event it
 // returned, so no event is lost or returned twice; after MaxAttempts
-// consecutive failed connections it gives up. It is not safe for
+// consecutive connections that failed, or ended before an event, it gives
+// up. It is not safe for
 // concurrent use.
 type Subscription struct {
 	c      *Client
@@ -60,10 +61,10 @@ func (s *Subscription) LastSeq() uint64 { return s.last }
 
 // Next returns the next event, waiting for it, or an error: ctx's, a
 // refusal of the server (an *Error: ErrBeyondHead when the resume
-// position is past the log's head), ErrStreamEnded when the stream ended
-// (closed, or broken: it then wraps the read error) and reconnecting is
-// not allowed (Options.MaxAttempts 1), or the last connection
-// error once MaxAttempts connections in a row failed.
+// position is past the log's head), or, once MaxAttempts connections in
+// a row failed or ended without an event (with MaxAttempts 1: the first
+// time the stream ends), the last connection error or ErrStreamEnded
+// (which wraps the read error of a broken stream).
 func (s *Subscription) Next(ctx context.Context) (api.Event, error) {
 	for {
 		if s.events == nil {
@@ -89,13 +90,18 @@ func (s *Subscription) Next(ctx context.Context) (api.Event, error) {
 		case r, ok = <-s.events:
 		}
 		if !ok || r.err != nil || r.ev.Data == nil {
-			// The connection ended: reconnect after the last event.
+			// The connection ended: reconnect after the last event, after
+			// a backoff (a server that accepts and closes at once, while
+			// it stops, is not hammered).
 			s.drop()
-			if s.c.opts.MaxAttempts == 1 {
+			if s.fails++; s.fails >= s.c.opts.MaxAttempts {
 				if r.err != nil {
 					return api.Event{}, fmt.Errorf("%w: %w", ErrStreamEnded, r.err)
 				}
 				return api.Event{}, ErrStreamEnded
+			}
+			if err := sleep(ctx, s.c.backoff(s.fails)); err != nil {
+				return api.Event{}, err
 			}
 			continue
 		}

@@ -247,12 +247,15 @@ func (w *Worker) start(ctx context.Context, t *Task) bool {
 // heartbeat_seconds, then reports its outcome.
 func (w *Worker) runTask(ctx context.Context, h Handler, t *Task) {
 	log := w.log.With("task_id", t.TaskID)
+	stopBeats := func() {}
 	if t.HeartbeatSeconds > 0 {
 		hctx, stop := context.WithCancel(ctx)
-		defer stop()
-		go w.heartbeat(hctx, t)
+		beating := make(chan struct{})
+		go func() { defer close(beating); w.heartbeat(hctx, t) }()
+		stopBeats = func() { stop(); <-beating } // no heartbeat after the outcome
 	}
 	result, err := w.call(ctx, h, t)
+	stopBeats()
 	report := func() error {
 		_, rerr := w.c.Complete(ctx, t.TaskID, result)
 		return rerr
