@@ -126,6 +126,12 @@ func ParseEvent(b []byte) (eventlog.Event, error) {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return eventlog.Event{}, fmt.Errorf("%w: %v", ErrEventJSON, err)
 	}
+	return ParseEventJSON(j)
+}
+
+// ParseEventJSON is ParseEvent of an event already decoded from its JSON
+// form (an api.Event converts to an EventJSON: they have the same fields).
+func ParseEventJSON(j EventJSON) (eventlog.Event, error) {
 	ev, err := j.envelope()
 	if err != nil {
 		return ev, err

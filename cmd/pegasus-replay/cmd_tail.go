@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pegasus-engine/pegasus/client"
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -58,7 +55,7 @@ func tailCommand(std *stdio) *cli.Command {
 			after := c.Uint64("after")
 			if !c.IsSet("after") && !c.Bool("from-start") {
 				// "Only new events": start after the current head.
-				_, head, err := cl.events(c.Context, 0, 1)
+				_, head, err := fetchEvents(c.Context, cl, 0, 1)
 				if err != nil {
 					return err
 				}
@@ -98,7 +95,7 @@ var errTailDone = errors.New("tail: count reached")
 
 // tailer follows the daemon's event stream.
 type tailer struct {
-	c         *client
+	c         *client.Client
 	p         *printer
 	after     *uint64 // resume point: the last sequence seen
 	only      string  // ask the server for this stream only, if set
@@ -157,35 +154,29 @@ var errStreamEnded = errors.New("the server closed the stream")
 
 // stream opens the SSE stream once and prints events until it ends.
 func (t *tailer) stream(ctx context.Context) error {
-	hdr := http.Header{"Accept": {"text/event-stream"}}
-	q := url.Values{}
-	if t.after != nil {
-		// Last-Event-ID is the SSE way to resume; after_seq says the same
-		// for servers and proxies that drop the header.
-		hdr.Set("Last-Event-ID", strconv.FormatUint(*t.after, 10))
-		q.Set("after_seq", strconv.FormatUint(*t.after, 10))
-	}
-	if t.only != "" {
-		q.Set("stream", t.only)
-	}
-	resp, err := t.c.get(ctx, "/v1/events/stream", q, hdr)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	err = cliconv.ReadSSE(ctx, resp.Body, replay.MaxExportLine, func(e cliconv.SSEEvent) error {
-		ev, err := replay.ParseEvent(e.Data)
+	sub := t.c.Subscribe(client.StreamOptions{AfterSeq: *t.after, Stream: t.only})
+	defer sub.Close()
+	for {
+		e, err := sub.Next(ctx)
+		switch {
+		case err == client.ErrStreamEnded:
+			return errStreamEnded
+		case errors.Is(err, client.ErrStreamEnded):
+			return err // the connection broke
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return serverErr(t.c, "/v1/events/stream", err)
+		}
+		ev, err := replay.ParseEventJSON(replay.EventJSON(e))
 		if err != nil {
 			t.warn("pegasus-replay: skipping an event the server sent that does not decode: %v\n", err)
-			return nil
-		}
-		if t.after != nil && ev.Seq <= *t.after {
-			return nil // already printed before a reconnect
+			continue
 		}
 		seq := ev.Seq
 		t.after = &seq
 		if !t.match(ev) {
-			return nil
+			continue
 		}
 		if err := t.print(ev); err != nil {
 			return err
@@ -194,12 +185,7 @@ func (t *tailer) stream(ctx context.Context) error {
 		if t.count > 0 && t.printed >= t.count {
 			return errTailDone
 		}
-		return nil
-	})
-	if err == nil {
-		err = errStreamEnded
 	}
-	return err
 }
 
 func (t *tailer) match(ev eventlog.Event) bool {

@@ -2,34 +2,24 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/pegasus-engine/pegasus/client"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// client talks to a running pegasusd over its HTTP API (docs/api.md). Events
-// come back in the one JSON form of an event (docs/events.md), are parsed by
-// replay.ParseEvent into the stored events, bytes and all, and are folded
-// here, by replay, like any other source.
-type client struct {
-	base  *url.URL
-	token string
-	http  *http.Client
-}
-
-// pageSize is how many events one GET /v1/events asks for.
-const pageSize = 1000
-
-func newClient(server, token string) (*client, error) {
+// newClient returns the client of a running pegasusd (docs/api.md). Events
+// come back in the one JSON form of an event (docs/events.md), are parsed
+// by replay into the stored events, bytes and all, and are folded here, by
+// replay, like any other source. It does not retry: a failed request is
+// reported at once (tail reconnects by itself).
+func newClient(server, token string) (*client.Client, error) {
 	u, err := cliconv.ServerURL(server)
 	if err != nil {
 		return nil, err
@@ -38,83 +28,50 @@ func newClient(server, token string) (*client, error) {
 	// Dial and header timeouts catch a server that is not there.
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.ResponseHeaderTimeout = 30 * time.Second
-	return &client{base: u, token: token, http: &http.Client{Transport: tr}}, nil
+	return client.New(u.String(), &client.Options{Token: token, HTTPClient: &http.Client{Transport: tr}, MaxAttempts: 1})
 }
 
-// apiError is the daemon's error body: {"error": {"code": ..., "message": ...}}.
-type apiError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
+// pageSize is how many events one GET /v1/events asks for.
+const pageSize = 1000
 
-// get performs a GET and returns the response when its status is 200.
-func (c *client) get(ctx context.Context, path string, q url.Values, hdr http.Header) (*http.Response, error) {
-	u := *c.base
-	u.Path += path
-	u.RawQuery = q.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+// serverErr words an error of a request to path as pegasus-replay says
+// it: the daemon's address and answer, and what to check.
+func serverErr(c *client.Client, path string, err error) error {
+	var e *client.Error
+	var ue *url.Error
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &e):
+		msg := e.Message
+		if e.Code != "" {
+			msg = e.Code + ": " + e.Message
 		}
-		return nil, sourceErr(fmt.Errorf("cannot reach pegasusd at %s: %w", c.base, err))
+		err := fmt.Errorf("pegasusd %s%s: %d %s: %s", c.BaseURL(), path, e.Status, http.StatusText(e.Status), msg)
+		switch e.Status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return sourceErr(fmt.Errorf("%w (check --token / PEGASUS_TOKEN)", err))
+		case http.StatusNotFound:
+			return sourceErr(fmt.Errorf("%w (is this a pegasusd?)", err))
+		}
+		return sourceErr(err)
+	case errors.Is(err, client.ErrUnreachable) && errors.As(err, &ue):
+		return sourceErr(fmt.Errorf("cannot reach pegasusd at %s: %w", c.BaseURL(), ue))
 	}
-	if resp.StatusCode == http.StatusOK {
-		return resp, nil
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(body))
-	var ae apiError
-	if json.Unmarshal(body, &ae) == nil && ae.Error.Message != "" {
-		msg = ae.Error.Code + ": " + ae.Error.Message
-	}
-	err = fmt.Errorf("pegasusd %s%s: %s: %s", c.base, path, resp.Status, msg)
-	switch resp.StatusCode {
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return nil, sourceErr(fmt.Errorf("%w (check --token / PEGASUS_TOKEN)", err))
-	case http.StatusNotFound:
-		return nil, sourceErr(fmt.Errorf("%w (is this a pegasusd?)", err))
-	}
-	return nil, sourceErr(err)
+	return sourceErr(fmt.Errorf("pegasusd %s%s: %w", c.BaseURL(), path, err))
 }
 
-// eventsPage is the body of GET /v1/events: events in their JSON form,
-// oldest first.
-type eventsPage struct {
-	Events []json.RawMessage `json:"events"`
-	Head   uint64            `json:"head"`
-}
-
-// events fetches one page of events with Seq > after.
-func (c *client) events(ctx context.Context, after uint64, limit int) ([]eventlog.Event, uint64, error) {
-	q := url.Values{"after_seq": {strconv.FormatUint(after, 10)}, "limit": {strconv.Itoa(limit)}}
-	resp, err := c.get(ctx, "/v1/events", q, nil)
+// fetchEvents fetches one page of events with Seq > after.
+func fetchEvents(ctx context.Context, c *client.Client, after uint64, limit int) ([]eventlog.Event, uint64, error) {
+	page, err := c.Events(ctx, after, limit)
 	if err != nil {
-		return nil, 0, err
-	}
-	defer resp.Body.Close()
-	var page eventsPage
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: bad response: %w", c.base, err))
+		return nil, 0, serverErr(c, "/v1/events", err)
 	}
 	evs := make([]eventlog.Event, 0, len(page.Events))
-	for _, raw := range page.Events {
-		ev, err := replay.ParseEvent(raw)
+	for _, e := range page.Events {
+		ev, err := replay.ParseEventJSON(replay.EventJSON(e))
 		if err != nil {
-			return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: %w", c.base, err))
+			return nil, 0, sourceErr(fmt.Errorf("pegasusd %s/v1/events: %w", c.BaseURL(), err))
 		}
 		evs = append(evs, ev)
 	}
@@ -132,7 +89,7 @@ func openServer(ctx context.Context, std *stdio, g globals) (*source, error) {
 	var bar *progress
 	after := uint64(0)
 	for {
-		evs, head, err := c.events(ctx, after, pageSize)
+		evs, head, err := fetchEvents(ctx, c, after, pageSize)
 		if err != nil {
 			return nil, err
 		}
@@ -150,5 +107,5 @@ func openServer(ctx context.Context, std *stdio, g globals) (*source, error) {
 		}
 	}
 	bar.done()
-	return memSource(fmt.Sprintf("pegasusd at %s", c.base), all)
+	return memSource(fmt.Sprintf("pegasusd at %s", c.BaseURL()), all)
 }

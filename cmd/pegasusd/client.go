@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +16,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
-	"github.com/pegasus-engine/pegasus/fsm"
+	papi "github.com/pegasus-engine/pegasus/api"
+	pclient "github.com/pegasus-engine/pegasus/client"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 )
 
@@ -30,10 +30,10 @@ type client struct {
 	interactive *bool
 }
 
+// apiClient is the daemon a command talks to, through package client,
+// with the CLI's words for its errors.
 type apiClient struct {
-	base  string
-	token string
-	http  *http.Client
+	*pclient.Client
 }
 
 func newAPIClient(cc *cli.Context) (*apiClient, error) {
@@ -41,93 +41,48 @@ func newAPIClient(cc *cli.Context) (*apiClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &apiClient{base: u.String(), token: cc.String("token"), http: &http.Client{Timeout: 90 * time.Second}}, nil
+	// No retries: a command says at once what went wrong (exit 4 when the
+	// daemon cannot be reached), and sends no idempotency key.
+	c, err := pclient.New(u.String(), &pclient.Options{Token: cc.String("token"),
+		HTTPClient: &http.Client{Timeout: 90 * time.Second}, MaxAttempts: 1})
+	if err != nil {
+		return nil, err
+	}
+	return &apiClient{c}, nil
 }
 
-// call sends a request and decodes a 2xx answer into out; an error answer
-// becomes an error carrying the API's message, marked for its exit code
-// (404: not found, unreachable: unavailable).
-func (c *apiClient) call(ctx context.Context, method, path string, body, out any) error {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
+// cliError words an error of a request for the user, marked for its exit
+// code: the API's message (404: not found; 401: with what to do), or
+// unavailable when the daemon cannot be reached.
+func (c *apiClient) cliError(ctx context.Context, err error) error {
+	var e *pclient.Error
+	var ue *url.Error
+	switch {
+	case errors.As(err, &e):
+		msg := e.Message
+		if msg == "" {
+			msg = fmt.Sprintf("the daemon answered %d %s", e.Status, http.StatusText(e.Status))
 		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) && ctx.Err() == nil {
-			return cliconv.Kind(cliconv.ErrUnavailable,
-				fmt.Errorf("cannot reach the daemon at %s (is pegasusd running? --server or PEGASUS_SERVER names another): %v", c.base, ue.Err))
-		}
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var env struct {
-			Error apiError `json:"error"`
-		}
-		msg := fmt.Sprintf("the daemon answered %s", resp.Status)
-		if json.Unmarshal(data, &env) == nil && env.Error.Message != "" {
-			msg = env.Error.Message
-		}
-		switch resp.StatusCode {
+		switch e.Status {
 		case http.StatusNotFound:
 			return cliconv.NotFoundf("%s", msg)
 		case http.StatusUnauthorized:
 			return fmt.Errorf("%s (give the daemon's token with --token or PEGASUS_TOKEN)", msg)
 		}
 		return errors.New(msg)
+	case errors.Is(err, pclient.ErrUnreachable) && errors.As(err, &ue) && ctx.Err() == nil:
+		return cliconv.Kind(cliconv.ErrUnavailable,
+			fmt.Errorf("cannot reach the daemon at %s (is pegasusd running? --server or PEGASUS_SERVER names another): %v", c.BaseURL(), ue.Err))
 	}
-	if out == nil {
-		return nil
-	}
-	if raw, ok := out.(*json.RawMessage); ok {
-		*raw = data
-		return nil
-	}
-	return json.Unmarshal(data, out)
+	return err
 }
 
-// stream opens a long-lived GET (an event stream) and returns its body;
-// the caller closes it.
-func (c *apiClient) stream(ctx context.Context, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
-	if err != nil {
-		return nil, err
+// call is Do with the CLI's errors.
+func (c *apiClient) call(ctx context.Context, method, path string, out any) error {
+	if err := c.Do(ctx, method, path, nil, nil, out); err != nil {
+		return c.cliError(ctx, err)
 	}
-	req.Header.Set("Accept", "text/event-stream")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	hc := *c.http
-	hc.Timeout = 0 // a stream stays open as long as the user wants
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, cliconv.Kind(cliconv.ErrUnavailable, fmt.Errorf("cannot reach the daemon at %s: %w", c.base, err))
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("the daemon answered %s to the event stream", resp.Status)
-	}
-	return resp.Body, nil
+	return nil
 }
 
 func (c *client) isInteractive() bool {
@@ -159,16 +114,10 @@ func (c *client) submit(cc *cli.Context) error {
 	ctx, cancel := context.WithTimeout(cc.Context, cc.Duration("timeout"))
 	defer cancel()
 	text := strings.Join(cc.Args().Slice(), " ")
-	var created createdJSON
-	req := map[string]any{
-		"input": text, "type": cc.String("type"), "priority": cc.Int("priority"), "source": cc.String("source"),
-	}
-	if m := cc.String("machine"); m != "" {
-		req["machine"] = m
-	}
-	err = api.call(ctx, "POST", "/v1/tasks", req, &created)
+	created, err := api.Submit(ctx, papi.CreateTask{Input: text, Type: cc.String("type"), Priority: cc.Int("priority"),
+		Source: cc.String("source"), Machine: cc.String("machine")})
 	if err != nil {
-		return err
+		return api.cliError(ctx, err)
 	}
 	if cc.Bool("no-wait") {
 		if cc.Bool("json") {
@@ -182,26 +131,26 @@ func (c *client) submit(cc *cli.Context) error {
 	}
 	asked := ""
 	for {
-		var t taskJSON
-		if err := api.call(ctx, "GET", "/v1/tasks/"+created.TaskID+"?wait=30s", nil, &t); err != nil {
+		t, err := api.Wait(ctx, created.TaskID) // finished or suspended
+		if err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("gave up waiting for task %s after %s", created.TaskID, cc.Duration("timeout"))
 			}
-			return err
+			return api.cliError(ctx, err)
 		}
 		switch {
-		case t.State == fsm.StateCompleted:
+		case t.State == papi.StateCompleted:
 			if cc.Bool("json") {
 				return c.printJSON(t)
 			}
 			fmt.Fprintln(c.stdout, t.Result)
 			return nil
-		case t.State == fsm.StateFailed:
+		case t.State == papi.StateFailed:
 			if cc.Bool("json") {
 				_ = c.printJSON(t)
 			}
 			return cliconv.Kind(cliconv.ErrTaskFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error))
-		case t.State == fsm.StateSuspended && t.Question != asked:
+		case t.Question != asked:
 			if cc.Bool("json") || !c.isInteractive() {
 				if cc.Bool("json") {
 					_ = c.printJSON(t)
@@ -212,12 +161,10 @@ func (c *client) submit(cc *cli.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := api.call(ctx, "POST", "/v1/tasks/"+t.TaskID+"/messages", map[string]string{"text": answer, "source": "cli"}, nil); err != nil {
-				return err
+			if _, err := api.Reply(ctx, t.TaskID, papi.Message{Text: answer, Source: "cli"}); err != nil {
+				return api.cliError(ctx, err)
 			}
 			asked = t.Question
-		case t.State != fsm.StateSuspended:
-			asked = "" // it moved on; a later question may repeat the text
 		}
 	}
 }
@@ -241,10 +188,9 @@ func (c *client) reply(cc *cli.Context) error {
 		return err
 	}
 	id := cc.Args().First()
-	var t taskJSON
-	if err := api.call(cc.Context, "POST", "/v1/tasks/"+url.PathEscape(id)+"/messages",
-		map[string]string{"text": strings.Join(cc.Args().Slice()[1:], " "), "source": "cli"}, &t); err != nil {
-		return err
+	t, err := api.Reply(cc.Context, id, papi.Message{Text: strings.Join(cc.Args().Slice()[1:], " "), Source: "cli"})
+	if err != nil {
+		return api.cliError(cc.Context, err)
 	}
 	if cc.Bool("json") {
 		return c.printJSON(t)

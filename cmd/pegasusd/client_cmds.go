@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	"github.com/urfave/cli/v2"
 
+	papi "github.com/pegasus-engine/pegasus/api"
+	pclient "github.com/pegasus-engine/pegasus/client"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
@@ -29,46 +33,37 @@ func (c *client) tasks(cc *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	q.Set("limit", fmt.Sprint(cc.Int("limit")))
-	q.Set("order", "asc")
+	o := pclient.ListOptions{Limit: cc.Int("limit"), Order: "asc", Cursor: cc.String("cursor")}
 	if cc.Bool("desc") {
-		q.Set("order", "desc")
+		o.Order = "desc"
 	}
 	if s := cc.String("state"); s != "" {
-		q.Set("state", s)
+		o.States = []string{s}
 	}
-	for _, k := range []string{"machine", "type"} {
-		if s := cc.String(k); s != "" {
-			q.Set(k, s)
-		}
+	if s := cc.String("machine"); s != "" {
+		o.Machines = []string{s}
 	}
-	q.Set("cursor", cc.String("cursor"))
-	type item struct {
-		projection.Summary
-		Queued bool `json:"queued"`
+	if s := cc.String("type"); s != "" {
+		o.Types = []string{s}
 	}
 	var all struct {
-		Tasks []item `json:"tasks"`
-		Next  string `json:"next_cursor,omitempty"`
+		Tasks []papi.TaskSummary `json:"tasks"`
+		Next  string             `json:"next_cursor,omitempty"`
 	}
 	for {
-		var page struct {
-			Tasks []item `json:"tasks"`
-			Next  string `json:"next_cursor"`
-		}
-		if err := api.call(cc.Context, "GET", "/v1/tasks?"+q.Encode(), nil, &page); err != nil {
-			return err
+		page, err := api.List(cc.Context, o)
+		if err != nil {
+			return api.cliError(cc.Context, err)
 		}
 		all.Tasks = append(all.Tasks, page.Tasks...)
-		all.Next = page.Next
-		if !cc.Bool("all") || page.Next == "" {
+		all.Next = page.NextCursor
+		if !cc.Bool("all") || page.NextCursor == "" {
 			break
 		}
-		q.Set("cursor", page.Next)
+		o.Cursor = page.NextCursor
 	}
 	if all.Tasks == nil {
-		all.Tasks = []item{}
+		all.Tasks = []papi.TaskSummary{}
 	}
 	if cc.Bool("json") {
 		return c.printJSON(all)
@@ -81,7 +76,7 @@ func (c *client) tasks(cc *cli.Context) error {
 	fmt.Fprintln(tw, strings.Join(cliconv.TaskColumns, "\t"))
 	now := time.Now()
 	for _, t := range all.Tasks {
-		fmt.Fprintln(tw, strings.Join(cliconv.TaskRow(t.Summary, t.Queued, now), "\t"))
+		fmt.Fprintln(tw, strings.Join(cliconv.TaskRow(summary(t), t.Queued, now), "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -92,34 +87,45 @@ func (c *client) tasks(cc *cli.Context) error {
 	return nil
 }
 
+// summary is a listed task as the projection summarises it, for the
+// shared columns.
+func summary(t papi.TaskSummary) projection.Summary {
+	return projection.Summary{ID: t.TaskID, Type: t.Type, State: fsm.State(t.State), Machine: t.Machine, Source: t.Source,
+		Priority: t.Priority, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Iterations, Events: t.Events,
+		Seq: t.Seq, Input: t.Input, Error: t.Error}
+}
+
 // taskAPI reads the one task id of a command and the daemon to ask.
 func taskAPI(cc *cli.Context) (*apiClient, string, error) {
 	if cc.NArg() != 1 {
 		return nil, "", usageError{fmt.Sprintf("%s takes one task id", cc.Command.Name)}
 	}
 	api, err := newAPIClient(cc)
-	return api, "/v1/tasks/" + url.PathEscape(cc.Args().First()), err
+	return api, cc.Args().First(), err
 }
+
+// taskPath is the API's path of task id.
+func taskPath(id string) string { return "/v1/tasks/" + url.PathEscape(id) }
 
 // task shows one task; with --follow it prints each new transition until
 // the task ends, and exits 5 when it fails.
 func (c *client) task(cc *cli.Context) error {
-	api, path, err := taskAPI(cc)
+	api, id, err := taskAPI(cc)
 	if err != nil {
 		return err
 	}
 	if cc.Bool("follow") {
-		return c.follow(cc.Context, api, path, cc.Bool("json"))
+		return c.follow(cc.Context, api, id, cc.Bool("json"))
 	}
 	if cc.Bool("json") {
 		var raw json.RawMessage
-		if err := api.call(cc.Context, "GET", path, nil, &raw); err != nil {
+		if err := api.call(cc.Context, "GET", taskPath(id), &raw); err != nil {
 			return err
 		}
 		_, err := c.stdout.Write(raw)
 		return err
 	}
-	_, err = c.printTask(cc.Context, api, path)
+	_, err = c.printTask(cc.Context, api, id)
 	return err
 }
 
@@ -128,27 +134,21 @@ func (c *client) task(cc *cli.Context) error {
 // JSON form, stored bytes and all, and folded here by replay, as
 // pegasus-replay --server does, so both CLIs print the same text for the
 // same task. It returns the task it printed.
-func (c *client) printTask(ctx context.Context, api *apiClient, path string) (fsm.Task, error) {
-	var cur struct {
-		ID     string `json:"task_id"`
-		Queued bool   `json:"queued"`
-	}
-	if err := api.call(ctx, "GET", path, nil, &cur); err != nil {
-		return fsm.Task{}, err
+func (c *client) printTask(ctx context.Context, api *apiClient, id string) (fsm.Task, error) {
+	cur, err := api.Get(ctx, id)
+	if err != nil {
+		return fsm.Task{}, api.cliError(ctx, err)
 	}
 	var evs []eventlog.Event
 	for {
-		var page struct {
-			Events []json.RawMessage `json:"events"`
+		page, err := api.TaskEvents(ctx, cur.TaskID, uint64(len(evs)), 10000)
+		if err != nil {
+			return fsm.Task{}, api.cliError(ctx, err)
 		}
-		q := url.Values{"after_version": {fmt.Sprint(len(evs))}, "limit": {"10000"}}
-		if err := api.call(ctx, "GET", path+"/events?"+q.Encode(), nil, &page); err != nil {
-			return fsm.Task{}, err
-		}
-		for _, raw := range page.Events {
-			ev, err := replay.ParseEvent(raw)
+		for _, e := range page.Events {
+			ev, err := replay.ParseEventJSON(replay.EventJSON(e))
 			if err != nil {
-				return fsm.Task{}, fmt.Errorf("task %s: %w", cur.ID, err)
+				return fsm.Task{}, fmt.Errorf("task %s: %w", cur.TaskID, err)
 			}
 			evs = append(evs, ev)
 		}
@@ -160,9 +160,9 @@ func (c *client) printTask(ctx context.Context, api *apiClient, path string) (fs
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	t, err := replay.StateAt(ctx, mem, cur.ID, replay.Bound{})
+	t, err := replay.StateAt(ctx, mem, cur.TaskID, replay.Bound{})
 	if err != nil {
-		return fsm.Task{}, fmt.Errorf("task %s: %w", cur.ID, err)
+		return fsm.Task{}, fmt.Errorf("task %s: %w", cur.TaskID, err)
 	}
 	fmt.Fprint(c.stdout, fsm.Describe(t))
 	if cur.Queued {
@@ -181,18 +181,16 @@ func (c *client) printTransition(h fsm.Transition) {
 // listens to the task's events on the event stream), until the task
 // completes (exit 0) or fails (exit 5). A question is printed and
 // following goes on: someone may answer it with reply.
-func (c *client) follow(ctx context.Context, api *apiClient, path string, asJSON bool) error {
+func (c *client) follow(ctx context.Context, api *apiClient, id string, asJSON bool) error {
 	// The head first, then the task: whatever comes after the head is on
 	// the stream, whatever came before is in the task.
-	var head struct {
-		Head uint64 `json:"head"`
-	}
-	if err := api.call(ctx, "GET", "/v1/events?limit=1", nil, &head); err != nil {
-		return err
+	head, err := api.Events(ctx, 0, 1)
+	if err != nil {
+		return api.cliError(ctx, err)
 	}
 	printed, showResult := 0, false
 	if !asJSON {
-		shown, err := c.printTask(ctx, api, path)
+		shown, err := c.printTask(ctx, api, id)
 		if err != nil {
 			return err
 		}
@@ -200,31 +198,31 @@ func (c *client) follow(ctx context.Context, api *apiClient, path string, asJSON
 		// printed it already for one that had).
 		printed, showResult = len(shown.History), shown.State != fsm.StateCompleted
 	}
-	var t taskJSON
-	if err := api.call(ctx, "GET", path, nil, &t); err != nil {
-		return err
+	t, err := api.Get(ctx, id)
+	if err != nil {
+		return api.cliError(ctx, err)
 	}
 	asked := ""
 	// show prints what is new in t and says whether following is over.
-	show := func(t taskJSON) (bool, error) {
+	show := func(t papi.Task) (bool, error) {
 		for ; printed < len(t.History); printed++ {
 			if asJSON {
 				if err := json.NewEncoder(c.stdout).Encode(t.History[printed]); err != nil {
 					return true, err
 				}
 			} else {
-				c.printTransition(t.History[printed])
+				c.printTransition(transition(t.History[printed]))
 			}
 		}
 		switch t.State {
-		case fsm.StateCompleted:
+		case papi.StateCompleted:
 			if showResult {
 				fmt.Fprintf(c.stdout, "result: %s\n", t.Result)
 			}
 			return true, nil
-		case fsm.StateFailed:
+		case papi.StateFailed:
 			return true, cliconv.Kind(cliconv.ErrTaskFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error))
-		case fsm.StateSuspended:
+		case papi.StateSuspended:
 			if t.Question != asked {
 				fmt.Fprintf(c.stderr, "task %s asks: %s (answer with: pegasusd reply %s \"...\")\n", t.TaskID, t.Question, t.TaskID)
 			}
@@ -235,45 +233,47 @@ func (c *client) follow(ctx context.Context, api *apiClient, path string, asJSON
 	if done, err := show(t); done {
 		return err
 	}
-	q := url.Values{"after_seq": {fmt.Sprint(head.Head)}, "stream": {t.TaskID}}
-	body, err := api.stream(ctx, "/v1/events/stream?"+q.Encode())
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	errDone := errors.New("done")
-	err = cliconv.ReadSSE(ctx, body, replay.MaxExportLine, func(cliconv.SSEEvent) error {
-		var t taskJSON
-		if err := api.call(ctx, "GET", path, nil, &t); err != nil {
+	sub := api.Subscribe(pclient.StreamOptions{AfterSeq: head.Head, Stream: t.TaskID})
+	defer sub.Close()
+	for {
+		_, err := sub.Next(ctx)
+		var e *pclient.Error
+		switch {
+		case err == pclient.ErrStreamEnded:
+			return fmt.Errorf("the daemon closed the event stream (is it stopping?)")
+		case errors.As(err, &e):
+			return fmt.Errorf("the daemon answered %d %s to the event stream", e.Status, http.StatusText(e.Status))
+		case errors.Is(err, pclient.ErrUnreachable):
+			return cliconv.Kind(cliconv.ErrUnavailable, fmt.Errorf("cannot reach the daemon at %s: %w", api.BaseURL(), err))
+		case err != nil:
 			return err
 		}
-		done, err := show(t)
-		if done && err == nil {
-			return errDone
+		t, err := api.Get(ctx, id)
+		if err != nil {
+			return api.cliError(ctx, err)
 		}
-		return err
-	})
-	switch {
-	case errors.Is(err, errDone):
-		return nil
-	case err == nil:
-		return fmt.Errorf("the daemon closed the event stream (is it stopping?)")
+		if done, err := show(t); done {
+			return err
+		}
 	}
-	return err
+}
+
+// transition is a transition of the API as the machine records it.
+func transition(h papi.Transition) fsm.Transition {
+	id, _ := ulid.ParseStrict(h.EventID)
+	return fsm.Transition{From: fsm.State(h.From), To: fsm.State(h.To), Event: fsm.EventType(h.Event), EventID: id, Timestamp: h.Timestamp}
 }
 
 // events prints a task's events in order: sequence, time (UTC), type and
 // the one-line summary of its body.
 func (c *client) events(cc *cli.Context) error {
-	api, path, err := taskAPI(cc)
+	api, id, err := taskAPI(cc)
 	if err != nil {
 		return err
 	}
-	var page struct {
-		Events []replay.EventJSON `json:"events"`
-	}
+	var page papi.TaskEvents
 	var raw json.RawMessage
-	if err := api.call(cc.Context, "GET", path+"/events", nil, &raw); err != nil {
+	if err := api.call(cc.Context, "GET", taskPath(id)+"/events", &raw); err != nil {
 		return err
 	}
 	if cc.Bool("json") {
@@ -295,17 +295,16 @@ func (c *client) events(cc *cli.Context) error {
 // an optional reason, then the task's new state.
 func (c *client) command(name string) cli.ActionFunc {
 	return func(cc *cli.Context) error {
-		api, path, err := taskAPI(cc)
+		api, id, err := taskAPI(cc)
 		if err != nil {
 			return err
 		}
-		var body any
-		if r := cc.String("reason"); r != "" {
-			body = map[string]string{"reason": r}
-		}
-		var t taskJSON
-		if err := api.call(cc.Context, "POST", path+"/"+name, body, &t); err != nil {
-			return fmt.Errorf("%s %s: %w", name, cc.Args().First(), err)
+		do := map[string]func(context.Context, string, string) (papi.Task, error){
+			"suspend": api.Suspend, "resume": api.Resume, "cancel": api.Cancel,
+		}[name]
+		t, err := do(cc.Context, id, cc.String("reason"))
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", name, cc.Args().First(), api.cliError(cc.Context, err))
 		}
 		if cc.Bool("json") {
 			return c.printJSON(t)

@@ -27,12 +27,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/client"
 )
 
 // Config is one run. Each field's comment ends with its default.
@@ -98,7 +100,8 @@ type Result struct {
 
 type run struct {
 	cfg Config
-	c   *client
+	cs  *clients
+	c   *client.Client // the tasks' creator, agent "client"
 
 	mu   sync.Mutex
 	lat  []time.Duration
@@ -113,27 +116,31 @@ type run struct {
 // request the daemon refuses, or when ctx ends before every task is done.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	cfg = cfg.withDefaults()
-	r := &run{cfg: cfg, done: make(chan struct{}), c: newClient(cfg, cfg.Clients+cfg.Workers)}
-	defer r.c.close()
+	r := &run{cfg: cfg, done: make(chan struct{}), cs: newClients(cfg, cfg.Clients+cfg.Workers)}
+	defer r.cs.close()
 	var err error
+	if r.c, err = r.cs.as("client"); err != nil {
+		return Result{}, err
+	}
 	if r.want, err = cfg.want(); err != nil {
 		return Result{}, err
 	}
 	r.lat = make([]time.Duration, 0, r.want)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	ids := make([]string, cfg.Workers)
-	for i := range ids {
-		ids[i] = cfg.Prefix + strconv.Itoa(i)
-		body := fmt.Sprintf(`{"max_tasks":%d}`, cfg.MaxTasks)
-		if _, err := r.c.do(ctx, "PUT", "/api/v1/agents/"+ids[i], ids[i], body, http.StatusOK); err != nil {
+	workers := make([]*client.Client, cfg.Workers)
+	for i := range workers {
+		if workers[i], err = r.cs.as(cfg.Prefix + strconv.Itoa(i)); err != nil {
+			return Result{}, err
+		}
+		if _, err := workers[i].Register(ctx, nil, cfg.MaxTasks); err != nil {
 			return Result{}, err
 		}
 	}
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for _, w := range workers {
 		wg.Go(func() {
-			if err := r.work(ctx, id); err != nil && ctx.Err() == nil {
+			if err := r.work(ctx, w); err != nil && ctx.Err() == nil {
 				cancel(err)
 			}
 		})
@@ -168,31 +175,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 // create creates one no-op task whose latency counts from t0.
 func (r *run) create(ctx context.Context, t0 time.Time) error {
-	body := fmt.Sprintf(`{"title":"noop","metadata":{"t0":"%d"}}`, t0.UnixNano())
-	_, err := r.c.do(ctx, "POST", "/api/v1/tasks", "client", body, http.StatusCreated)
+	_, err := r.c.CreateDispatch(ctx, api.CreateDispatch{Title: "noop", Metadata: map[string]string{"t0": strconv.FormatInt(t0.UnixNano(), 10)}})
 	return err
 }
 
 // work is one worker: long-poll for its assignments, complete each with
 // one request, until ctx ends.
-func (r *run) work(ctx context.Context, id string) error {
+func (r *run) work(ctx context.Context, w *client.Client) error {
 	for ctx.Err() == nil {
-		data, err := r.c.do(ctx, "GET", "/api/v1/tasks?agent="+id+"&status=assigned&wait=1s", id, "", http.StatusOK)
+		tasks, err := w.Poll(ctx, time.Second)
 		if err != nil {
 			return err
 		}
-		var page struct {
-			Tasks []struct {
-				TaskID     string            `json:"task_id"`
-				Metadata   map[string]string `json:"metadata"`
-				AssignedAt time.Time         `json:"assigned_at"`
-			} `json:"tasks"`
-		}
-		if err := json.Unmarshal(data, &page); err != nil {
-			return fmt.Errorf("brokerbench: long poll: %w", err)
-		}
-		for _, t := range page.Tasks {
-			if _, err := r.c.do(ctx, "POST", "/api/v1/tasks/"+t.TaskID+"/complete", id, `{"result":{}}`, http.StatusOK); err != nil {
+		for _, t := range tasks {
+			if _, err := w.Complete(ctx, t.TaskID, json.RawMessage(`{}`)); err != nil {
 				return err
 			}
 			now := time.Now()

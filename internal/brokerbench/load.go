@@ -1,23 +1,19 @@
 package brokerbench
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/client"
 )
 
 // What both workloads share: the two shapes of offered load, the HTTP
 // client and the figures.
-
-// errStatus is an unexpected HTTP answer.
-var errStatus = errors.New("brokerbench: unexpected status")
 
 // want is how many tasks a run creates: Tasks in the closed loop, Rate x
 // Duration in the open loop.
@@ -119,52 +115,24 @@ func openLoop(ctx context.Context, start time.Time, rate float64, n int64, creat
 	}
 }
 
-// client sends a workload's requests to the daemon.
-type client struct {
-	url, token string
-	http       *http.Client
+// clients are the workload's clients of the daemon, one per X-Agent-ID,
+// over one pool of connections. They do not retry: a refused or failed
+// request fails the run, and a create sends no Idempotency-Key (which
+// would cost the daemon one more synced write per task).
+type clients struct {
+	cfg  Config
+	http *http.Client
 }
 
-// newClient keeps enough idle connections for conns concurrent requests
+// newClients keeps enough idle connections for conns concurrent requests
 // and more, so that no request opens a connection after the first ones.
-func newClient(cfg Config, conns int) *client {
-	return &client{url: cfg.URL, token: cfg.Token,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns + 64}}}
+func newClients(cfg Config, conns int) *clients {
+	return &clients{cfg: cfg, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns + 64}}}
 }
 
-func (c *client) close() { c.http.CloseIdleConnections() }
-
-// do sends one request (as agent, when not empty: the broker's
-// X-Agent-ID) and returns the body of an answer with status want.
-func (c *client) do(ctx context.Context, method, path, agent, body string, want int) ([]byte, error) {
-	var rd io.Reader
-	if body != "" {
-		rd = bytes.NewBufferString(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if agent != "" {
-		req.Header.Set("X-Agent-ID", agent)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != want {
-		return nil, fmt.Errorf("%w: %s %s: %d %s", errStatus, method, path, resp.StatusCode, bytes.TrimSpace(data))
-	}
-	return data, nil
+// as returns the client whose X-Agent-ID is agent.
+func (cs *clients) as(agent string) (*client.Client, error) {
+	return client.New(cs.cfg.URL, &client.Options{Token: cs.cfg.Token, AgentID: agent, HTTPClient: cs.http, MaxAttempts: 1})
 }
+
+func (cs *clients) close() { cs.http.CloseIdleConnections() }

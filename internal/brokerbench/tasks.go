@@ -1,15 +1,13 @@
 package brokerbench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/client"
 )
 
 // The agent's workload (issue 15): clients create no-op tasks with POST
@@ -44,17 +42,16 @@ const statsEvery = 5 * time.Millisecond
 // finished is the count of tasks the daemon's stats show finished.
 type finished struct{ completed, failed int64 }
 
-func (c *client) finished(ctx context.Context) (finished, uint64, error) {
-	data, err := c.do(ctx, "GET", "/v1/stats", "", "", http.StatusOK)
-	if err != nil {
-		return finished{}, 0, err
-	}
+// agent is the agent's workload's client of the daemon.
+type agent struct{ c *client.Client }
+
+func (a agent) finished(ctx context.Context) (finished, uint64, error) {
 	var st struct {
 		Tasks struct{ Completed, Failed int64 }
 		Log   struct{ Head uint64 }
 	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return finished{}, 0, fmt.Errorf("brokerbench: /v1/stats: %w", err)
+	if err := a.c.Do(ctx, "GET", "/v1/stats", nil, nil, &st); err != nil {
+		return finished{}, 0, err
 	}
 	return finished{st.Tasks.Completed, st.Tasks.Failed}, st.Log.Head, nil
 }
@@ -69,8 +66,13 @@ func RunTasks(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	c := newClient(cfg, cfg.Clients)
-	defer c.close()
+	cs := newClients(cfg, cfg.Clients)
+	defer cs.close()
+	cl, err := cs.as("client")
+	if err != nil {
+		return Result{}, err
+	}
+	c := agent{cl}
 	base, head, err := c.finished(ctx)
 	if err != nil {
 		return Result{}, err
@@ -117,28 +119,19 @@ func RunTasks(ctx context.Context, cfg Config) (Result, error) {
 	return newResult(want, last.Sub(start), cfg.Rate, lat), nil
 }
 
-func (c *client) create(ctx context.Context, _ time.Time) error {
-	_, err := c.createTask(ctx)
+func (a agent) create(ctx context.Context, _ time.Time) error {
+	_, err := a.createTask(ctx)
 	return err
 }
 
-func (c *client) createTask(ctx context.Context) (string, error) {
-	data, err := c.do(ctx, "POST", "/v1/tasks", "", `{"input":"`+TasksInput+`"}`, http.StatusCreated)
-	if err != nil {
-		return "", err
-	}
-	var created struct {
-		TaskID string `json:"task_id"`
-	}
-	if err := json.Unmarshal(data, &created); err != nil {
-		return "", fmt.Errorf("brokerbench: POST /v1/tasks: %w", err)
-	}
-	return created.TaskID, nil
+func (a agent) createTask(ctx context.Context) (string, error) {
+	created, err := a.c.Submit(ctx, api.CreateTask{Input: TasksInput})
+	return created.TaskID, err
 }
 
 // waitFinished polls the stats until n tasks more than base are finished
 // and returns the time it saw them.
-func (c *client) waitFinished(ctx context.Context, base finished, n int64) (time.Time, error) {
+func (a agent) waitFinished(ctx context.Context, base finished, n int64) (time.Time, error) {
 	tick := time.NewTicker(statsEvery)
 	defer tick.Stop()
 	for {
@@ -147,7 +140,7 @@ func (c *client) waitFinished(ctx context.Context, base finished, n int64) (time
 			return time.Time{}, fmt.Errorf("brokerbench: waiting for %d tasks to finish: %w", n, context.Cause(ctx))
 		case <-tick.C:
 		}
-		f, _, err := c.finished(ctx)
+		f, _, err := a.finished(ctx)
 		if err != nil {
 			return time.Time{}, err
 		}
@@ -163,7 +156,7 @@ func (c *client) waitFinished(ctx context.Context, base finished, n int64) (time
 // watcher follows the event stream and matches each TASK_COMPLETED with
 // the time its task was due to be created.
 type watcher struct {
-	body  interface{ Close() error }
+	stop  context.CancelFunc
 	mu    sync.Mutex
 	due   map[string]time.Time // created, not yet seen completed
 	done  map[string]time.Time // seen completed, not yet known created
@@ -174,25 +167,13 @@ type watcher struct {
 }
 
 // watch starts following the event stream after seq.
-func (c *client) watch(ctx context.Context, after uint64) (*watcher, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", c.url+"/v1/events/stream?after_seq="+strconv.FormatUint(after, 10), nil)
-	if err != nil {
-		return nil, err
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("%w: GET /v1/events/stream: %d", errStatus, resp.StatusCode)
-	}
-	w := &watcher{body: resp.Body, due: map[string]time.Time{}, done: map[string]time.Time{}, event: make(chan struct{}, 1)}
+func (a agent) watch(ctx context.Context, after uint64) (*watcher, error) {
+	sub := a.c.Subscribe(client.StreamOptions{AfterSeq: after})
+	ctx, stop := context.WithCancel(ctx)
+	w := &watcher{stop: stop, due: map[string]time.Time{}, done: map[string]time.Time{}, event: make(chan struct{}, 1)}
 	go func() {
-		err := w.read(bufio.NewReaderSize(resp.Body, 64<<10))
+		defer sub.Close()
+		err := w.read(ctx, sub)
 		w.mu.Lock()
 		w.fail = fmt.Errorf("brokerbench: the event stream ended: %w", err)
 		w.mu.Unlock()
@@ -201,7 +182,7 @@ func (c *client) watch(ctx context.Context, after uint64) (*watcher, error) {
 	return w, nil
 }
 
-func (w *watcher) close() { w.body.Close() }
+func (w *watcher) close() { w.stop() }
 
 func (w *watcher) wake() {
 	select {
@@ -210,30 +191,18 @@ func (w *watcher) wake() {
 	}
 }
 
-// read parses the stream: an "event:" line names the type, the "data:"
-// line that follows holds the event's JSON form.
-func (w *watcher) read(rd *bufio.Reader) error {
-	var typ string
+// read matches the completions of the stream until it fails.
+func (w *watcher) read(ctx context.Context, sub *client.Subscription) error {
 	for {
-		line, err := rd.ReadString('\n')
+		ev, err := sub.Next(ctx)
 		if err != nil {
 			return err
 		}
-		line = strings.TrimRight(line, "\n")
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			typ = line[len("event: "):]
-		case strings.HasPrefix(line, "data: ") && (typ == "TASK_COMPLETED" || typ == "TASK_FAILED"):
-			now := time.Now()
-			var ev struct {
-				Stream string `json:"stream"`
-			}
-			if err := json.Unmarshal([]byte(line[len("data: "):]), &ev); err != nil {
-				return err
-			}
-			if typ == "TASK_FAILED" {
-				return fmt.Errorf("task %s failed", ev.Stream)
-			}
+		now := time.Now()
+		switch ev.Type {
+		case "TASK_FAILED":
+			return fmt.Errorf("task %s failed", ev.Stream)
+		case "TASK_COMPLETED":
 			w.mu.Lock()
 			if t0, ok := w.due[ev.Stream]; ok {
 				delete(w.due, ev.Stream)
@@ -242,8 +211,6 @@ func (w *watcher) read(rd *bufio.Reader) error {
 				w.done[ev.Stream] = now
 			}
 			w.mu.Unlock()
-		case line == "":
-			typ = ""
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package cliconv
+package sse
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"testing/iotest"
 )
 
-// TestReadSSELineEnds: the three line ends of the specification give the
+// TestReadLineEnds: the three line ends of the specification give the
 // same events, also when a "\r\n" is cut between two reads.
-func TestReadSSELineEnds(t *testing.T) {
+func TestReadLineEnds(t *testing.T) {
 	const stream = "id: 1\nevent: e\ndata: a\ndata: b\n\n: keep-alive\n\nid: 2\ndata: c\n\n"
 	want := "1 e a\nb|2  c|"
 	for _, eol := range []string{"\n", "\r\n", "\r"} {
@@ -21,7 +21,7 @@ func TestReadSSELineEnds(t *testing.T) {
 			"byte by byte": iotest.OneByteReader(strings.NewReader(in)),
 		} {
 			var got strings.Builder
-			err := ReadSSE(context.Background(), r, 1<<20, func(e SSEEvent) error {
+			err := Read(context.Background(), r, 1<<20, func(e Event) error {
 				fmt.Fprintf(&got, "%s %s %s|", e.ID, e.Event, e.Data)
 				return nil
 			})
