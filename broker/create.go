@@ -182,10 +182,13 @@ func splitMetadata(in map[string]json.RawMessage, update bool) (map[string]strin
 		}
 		var s string
 		switch {
-		case json.Unmarshal(compact.Bytes(), &s) == nil:
+		case compact.String() == "null":
+			if out[k] = ""; !update {
+				out[k] = "null"
+				keys = append(keys, k)
+			}
+		case compact.Bytes()[0] == '"' && json.Unmarshal(compact.Bytes(), &s) == nil:
 			out[k] = s
-		case update && compact.String() == "null":
-			out[k] = ""
 		default:
 			out[k] = compact.String()
 			keys = append(keys, k)
@@ -210,8 +213,11 @@ func TaskMetadata(t *fsm.Task) map[string]json.RawMessage {
 			out[k] = json.RawMessage(v)
 			continue
 		}
-		s, _ := json.Marshal(v)
-		out[k] = s
+		var s bytes.Buffer
+		enc := json.NewEncoder(&s)
+		enc.SetEscapeHTML(false) // as given: "<b>", not "\u003cb\u003e"
+		_ = enc.Encode(v)        // a string always encodes
+		out[k] = bytes.TrimSuffix(s.Bytes(), []byte("\n"))
 	}
 	return out
 }
