@@ -225,7 +225,7 @@ func TaskMetadata(t *fsm.Task) map[string]json.RawMessage {
 // TaskError is why t's last attempt ended without a result, in words: the
 // worker's error, or, for an attempt that timed out, which deadline passed
 // (the worker reported no error, so the task's error field would say
-// nothing). "" for a task that has not failed nor timed out.
+// nothing). "" for a task whose attempt has not failed nor timed out.
 func TaskError(t *fsm.Task) string {
 	d := t.Dispatch
 	switch {
@@ -233,7 +233,7 @@ func TaskError(t *fsm.Task) string {
 		return ""
 	case d.Error != "":
 		return d.Error
-	case t.State != fsm.StateTimedOut:
+	case d.TimeoutReason == "": // set by a time-out, cleared by the next attempt
 		return ""
 	case d.TimeoutReason == fsm.TimeoutHeartbeat:
 		return fmt.Sprintf("timed out: no report from %s within heartbeat_seconds=%d", orNobody(d.AssignedAgent), d.HeartbeatSeconds)

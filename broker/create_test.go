@@ -201,7 +201,7 @@ func TestTaskError(t *testing.T) {
 		{"deadline", func(t *fsm.Task) { t.Dispatch.TimeoutReason = fsm.TimeoutDeadline }, "timed out: no outcome from worker w1 within timeout_seconds=300"},
 		{"heartbeat", func(t *fsm.Task) { t.Dispatch.TimeoutReason = fsm.TimeoutHeartbeat }, "timed out: no report from worker w1 within heartbeat_seconds=20"},
 		{"failed", func(t *fsm.Task) { t.State, t.Dispatch.Error = fsm.StateFailed, "disk full" }, "disk full"},
-		{"pending", func(t *fsm.Task) { t.State = fsm.StatePending }, ""},
+		{"pending again", func(t *fsm.Task) { t.State, t.Dispatch.TimeoutReason = fsm.StatePending, "" }, ""},
 		{"not a broker task", func(t *fsm.Task) { t.Dispatch = nil }, ""},
 	} {
 		task := base
