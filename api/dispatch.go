@@ -19,37 +19,41 @@ const (
 // DispatchTask is a broker task as /api/v1 shows it: the seed's
 // swarm_tasks columns, plus dead letters and the extensions.
 type DispatchTask struct {
-	TaskID               string            `json:"task_id"`
-	Title                string            `json:"title"`
-	Description          string            `json:"description"`
-	Owner                string            `json:"owner"`
-	RequiredCapabilities []string          `json:"required_capabilities"`
-	Status               string            `json:"status"`
-	AssignedAgent        string            `json:"assigned_agent"`
-	CreatedAt            time.Time         `json:"created_at"`
-	AssignedAt           time.Time         `json:"assigned_at,omitzero"`
-	StartedAt            time.Time         `json:"started_at,omitzero"`
-	CompletedAt          time.Time         `json:"completed_at,omitzero"`
-	UpdatedAt            time.Time         `json:"updated_at"`
-	Result               json.RawMessage   `json:"result"` // the worker's result, null until completed
-	Error                string            `json:"error"`
-	RetryCount           int               `json:"retry_count"`
-	MaxRetries           int               `json:"max_retries"`
-	RetryEligible        bool              `json:"retry_eligible"`
-	TimeoutSeconds       int               `json:"timeout_seconds"`
-	Priority             int               `json:"priority"` // higher first
-	Source               string            `json:"source"`
-	ParentTaskID         string            `json:"parent_task_id"`
-	Metadata             map[string]string `json:"metadata"`
-	DeadLettered         bool              `json:"dead_lettered"`
-	DeadLetterReason     string            `json:"dead_letter_reason,omitempty"`
-	RunAt                time.Time         `json:"run_at,omitzero"`
-	HeartbeatSeconds     int               `json:"heartbeat_seconds"` // 0: no heartbeat deadline
-	RetryBackoffSeconds  int               `json:"retry_backoff_seconds"`
-	Deadline             time.Time         `json:"deadline,omitzero"` // when it times out unless a report comes
-	Progress             string            `json:"progress,omitempty"`
-	Version              uint64            `json:"version"`
-	Children             []string          `json:"children,omitempty"` // GET /api/v1/tasks/{id} only
+	TaskID               string          `json:"task_id"`
+	Title                string          `json:"title"`
+	Description          string          `json:"description"`
+	Owner                string          `json:"owner"`
+	RequiredCapabilities []string        `json:"required_capabilities"`
+	Status               string          `json:"status"`
+	AssignedAgent        string          `json:"assigned_agent"`
+	CreatedAt            time.Time       `json:"created_at"`
+	AssignedAt           time.Time       `json:"assigned_at,omitzero"`
+	StartedAt            time.Time       `json:"started_at,omitzero"`
+	CompletedAt          time.Time       `json:"completed_at,omitzero"`
+	UpdatedAt            time.Time       `json:"updated_at"`
+	Result               json.RawMessage `json:"result"` // the worker's result, null until completed
+	Error                string          `json:"error"`
+	RetryCount           int             `json:"retry_count"`
+	MaxRetries           int             `json:"max_retries"`
+	RetryEligible        bool            `json:"retry_eligible"`
+	TimeoutSeconds       int             `json:"timeout_seconds"`
+	Priority             int             `json:"priority"` // higher first
+	Source               string          `json:"source"`
+	ParentTaskID         string          `json:"parent_task_id"`
+	// Metadata is any JSON value per key, as it was given.
+	Metadata         map[string]json.RawMessage `json:"metadata"`
+	DeadLettered     bool                       `json:"dead_lettered"`
+	DeadLetterReason string                     `json:"dead_letter_reason,omitempty"`
+	// TimeoutReason says why the last deadline passed (heartbeat or
+	// timeout), for a task that timed out.
+	TimeoutReason       string    `json:"timeout_reason,omitempty"`
+	RunAt               time.Time `json:"run_at,omitzero"`
+	HeartbeatSeconds    int       `json:"heartbeat_seconds"` // 0: no heartbeat deadline
+	RetryBackoffSeconds int       `json:"retry_backoff_seconds"`
+	Deadline            time.Time `json:"deadline,omitzero"` // when it times out unless a report comes
+	Progress            string    `json:"progress,omitempty"`
+	Version             uint64    `json:"version"`
+	Children            []string  `json:"children,omitempty"` // GET /api/v1/tasks/{id} only
 }
 
 // CreateDispatch is the body of POST /api/v1/tasks. Only Title is
@@ -57,21 +61,21 @@ type DispatchTask struct {
 // timeout_seconds 300, priority 0, source "agent", owner the caller's
 // X-Agent-ID. Give RunAt or DelaySeconds, not both.
 type CreateDispatch struct {
-	Title                string            `json:"title"`
-	Description          string            `json:"description,omitempty"`
-	Owner                string            `json:"owner,omitempty"`
-	RequiredCapabilities []string          `json:"required_capabilities,omitempty"`
-	Priority             int               `json:"priority,omitempty"`
-	TimeoutSeconds       int               `json:"timeout_seconds,omitempty"`
-	MaxRetries           *int              `json:"max_retries,omitempty"`
-	RetryEligible        *bool             `json:"retry_eligible,omitempty"`
-	Source               string            `json:"source,omitempty"`
-	ParentTaskID         string            `json:"parent_task_id,omitempty"`
-	Metadata             map[string]string `json:"metadata,omitempty"`
-	RunAt                time.Time         `json:"run_at,omitzero"`
-	DelaySeconds         int               `json:"delay_seconds,omitempty"`
-	HeartbeatSeconds     int               `json:"heartbeat_seconds,omitempty"`
-	RetryBackoffSeconds  int               `json:"retry_backoff_seconds,omitempty"`
+	Title                string                     `json:"title"`
+	Description          string                     `json:"description,omitempty"`
+	Owner                string                     `json:"owner,omitempty"`
+	RequiredCapabilities []string                   `json:"required_capabilities,omitempty"`
+	Priority             int                        `json:"priority,omitempty"`
+	TimeoutSeconds       int                        `json:"timeout_seconds,omitempty"`
+	MaxRetries           *int                       `json:"max_retries,omitempty"`
+	RetryEligible        *bool                      `json:"retry_eligible,omitempty"`
+	Source               string                     `json:"source,omitempty"`
+	ParentTaskID         string                     `json:"parent_task_id,omitempty"`
+	Metadata             map[string]json.RawMessage `json:"metadata,omitempty"` // any JSON value per key
+	RunAt                time.Time                  `json:"run_at,omitzero"`
+	DelaySeconds         int                        `json:"delay_seconds,omitempty"`
+	HeartbeatSeconds     int                        `json:"heartbeat_seconds,omitempty"`
+	RetryBackoffSeconds  int                        `json:"retry_backoff_seconds,omitempty"`
 }
 
 // DispatchPage is a page of GET /api/v1/tasks, oldest id first;
@@ -84,7 +88,7 @@ type DispatchPage struct {
 // UpdateDispatch is the body of PATCH /api/v1/tasks/{id}: metadata to
 // merge.
 type UpdateDispatch struct {
-	Metadata map[string]string `json:"metadata"`
+	Metadata map[string]json.RawMessage `json:"metadata"` // null or "" deletes a key
 }
 
 // Report is the body of a worker's POST /api/v1/tasks/{id}/progress
@@ -164,4 +168,26 @@ type RequeueMatching struct {
 // Requeued is the answer to POST /api/v1/dlq/requeue.
 type Requeued struct {
 	Requeued int `json:"requeued"`
+}
+
+// MetadataText returns the metadata value of key as text: a JSON string's
+// value, any other JSON value's text, "" when the key is absent.
+func (t *DispatchTask) MetadataText(key string) string { return metadataText(t.Metadata[key]) }
+
+func metadataText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+// StringMetadata is metadata whose values are all strings, for a
+// CreateDispatch or an UpdateDispatch.
+func StringMetadata(m map[string]string) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(m))
+	for k, v := range m {
+		out[k], _ = json.Marshal(v)
+	}
+	return out
 }

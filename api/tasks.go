@@ -59,6 +59,10 @@ type Task struct {
 	Error     string            `json:"error,omitempty"`
 	Question  string            `json:"question,omitempty"` // suspended: the model's question, or the suspend reason
 	Metadata  map[string]string `json:"metadata,omitempty"`
+	// TimeoutReason and DeadLetterReason are a broker task's, shown in
+	// the agent's API too (dispatch.task).
+	TimeoutReason    string `json:"timeout_reason,omitempty"`
+	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
 	// Context is the task's whole context (conversation, actions,
 	// reflection; fsm.Context), only on GET /v1/tasks/{id}.
 	Context json.RawMessage `json:"context,omitempty"`

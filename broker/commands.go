@@ -1,14 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -79,46 +79,6 @@ func (b *Broker) wake() {
 	}
 }
 
-// Create appends DISPATCH_CREATED for a new task with id (zero: a new one;
-// the same id again, with the same body, answers the first task: the
-// Idempotency-Key path) and returns the task as folded. body holds
-// resolved values (fsm.DispatchDefaults); a parent must exist.
-func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody) (fsm.Task, error) {
-	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
-		return fsm.Task{}, fmt.Errorf("%w: %s", ErrInvalid, bad)
-	}
-	if body.ParentTaskID != "" {
-		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
-			return fsm.Task{}, fmt.Errorf("%w: parent_task_id %q: no such task", ErrInvalid, body.ParentTaskID)
-		}
-	}
-	if id == (ulid.ULID{}) {
-		id = b.newID()
-	}
-	data, err := fsm.Encode(&body)
-	if err != nil {
-		return fsm.Task{}, err
-	}
-	ev := eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: b.opts.Now(), Schema: fsm.SchemaVersion, Body: data}
-	res, err := b.app.Append(ctx, id.String(), eventlog.NoStream, ev)
-	if errors.Is(err, eventlog.ErrConflict) {
-		// The same id again (an Idempotency-Key retry whose first append
-		// is stored): the log already answered identical content above,
-		// so a conflict means the stream exists: return it.
-		if t, terr := b.tasks.Task(id.String()); terr == nil {
-			return t, nil
-		}
-	}
-	if err != nil {
-		return fsm.Task{}, err
-	}
-	if err := b.synced(ctx, res.LastSeq); err != nil {
-		return fsm.Task{}, err
-	}
-	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once
-	return b.Task(id.String())
-}
-
 // Task returns the dispatch task id as folded.
 func (b *Broker) Task(id string) (fsm.Task, error) {
 	t, err := b.tasks.Task(id)
@@ -172,16 +132,23 @@ func (b *Broker) Tasks() []fsm.Task {
 	return out
 }
 
-// Report is a worker's report on a task: progress (message), complete
-// (result, JSON text) or fail (error, retryEligible). Only the assigned
-// worker may report (ErrNotAssigned otherwise, and nothing is recorded).
-// A report the task already reflects (the same completion or failure from
-// the same worker, sent again), or that repeats the worker's last report
-// on an attempt that is over (sent again after a retry, see
-// repeatedEarlier), is answered like the first: the task, with replayed
-// true. A completion or failure of a task not started yet records
-// DISPATCH_STARTED first, in the same atomic append.
+// Report is a worker's report on a task: progress (rep.Message only),
+// complete (rep.Result, JSON text, compacted here; empty: null) or fail
+// (rep.Error, required; rep.RetryEligible, when set, replaces the task's
+// flag); rep.Kind and rep.AgentID are set from kind and agent. Only the
+// assigned worker may report (ErrNotAssigned otherwise, and nothing is
+// recorded); a report that is not one of the three, or whose body does
+// not fit its kind, is an error wrapping ErrInvalid. A report the task
+// already reflects (the same completion or failure from the same worker,
+// sent again), or that repeats the worker's last report on an attempt
+// that is over (sent again after a retry, see repeatedEarlier), is
+// answered like the first: the task, with replayed true. A completion or
+// failure of a task not started yet records DISPATCH_STARTED first, in
+// the same atomic append.
 func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventType, rep fsm.DispatchReportBody) (t fsm.Task, replayed bool, err error) {
+	if err := checkReport(agent, kind, &rep); err != nil {
+		return fsm.Task{}, false, err
+	}
 	b.Seen(agent)
 	rep.AgentID = agent
 	for attempt := 0; attempt < 3; attempt++ {
@@ -223,6 +190,41 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 	return t, false, err
 }
 
+// checkReport checks a report's body against its kind, before the task is
+// looked at, and compacts a completion's result.
+func checkReport(agent string, kind fsm.EventType, rep *fsm.DispatchReportBody) error {
+	if agent == "" {
+		return fmt.Errorf("%w: a report names its worker", ErrInvalid)
+	}
+	switch kind {
+	case fsm.DispatchCompleted:
+		if rep.Error != "" || rep.RetryEligible != nil {
+			return fmt.Errorf("%w: a completion takes a result and a message, not an error", ErrInvalid)
+		}
+		if rep.Result != "" {
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, []byte(rep.Result)); err != nil {
+				return fmt.Errorf("%w: result: %v", ErrInvalid, err)
+			}
+			rep.Result = compact.String()
+		}
+	case fsm.DispatchFailed:
+		if strings.TrimSpace(rep.Error) == "" {
+			return fmt.Errorf("%w: error is required", ErrInvalid)
+		}
+		if rep.Result != "" {
+			return fmt.Errorf("%w: a failure takes an error, not a result", ErrInvalid)
+		}
+	case fsm.DispatchProgress:
+		if rep.Result != "" || rep.Error != "" || rep.RetryEligible != nil {
+			return fmt.Errorf("%w: progress takes a message only", ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("%w: %s is not a report (progress, complete or fail)", ErrInvalid, kind)
+	}
+	return nil
+}
+
 // repeated reports whether rep, of type kind, is already what t records
 // as its last outcome (a retried HTTP request).
 func repeated(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool {
@@ -239,17 +241,23 @@ func repeated(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool
 	return false
 }
 
-// Update merges metadata into a task, recording who did it.
-func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]string) (fsm.Task, error) {
+// Update merges metadata into a task, recording who did it: any JSON
+// value per key, given back as given (TaskMetadata); null or "" deletes
+// the key, as in a JSON merge patch.
+func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]json.RawMessage) (fsm.Task, error) {
 	if by == "" || len(metadata) == 0 {
 		return fsm.Task{}, fmt.Errorf("%w: an update needs an agent and metadata", ErrInvalid)
+	}
+	meta, metaJSON, err := splitMetadata(metadata, true)
+	if err != nil {
+		return fsm.Task{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		t, err := b.Task(id)
 		if err != nil {
 			return t, err
 		}
-		_, err = b.append(ctx, &t, b.opts.Now(), eventOf(fsm.DispatchUpdated, &fsm.DispatchUpdatedBody{AgentID: by, Metadata: metadata}))
+		_, err = b.append(ctx, &t, b.opts.Now(), eventOf(fsm.DispatchUpdated, &fsm.DispatchUpdatedBody{AgentID: by, Metadata: meta, MetadataJSON: metaJSON}))
 		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
 			continue
 		}

@@ -270,7 +270,8 @@ func TestDispatch(t *testing.T) {
 	if n, err := c.RequeueMatching(ctx, api.DLQFilter{Error: "no such error"}, ""); err != nil || n != 0 {
 		t.Fatalf("RequeueMatching: %d, %v", n, err)
 	}
-	if d, err := c.UpdateDispatch(ctx, ids[0], map[string]string{"checked": "yes"}); err != nil || d.Metadata["checked"] != "yes" {
+	if d, err := c.UpdateDispatch(ctx, ids[0], map[string]json.RawMessage{"checked": json.RawMessage(`"yes"`), "n": json.RawMessage(`5`)}); err != nil ||
+		string(d.Metadata["checked"]) != `"yes"` || string(d.Metadata["n"]) != `5` {
 		t.Fatalf("update: %+v, %v", d, err)
 	}
 	evs, err := c.DispatchEvents(ctx, ids[0])

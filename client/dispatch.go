@@ -73,9 +73,9 @@ func (c *Client) GetDispatch(ctx context.Context, id string) (api.DispatchTask, 
 }
 
 // UpdateDispatch merges metadata into a broker task
-// (PATCH /api/v1/tasks/{id}); merging the same values again changes
-// nothing, so it is retried.
-func (c *Client) UpdateDispatch(ctx context.Context, id string, metadata map[string]string) (api.DispatchTask, error) {
+// (PATCH /api/v1/tasks/{id}): any JSON value per key, null or "" deletes
+// one; merging the same values again changes nothing, so it is retried.
+func (c *Client) UpdateDispatch(ctx context.Context, id string, metadata map[string]json.RawMessage) (api.DispatchTask, error) {
 	var out api.DispatchTask
 	_, err := c.do(ctx, request{method: http.MethodPatch, path: pathf("/api/v1/tasks/%s", id),
 		body: api.UpdateDispatch{Metadata: metadata}, idempotent: true}, &out)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -103,6 +104,10 @@ type Dispatch struct {
 	DeadLetteredAt       time.Time `msgpack:"dead_lettered_at" json:"dead_lettered_at"`
 	Requeues             int       `msgpack:"requeues" json:"requeues,omitempty"`
 	LastAgent            string    `msgpack:"last_agent" json:"last_agent,omitempty"` // who caused the last event
+	// MetadataJSON lists, sorted, the keys of the task's Metadata whose
+	// values are JSON text (a number, an object, ...) rather than a
+	// string; see DispatchCreatedBody.MetadataJSON.
+	MetadataJSON []string `msgpack:"metadata_json" json:"metadata_json,omitempty"`
 }
 
 // ---- Event bodies. Every body names AgentID, the agent that caused the
@@ -129,6 +134,12 @@ type DispatchCreatedBody struct {
 	RunAt                time.Time         `msgpack:"run_at" json:"run_at"`
 	HeartbeatSeconds     int               `msgpack:"heartbeat_seconds" json:"heartbeat_seconds,omitempty"`
 	RetryBackoffSeconds  int               `msgpack:"retry_backoff_seconds" json:"retry_backoff_seconds,omitempty"`
+	// MetadataJSON lists the keys of Metadata whose values are JSON text
+	// (any JSON value but a string: {"n": 5} is recorded as "n" -> "5"
+	// with "n" listed), so that a reader gives each value back as it was
+	// given. Keys not listed hold plain strings, as in every body written
+	// before the field existed.
+	MetadataJSON []string `msgpack:"metadata_json" json:"metadata_json,omitempty"`
 }
 
 // DispatchAssignedBody: pending -(DISPATCH_ASSIGNED)-> assigned to Worker.
@@ -182,10 +193,12 @@ type DispatchRequeuedBody struct {
 }
 
 // DispatchUpdatedBody is a fact in any state: Metadata is merged into the
-// task's (an empty value deletes the key), by AgentID.
+// task's (an empty value deletes the key), by AgentID. MetadataJSON lists
+// the keys whose new values are JSON text, as in DispatchCreatedBody.
 type DispatchUpdatedBody struct {
-	AgentID  string            `msgpack:"agent_id" json:"agent_id"`
-	Metadata map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+	AgentID      string            `msgpack:"agent_id" json:"agent_id"`
+	Metadata     map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
+	MetadataJSON []string          `msgpack:"metadata_json" json:"metadata_json,omitempty"`
 }
 
 func (*DispatchCreatedBody) EventType() EventType      { return DispatchCreated }
@@ -271,6 +284,24 @@ func CheckDispatchCreated(b *DispatchCreatedBody) string {
 	for _, c := range b.RequiredCapabilities {
 		if strings.TrimSpace(c) == "" {
 			return "an empty required capability"
+		}
+	}
+	return checkMetadataJSON(b.Metadata, b.MetadataJSON)
+}
+
+// checkMetadataJSON says what is wrong with a list of JSON-valued
+// metadata keys, or "": each must name a key of m whose value is JSON
+// text, once.
+func checkMetadataJSON(m map[string]string, keys []string) string {
+	for i, k := range keys {
+		v, ok := m[k]
+		switch {
+		case !ok:
+			return sprintf("metadata_json names %q, which metadata does not hold", k)
+		case !json.Valid([]byte(v)):
+			return sprintf("metadata %q: the value is not JSON text", k)
+		case slices.Contains(keys[:i], k):
+			return sprintf("metadata_json names %q twice", k)
 		}
 	}
 	return ""
@@ -501,7 +532,7 @@ func dispatchCreate(n *Task, ev *Event) error {
 			RequiredCapabilities: b.RequiredCapabilities,
 			MaxRetries:           b.MaxRetries, RetryEligible: b.RetryEligible, TimeoutSeconds: b.TimeoutSeconds,
 			HeartbeatSeconds: b.HeartbeatSeconds, RetryBackoffSeconds: b.RetryBackoffSeconds,
-			RunAt: b.RunAt.UTC(), LastAgent: b.AgentID,
+			RunAt: b.RunAt.UTC(), LastAgent: b.AgentID, MetadataJSON: sortedKeys(b.MetadataJSON),
 		},
 	}
 	return nil
@@ -637,9 +668,16 @@ func dispatchStep(n *Task, from State, ev *Event) error {
 		if b.AgentID == "" {
 			return eventErr(from, ev.Type, "no agent: an update records who did it")
 		}
+		if bad := checkMetadataJSON(b.Metadata, b.MetadataJSON); bad != "" {
+			return eventErr(from, ev.Type, "%s", bad)
+		}
 		m := make(map[string]string, len(n.Metadata)+len(b.Metadata))
 		for k, v := range n.Metadata {
 			m[k] = v
+		}
+		isJSON := make(map[string]bool, len(d.MetadataJSON)+len(b.MetadataJSON))
+		for _, k := range d.MetadataJSON {
+			isJSON[k] = true
 		}
 		for k, v := range b.Metadata {
 			if v == "" {
@@ -647,15 +685,33 @@ func dispatchStep(n *Task, from State, ev *Event) error {
 			} else {
 				m[k] = v
 			}
+			isJSON[k] = v != "" && slices.Contains(b.MetadataJSON, k)
 		}
 		if len(m) == 0 {
 			m = nil
 		}
+		var keys []string
+		for k, j := range isJSON {
+			if j {
+				keys = append(keys, k)
+			}
+		}
 		n.Metadata = m
+		d.MetadataJSON = sortedKeys(keys)
 		d.LastAgent = b.AgentID
 	}
 	n.Dispatch = &d
 	return nil
+}
+
+// sortedKeys returns keys sorted, in a new slice; nil when empty.
+func sortedKeys(keys []string) []string {
+	if len(keys) == 0 {
+		return nil
+	}
+	s := slices.Clone(keys)
+	slices.Sort(s)
+	return s
 }
 
 // clearAttempt clears the assignment fields, as a retry does.

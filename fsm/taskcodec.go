@@ -472,5 +472,6 @@ func encDispatch(e *taskEncoder, d *Dispatch) {
 	e.fTime(&f, "dead_lettered_at", d.DeadLetteredAt)
 	e.fInt(&f, "requeues", d.Requeues)
 	e.fStr(&f, "last_agent", d.LastAgent)
+	e.fStrs(&f, "metadata_json", d.MetadataJSON)
 	e.close(f)
 }

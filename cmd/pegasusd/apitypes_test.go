@@ -36,7 +36,7 @@ func TestAPITypesMatchTheServer(t *testing.T) {
 		{"event", replay.EventJSON{}, api.Event{}},
 		{"error", apiError{}, api.ErrorDetail{}},
 		{"dispatch task", dispatchJSON{}, api.DispatchTask{}},
-		{"create dispatch", createDispatchReq{}, api.CreateDispatch{}},
+		{"create dispatch", broker.CreateRequest{}, api.CreateDispatch{}},
 		{"worker", broker.WorkerInfo{}, api.Worker{}},
 		{"broker stats", projection.BrokerStats{}, api.BrokerStats{}},
 		{"duration quantile", projection.DurationQuantile{}, api.DurationQuantile{}},

@@ -20,6 +20,7 @@ const (
 	exitDown      = cliconv.ExitUnavailable // the daemon cannot be reached
 	exitFailed    = cliconv.ExitTaskFailed  // submit, task --follow: the task failed
 	exitNeedInput = cliconv.ExitNeedsInput  // submit: the task waits for an answer (not asked: no terminal)
+	exitSuspended = cliconv.ExitSuspended   // submit: an operator suspended the task; it waits for a resume
 )
 
 // usageError is a usage error (exit code 2) with its message.

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -59,6 +59,24 @@ func brokerConfigFrom(cc *cli.Context) (brokerConfig, error) {
 		return c, errors.New("--timeout-check-interval must be at least 1s")
 	}
 	return c, nil
+}
+
+// checkBearerTokens refuses a --token with a different --admin-token or
+// --agent-token: every token travels in the one Authorization: Bearer
+// header, and the daemon's token is checked on every request before any
+// route, so no request could carry both and the routes that need the
+// second would refuse everything.
+func checkBearerTokens(daemon string, b brokerConfig) error {
+	for _, t := range []struct{ flag, value string }{
+		{"--admin-token (PEGASUS_ADMIN_TOKEN)", b.adminToken},
+		{"--agent-token (PEGASUS_AGENT_TOKEN)", b.agentToken},
+	} {
+		if daemon != "" && t.value != "" && t.value != daemon {
+			return fmt.Errorf("%s differs from --token (PEGASUS_TOKEN): both travel in the one Authorization: Bearer header, "+
+				"which every request must fill with --token, so no request could carry the other; give them the same value", t.flag)
+		}
+	}
+	return nil
 }
 
 // brokerAPI is the broker and its loop, owned by the server.
@@ -185,40 +203,45 @@ func (s *server) fromBrokerError(err error) *apiError {
 	return s.fromError(err)
 }
 
+// anyMetadata is a broker task's metadata: any JSON value per key
+// (broker.TaskMetadata).
+type anyMetadata = map[string]json.RawMessage
+
 // dispatchJSON is a dispatch task as the API shows it: the seed's
 // swarm_tasks columns, plus dead_lettered and the extensions.
 type dispatchJSON struct {
-	TaskID               string            `json:"task_id"`
-	Title                string            `json:"title"`
-	Description          string            `json:"description"`
-	Owner                string            `json:"owner"`
-	RequiredCapabilities []string          `json:"required_capabilities"`
-	Status               fsm.State         `json:"status"`
-	AssignedAgent        string            `json:"assigned_agent"`
-	CreatedAt            time.Time         `json:"created_at"`
-	AssignedAt           time.Time         `json:"assigned_at,omitzero"`
-	StartedAt            time.Time         `json:"started_at,omitzero"`
-	CompletedAt          time.Time         `json:"completed_at,omitzero"`
-	UpdatedAt            time.Time         `json:"updated_at"`
-	Result               json.RawMessage   `json:"result"`
-	Error                string            `json:"error"`
-	RetryCount           int               `json:"retry_count"`
-	MaxRetries           int               `json:"max_retries"`
-	RetryEligible        bool              `json:"retry_eligible"`
-	TimeoutSeconds       int               `json:"timeout_seconds"`
-	Priority             int               `json:"priority"`
-	Source               string            `json:"source"`
-	ParentTaskID         string            `json:"parent_task_id"`
-	Metadata             map[string]string `json:"metadata"`
-	DeadLettered         bool              `json:"dead_lettered"`
-	DeadLetterReason     string            `json:"dead_letter_reason,omitempty"`
-	RunAt                time.Time         `json:"run_at,omitzero"`
-	HeartbeatSeconds     int               `json:"heartbeat_seconds"`
-	RetryBackoffSeconds  int               `json:"retry_backoff_seconds"`
-	Deadline             time.Time         `json:"deadline,omitzero"`
-	Progress             string            `json:"progress,omitempty"`
-	Version              uint64            `json:"version"`
-	Children             []string          `json:"children,omitempty"`
+	TaskID               string          `json:"task_id"`
+	Title                string          `json:"title"`
+	Description          string          `json:"description"`
+	Owner                string          `json:"owner"`
+	RequiredCapabilities []string        `json:"required_capabilities"`
+	Status               fsm.State       `json:"status"`
+	AssignedAgent        string          `json:"assigned_agent"`
+	CreatedAt            time.Time       `json:"created_at"`
+	AssignedAt           time.Time       `json:"assigned_at,omitzero"`
+	StartedAt            time.Time       `json:"started_at,omitzero"`
+	CompletedAt          time.Time       `json:"completed_at,omitzero"`
+	UpdatedAt            time.Time       `json:"updated_at"`
+	Result               json.RawMessage `json:"result"`
+	Error                string          `json:"error"`
+	RetryCount           int             `json:"retry_count"`
+	MaxRetries           int             `json:"max_retries"`
+	RetryEligible        bool            `json:"retry_eligible"`
+	TimeoutSeconds       int             `json:"timeout_seconds"`
+	Priority             int             `json:"priority"`
+	Source               string          `json:"source"`
+	ParentTaskID         string          `json:"parent_task_id"`
+	Metadata             anyMetadata     `json:"metadata"`
+	DeadLettered         bool            `json:"dead_lettered"`
+	DeadLetterReason     string          `json:"dead_letter_reason,omitempty"`
+	TimeoutReason        string          `json:"timeout_reason,omitempty"`
+	RunAt                time.Time       `json:"run_at,omitzero"`
+	HeartbeatSeconds     int             `json:"heartbeat_seconds"`
+	RetryBackoffSeconds  int             `json:"retry_backoff_seconds"`
+	Deadline             time.Time       `json:"deadline,omitzero"`
+	Progress             string          `json:"progress,omitempty"`
+	Version              uint64          `json:"version"`
+	Children             []string        `json:"children,omitempty"`
 }
 
 func toDispatchJSON(t *fsm.Task) dispatchJSON {
@@ -226,16 +249,13 @@ func toDispatchJSON(t *fsm.Task) dispatchJSON {
 	j := dispatchJSON{
 		TaskID: t.ID, Title: d.Title, Description: d.Description, Owner: d.Owner, RequiredCapabilities: d.RequiredCapabilities,
 		Status: t.State, AssignedAgent: d.AssignedAgent, CreatedAt: t.CreatedAt, AssignedAt: d.AssignedAt, StartedAt: d.StartedAt,
-		UpdatedAt: t.UpdatedAt, Error: d.Error, RetryCount: d.RetryCount, MaxRetries: d.MaxRetries, RetryEligible: d.RetryEligible,
+		UpdatedAt: t.UpdatedAt, Error: broker.TaskError(t), RetryCount: d.RetryCount, MaxRetries: d.MaxRetries, RetryEligible: d.RetryEligible,
 		TimeoutSeconds: d.TimeoutSeconds, Priority: t.Priority, Source: t.Context.Source, ParentTaskID: t.ParentID,
-		Metadata: t.Metadata, DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, RunAt: d.RunAt,
+		Metadata: broker.TaskMetadata(t), DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, TimeoutReason: d.TimeoutReason, RunAt: d.RunAt,
 		HeartbeatSeconds: d.HeartbeatSeconds, RetryBackoffSeconds: d.RetryBackoffSeconds, Progress: d.Progress, Version: t.Version,
 	}
 	if j.RequiredCapabilities == nil {
 		j.RequiredCapabilities = []string{}
-	}
-	if j.Metadata == nil {
-		j.Metadata = map[string]string{}
 	}
 	if d.Result != "" {
 		j.Result = json.RawMessage(d.Result)
@@ -251,65 +271,21 @@ func toDispatchJSON(t *fsm.Task) dispatchJSON {
 	return j
 }
 
-// createDispatchReq is POST /api/v1/tasks: only title is required.
-type createDispatchReq struct {
-	Title                string            `json:"title"`
-	Description          string            `json:"description"`
-	Owner                string            `json:"owner"`
-	RequiredCapabilities []string          `json:"required_capabilities"`
-	Priority             int               `json:"priority"`
-	TimeoutSeconds       int               `json:"timeout_seconds"`
-	MaxRetries           *int              `json:"max_retries"`
-	RetryEligible        *bool             `json:"retry_eligible"`
-	Source               string            `json:"source"`
-	ParentTaskID         string            `json:"parent_task_id"`
-	Metadata             map[string]string `json:"metadata"`
-	RunAt                time.Time         `json:"run_at"`
-	DelaySeconds         int               `json:"delay_seconds"`
-	HeartbeatSeconds     int               `json:"heartbeat_seconds"`
-	RetryBackoffSeconds  int               `json:"retry_backoff_seconds"`
-}
-
+// apiCreate is POST /api/v1/tasks: the request is the broker's
+// CreateRequest, whose defaults and checks are the broker's.
 func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
-	var req createDispatchReq
+	var req broker.CreateRequest
 	if e := decodeBody(r, &req, false); e != nil {
 		return e
 	}
-	body := fsm.DispatchCreatedBody{
-		AgentID: agentID, Title: req.Title, Description: req.Description, Owner: req.Owner,
-		RequiredCapabilities: req.RequiredCapabilities, Priority: req.Priority, TimeoutSeconds: req.TimeoutSeconds,
-		MaxRetries: fsm.DefaultMaxRetries, RetryEligible: true, Source: req.Source, ParentTaskID: req.ParentTaskID,
-		Metadata: req.Metadata, RunAt: req.RunAt, HeartbeatSeconds: req.HeartbeatSeconds, RetryBackoffSeconds: req.RetryBackoffSeconds,
-	}
-	if req.MaxRetries != nil {
-		body.MaxRetries = *req.MaxRetries
-	}
-	if req.RetryEligible != nil {
-		body.RetryEligible = *req.RetryEligible
-	}
-	switch {
-	case req.DelaySeconds < 0:
-		return errBadRequest("delay_seconds %d: want at least 0", req.DelaySeconds)
-	case req.DelaySeconds > 0 && !req.RunAt.IsZero():
-		return errBadRequest("give run_at or delay_seconds, not both")
-	}
-	body = fsm.DispatchDefaults(body)
+	req.AgentID = agentID
 	var t fsm.Task
 	err := s.keyed(w, r, func(id ulid.ULID) error {
-		if req.DelaySeconds > 0 {
-			// The delay counts from the task id's time: a keyed create sent
-			// again has the same id, so the same run_at, and the log
-			// recognises it as the same request.
-			if id == (ulid.ULID{}) {
-				id = s.broker.log.NewID()
-			}
-			body.RunAt = ulid.Time(id.Time()).UTC().Add(time.Duration(req.DelaySeconds) * time.Second)
-		}
 		var err error
-		t, err = s.broker.b.Create(r.Context(), id, body)
+		t, err = s.broker.b.Create(r.Context(), id, req)
 		return err
 	})
 	if err != nil {
@@ -408,7 +384,7 @@ func (s *server) apiPatch(w http.ResponseWriter, r *http.Request, agentID string
 		return e
 	}
 	var req struct {
-		Metadata map[string]string `json:"metadata"`
+		Metadata anyMetadata `json:"metadata"`
 	}
 	if e := decodeBody(r, &req, false); e != nil {
 		return e
@@ -436,26 +412,7 @@ func (s *server) apiReport(kind fsm.EventType) agentHandler {
 		if e := decodeBody(r, &req, kind == fsm.DispatchProgress); e != nil {
 			return e
 		}
-		rep := fsm.DispatchReportBody{Message: req.Message}
-		switch kind {
-		case fsm.DispatchCompleted:
-			if len(req.Result) > 0 {
-				var compact bytes.Buffer
-				if err := json.Compact(&compact, req.Result); err != nil {
-					return errBadRequest("result: %v", err)
-				}
-				rep.Result = compact.String()
-			}
-		case fsm.DispatchFailed:
-			if strings.TrimSpace(req.Error) == "" {
-				return errBadRequest("error is required")
-			}
-			rep.Error, rep.RetryEligible = req.Error, req.RetryEligible
-		default:
-			if len(req.Result) > 0 || req.Error != "" || req.RetryEligible != nil {
-				return errBadRequest("progress takes a message only")
-			}
-		}
+		rep := fsm.DispatchReportBody{Message: req.Message, Result: string(req.Result), Error: req.Error, RetryEligible: req.RetryEligible}
 		t, replayed, err := s.broker.b.Report(r.Context(), r.PathValue("id"), agentID, kind, rep)
 		if err != nil {
 			return s.fromBrokerError(err)

@@ -95,31 +95,3 @@ func TestBrokerPageInBrowser(t *testing.T) {
 	}
 	b.shot("broker-requeued")
 }
-
-// TestBrokerPageTwoTokens: with --token and a different --admin-token no
-// request can carry both; the page asks for the daemon's token, then for
-// the admin token, and says why the daemon refuses it instead of asking
-// again and again.
-func TestBrokerPageTwoTokens(t *testing.T) {
-	exe := findChromium(t)
-	bin := buildDaemon(t)
-	const token, admin = "daemon-s3cret", "other-admin-s3cret"
-	p := startProc(t, bin, filepath.Join(t.TempDir(), "data"), "--token", token, "--admin-token", admin, "--no-reflection")
-	defer p.stop(t)
-
-	b := newBrowser(t, exe)
-	b.do("open the broker page", chromedp.Navigate(p.url+"/#/broker"))
-	b.until("the token dialog", `document.getElementById("token-dialog").open && !document.getElementById("token-title").textContent.includes("admin")`)
-	b.do("the daemon's token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-ok")))
-	b.until("the admin token dialog", `document.getElementById("token-dialog").open && document.getElementById("token-title").textContent.includes("admin")`)
-	b.do("the admin token", chromedp.SendKeys(chromedp.ID("token-input"), admin), chromedp.Click(chromedp.ID("token-ok")))
-	b.until("the reason", `document.querySelector("main .error") !== null && document.querySelector("main .error").textContent.includes("must be the same value")`)
-	if eval[bool](b, `document.getElementById("token-dialog").open`) {
-		t.Error("the page asks for a token again")
-	}
-	b.tokenKept("pegasus.token", token)
-	if got := eval[string](b, `sessionStorage.getItem("pegasus.admin-token") || ""`); got != "" {
-		t.Errorf("the refused admin token is kept: %q", got)
-	}
-	b.shot("broker-two-tokens")
-}

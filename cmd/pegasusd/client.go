@@ -150,7 +150,12 @@ func (c *client) submit(cc *cli.Context) error {
 				_ = c.printJSON(t)
 			}
 			return cliconv.Kind(cliconv.ErrTaskFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error))
-		case t.Question != asked:
+		case t.State == papi.StateSuspended && suspension(&t) == waitsForResume:
+			if cc.Bool("json") {
+				_ = c.printJSON(t)
+			}
+			return suspendedError(&t)
+		case t.State == papi.StateSuspended && t.Question != asked:
 			if cc.Bool("json") || !c.isInteractive() {
 				if cc.Bool("json") {
 					_ = c.printJSON(t)

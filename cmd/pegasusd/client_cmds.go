@@ -223,7 +223,9 @@ func (c *client) follow(ctx context.Context, api *apiClient, id string, asJSON b
 		case papi.StateFailed:
 			return true, cliconv.Kind(cliconv.ErrTaskFailed, fmt.Errorf("task %s failed: %s", t.TaskID, t.Error))
 		case papi.StateSuspended:
-			if t.Question != asked {
+			if t.Question != asked && suspension(&t) == waitsForResume {
+				fmt.Fprintln(c.stderr, suspendedNote(&t))
+			} else if t.Question != asked {
 				fmt.Fprintf(c.stderr, "task %s asks: %s (answer with: pegasusd reply %s \"...\")\n", t.TaskID, t.Question, t.TaskID)
 			}
 			asked = t.Question

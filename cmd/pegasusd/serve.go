@@ -159,6 +159,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 	if err := checkToken(c.token); err != nil {
 		return nil, err
 	}
+	if err := checkBearerTokens(c.token, c.broker); err != nil {
+		return nil, err
+	}
 	if err := checkBind(c.addr, c.token); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -39,6 +40,11 @@ type taskJSON struct {
 	Context   *fsm.Context      `json:"context,omitempty"`
 	Plan      *fsm.Plan         `json:"plan"`
 	History   []fsm.Transition  `json:"history"`
+
+	// A broker task's reasons (dispatch.task): why it timed out, why it
+	// is a dead letter.
+	TimeoutReason    string `json:"timeout_reason,omitempty"`
+	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
 }
 
 func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
@@ -50,6 +56,9 @@ func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
 	}
 	if t.State == fsm.StateSuspended {
 		j.Question = t.Context.SuspendReason
+	}
+	if d := t.Dispatch; d != nil {
+		j.Error, j.TimeoutReason, j.DeadLetterReason = broker.TaskError(t), d.TimeoutReason, d.DeadLetterReason
 	}
 	if full {
 		c := t.Context

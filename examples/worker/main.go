@@ -56,8 +56,8 @@ func main() {
 		if err := t.Progress(ctx, "started "+t.Title); err != nil {
 			return nil, err
 		}
-		if msg := t.Metadata["fail"]; msg != "" {
-			if t.Metadata["retryable"] == "false" {
+		if msg := t.MetadataText("fail"); msg != "" {
+			if t.MetadataText("retryable") == "false" {
 				return nil, client.Permanent(errors.New(msg))
 			}
 			return nil, errors.New(msg)

@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 // create creates one no-op task whose latency counts from t0.
 func (r *run) create(ctx context.Context, t0 time.Time) error {
-	_, err := r.c.CreateDispatch(ctx, api.CreateDispatch{Title: "noop", Metadata: map[string]string{"t0": strconv.FormatInt(t0.UnixNano(), 10)}})
+	_, err := r.c.CreateDispatch(ctx, api.CreateDispatch{Title: "noop", Metadata: api.StringMetadata(map[string]string{"t0": strconv.FormatInt(t0.UnixNano(), 10)})})
 	return err
 }
 
@@ -192,7 +192,7 @@ func (r *run) work(ctx context.Context, w *client.Client) error {
 				return err
 			}
 			now := time.Now()
-			t0, _ := strconv.ParseInt(t.Metadata["t0"], 10, 64)
+			t0, _ := strconv.ParseInt(t.MetadataText("t0"), 10, 64)
 			r.mu.Lock()
 			r.lat = append(r.lat, now.Sub(time.Unix(0, t0)))
 			r.alat = append(r.alat, t.AssignedAt.Sub(time.Unix(0, t0)))

@@ -24,8 +24,10 @@
 //	   Pegasus log, newer format, unreachable)
 //	5  the task failed (pegasusd submit, task --follow)
 //	6  the task waits for an answer (pegasusd submit, task --follow)
+//	7  the task was suspended by an operator and waits for a resume
+//	   (pegasusd submit)
 package cliconv
 
 // ExitCodesHelp is the exit-code table as --help prints it.
 const ExitCodesHelp = "Exit codes: 0 ok, 1 failed, 2 usage, 3 not found, 4 source or daemon unavailable, " +
-	"5 task failed, 6 task waits for an answer (docs/cli.md)."
+	"5 task failed, 6 task waits for an answer, 7 task suspended by an operator (docs/cli.md)."

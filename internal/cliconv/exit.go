@@ -16,6 +16,7 @@ const (
 	ExitUnavailable = 4
 	ExitTaskFailed  = 5
 	ExitNeedsInput  = 6
+	ExitSuspended   = 7
 )
 
 // Kinds of error. A command wraps one (with Kind or the helpers below) and
@@ -31,6 +32,9 @@ var (
 	ErrTaskFailed = errors.New("cliconv: task failed")
 	// ErrNeedsInput marks a task that waits for an answer.
 	ErrNeedsInput = errors.New("cliconv: task needs input")
+	// ErrSuspended marks a task an operator suspended: it waits for a
+	// resume, not for an answer.
+	ErrSuspended = errors.New("cliconv: task suspended by an operator")
 )
 
 // KindError attaches one of the kinds above to an error without changing
@@ -76,6 +80,8 @@ func Code(err error) int {
 		return ExitTaskFailed
 	case errors.Is(err, ErrNeedsInput):
 		return ExitNeedsInput
+	case errors.Is(err, ErrSuspended):
+		return ExitSuspended
 	default:
 		return ExitFailed
 	}
