@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -85,11 +85,11 @@ func (b *Broker) wake() {
 // resolved values (fsm.DispatchDefaults); a parent must exist.
 func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody) (fsm.Task, error) {
 	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
-		return fsm.Task{}, fmt.Errorf("%w: %s", ErrInvalid, bad)
+		return fsm.Task{}, usererr.Errorf(ErrInvalid, "%s", bad)
 	}
 	if body.ParentTaskID != "" {
 		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
-			return fsm.Task{}, fmt.Errorf("%w: parent_task_id %q: no such task", ErrInvalid, body.ParentTaskID)
+			return fsm.Task{}, usererr.Errorf(ErrInvalid, "parent_task_id %q: no such task", body.ParentTaskID)
 		}
 	}
 	if id == (ulid.ULID{}) {
@@ -123,7 +123,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 func (b *Broker) Task(id string) (fsm.Task, error) {
 	t, err := b.tasks.Task(id)
 	if err != nil || t.Dispatch == nil {
-		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotFound, id)
+		return fsm.Task{}, usererr.Errorf(ErrNotFound, "no such task %q", id)
 	}
 	return t, nil
 }
@@ -194,7 +194,7 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		}
 		act := fsm.Next(&t)
 		if act.Kind != fsm.ActWaitWorker || d.AssignedAgent != agent {
-			return t, false, fmt.Errorf("%w: task %q is %s, assigned to %q", ErrNotAssigned, id, t.State, d.AssignedAgent)
+			return t, false, &ReportError{TaskID: id, Agent: agent, Kind: kind, State: t.State, Assigned: d.AssignedAgent}
 		}
 		var evs []typedBody
 		started := !d.StartedAt.IsZero()
@@ -242,7 +242,7 @@ func repeated(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool
 // Update merges metadata into a task, recording who did it.
 func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]string) (fsm.Task, error) {
 	if by == "" || len(metadata) == 0 {
-		return fsm.Task{}, fmt.Errorf("%w: an update needs an agent and metadata", ErrInvalid)
+		return fsm.Task{}, usererr.Errorf(ErrInvalid, "an update needs an agent and metadata")
 	}
 	for attempt := 0; ; attempt++ {
 		t, err := b.Task(id)
@@ -271,7 +271,7 @@ func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, 
 		if _, err := b.Task(id); err != nil {
 			return fsm.Task{}, err
 		}
-		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotDeadLetter, id)
+		return fsm.Task{}, usererr.Errorf(ErrNotDeadLetter, "task %q is not a dead letter", id)
 	}
 	return b.Task(id)
 }
@@ -284,7 +284,7 @@ func (b *Broker) RequeueMatching(ctx context.Context, by, reason string, f proje
 
 func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm.Task) bool, only string) (int, error) {
 	if by == "" {
-		return 0, fmt.Errorf("%w: a requeue records who did it", ErrInvalid)
+		return 0, usererr.Errorf(ErrInvalid, "a requeue records who did it")
 	}
 	data, err := fsm.Encode(&fsm.DispatchRequeuedBody{AgentID: by, Reason: reason})
 	if err != nil {
@@ -355,11 +355,11 @@ type WorkerInfo struct {
 // also ends a drain). maxTasks 0 means 1.
 func (b *Broker) Register(ctx context.Context, id string, caps []string, maxTasks int) (WorkerInfo, error) {
 	if id == "" || maxTasks < 0 {
-		return WorkerInfo{}, fmt.Errorf("%w: a worker needs an id and max_tasks >= 0", ErrInvalid)
+		return WorkerInfo{}, usererr.Errorf(ErrInvalid, "a worker needs an id and max_tasks >= 0")
 	}
 	for _, c := range caps {
 		if strings.TrimSpace(c) == "" {
-			return WorkerInfo{}, fmt.Errorf("%w: an empty capability", ErrInvalid)
+			return WorkerInfo{}, usererr.Errorf(ErrInvalid, "an empty capability")
 		}
 	}
 	if err := b.workerEvent(ctx, projection.WorkerRegistered, &projection.WorkerBody{Worker: id, Capabilities: caps, MaxTasks: max(maxTasks, 1), By: id}); err != nil {
@@ -376,7 +376,7 @@ func (b *Broker) Drain(ctx context.Context, id, by string) (WorkerInfo, error) {
 	_, ok := b.workers[id]
 	b.mu.Unlock()
 	if !ok {
-		return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+		return WorkerInfo{}, usererr.Errorf(ErrNotFound, "no such worker %q", id)
 	}
 	if err := b.workerEvent(ctx, projection.WorkerDrained, &projection.WorkerBody{Worker: id, By: by}); err != nil {
 		return WorkerInfo{}, err
@@ -409,7 +409,7 @@ func (b *Broker) Worker(id string) (WorkerInfo, error) {
 			return w, nil
 		}
 	}
-	return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+	return WorkerInfo{}, usererr.Errorf(ErrNotFound, "no such worker %q", id)
 }
 
 // Workers lists the registered workers with their active tasks and
