@@ -194,7 +194,7 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		}
 		act := fsm.Next(&t)
 		if act.Kind != fsm.ActWaitWorker || d.AssignedAgent != agent {
-			return t, false, &ReportError{TaskID: id, Agent: agent, Kind: kind, State: t.State, Assigned: d.AssignedAgent}
+			return t, false, &ReportError{TaskID: id, Agent: agent, State: string(t.State), Assigned: d.AssignedAgent}
 		}
 		var evs []typedBody
 		started := !d.StartedAt.IsZero()

@@ -223,6 +223,11 @@ func TestOpenAPIDocument(t *testing.T) {
 	w("POST", "/api/v1/agents/w1/drain", "", 200)
 	w("GET", "/api/v1/stats", "", 200)
 	w("GET", "/api/v1/tasks?status=completed&owner=&source=", "", 200)
+	w("GET", "/api/v1/tasks?status=timed_out&order=desc&limit=5", "", 200)
+	w("GET", "/api/v1/tasks?status=bogus", "", 400)
+	w("GET", "/api/v1/tasks?order=sideways", "", 400)
+	call("GET", "/v1/tasks?order=desc", "", "", 200)
+	call("GET", "/v1/tasks?state=bogus", "", "", 400)
 
 	// The stream: its first event is an event in the document's JSON form.
 	sctx, cancel := context.WithCancel(ctx)

@@ -248,7 +248,7 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	for _, st := range splitList(q.Get("state")) {
 		if !fsm.State(st).Valid() {
-			return errBadRequest("state %q: give one of idle, reasoning, acting, suspended, completed, failed (version 0: perceiving, thinking, planning, reflecting)", st)
+			return errBadRequest("state %q: give one of %s", st, joinStates(fsm.AllStates))
 		}
 		rq.States = append(rq.States, fsm.State(st))
 	}
