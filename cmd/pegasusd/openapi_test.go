@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -67,6 +68,12 @@ func (v *validatingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	out.SetBodyBytes(body)
 	if err := openapi3filter.ValidateResponse(req.Context(), out); err != nil {
 		v.t.Errorf("%s %s: %d response does not match the document: %v\n%s", req.Method, req.URL, resp.StatusCode, err, body)
+	}
+	if resp.StatusCode >= 400 && resp.StatusCode != http.StatusInternalServerError &&
+		route.Operation.Responses.Value(strconv.Itoa(resp.StatusCode)) == nil {
+		// Only a bug falls to "default": a generator needs every other
+		// error status of an operation listed.
+		v.t.Errorf("%s %s: %d is not among the operation's documented responses", req.Method, route.Path, resp.StatusCode)
 	}
 	v.mu.Lock()
 	v.seen[req.Method+" "+route.Path] = true
