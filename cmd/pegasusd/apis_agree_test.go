@@ -102,7 +102,7 @@ func TestAPIsListOldestFirst(t *testing.T) {
 
 // TestAPIsEmptyValues: the fields both APIs have are always present, with
 // the same empty values: "error": "" and "metadata": {} on a task of either
-// API, in a list and alone.
+// API, in a list and alone; a task's events carry its "task_id" on both.
 func TestAPIsEmptyValues(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
 	id := td.submit("what time is it?")
@@ -135,6 +135,9 @@ func TestAPIsEmptyValues(t *testing.T) {
 	check("/v1/tasks?limit=1", "tasks/0", map[string]string{"error": `""`})
 	check("/api/v1/tasks/"+did, "", map[string]string{"error": `""`, "metadata": `{}`})
 	check("/api/v1/tasks?limit=1", "tasks/0", map[string]string{"error": `""`, "metadata": `{}`})
+	// A task's events name the task on both.
+	check("/v1/tasks/"+id+"/events?limit=1", "", map[string]string{"task_id": `"` + id + `"`})
+	check("/api/v1/tasks/"+did+"/events", "", map[string]string{"task_id": `"` + did + `"`})
 }
 
 // TestBrokerReportMessages: a refused report says what stands in the way,

@@ -503,8 +503,9 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 		AgentID string `json:"agent_id"`
 	}
 	out := struct {
+		TaskID string           `json:"task_id"` // as on /v1/tasks/{id}/events
 		Events []eventWithAgent `json:"events"`
-	}{Events: []eventWithAgent{}}
+	}{TaskID: t.ID, Events: []eventWithAgent{}}
 	it := s.broker.log.ReadStream(t.ID, 1)
 	defer it.Close()
 	for it.Next() {
