@@ -18,6 +18,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	legacyrouter "github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
 // validatingTransport sends each request to the real daemon and validates
@@ -102,6 +104,16 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	if !doc.IsOpenAPI31OrLater() {
 		t.Fatalf("openapi.json is OpenAPI %s, want 3.1", doc.OpenAPI)
+	}
+	// The states' enums are the machines' states.
+	for name, want := range map[string][]fsm.State{"State": fsm.AllStates, "DispatchTask": fsm.DispatchStates} {
+		sch := doc.Components.Schemas[name].Value
+		if p := sch.Properties["status"]; p != nil {
+			sch = p.Value
+		}
+		if got := fmt.Sprint(sch.Enum); got != fmt.Sprint(want) {
+			t.Errorf("the %s enum of openapi.json is %s, want %s", name, got, want)
+		}
 	}
 	td := startDaemon(t, testConfig(t))
 	doc.Servers = openapi3.Servers{{URL: td.url}}
