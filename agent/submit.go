@@ -11,6 +11,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
 )
 
 // Input bounds.
@@ -114,35 +115,50 @@ func (a *Agent) checkInput(in *Input) error {
 	switch in.Kind {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired:
 	default:
-		return fmt.Errorf("%w: input kind %q", ErrInvalidInput, in.Kind)
+		return usererr.Errorf(ErrInvalidInput, "input kind %q", in.Kind)
 	}
 	if _, ok := a.kinds[in.TaskType]; !ok {
-		return fmt.Errorf("%w %q (known: %s)", ErrUnknownTaskType, in.TaskType, strings.Join(a.TaskTypes(), ", "))
+		return &UnknownTypeError{Type: in.TaskType, Known: a.TaskTypes()}
 	}
 	if len(in.Text) > MaxInputText {
-		return fmt.Errorf("%w: input text is %d bytes, more than %d", ErrInvalidInput, len(in.Text), MaxInputText)
+		return usererr.Errorf(ErrInvalidInput, "input text is %d bytes, more than %d", len(in.Text), MaxInputText)
 	}
 	if len(in.Source) > 200 || len(in.Name) > 200 {
-		return fmt.Errorf("%w: source and name are limited to 200 bytes", ErrInvalidInput)
+		return usererr.Errorf(ErrInvalidInput, "source and name are limited to 200 bytes")
 	}
 	if in.Machine != (fsm.MachineRef{}) {
 		if _, err := fsm.MachineFor(in.Machine); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidInput, err)
+			return usererr.Errorf(ErrInvalidInput, "machine %s: not a machine this build runs", in.Machine)
 		}
 	}
 	if in.Priority < -1000000 || in.Priority > 1000000 {
-		return fmt.Errorf("%w: priority %d is out of range (-1000000 to 1000000)", ErrInvalidInput, in.Priority)
+		return usererr.Errorf(ErrInvalidInput, "priority %d is out of range (-1000000 to 1000000)", in.Priority)
 	}
 	return checkMetadata(in.Metadata)
 }
 
+// UnknownTypeError is an input of a task type the agent does not have.
+// It unwraps to ErrUnknownTaskType.
+type UnknownTypeError struct {
+	Type  string
+	Known []string // the agent's task types
+}
+
+func (e *UnknownTypeError) Error() string { return "agent: " + e.UserMessage() }
+func (e *UnknownTypeError) Unwrap() error { return ErrUnknownTaskType }
+
+// UserMessage names the type and the known ones.
+func (e *UnknownTypeError) UserMessage() string {
+	return fmt.Sprintf("unknown task type %q (known: %s)", e.Type, strings.Join(e.Known, ", "))
+}
+
 func checkMetadata(m map[string]string) error {
 	if len(m) > MaxMetadataPairs {
-		return fmt.Errorf("%w: %d metadata entries, more than %d", ErrInvalidInput, len(m), MaxMetadataPairs)
+		return usererr.Errorf(ErrInvalidInput, "%d metadata entries, more than %d", len(m), MaxMetadataPairs)
 	}
 	for k, v := range m {
 		if k == "" || len(k) > MaxMetadataKey || len(v) > MaxMetadataValue {
-			return fmt.Errorf("%w: metadata keys are 1 to %d bytes and values at most %d", ErrInvalidInput, MaxMetadataKey, MaxMetadataValue)
+			return usererr.Errorf(ErrInvalidInput, "metadata keys are 1 to %d bytes and values at most %d", MaxMetadataKey, MaxMetadataValue)
 		}
 	}
 	return nil
@@ -161,7 +177,7 @@ func (a *Agent) SendMessage(ctx context.Context, id, text, source string) (fsm.T
 // it holds eventID as anything else, the error wraps eventlog.ErrIDReused.
 func (a *Agent) SendMessageID(ctx context.Context, id string, eventID ulid.ULID, text, source string) (fsm.Task, error) {
 	if len(text) > MaxInputText {
-		return fsm.Task{}, fmt.Errorf("%w: message text is %d bytes, more than %d", ErrInvalidInput, len(text), MaxInputText)
+		return fsm.Task{}, usererr.Errorf(ErrInvalidInput, "message text is %d bytes, more than %d", len(text), MaxInputText)
 	}
 	if source == "" {
 		source = "api"
@@ -173,7 +189,7 @@ func (a *Agent) SendMessageID(ctx context.Context, id string, eventID ulid.ULID,
 // is cancelled; its outcome, if it arrives, is refused as a conflict.
 func (a *Agent) Suspend(ctx context.Context, id, reason string) (fsm.Task, error) {
 	if len(reason) > MaxReasonText {
-		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+		return fsm.Task{}, usererr.Errorf(ErrInvalidInput, "reason is longer than %d bytes", MaxReasonText)
 	}
 	if reason == "" {
 		reason = "suspended by request"
@@ -184,7 +200,7 @@ func (a *Agent) Suspend(ctx context.Context, id, reason string) (fsm.Task, error
 // Resume returns a suspended task to the state it was suspended in.
 func (a *Agent) Resume(ctx context.Context, id, reason string) (fsm.Task, error) {
 	if len(reason) > MaxReasonText {
-		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+		return fsm.Task{}, usererr.Errorf(ErrInvalidInput, "reason is longer than %d bytes", MaxReasonText)
 	}
 	return a.command(ctx, id, ulid.ULID{}, &fsm.TaskResumedBody{Reason: reason})
 }
@@ -192,7 +208,7 @@ func (a *Agent) Resume(ctx context.Context, id, reason string) (fsm.Task, error)
 // Cancel fails a task that is not finished, with reason "cancelled".
 func (a *Agent) Cancel(ctx context.Context, id, why string) (fsm.Task, error) {
 	if len(why) > MaxReasonText {
-		return fsm.Task{}, fmt.Errorf("%w: reason is longer than %d bytes", ErrInvalidInput, MaxReasonText)
+		return fsm.Task{}, usererr.Errorf(ErrInvalidInput, "reason is longer than %d bytes", MaxReasonText)
 	}
 	msg := "cancelled"
 	if why != "" {

@@ -31,8 +31,9 @@ var (
 	// ErrNotFound: no dispatch task (or worker) with that id.
 	ErrNotFound = errors.New("broker: not found")
 	// ErrNotAssigned: a report from an agent the task is not assigned to,
-	// or on a task in no state to take it. Nothing was recorded.
-	ErrNotAssigned = errors.New("broker: the task is not assigned to this agent")
+	// or on a task in no state to take it (a *ReportError says which).
+	// Nothing was recorded.
+	ErrNotAssigned = errors.New("broker: the task takes no report from this agent")
 	// ErrInvalid: bad input (the message says what); nothing was recorded.
 	ErrInvalid = errors.New("broker: invalid request")
 	// ErrNotDeadLetter: a requeue of a task that is not in the DLQ.

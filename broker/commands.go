@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
@@ -83,7 +83,7 @@ func (b *Broker) wake() {
 func (b *Broker) Task(id string) (fsm.Task, error) {
 	t, err := b.tasks.Task(id)
 	if err != nil || t.Dispatch == nil {
-		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotFound, id)
+		return fsm.Task{}, usererr.Errorf(ErrNotFound, "no such task %q", id)
 	}
 	return t, nil
 }
@@ -161,7 +161,7 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		}
 		act := fsm.Next(&t)
 		if act.Kind != fsm.ActWaitWorker || d.AssignedAgent != agent {
-			return t, false, fmt.Errorf("%w: task %q is %s, assigned to %q", ErrNotAssigned, id, t.State, d.AssignedAgent)
+			return t, false, &ReportError{TaskID: id, Agent: agent, State: string(t.State), Assigned: d.AssignedAgent}
 		}
 		var evs []typedBody
 		started := !d.StartedAt.IsZero()
@@ -194,33 +194,33 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 // looked at, and compacts a completion's result.
 func checkReport(agent string, kind fsm.EventType, rep *fsm.DispatchReportBody) error {
 	if agent == "" {
-		return fmt.Errorf("%w: a report names its worker", ErrInvalid)
+		return usererr.Errorf(ErrInvalid, "a report names its worker")
 	}
 	switch kind {
 	case fsm.DispatchCompleted:
 		if rep.Error != "" || rep.RetryEligible != nil {
-			return fmt.Errorf("%w: a completion takes a result and a message, not an error", ErrInvalid)
+			return usererr.Errorf(ErrInvalid, "a completion takes a result and a message, not an error")
 		}
 		if rep.Result != "" {
 			var compact bytes.Buffer
 			if err := json.Compact(&compact, []byte(rep.Result)); err != nil {
-				return fmt.Errorf("%w: result: %v", ErrInvalid, err)
+				return usererr.Errorf(ErrInvalid, "result: %v", err)
 			}
 			rep.Result = compact.String()
 		}
 	case fsm.DispatchFailed:
 		if strings.TrimSpace(rep.Error) == "" {
-			return fmt.Errorf("%w: error is required", ErrInvalid)
+			return usererr.Errorf(ErrInvalid, "error is required")
 		}
 		if rep.Result != "" {
-			return fmt.Errorf("%w: a failure takes an error, not a result", ErrInvalid)
+			return usererr.Errorf(ErrInvalid, "a failure takes an error, not a result")
 		}
 	case fsm.DispatchProgress:
 		if rep.Result != "" || rep.Error != "" || rep.RetryEligible != nil {
-			return fmt.Errorf("%w: progress takes a message only", ErrInvalid)
+			return usererr.Errorf(ErrInvalid, "progress takes a message only")
 		}
 	default:
-		return fmt.Errorf("%w: %s is not a report (progress, complete or fail)", ErrInvalid, kind)
+		return usererr.Errorf(ErrInvalid, "%s is not a report (progress, complete or fail)", kind)
 	}
 	return nil
 }
@@ -246,7 +246,7 @@ func repeated(t *fsm.Task, kind fsm.EventType, rep *fsm.DispatchReportBody) bool
 // the key, as in a JSON merge patch.
 func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]json.RawMessage) (fsm.Task, error) {
 	if by == "" || len(metadata) == 0 {
-		return fsm.Task{}, fmt.Errorf("%w: an update needs an agent and metadata", ErrInvalid)
+		return fsm.Task{}, usererr.Errorf(ErrInvalid, "an update needs an agent and metadata")
 	}
 	meta, metaJSON, err := splitMetadata(metadata, true)
 	if err != nil {
@@ -279,7 +279,7 @@ func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, 
 		if _, err := b.Task(id); err != nil {
 			return fsm.Task{}, err
 		}
-		return fsm.Task{}, fmt.Errorf("%w: task %q", ErrNotDeadLetter, id)
+		return fsm.Task{}, usererr.Errorf(ErrNotDeadLetter, "task %q is not a dead letter", id)
 	}
 	return b.Task(id)
 }
@@ -292,7 +292,7 @@ func (b *Broker) RequeueMatching(ctx context.Context, by, reason string, f proje
 
 func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm.Task) bool, only string) (int, error) {
 	if by == "" {
-		return 0, fmt.Errorf("%w: a requeue records who did it", ErrInvalid)
+		return 0, usererr.Errorf(ErrInvalid, "a requeue records who did it")
 	}
 	data, err := fsm.Encode(&fsm.DispatchRequeuedBody{AgentID: by, Reason: reason})
 	if err != nil {
@@ -363,11 +363,11 @@ type WorkerInfo struct {
 // also ends a drain). maxTasks 0 means 1.
 func (b *Broker) Register(ctx context.Context, id string, caps []string, maxTasks int) (WorkerInfo, error) {
 	if id == "" || maxTasks < 0 {
-		return WorkerInfo{}, fmt.Errorf("%w: a worker needs an id and max_tasks >= 0", ErrInvalid)
+		return WorkerInfo{}, usererr.Errorf(ErrInvalid, "a worker needs an id and max_tasks >= 0")
 	}
 	for _, c := range caps {
 		if strings.TrimSpace(c) == "" {
-			return WorkerInfo{}, fmt.Errorf("%w: an empty capability", ErrInvalid)
+			return WorkerInfo{}, usererr.Errorf(ErrInvalid, "an empty capability")
 		}
 	}
 	if err := b.workerEvent(ctx, projection.WorkerRegistered, &projection.WorkerBody{Worker: id, Capabilities: caps, MaxTasks: max(maxTasks, 1), By: id}); err != nil {
@@ -384,7 +384,7 @@ func (b *Broker) Drain(ctx context.Context, id, by string) (WorkerInfo, error) {
 	_, ok := b.workers[id]
 	b.mu.Unlock()
 	if !ok {
-		return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+		return WorkerInfo{}, usererr.Errorf(ErrNotFound, "no such worker %q", id)
 	}
 	if err := b.workerEvent(ctx, projection.WorkerDrained, &projection.WorkerBody{Worker: id, By: by}); err != nil {
 		return WorkerInfo{}, err
@@ -417,7 +417,7 @@ func (b *Broker) Worker(id string) (WorkerInfo, error) {
 			return w, nil
 		}
 	}
-	return WorkerInfo{}, fmt.Errorf("%w: worker %q", ErrNotFound, id)
+	return WorkerInfo{}, usererr.Errorf(ErrNotFound, "no such worker %q", id)
 }
 
 // Workers lists the registered workers with their active tasks and

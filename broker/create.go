@@ -15,6 +15,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
 )
 
 // CreateRequest is a new dispatch task as a caller asks for it (the body
@@ -86,7 +87,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, req CreateRequest) (f
 // changes meaning.
 func createdBody(id ulid.ULID, req *CreateRequest) (fsm.DispatchCreatedBody, error) {
 	invalid := func(format string, args ...any) (fsm.DispatchCreatedBody, error) {
-		return fsm.DispatchCreatedBody{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+		return fsm.DispatchCreatedBody{}, usererr.Errorf(ErrInvalid, format, args...)
 	}
 	switch {
 	case req.AgentID == "":
@@ -128,11 +129,11 @@ func createdBody(id ulid.ULID, req *CreateRequest) (fsm.DispatchCreatedBody, err
 // (createdBody); a parent must exist.
 func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody) (fsm.Task, error) {
 	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
-		return fsm.Task{}, fmt.Errorf("%w: %s", ErrInvalid, bad)
+		return fsm.Task{}, usererr.Errorf(ErrInvalid, "%s", bad)
 	}
 	if body.ParentTaskID != "" {
 		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
-			return fsm.Task{}, fmt.Errorf("%w: parent_task_id %q: no such task", ErrInvalid, body.ParentTaskID)
+			return fsm.Task{}, usererr.Errorf(ErrInvalid, "parent_task_id %q: no such task", body.ParentTaskID)
 		}
 	}
 	if id == (ulid.ULID{}) {
@@ -174,11 +175,11 @@ func splitMetadata(in map[string]json.RawMessage, update bool) (map[string]strin
 	var keys []string
 	for k, raw := range in {
 		if strings.TrimSpace(k) == "" {
-			return nil, nil, fmt.Errorf("%w: metadata: an empty key", ErrInvalid)
+			return nil, nil, usererr.Errorf(ErrInvalid, "metadata: an empty key")
 		}
 		var compact bytes.Buffer
 		if err := json.Compact(&compact, raw); err != nil || compact.Len() == 0 {
-			return nil, nil, fmt.Errorf("%w: metadata %q: not a JSON value", ErrInvalid, k)
+			return nil, nil, usererr.Errorf(ErrInvalid, "metadata %q: not a JSON value", k)
 		}
 		var s string
 		switch {

@@ -27,7 +27,7 @@ type Summary struct {
 	Events    uint64    `msgpack:"events" json:"events"` // the stream version: events folded into the task
 	Seq       uint64    `msgpack:"seq" json:"seq"`       // global sequence of the task's last event
 	Input     string    `msgpack:"input" json:"input"`   // the input text, cut to MaxSummaryText bytes
-	Error     string    `msgpack:"error" json:"error,omitempty"`
+	Error     string    `msgpack:"error" json:"error"`   // "" unless failed, as on /api/v1
 }
 
 // MaxSummaryText bounds the text fields of a Summary, in bytes.

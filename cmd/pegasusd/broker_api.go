@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,7 +18,6 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -190,15 +190,19 @@ func (s *server) isAdmin(r *http.Request) bool {
 	return s.broker.admin.ok(r)
 }
 
-// fromBrokerError maps the broker's errors to the API.
+// fromBrokerError maps the broker's errors to the API. The message is the
+// one the broker's error carries for people (usererr), never a cut of
+// its Go text.
 func (s *server) fromBrokerError(err error) *apiError {
 	switch {
 	case errors.Is(err, broker.ErrNotFound):
-		return errNotFound("%s", cliconv.Message(err))
+		return errNotFound("%s", userMessage(err, "no such task"))
 	case errors.Is(err, broker.ErrInvalid):
-		return errBadRequest("%s", cliconv.Message(err))
-	case errors.Is(err, broker.ErrNotAssigned), errors.Is(err, broker.ErrNotDeadLetter):
-		return errConflict("%s", cliconv.Message(err))
+		return errBadRequest("%s", userMessage(err, "invalid request"))
+	case errors.Is(err, broker.ErrNotAssigned):
+		return errConflict("%s", userMessage(err, "only the assigned worker reports on a task"))
+	case errors.Is(err, broker.ErrNotDeadLetter):
+		return errConflict("%s", userMessage(err, "the task is not a dead letter"))
 	}
 	return s.fromError(err)
 }
@@ -295,12 +299,13 @@ func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID strin
 	return nil
 }
 
-// apiList is GET /api/v1/tasks with the seed's filters, a cursor (the last
-// task_id of the previous page) and a long poll: with wait=DURATION an
-// empty page waits until a task matches (a worker learns of its
-// assignments with ?agent=ME&status=assigned&wait=30s).
+// apiList is GET /api/v1/tasks with the seed's filters, oldest first
+// (order=desc: newest first, as on /v1/tasks), a cursor (the last task_id
+// of the previous page) and a long poll: with wait=DURATION an empty page
+// waits until a task matches (a worker learns of its assignments with
+// ?agent=ME&status=assigned&wait=30s).
 func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiError {
-	q, e := query(r, "status", "owner", "source", "agent", "cursor", "limit", "wait")
+	q, e := query(r, "status", "owner", "source", "agent", "cursor", "limit", "order", "wait")
 	if e != nil {
 		return e
 	}
@@ -312,18 +317,31 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	if e != nil {
 		return e
 	}
+	status := fsm.State(q.Get("status"))
+	if status != "" && !slices.Contains(fsm.DispatchStates, status) {
+		return errBadRequest("status %q: give one of %s", status, joinStates(fsm.DispatchStates))
+	}
+	desc := false
+	switch q.Get("order") {
+	case "", "asc":
+	case "desc":
+		desc = true
+	default:
+		return errBadRequest("order %q: give asc or desc", q.Get("order"))
+	}
+	cursor := q.Get("cursor")
 	match := func(t *fsm.Task) bool {
-		return (q.Get("status") == "" || string(t.State) == q.Get("status")) &&
+		return (status == "" || t.State == status) &&
 			(q.Get("owner") == "" || t.Dispatch.Owner == q.Get("owner")) &&
 			(q.Get("source") == "" || t.Context.Source == q.Get("source")) &&
 			(q.Get("agent") == "" || t.Dispatch.AssignedAgent == q.Get("agent")) &&
-			t.ID > q.Get("cursor")
+			(cursor == "" || (!desc && t.ID > cursor) || (desc && t.ID < cursor))
 	}
 	var page []dispatchJSON
 	var more bool
 	source := s.broker.b.Tasks
 	waitFor := s.broker.b.Wait
-	switch agent := q.Get("agent"); fsm.State(q.Get("status")) {
+	switch agent := q.Get("agent"); status {
 	case fsm.StateAssigned, fsm.StateInProgress:
 		if agent != "" {
 			// A worker's long poll: its own tasks, woken by their changes only.
@@ -337,15 +355,20 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	}
 	list := func() bool {
 		page, more = page[:0], false
-		for _, t := range source() {
-			if !match(&t) {
+		ts := source() // oldest first
+		for i := range ts {
+			t := &ts[i]
+			if desc {
+				t = &ts[len(ts)-1-i]
+			}
+			if !match(t) {
 				continue
 			}
 			if len(page) == limit {
 				more = true
 				break
 			}
-			page = append(page, toDispatchJSON(&t))
+			page = append(page, toDispatchJSON(t))
 		}
 		return len(page) > 0
 	}
@@ -437,8 +460,9 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 		AgentID string `json:"agent_id"`
 	}
 	out := struct {
+		TaskID string           `json:"task_id"` // as on /v1/tasks/{id}/events
 		Events []eventWithAgent `json:"events"`
-	}{Events: []eventWithAgent{}}
+	}{TaskID: t.ID, Events: []eventWithAgent{}}
 	it := s.broker.log.ReadStream(t.ID, 1)
 	defer it.Close()
 	for it.Next() {

@@ -15,8 +15,8 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/internal/metrics"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -146,13 +146,15 @@ func (s *server) fromError(err error) *apiError {
 	case errors.As(err, &reused):
 		return &apiError{status: http.StatusConflict, Code: codeKeyReused, Message: reused.Error()}
 	case errors.Is(err, eventlog.ErrConflict):
-		return errConflict("the task changed meanwhile: %v", err)
+		return errConflict("the task changed meanwhile: read it again and retry")
 	case errors.Is(err, eventlog.ErrBeyondHead):
 		// The handlers check the position against the head first; this is
 		// the log's own refusal, for a position checked before a restore.
 		return &apiError{status: http.StatusConflict, Code: codeBeyondHead, Message: "the position is beyond the log's head: this log never had that event"}
-	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput), errors.Is(err, replay.ErrBadCursor):
-		return errBadRequest("%s", cliconv.Message(err))
+	case errors.Is(err, agent.ErrUnknownTaskType), errors.Is(err, agent.ErrInvalidInput):
+		return errBadRequest("%s", userMessage(err, "invalid input"))
+	case errors.Is(err, replay.ErrBadCursor):
+		return errBadRequest("a cursor this list did not give: pass next_cursor of the previous page, with the same order")
 	case errors.Is(err, agent.ErrStopped), errors.Is(err, eventlog.ErrClosed), s.base.Err() != nil:
 		return errShuttingDown
 	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrUnknownOutcome):
@@ -173,6 +175,16 @@ func (s *server) fromError(err error) *apiError {
 	// the log has it, the body does not.
 	s.log.Error("request failed", "err", err)
 	return &apiError{status: http.StatusInternalServerError, Code: codeInternal, Message: "internal error; see the daemon's log"}
+}
+
+// userMessage is err's message for people (usererr), or def when err
+// carries none: an error's Go text, with its package prefixes, is for
+// logs only.
+func userMessage(err error, def string) string {
+	if msg, ok := usererr.Message(err); ok {
+		return msg
+	}
+	return def
 }
 
 // codeStorage answers requests the event log cannot serve: it refuses

@@ -14,7 +14,6 @@ import (
 	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -33,10 +32,10 @@ type taskJSON struct {
 	Iteration int               `json:"iteration"`
 	Version   uint64            `json:"version"`
 	Input     string            `json:"input"`
-	Result    string            `json:"result,omitempty"`
-	Error     string            `json:"error,omitempty"`
+	Result    string            `json:"result"`             // "" until completed
+	Error     string            `json:"error"`              // "" unless failed
 	Question  string            `json:"question,omitempty"` // suspended: why (the model's question, or the suspend reason)
-	Metadata  map[string]string `json:"metadata,omitempty"`
+	Metadata  map[string]string `json:"metadata"`           // {} when none, as on /api/v1
 	Context   *fsm.Context      `json:"context,omitempty"`
 	Plan      *fsm.Plan         `json:"plan"`
 	History   []fsm.Transition  `json:"history"`
@@ -66,6 +65,9 @@ func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
 	}
 	if j.History == nil {
 		j.History = []fsm.Transition{}
+	}
+	if j.Metadata == nil {
+		j.Metadata = map[string]string{}
 	}
 	return j
 }
@@ -100,7 +102,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Machine != "" {
 		ref, err := fsm.ParseMachineRef(req.Machine)
 		if err != nil {
-			return errBadRequest(`"machine": %s`, cliconv.Message(err))
+			return errBadRequest(`"machine": %q: want NAME@VERSION of a machine this build runs, for example %s`, req.Machine, fsm.CurrentMachine)
 		}
 		in.Machine = ref
 	}
@@ -242,19 +244,20 @@ func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	rq := replay.Query{Limit: limit, Cursor: q.Get("cursor"), Desc: true}
+	// Oldest first, like /api/v1/tasks and the command line.
+	rq := replay.Query{Limit: limit, Cursor: q.Get("cursor")}
 	switch q.Get("order") {
-	case "", "desc":
-	case "asc":
-		rq.Desc = false
+	case "", "asc":
+	case "desc":
+		rq.Desc = true
 	case "queue": // most urgent first, across machines: see replay.Query.Queue
 		rq.Queue, rq.Desc = true, false
 	default:
-		return errBadRequest("order %q: give desc, asc or queue", q.Get("order"))
+		return errBadRequest("order %q: give asc, desc or queue", q.Get("order"))
 	}
 	for _, st := range splitList(q.Get("state")) {
 		if !fsm.State(st).Valid() {
-			return errBadRequest("state %q: give one of idle, reasoning, acting, suspended, completed, failed (version 0: perceiving, thinking, planning, reflecting)", st)
+			return errBadRequest("state %q: give one of %s", st, joinStates(fsm.AllStates))
 		}
 		rq.States = append(rq.States, fsm.State(st))
 	}
@@ -301,6 +304,15 @@ func machineFilter(m string) (string, bool) {
 	}
 	ref, err := fsm.ParseMachineRef(m)
 	return ref.String(), err == nil
+}
+
+// joinStates lists states for an error message: "pending, assigned, ...".
+func joinStates(states []fsm.State) string {
+	ss := make([]string, len(states))
+	for i, st := range states {
+		ss[i] = string(st)
+	}
+	return strings.Join(ss, ", ")
 }
 
 func splitList(s string) []string {
@@ -402,8 +414,9 @@ var errMissingText = &inputError{`"text" is required`}
 
 type inputError struct{ msg string }
 
-func (e *inputError) Error() string { return e.msg }
-func (e *inputError) Unwrap() error { return agent.ErrInvalidInput }
+func (e *inputError) Error() string       { return e.msg }
+func (e *inputError) UserMessage() string { return e.msg }
+func (e *inputError) Unwrap() error       { return agent.ErrInvalidInput }
 
 func (s *server) suspend(w http.ResponseWriter, r *http.Request) *apiError {
 	var b reasonBody

@@ -433,7 +433,7 @@ views.tasks = async function (signal, params) {
     // first across machines, then oldest: docs/projections.md), so a page
     // is the next slice of the whole list, never a page sorted here.
     p.set("limit", /^[1-9][0-9]{0,2}$/.test(q.get("limit") || "") ? q.get("limit") : "50");
-    if (q.get("order") === "asc" || q.get("order") === "queue") p.set("order", q.get("order"));
+    p.set("order", q.get("order") === "asc" || q.get("order") === "queue" ? q.get("order") : "desc");
     if (cursors[page]) p.set("cursor", cursors[page]);
     const r = await api("GET", "/v1/tasks?" + p);
     if (signal.aborted) return;

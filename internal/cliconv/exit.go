@@ -93,8 +93,11 @@ func Code(err error) int {
 var packagePrefix = regexp.MustCompile(`\b(replay|eventlog|fsm|projection|agent|broker|codec|llm|tools|cliconv|pegasusd|json): `)
 
 // Message is err's text as a person should read it: without the package
-// prefixes of the sentinels it wraps. Programs print errors through it,
-// and the daemon's API answers with it.
+// prefixes of the sentinels it wraps. The command-line programs print
+// their own errors through it. The daemon's API does not: its messages
+// come from the errors' own texts for people (internal/usererr): a
+// pattern cannot tell a prefix from the words of a message ("not assigned
+// to this agent: task ..." lost "agent: ").
 func Message(err error) string {
 	return packagePrefix.ReplaceAllString(err.Error(), "")
 }
