@@ -122,9 +122,15 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) 
 	if err != nil {
 		return s.fromError(err)
 	}
-	out := createdJSON{TaskID: id, State: fsm.StateReasoning, Queued: s.a.Queued(id)}
-	if t, err := s.a.Task(id); err == nil {
-		out.State = t.State
+	// A new task is idle: its input made it, and the agent creates and
+	// admits it next (racing this answer, so the state now would differ
+	// from run to run). A retry answered under its Idempotency-Key says
+	// where the task is now.
+	out := createdJSON{TaskID: id, State: fsm.StateIdle, Queued: s.a.Queued(id)}
+	if w.Header().Get("Idempotent-Replayed") == "true" {
+		if t, err := s.a.Task(id); err == nil {
+			out.State = t.State
+		}
 	}
 	w.Header().Set("Location", "/v1/tasks/"+id)
 	writeJSON(w, http.StatusCreated, out)
