@@ -109,10 +109,12 @@ type partitionRun struct {
 	hist  *history
 	start time.Time
 
-	mu          sync.Mutex
-	acked       map[string]string // task id -> key
-	dispatch    map[string]string // dispatch task id -> key
-	completions atomic.Int64
+	mu           sync.Mutex
+	acked        map[string]string // task id -> key
+	dispatch     map[string]string // dispatch task id -> key
+	completions  atomic.Int64
+	retries      atomic.Int64 // keyed posts sent again after no answer
+	crossRetries atomic.Int64 // of which to the other daemon
 }
 
 // labDaemon is a pegasusd --cluster in a namespace of the lab, on a fixed
@@ -551,8 +553,10 @@ func (r *partitionRun) keyedPost(client int, rng *rand.Rand, path, key, body str
 				return status, b
 			}
 		}
+		r.retries.Add(1)
 		if rng.IntN(2) == 0 {
 			d = 1 - d
+			r.crossRetries.Add(1)
 		}
 	}
 }
@@ -1059,10 +1063,11 @@ func (r *partitionRun) audit() string {
 	if bad := checkHistory(ops); bad != "" {
 		t.Errorf("the history is not linearizable: %s", bad)
 	}
-	return fmt.Sprintf("%d agent tasks and %d dispatch tasks acknowledged (%d completions reported), %d history operations; "+
+	return fmt.Sprintf("%d agent tasks and %d dispatch tasks acknowledged (%d completions reported), %d history operations, "+
+		"%d keyed posts sent again (%d to the other daemon); "+
 		"%d tasks made twice or more by one key; %d events in the stream, %d broker decisions by their partitions' owners, "+
 		"%d on the fan-out once each; %d daemon restarts (%d after a lost lease), %d starts that failed and were tried again",
-		len(agentKeys), len(dispatchKeys), r.completions.Load(), len(ops), dups, head, decided, fanned.Last, r.restarts, r.lostLease, r.failedStarts)
+		len(agentKeys), len(dispatchKeys), r.completions.Load(), len(ops), r.retries.Load(), r.crossRetries.Load(), dups, head, decided, fanned.Last, r.restarts, r.lostLease, r.failedStarts)
 }
 
 // TestPartitionAuditFails is the negative control of TestClusterPartitions'
