@@ -630,6 +630,44 @@ func TestReflectionWritesMemoryAndNeverChangesTheOutcome(t *testing.T) {
 	}
 }
 
+// TestReflectionEpisodeIsTheEntryWithItsLesson: the episode recorded in
+// REFLECTION_COMPLETE is the entry the reflection appended to the monthly
+// episodes file, lesson included, not the file's first entry.
+func TestReflectionEpisodeIsTheEntryWithItsLesson(t *testing.T) {
+	entries := map[string]string{
+		"first time":  "# Time check\n> Summary: asked the time\nThe user wanted the time.\nLesson: answer in UTC unless told otherwise\n",
+		"second time": "\n# Second check\n> Summary: asked again\nThe same question.\n> **Lesson:** keep the clock tool at hand\n",
+	}
+	fake := newFakeModel(t, func(r *chatReq) reply {
+		if strings.HasPrefix(*r.Messages[0].Content, "You maintain the long-term memory") {
+			if role, _ := r.last(); role == "tool" {
+				return text("Recorded an episode.")
+			}
+			for input, entry := range entries {
+				if strings.Contains(*r.Messages[1].Content, "Input:\n"+input+"\n") {
+					args, _ := json.Marshal(map[string]string{"path": "episodes/2025-06.md", "entry": entry})
+					return calls("memory_append", string(args))
+				}
+			}
+			return text("Nothing new.")
+		}
+		return timeScript(r)
+	})
+	h := newHarness(t, Options{Model: fake.client(t, nil)})
+	for _, c := range []struct{ input, title, summary, lesson string }{
+		{"first time", "Time check", "asked the time", "answer in UTC unless told otherwise"},
+		{"second time", "Second check", "asked again", "keep the clock tool at hand"},
+	} {
+		pr := h.waitReflected(h.submit(c.input)).Context.PostReflection
+		if ep := pr.Episode; ep == nil || ep.Title != c.title || ep.Summary != c.summary || ep.Lesson != c.lesson || ep.Details != entries[c.input] {
+			t.Fatalf("%s: episode = %+v", c.input, ep)
+		}
+	}
+	if f, _ := h.a.View().Fact("episodes/2025-06.md"); f.Content != entries["first time"]+entries["second time"] {
+		t.Fatalf("episodes file = %q", f.Content)
+	}
+}
+
 func TestRestartResumesAToolCallWithTheSameKey(t *testing.T) {
 	g := &gateTool{arrived: make(chan struct{}, 4), release: make(chan struct{})}
 	fake := newFakeModel(t, gateScript)

@@ -145,25 +145,60 @@ func legacyPlan(input string, r llm.Response) *fsm.PlanDoneBody {
 	return &fsm.PlanDoneBody{Plan: p, NewMessages: []fsm.Message{{Role: "assistant", Content: r.Content, ToolCalls: calls}}}
 }
 
-// verdictOf reads the reflection from the verdict call; a reply without
-// one (or with an unknown verdict) completes the task with the reply as
-// its assessment.
-func verdictOf(r llm.Response) *fsm.ReflectDoneBody {
-	ref := fsm.Reflection{Verdict: fsm.VerdictComplete, Assessment: strings.TrimSpace(r.Content)}
+// verdictOf turns the reflecting stage's reply into its outcome. A
+// verdict call is the reflection, kept whole (assessment, lessons, next
+// focus): REFLECT_DONE. A reply without one completes the task with the
+// reply as its assessment, as the prompt's "complete with the final answer"
+// would. A verdict call that does not decode, or whose verdict is not
+// complete, continue or replan, is the model's error and never a
+// completion: the machine refuses such a REFLECT_DONE, so the task fails
+// with reason invalid_verdict, and the MODEL_CALLED recorded with it keeps
+// the model's whole answer.
+func verdictOf(r llm.Response) fsm.Body {
 	for _, tc := range r.ToolCalls {
 		if tc.Name != VerdictTool {
 			continue
 		}
-		var v fsm.Reflection
-		if json.Unmarshal([]byte(tc.Arguments), &v) == nil {
-			switch v.Verdict {
-			case fsm.VerdictComplete, fsm.VerdictContinue, fsm.VerdictReplan:
-				ref = v
+		ref, err := decodeVerdict(tc.Arguments)
+		if err != nil {
+			return &fsm.TaskFailedBody{Reason: "invalid_verdict", Error: "reflecting: " + err.Error()}
+		}
+		return &fsm.ReflectDoneBody{Reflection: ref}
+	}
+	return &fsm.ReflectDoneBody{Reflection: fsm.Reflection{Verdict: fsm.VerdictComplete, Assessment: strings.TrimSpace(r.Content)}}
+}
+
+// decodeVerdict reads the verdict tool's arguments. The verdict is read
+// without regard to case and surrounding space; lessons may be a list or,
+// for a single lesson, a string.
+func decodeVerdict(args string) (fsm.Reflection, error) {
+	var v struct {
+		Verdict    string          `json:"verdict"`
+		Assessment string          `json:"assessment"`
+		Lessons    json.RawMessage `json:"lessons"`
+		NextFocus  string          `json:"next_focus"`
+	}
+	if err := json.Unmarshal([]byte(args), &v); err != nil {
+		return fsm.Reflection{}, fmt.Errorf("the verdict call's arguments %q do not decode: %w", truncate(args, 200), err)
+	}
+	ref := fsm.Reflection{Verdict: strings.ToLower(strings.TrimSpace(v.Verdict)), Assessment: v.Assessment, NextFocus: v.NextFocus}
+	switch ref.Verdict {
+	case fsm.VerdictComplete, fsm.VerdictContinue, fsm.VerdictReplan:
+	default:
+		return fsm.Reflection{}, fmt.Errorf("the model's verdict %q is not complete, continue or replan", v.Verdict)
+	}
+	if l := strings.TrimSpace(string(v.Lessons)); l != "" && l != "null" {
+		var one string
+		if err := json.Unmarshal(v.Lessons, &ref.Lessons); err != nil {
+			if json.Unmarshal(v.Lessons, &one) != nil {
+				return fsm.Reflection{}, fmt.Errorf("the verdict call's lessons %s are neither a list of strings nor a string", truncate(l, 200))
+			}
+			if one != "" {
+				ref.Lessons = []string{one}
 			}
 		}
-		break
 	}
-	return &fsm.ReflectDoneBody{Reflection: ref}
+	return ref, nil
 }
 
 // startSubTask runs a sub_task step: SUB_TASK_CREATED names the child

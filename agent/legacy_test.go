@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
@@ -284,5 +285,52 @@ func TestVersion0AsksWhileThinking(t *testing.T) {
 		!strings.HasPrefix(task.Context.FinalResult, "The current time is ") {
 		t.Fatalf("path %s, result %q", got, task.Context.FinalResult)
 	}
+	h.verify()
+}
+
+// A verdict call keeps the model's whole reflection: assessment, lessons
+// and next focus, with the verdict read case-insensitively and a single
+// lesson given as a string.
+func TestVerdictKeepsTheReflection(t *testing.T) {
+	resp := llm.Response{Content: "thinking aloud", ToolCalls: []fsm.ToolCall{{ID: "c1", Name: VerdictTool,
+		Arguments: `{"verdict":" Replan","assessment":"the time is missing","lessons":"call the clock first","next_focus":"call current_time"}`}}}
+	var outcome fsm.Body = verdictOf(resp)
+	b, ok := outcome.(*fsm.ReflectDoneBody)
+	if !ok {
+		t.Fatalf("outcome = %#v", outcome)
+	}
+	want := fsm.Reflection{Verdict: fsm.VerdictReplan, Assessment: "the time is missing", Lessons: []string{"call the clock first"}, NextFocus: "call current_time"}
+	if got := b.Reflection; got.Verdict != want.Verdict || got.Assessment != want.Assessment || strings.Join(got.Lessons, "|") != "call the clock first" || got.NextFocus != want.NextFocus {
+		t.Fatalf("reflection = %+v, want %+v", got, want)
+	}
+}
+
+// TestVersion0UnknownVerdictFailsTheTask: a verdict other than complete,
+// continue or replan is the model's error, never a completion: the task
+// fails with reason invalid_verdict, and the recorded model call keeps the
+// model's whole answer (assessment, lessons, next focus).
+func TestVersion0UnknownVerdictFailsTheTask(t *testing.T) {
+	const answer = `{"verdict":"finished","assessment":"all good","lessons":["check the clock"],"next_focus":"nothing"}`
+	fake := newFakeModel(t, func(r *chatReq) reply {
+		if strings.Contains(*r.Messages[0].Content, "reflection stage") {
+			return calls(VerdictTool, answer)
+		}
+		return legacyScript(r)
+	})
+	h := newHarness(t, Options{Model: fake.client(t, nil)})
+	id := h.submitV0("child question") // legacyScript answers its plan with a generate step
+	task := h.wait(id)
+	if task.State != fsm.StateFailed || !strings.Contains(task.Context.Error, `"finished"`) || len(task.Context.Reflections) != 0 {
+		t.Fatalf("task %s, error %q, reflections %+v", path(task), task.Context.Error, task.Context.Reflections)
+	}
+	evs := h.events(id)
+	last, model := evs[len(evs)-1], evs[len(evs)-2]
+	if b, ok := last.Body.(*fsm.TaskFailedBody); !ok || b.Reason != "invalid_verdict" {
+		t.Fatalf("events %s: last %+v", types(evs), last.Body)
+	}
+	if b, ok := model.Body.(*fsm.ModelCalledBody); !ok || b.Purpose != PurposeVerdict || len(b.ToolCalls) != 1 || b.ToolCalls[0].Arguments != answer {
+		t.Fatalf("the model's answer is not recorded: %+v", model.Body)
+	}
+	h.assertNoIssues()
 	h.verify()
 }

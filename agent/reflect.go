@@ -16,7 +16,7 @@ import (
 
 const reflectPrompt = `You maintain the long-term memory of Pegasus, a task agent, after a task has finished.
 Decide whether the task taught something worth remembering for future tasks: stable facts about the user or the world (facts/*.md), or an experience with a lesson (episodes/YYYY-MM.md).
-- Use memory_write to create a fact file (start it with "> Summary: ..."), memory_patch to correct one, memory_append to add an episode entry.
+- Use memory_write to create a fact file (start it with "> Summary: ..."), memory_patch to correct one, memory_append to add an episode entry: a "# title" line, a "> Summary: ..." line, what happened, and a "Lesson: ..." line.
 - Do not duplicate what memory already holds. Most tasks teach nothing: then call no tool.
 - When done, answer with one sentence assessing the task, without calling a tool.`
 
@@ -133,13 +133,16 @@ func (a *Agent) reflectTool(ctx context.Context, t *fsm.Task, cause ulid.ULID, t
 }
 
 // writtenBy returns the fact a successful memory write left (its content
-// after the call) and, for a file under episodes/, the episode it records.
+// after the call) and, for a file under episodes/, the episode it records:
+// the entry appended (an episodes file holds a month of entries) or the
+// whole file written.
 func writtenBy(ctx context.Context, m tools.Memory, tc fsm.ToolCall) (*fsm.Fact, *fsm.Episode) {
 	if tc.Name == tools.MemoryRead {
 		return nil, nil
 	}
 	var a struct {
-		Path string `json:"path"`
+		Path  string `json:"path"`
+		Entry string `json:"entry"`
 	}
 	if json.Unmarshal([]byte(tc.Arguments), &a) != nil || a.Path == "" {
 		return nil, nil
@@ -152,8 +155,19 @@ func writtenBy(ctx context.Context, m tools.Memory, tc fsm.ToolCall) (*fsm.Fact,
 	if !strings.HasPrefix(a.Path, "episodes/") {
 		return f, nil
 	}
-	title, _, _ := strings.Cut(strings.TrimSpace(content), "\n")
-	return f, &fsm.Episode{Title: strings.TrimLeft(title, "# "), Summary: tools.Summary(content), Details: content}
+	if tc.Name == tools.MemoryAppend {
+		content = a.Entry
+	}
+	return f, episodeOf(content)
+}
+
+// episodeOf reads an episode entry: its first line is the title (a
+// heading), then the "> Summary: ..." and "Lesson: ..." lines reflectPrompt
+// asks for; the details are the whole entry.
+func episodeOf(entry string) *fsm.Episode {
+	title, _, _ := strings.Cut(strings.TrimSpace(entry), "\n")
+	return &fsm.Episode{Title: strings.TrimSpace(strings.TrimLeft(title, "# ")), Summary: tools.Summary(entry),
+		Details: entry, Lesson: tools.Lesson(entry)}
 }
 
 // reflectionBrief is what the reflector reads: the task, its outcome, what

@@ -81,6 +81,15 @@ type LogOptions struct {
 	// Node names this node in its partitions' PARTITION_OWNED events. The
 	// default value is a new ULID for each OpenReplicated.
 	Node string
+	// KeysBucket is the JetStream key-value bucket that binds idempotency
+	// keys to event ids for every node (keys.go), created if missing. The
+	// default value is the stream's name followed by "_KEYS".
+	KeysBucket string
+	// StartTimeout bounds how long OpenReplicated waits for the NATS
+	// servers and JetStream to answer (servers still starting, a meta
+	// leader not yet elected), retrying with a backoff. The default value
+	// is 1 minute.
+	StartTimeout time.Duration
 }
 
 func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
@@ -104,6 +113,12 @@ func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
 	}
 	if o.Node == "" {
 		o.Node = ulid.Make().String()
+	}
+	if o.KeysBucket == "" {
+		o.KeysBucket = o.Stream + "_KEYS"
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = time.Minute
 	}
 }
 
@@ -134,31 +149,90 @@ type ReplicatedLog struct {
 	// stream sequence on its subjects, and its last PARTITION_OWNED.
 	partLast []uint64
 	owners   []Owner
-	held     map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
-	failed   chan struct{}  // closed when err is set
+	// keys binds idempotency keys (keys.go).
+	keys   jetstream.KeyValue
+	held   map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
+	failed chan struct{}  // closed when err is set
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// OpenReplicated connects to the cluster, creates the stream if needed
-// and starts the follower from where the local copy ends. local must be
-// written only through the returned ReplicatedLog.
+// OpenReplicated connects to the cluster, creates the stream and the
+// idempotency key bucket if needed and starts the follower from where the
+// local copy ends. local must be written only through the returned
+// ReplicatedLog. Servers that do not answer yet, or a JetStream still
+// electing its meta leader, are waited for with a backoff up to
+// StartTimeout; several nodes may create a new cluster's stream and
+// buckets at once.
 func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (*ReplicatedLog, error) {
 	if opts.URL == "" {
 		return nil, fmt.Errorf("%w: a NATS URL is required", ErrInvalid)
 	}
-	nc, err := nats.Connect(opts.URL, nats.Name("pegasusd log"), nats.MaxReconnects(-1))
+	// Servers that are not up yet are retried in the background: the
+	// connection comes up when the first one answers.
+	nc, err := nats.Connect(opts.URL, nats.Name("pegasusd log"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
 	}
 	opts.ensureDefaults(nc)
 	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{})}
-	if err := r.open(ctx); err != nil {
+	if err := r.start(ctx); err != nil {
 		nc.Close()
 		return nil, err
 	}
 	return r, nil
+}
+
+// startBackoff is the first and the longest pause between two attempts
+// to reach JetStream at start.
+const (
+	startBackoff    = 100 * time.Millisecond
+	maxStartBackoff = 2 * time.Second
+)
+
+// start opens the stream, waiting for JetStream as OpenReplicated says.
+func (r *ReplicatedLog) start(ctx context.Context) error {
+	deadline := time.Now().Add(r.opts.StartTimeout)
+	wait := startBackoff
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, min(5*time.Second, max(time.Until(deadline), time.Millisecond)))
+		err := r.open(actx)
+		cancel()
+		if err == nil || !startRetryable(err) || ctx.Err() != nil {
+			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("cluster: JetStream at %s did not answer within %v (%d attempts): %w", r.opts.URL, r.opts.StartTimeout, attempt, err)
+		}
+		r.opts.Logger.Warn("waiting for JetStream", "url", r.opts.URL, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, maxStartBackoff)
+	}
+}
+
+// startRetryable reports whether open may succeed if tried again: the
+// servers or JetStream did not answer (yet), or answered that they are
+// not ready (a 5xx API error: no meta leader, the cluster forming; a
+// stream that another node is creating not found yet), as
+// opposed to a request JetStream refused (a 4xx: subjects that overlap
+// another stream's, say), a stream that is not a Pegasus log or a copy
+// that is not the stream's.
+func startRetryable(err error) bool {
+	if errors.Is(err, ErrInvalid) || errors.Is(err, ErrApply) || errors.Is(err, eventlog.ErrClosed) || errors.Is(err, eventlog.ErrFailed) {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// A stream another node is creating may not be found yet.
+		return apiErr.Code >= 500 || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamNotFound
+	}
+	return true
 }
 
 func (r *ReplicatedLog) open(ctx context.Context) error {
@@ -174,6 +248,11 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 			Description: "the Pegasus event log (docs/cluster.md)",
 			Metadata:    map[string]string{MetaPartitions: strconv.Itoa(r.opts.Partitions)},
 		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			// Another node created it meanwhile (with its own idea of
+			// the replicas, say): use that one.
+			r.st, err = r.js.Stream(ctx, r.opts.Stream)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: stream %s: %w", r.opts.Stream, err)
@@ -185,11 +264,17 @@ func (r *ReplicatedLog) open(ctx context.Context) error {
 	if c := info.Config; !c.AllowAtomicPublish || len(c.Subjects) != 1 || c.Subjects[0] != "pegasus.log.>" {
 		return fmt.Errorf("%w: stream %s is not a Pegasus log (subjects %v, atomic batches %v)", ErrInvalid, r.opts.Stream, c.Subjects, c.AllowAtomicPublish)
 	}
+	if info.Config.Storage != jetstream.FileStorage {
+		return fmt.Errorf("%w: stream %s keeps its messages in memory: a log must be on disk (file storage)", ErrInvalid, r.opts.Stream)
+	}
 	r.replicas = info.Config.Replicas
 	if v, ok := info.Config.Metadata[MetaPartitions]; ok {
 		if r.parts, err = strconv.Atoi(v); err != nil || r.parts < 0 {
 			return fmt.Errorf("%w: stream %s records %s %q", ErrInvalid, r.opts.Stream, MetaPartitions, v)
 		}
+	}
+	if err := r.openKeys(ctx); err != nil {
+		return err
 	}
 	if r.applied, err = r.localStreamSeq(); err != nil {
 		return err
@@ -588,6 +673,20 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 			if fenced && errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && actx.Err() == nil {
 				continue // the partition moved on, not these streams: check again at once
 			}
+		} else if isDuplicateInFlight(err) {
+			// The same events are being stored by another request: a
+			// retry (on this node or another) of an append whose answer
+			// was lost. Its outcome is this one's: wait for it.
+			wctx, cancel := context.WithTimeout(actx, noLeaderWait)
+			_ = r.waitApplied(wctx, r.Applied()+1)
+			cancel()
+			if res, ok, err := r.storedAll(parts); ok || err != nil {
+				return res, err
+			}
+			if actx.Err() != nil {
+				return nil, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome)
+			}
+			continue
 		} else if !errors.Is(err, nats.ErrNoResponders) {
 			break
 		}
@@ -989,6 +1088,15 @@ type pubAck struct {
 	Seq       uint64              `json:"seq"`
 	Duplicate bool                `json:"duplicate"`
 	Error     *jetstream.APIError `json:"error"`
+}
+
+// jsErrCodeDuplicateInFlight is JetStream's refusal of a message whose
+// Nats-Msg-Id is being stored by another publish still in flight.
+const jsErrCodeDuplicateInFlight jetstream.ErrorCode = 10158
+
+func isDuplicateInFlight(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeDuplicateInFlight
 }
 
 func isWrongLastSeq(err error) bool {

@@ -32,7 +32,9 @@ type Log struct {
 
 	idMu     sync.Mutex
 	idLastMs uint64
-	entropy  ulid.MonotonicReader
+	// keyMu serialises the bindings of idempotency keys (idempotency.go).
+	keyMu   keyLocks
+	entropy ulid.MonotonicReader
 
 	// reqs carries append requests to the committer. closeMu guards sending
 	// on it against Close closing it.

@@ -140,6 +140,9 @@ func Describe(t Task) string {
 		fmt.Fprintf(&b, "reflection: %s facts=%d tool_calls=%d", text(r.Assessment), len(r.Facts), r.ToolCallsCount)
 		if r.Episode != nil {
 			fmt.Fprintf(&b, " episode=%s", text(r.Episode.Title))
+			if r.Episode.Lesson != "" {
+				fmt.Fprintf(&b, " lesson=%s", text(r.Episode.Lesson))
+			}
 		}
 		b.WriteByte('\n')
 	}
@@ -292,6 +295,9 @@ func DescribeEvent(ev Event) string {
 		w("assessment=%s facts=%d tool_calls=%d", text(r.Assessment), len(r.Facts), r.ToolCallsCount)
 		if r.Episode != nil {
 			w("episode=%s", text(r.Episode.Title))
+			if r.Episode.Lesson != "" {
+				w("lesson=%s", text(r.Episode.Lesson))
+			}
 		}
 	case *TaskNotifyBody:
 		w("message=%s", text(x.Message))

@@ -281,7 +281,7 @@ func scriptBody(t Task, a *args) (Body, error) {
 			r.Facts = append(r.Facts, Fact{Path: fmt.Sprintf("facts/%d.md", i), Content: "fact"})
 		}
 		if ep := a.str("episode", ""); ep != "" {
-			r.Episode = &Episode{Title: ep}
+			r.Episode = &Episode{Title: ep, Lesson: a.str("lesson", "")}
 		}
 		return &ReflectionCompleteBody{Reflection: r}, nil
 	case TaskNotify:

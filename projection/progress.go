@@ -40,8 +40,10 @@ type Progress struct {
 }
 
 // MarshalJSON writes the step and tool lists as [] when they are empty,
-// never null, so that dashboards can iterate them without a check. The
-// fold itself keeps nil, which the canonical msgpack encoding needs.
+// never null, so that dashboards can iterate them without a check, and
+// adds is_multi_step (IsMultiStep), which follows from the state and so is
+// not stored. The fold itself keeps nil, which the canonical msgpack
+// encoding needs.
 func (p Progress) MarshalJSON() ([]byte, error) {
 	type plain Progress // no methods: no recursion
 	q := plain(p)
@@ -50,7 +52,10 @@ func (p Progress) MarshalJSON() ([]byte, error) {
 			*l = []string{}
 		}
 	}
-	return json.Marshal(q)
+	return json.Marshal(struct {
+		plain
+		IsMultiStep bool `json:"is_multi_step"`
+	}{q, p.IsMultiStep()})
 }
 
 // PendingTool is a tool call that started and has no outcome yet.
@@ -63,9 +68,19 @@ type PendingTool struct {
 	EventID        ulid.ULID `msgpack:"event_id" json:"event_id"` // the TOOL_CALL_STARTED
 }
 
-// IsMultiStep reports whether the task is still running a plan, the
-// isMultiStep of the old proposal.
-func (p *Progress) IsMultiStep() bool { return p.State.IsActive() && len(p.NextSteps) > 0 }
+// IsMultiStep is the isMultiStep of the old proposal, its isTaskActive():
+// whether the task has started and not ended, with or without a plan in
+// hand. A task is reasoning, acting or waiting for the user (suspended,
+// as the proposal's task stays in progress while the user is asked to
+// continue), or, for a broker task, assigned or in progress. A task
+// waiting to start (idle, pending) or ended is not.
+func (p *Progress) IsMultiStep() bool {
+	switch p.State {
+	case fsm.StateSuspended, fsm.StateAssigned, fsm.StateInProgress:
+		return true
+	}
+	return p.State.IsActive()
+}
 
 // applyProgress folds one applied task event into n (fresh for a new
 // task's first event). before and after are the task around the event.

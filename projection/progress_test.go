@@ -2,6 +2,7 @@ package projection
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -69,4 +70,37 @@ func mustEncode(t *testing.T, p Progress) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestProgressIsMultiStep: is_multi_step is the old proposal's isMultiStep,
+// its isTaskActive(): true from the task's start to its end, whether it is
+// reasoning (no plan yet), acting or waiting for the user, false once it
+// has ended.
+func TestProgressIsMultiStep(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	id := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	check := func(want bool) {
+		t.Helper()
+		p, _ := s.Progress(id)
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := m["is_multi_step"].(bool); !ok || got != want || p.IsMultiStep() != want {
+			t.Fatalf("%s: is_multi_step = %v (%v), IsMultiStep() = %v, want %v", p.State, m["is_multi_step"], ok, p.IsMultiStep(), want)
+		}
+	}
+	check(true) // reasoning
+	mustApply(t, s, sc.ev(id, toolPlan()))
+	check(true) // acting
+	mustApply(t, s, sc.ev(id, &fsm.TaskSuspendedBody{Reason: "operator"}))
+	check(true) // suspended: waiting for the user, not ended
+	mustApply(t, s, sc.ev(id, &fsm.TaskResumedBody{}))
+	mustApply(t, s, sc.ev(id, &fsm.TaskFailedBody{Reason: "cancelled"}))
+	check(false)
 }

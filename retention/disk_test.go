@@ -2,12 +2,17 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -84,8 +89,9 @@ func TestDiskLevelsOff(t *testing.T) {
 			t.Fatal(err)
 		}
 		live := liveEvents(t, l)
-		sizes[r], total[r], kept[r] = dirSize(t, data), appended, recycledWALs(t, data)
-		t.Logf("%5d %10d %10d %10d %12.2f %12.2f", r+1, appended, live, memory, mib(sizes[r]), mib(dirSize(t, archive)))
+		files := dirFiles(t, data)
+		sizes[r], total[r], kept[r] = sum(files), appended, recycledWALs(files)
+		t.Logf("%5d %10d %10d %10d %12.2f %12.2f", r+1, appended, live, memory, mib(sizes[r]), mib(sum(dirFiles(t, archive))))
 	}
 	rep, err := replay.Verify(ctx, l, nil)
 	if err != nil || !rep.OK() {
@@ -145,41 +151,113 @@ func liveEvents(t testing.TB, l *eventlog.Log) int {
 	return n
 }
 
-func dirSize(t testing.TB, dir string) int64 {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+// fileSizes returns the size of every file under the root of fsys, by
+// slash-separated path. Pebble deletes obsolete files (compacted tables,
+// WALs beyond those it recycles) in the background, after the compaction
+// or flush that made them obsolete has returned, so a file listed may be
+// gone when its size is read: it no longer takes space and is left out.
+// Any other error is returned.
+func fileSizes(fsys fs.FS) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p != "." && errors.Is(err, fs.ErrNotExist) {
+				return nil // a directory deleted after it was listed
+			}
 			return err
+		}
+		if d.IsDir() {
+			return nil
 		}
 		info, err := d.Info()
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
 			return err
 		}
-		n += info.Size()
+		out[p] = info.Size()
 		return nil
 	})
+	return out, err
+}
+
+// dirFiles returns the size of every file under dir, by path.
+func dirFiles(t testing.TB, dir string) map[string]int64 {
+	files, err := fileSizes(os.DirFS(dir))
 	if err != nil {
 		t.Fatal(fmt.Errorf("size of %s: %w", dir, err))
+	}
+	return files
+}
+
+func sum(files map[string]int64) int64 {
+	var n int64
+	for _, size := range files {
+		n += size
 	}
 	return n
 }
 
-// recycledWALs returns the size of the WAL files in dir but the newest:
-// those Pebble keeps to reuse.
-func recycledWALs(t testing.TB, dir string) int64 {
-	logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, p := range logs[:max(0, len(logs)-1)] { // Glob sorts; names are zero-padded numbers
-		info, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
+// recycledWALs returns the size of the WAL files among files (as
+// fileSizes returns them for a data directory) but the newest: those
+// Pebble keeps to reuse.
+func recycledWALs(files map[string]int64) int64 {
+	var logs []string
+	for p := range files {
+		if path.Ext(p) == ".log" && !strings.Contains(p, "/") {
+			logs = append(logs, p)
 		}
-		n += info.Size()
+	}
+	slices.Sort(logs) // names are zero-padded numbers
+	var n int64
+	for _, p := range logs[:max(0, len(logs)-1)] {
+		n += files[p]
 	}
 	return n
 }
 
 func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// vanishingFS is a directory whose listing names a file that is gone when
+// its size is read, as when Pebble deletes an obsolete table between the
+// two.
+type vanishingFS struct {
+	fstest.MapFS
+	gone string
+}
+
+func (v vanishingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	entries, err := v.MapFS.ReadDir(name)
+	for i, e := range entries {
+		if path.Join(name, e.Name()) == v.gone {
+			entries[i] = vanishedEntry{e}
+		}
+	}
+	return entries, err
+}
+
+type vanishedEntry struct{ fs.DirEntry }
+
+func (e vanishedEntry) Info() (fs.FileInfo, error) {
+	return nil, &fs.PathError{Op: "lstat", Path: e.Name(), Err: fs.ErrNotExist}
+}
+
+// TestFileSizesSkipsVanishedFiles: a file deleted while the directory is
+// walked takes no space and counts for nothing; it is not an error.
+func TestFileSizesSkipsVanishedFiles(t *testing.T) {
+	fsys := vanishingFS{MapFS: fstest.MapFS{
+		"000004.log":     {Data: make([]byte, 10)},
+		"000005.sst":     {Data: make([]byte, 100)},
+		"000006.sst":     {Data: make([]byte, 1000)},
+		"archive/a.gz":   {Data: make([]byte, 7)},
+		"MANIFEST-00001": {Data: make([]byte, 3)},
+	}, gone: "000005.sst"}
+	files, err := fileSizes(fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := sum(files); n != 1020 || len(files) != 4 {
+		t.Fatalf("files %v, %d bytes; want 4 files, 1020 bytes", files, n)
+	}
+}

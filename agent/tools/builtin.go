@@ -96,6 +96,23 @@ func Summary(content string) string {
 	return ""
 }
 
+// Lesson extracts the "Lesson: ..." line of an episode entry, or "". The
+// label may be quoted ("> Lesson:"), listed ("- Lesson:") or bold
+// ("**Lesson:**"), in any case.
+func Lesson(content string) string {
+	const label = "lesson"
+	for line := range strings.Lines(content) {
+		s := strings.TrimLeft(strings.TrimSpace(line), ">-* ")
+		if len(s) < len(label) || !strings.EqualFold(s[:len(label)], label) {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimLeft(s[len(label):], "*_ "), ":"); ok {
+			return strings.TrimSpace(strings.TrimLeft(rest, "*_ "))
+		}
+	}
+	return ""
+}
+
 func cause(c Call) Cause {
 	return Cause{TaskID: c.TaskID, Causation: c.Cause, Correlation: c.Correlation}
 }

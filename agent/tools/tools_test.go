@@ -201,3 +201,18 @@ func TestSummary(t *testing.T) {
 		t.Fatalf("summary = %q", s)
 	}
 }
+
+func TestLesson(t *testing.T) {
+	for in, want := range map[string]string{
+		"# T\nLesson: use UTC\n":           "use UTC",
+		"# T\n> lesson:  use UTC \n":       "use UTC",
+		"- **Lesson:** use UTC":            "use UTC",
+		"**Lesson**: use UTC":              "use UTC",
+		"# T\nLessons learned: none\nbody": "",
+		"no lesson here":                   "",
+	} {
+		if got := Lesson(in); got != want {
+			t.Errorf("Lesson(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -459,6 +459,9 @@ func TestClusterBroker(t *testing.T) {
 	tdA, tdB := &testDaemon{t: t, url: a.url}, &testDaemon{t: t, url: b.url}
 
 	kinds := map[string]string{} // task id -> "job", "silent" or "plan"
+	for _, id := range checkKeysAcrossDaemons(t, tdA, tdB) {
+		kinds[id] = "job"
+	}
 	for i := range 12 {
 		kind, body := "job", `{"title":"job"}`
 		switch i % 4 {
@@ -529,4 +532,59 @@ func TestClusterBroker(t *testing.T) {
 			t.Errorf("%s task %s ended with %v, want one %s", kind, id, ends[id], want)
 		}
 	}
+}
+
+// checkKeysAcrossDaemons: an Idempotency-Key is one binding for the whole
+// cluster. A request retried on the other daemon, sequentially or racing
+// the first, is answered with the first's task and creates nothing; the
+// same key with another body is a 409 on either daemon. It returns the
+// dispatch tasks it created.
+func checkKeysAcrossDaemons(t *testing.T, a, b *testDaemon) []string {
+	t.Helper()
+	create := keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"hello"}`, key: "across-1", status: 201}
+	id := a.keyedTask(create)
+	again := create
+	again.replayed = true
+	if got := b.keyedTask(again); got != id {
+		t.Fatalf("the retry on the other daemon created task %s, the first was %s", got, id)
+	}
+	other := create
+	other.body, other.status, other.code = `{"input":"bye"}`, 409, codeKeyReused
+	b.keyed(other)
+	a.keyed(other)
+
+	job := `{"title":"job"}`
+	r := b.do("POST", "/api/v1/tasks", job, "X-Agent-ID", "client", "Idempotency-Key", "across-job")
+	mustStatus(t, r, 201)
+	jobID := dtask(t, r).TaskID
+	r = a.do("POST", "/api/v1/tasks", job, "X-Agent-ID", "client", "Idempotency-Key", "across-job")
+	mustStatus(t, r, 201)
+	if got := dtask(t, r).TaskID; got != jobID || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the broker create retried on the other daemon: task %s (replayed %q), the first was %s", got, r.header.Get("Idempotent-Replayed"), jobID)
+	}
+
+	// Keys sent to both daemons at once.
+	const keys = 10
+	ids := make([][2]string, keys)
+	var wg sync.WaitGroup
+	for k := range keys {
+		for i, td := range []*testDaemon{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				status, id := postKeyed(context.Background(), td.url+"/v1/tasks", fmt.Sprintf(`{"input":"race %d"}`, k), fmt.Sprintf("race-%d", k))
+				if status != 201 {
+					t.Errorf("key race-%d on daemon %d: status %d", k, i, status)
+				}
+				ids[k][i] = id
+			}()
+		}
+	}
+	wg.Wait()
+	for k, pair := range ids {
+		if pair[0] == "" || pair[0] != pair[1] {
+			t.Fatalf("key race-%d made tasks %q on a and %q on b", k, pair[0], pair[1])
+		}
+	}
+	return []string{jobID}
 }

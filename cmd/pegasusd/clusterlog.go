@@ -35,6 +35,8 @@ func clusterFlags() []cli.Flag {
 			Usage: "partitions of the tasks, each run by the daemon holding its lease, when --cluster creates the stream (recorded in it; 0: every daemon runs every task)"},
 		&cli.DurationFlag{Name: "cluster-lease-ttl", Value: 10 * time.Second, EnvVars: []string{"PEGASUS_CLUSTER_LEASE_TTL"},
 			Usage: "how long a partition's lease lasts without renewal, when --cluster creates the lease bucket (recorded in it)"},
+		&cli.DurationFlag{Name: "cluster-start-timeout", Value: time.Minute, EnvVars: []string{"PEGASUS_CLUSTER_START_TIMEOUT"},
+			Usage: "how long to wait at start for the NATS servers and JetStream to answer (servers still starting, a leader not yet elected), retrying with a backoff"},
 		&cli.StringFlag{Name: "cluster-node", EnvVars: []string{"PEGASUS_CLUSTER_NODE"},
 			Usage: "this daemon's name in the partitions' leases, unique among running daemons; a restart under the same name takes its leases back at once (default: a new id at each start)"},
 	}
@@ -48,7 +50,7 @@ type clusterConfig struct {
 
 func clusterConfigFrom(cc *cli.Context) (clusterConfig, error) {
 	o := cluster.LogOptions{URL: cc.String("cluster"), Stream: cc.String("cluster-stream"), Replicas: cc.Int("cluster-replicas"),
-		Partitions: cc.Int("cluster-partitions"), Node: cc.String("cluster-node")}
+		Partitions: cc.Int("cluster-partitions"), Node: cc.String("cluster-node"), StartTimeout: cc.Duration("cluster-start-timeout")}
 	c := clusterConfig{log: o, lease: cluster.LeaseOptions{TTL: cc.Duration("cluster-lease-ttl")}}
 	switch {
 	case o.URL == "":
@@ -59,6 +61,8 @@ func clusterConfigFrom(cc *cli.Context) (clusterConfig, error) {
 		return c, fmt.Errorf("--cluster-partitions %d: want 0 to 1024", o.Partitions)
 	case c.lease.TTL < time.Second:
 		return c, fmt.Errorf("--cluster-lease-ttl %v: want 1s or more", c.lease.TTL)
+	case o.StartTimeout < time.Second:
+		return c, fmt.Errorf("--cluster-start-timeout %v: want 1s or more", o.StartTimeout)
 	case cc.Duration("retain-finished") > 0:
 		// Retention deletes events from the log: the copy would no
 		// longer be the stream's.
@@ -96,6 +100,10 @@ func openCluster(ctx context.Context, cfg *config, l *eventlog.Log, logger *slog
 	}
 	logger.Info("the log is clustered on NATS JetStream", "url", o.URL, "stream", rl.Stream(), "replicas", rl.Replicas(),
 		"partitions", rl.Partitions(), "applied", rl.Applied())
+	if rl.Replicas() < 3 {
+		logger.Warn("the log's stream has fewer than 3 replicas: one server's disk holds acknowledged events alone (docs/cluster.md)",
+			"stream", rl.Stream(), "replicas", rl.Replicas())
+	}
 	return rl, nil
 }
 

@@ -35,10 +35,12 @@ type engine interface {
 }
 
 // eventStore is the part of the event log the handlers use: reading and
-// following events, its health, the idempotency records (idemStore) and
-// checkpoint copies. Appends go through the engine, never here.
+// following events, looking an event up by id, ids drawn by the log's
+// clock, its health and checkpoint copies. Appends go through the engine,
+// never here.
 type eventStore interface {
-	idemStore
+	Get(id ulid.ULID) (eventlog.Event, error)
+	NewID() ulid.ULID
 	Head() uint64
 	Health() error
 	Scan(from uint64, dir eventlog.Direction) *eventlog.Iterator

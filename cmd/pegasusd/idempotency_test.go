@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 )
@@ -26,7 +30,7 @@ func (td *testDaemon) restart(cfg *config) *testDaemon {
 // idemKeys counts the reservations in the log's aux space.
 func (td *testDaemon) idemKeys() int {
 	td.t.Helper()
-	it := td.d.events.ScanAux(idemPrefix)
+	it := td.d.events.ScanAux([]byte(eventlog.IdempotencyPrefix))
 	defer it.Close()
 	n := 0
 	for it.Next() {
@@ -244,52 +248,85 @@ func TestIdempotencyKeyConcurrentRetries(t *testing.T) {
 }
 
 // TestIdempotencyKeyCrashBetweenReserveAndAppend: a daemon that died after
-// writing a key's reservation but before appending its event left a
-// reservation that binds nothing: the retry creates the task, under a
-// fresh id (the reserved one may have been seen), once.
+// binding a key but before appending its event left a binding whose id no
+// event carries: the retry creates the task under that id, once.
 func TestIdempotencyKeyCrashBetweenReserveAndAppend(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
 	log := td.d.events
-	stale := log.NewID()
-	sum := sha256.Sum256([]byte("lost-answer"))
-	if err := log.WriteAux(context.Background(), func(b *eventlog.AuxBatch) error {
-		b.Set(append(append([]byte(nil), idemPrefix...), sum[:]...), stale[:])
-		return nil
-	}); err != nil {
+	bound := log.NewID()
+	if _, _, err := log.ReserveKey(context.Background(), "lost-answer", bound); err != nil {
 		t.Fatal(err)
 	}
 	c := keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x"}`, key: "lost-answer", status: 201}
-	id := td.keyedTask(c)
-	if id == stale.String() {
-		t.Fatal("the stale reserved id was reused")
+	if id := td.keyedTask(c); id != bound.String() {
+		t.Fatalf("the retry created task %s, not under the bound id %s", id, bound)
 	}
 	c.replayed = true
-	if again := td.keyedTask(c); again != id {
-		t.Fatalf("retry created %s, first was %s", again, id)
+	if again := td.keyedTask(c); again != bound.String() {
+		t.Fatalf("retry created %s, first was %s", again, bound)
 	}
 	if n := td.taskCount(); n != 1 {
 		t.Fatalf("%d tasks", n)
 	}
 }
 
+// TestIdempotencyKeyUnknownOutcome: a keyed request whose append's outcome
+// is unknown (its context ended, an acknowledgement lost in a leader
+// change) keeps its key: the retry gets the same id, so the log stores
+// the event once whether or not the first attempt's made it.
+func TestIdempotencyKeyUnknownOutcome(t *testing.T) {
+	l, err := eventlog.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s := &server{store: l, keys: l}
+	req := func() *http.Request {
+		r, _ := http.NewRequest("POST", "/v1/tasks", nil)
+		r.Header.Set("Idempotency-Key", "in-flight")
+		return r
+	}
+	var first, second ulid.ULID
+	err = s.keyed(httptest.NewRecorder(), req(), func(id ulid.ULID) error {
+		first = id
+		return fmt.Errorf("append: %w", cluster.ErrUnknownOutcome)
+	})
+	if !errors.Is(err, cluster.ErrUnknownOutcome) {
+		t.Fatal(err)
+	}
+	if err := s.keyed(httptest.NewRecorder(), req(), func(id ulid.ULID) error { second = id; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if first == (ulid.ULID{}) || second != first {
+		t.Fatalf("the retry appends under %s, the first attempt under %s", second, first)
+	}
+}
+
 // TestIdempotencyKeyRefusals: malformed keys are refused, and a refused
-// request leaves its key free.
+// request leaves its key usable: no event carries its id, so a later
+// request under the key (a corrected body) creates its task.
 func TestIdempotencyKeyRefusals(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
 	for _, key := range []string{"   ", strings.Repeat("k", 256), "caf\u00e9"} {
 		td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x"}`, key: key, status: 400, code: codeBadRequest})
 	}
+	if n := td.idemKeys(); n != 0 {
+		t.Fatalf("malformed keys left %d bindings", n)
+	}
 	td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x","type":"nope"}`, key: "k1", status: 400, code: codeBadRequest})
 	done := td.submit("hello")
 	td.waitTask(done)
 	td.keyed(keyedCall{method: "POST", path: "/v1/tasks/" + done + "/messages", body: `{"text":"x"}`, key: "k2", status: 409, code: codeConflict})
-	if n := td.idemKeys(); n != 0 {
-		t.Fatalf("refused requests left %d reservations", n)
+	// k1 is usable: with a valid body, it creates a task; its retry
+	// replays it.
+	c := keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"y"}`, key: "k1", status: 201}
+	id := td.keyedTask(c)
+	c.replayed = true
+	if again := td.keyedTask(c); again != id {
+		t.Fatalf("retry created %s, first was %s", again, id)
 	}
-	// k1 is free: used now with a valid body, it creates a task.
-	td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"y"}`, key: "k1", status: 201})
-	if n := td.idemKeys(); n != 1 {
-		t.Fatalf("%d reservations, want 1", n)
+	if n := td.taskCount(); n != 2 {
+		t.Fatalf("%d tasks, want 2", n)
 	}
 }
 

@@ -365,6 +365,9 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}
 	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl, own: own}
 	d.server = newServer(a, l, model.Name(), logger, cfg)
+	if rl != nil {
+		d.server.keys = rl // one binding per key for every daemon
+	}
 	if err := d.startPublish(); err != nil {
 		a.Stop(context.WithoutCancel(ctx))
 		return nil, err

@@ -37,13 +37,15 @@ type server struct {
 	base       context.Context
 	cancelBase context.CancelFunc
 	draining   atomic.Bool
-	idem       idemLocks
-	broker     *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
+	// keys binds Idempotency-Keys (idempotency.go): the log itself, or
+	// with --cluster the replicated log's bucket.
+	keys   eventlog.KeyReserver
+	broker *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
 }
 
 // newServer serves a started agent a, its log l and the name of its model.
 func newServer(a *agent.Agent, l *eventlog.Log, model string, logger *slog.Logger, cfg *config) *server {
-	s := &server{a: a, store: l, view: a.View(), history: replay.FromLog(l), model: model,
+	s := &server{a: a, store: l, keys: l, view: a.View(), history: replay.FromLog(l), model: model,
 		log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
 		maxBody: cfg.maxBody, checkpointDir: cfg.checkpointDir}
 	s.base, s.cancelBase = context.WithCancel(context.Background())

@@ -281,12 +281,25 @@ func TestHTTPTaskLifecycle(t *testing.T) {
 	}
 }
 
+// isMultiStep is the is_multi_step of a task's progress view, nil if absent.
+func isMultiStep(t *testing.T, td *testDaemon, id string) *bool {
+	t.Helper()
+	var prog struct {
+		IsMultiStep *bool `json:"is_multi_step"`
+	}
+	td.do("GET", "/v1/tasks/"+id+"/progress", "").json(t, &prog)
+	return prog.IsMultiStep
+}
+
 func TestHTTPSuspendResumeCancelAndMessages(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
 	id := td.submit("?")
 	task := td.waitTask(id)
 	if task.State != fsm.StateSuspended || task.Question != "What would you like me to do?" {
 		t.Fatalf("task = %+v", task)
+	}
+	if got := isMultiStep(t, td, id); got == nil || !*got { // started, not ended: waits for the user
+		t.Fatalf("is_multi_step of a suspended task = %v", got)
 	}
 	if r := td.do("POST", "/v1/tasks/"+id+"/suspend", ""); r.status != 409 || r.errorCode(t) != "conflict" {
 		t.Fatalf("suspend a suspended task: %d %s", r.status, r.body)
@@ -297,6 +310,9 @@ func TestHTTPSuspendResumeCancelAndMessages(t *testing.T) {
 	}
 	if task = td.waitTask(id); task.State != fsm.StateCompleted || !strings.Contains(task.Result, "hello again") {
 		t.Fatalf("after message: %+v", task)
+	}
+	if got := isMultiStep(t, td, id); got == nil || *got {
+		t.Fatalf("is_multi_step of a completed task = %v", got)
 	}
 	if r := td.do("POST", "/v1/tasks/"+id+"/cancel", `{"reason":"late"}`); r.status != 409 {
 		t.Fatalf("cancel a completed task: %d %s", r.status, r.body)
