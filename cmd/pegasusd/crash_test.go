@@ -51,10 +51,17 @@ func crashRun(t *testing.T) (uint64, *rand.Rand) {
 // buildDaemon compiles this package into a binary for the subprocess tests.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pegasusd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	return goBuild(t, "pegasusd", ".")
+}
+
+// goBuild builds the package pkg into a binary name for the subprocess
+// tests.
+func goBuild(t *testing.T, name, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }

@@ -130,23 +130,21 @@ func (lab *netLab) addrs(hosts []string) []string {
 // partition.
 func (lab *netLab) drop(from, to []string) {
 	lab.t.Helper()
-	for _, f := range from {
-		if f == "client" {
-			continue
-		}
-		var b strings.Builder
-		for _, ip := range lab.addrs(to) {
-			fmt.Fprintf(&b, "add rule inet pegasus_fault out ip daddr %s drop\n", ip)
-		}
-		lab.nft(lab.hosts[f], b.String())
-	}
-	for _, h := range to {
+	lab.rules(from, "out ip daddr", to)
+	lab.rules(to, "in ip saddr", from)
+}
+
+// rules adds to each of hosts' chain (but the clients') a rule that drops
+// the packets whose match (daddr or saddr) is one of peers' addresses.
+func (lab *netLab) rules(hosts []string, match string, peers []string) {
+	lab.t.Helper()
+	for _, h := range hosts {
 		if h == "client" {
 			continue
 		}
 		var b strings.Builder
-		for _, ip := range lab.addrs(from) {
-			fmt.Fprintf(&b, "add rule inet pegasus_fault in ip saddr %s drop\n", ip)
+		for _, ip := range lab.addrs(peers) {
+			fmt.Fprintf(&b, "add rule inet pegasus_fault %s %s drop\n", match, ip)
 		}
 		lab.nft(lab.hosts[h], b.String())
 	}

@@ -167,12 +167,7 @@ func newPartitionRun(t *testing.T, seed uint64) *partitionRun {
 // requires (as docs/cluster.md does).
 func buildNATSServer(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nats-server")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build nats-server: %v\n%s", err, out)
-	}
-	return bin
+	return goBuild(t, "nats-server", "github.com/nats-io/nats-server/v2")
 }
 
 // startNATS runs nats-server in host's namespace: JetStream with an fsync
@@ -388,49 +383,51 @@ func twoOf(rng *rand.Rand) ([]string, string) {
 // for a condition.
 func holdFor(d time.Duration) { <-time.After(d) }
 
-var partitionFaults = []partitionFault{
-	{"a daemon cut from the NATS majority", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
-		d := r.daemons[rng.IntN(2)].name
-		two, _ := twoOf(rng)
-		r.lastFault = fmt.Sprintf("%s cut from %v", d, two)
-		r.lab.partition([]string{d}, two)
-		holdFor(hold)
-	}},
-	{"a daemon cut from every NATS server", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
-		d := r.daemons[rng.IntN(2)].name
-		r.lastFault = fmt.Sprintf("%s cut from every NATS server", d)
-		r.lab.partition([]string{d}, natsHosts)
-		holdFor(hold)
-	}},
-	{"a NATS server cut from its peers", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
-		two, one := twoOf(rng)
-		r.lastFault = fmt.Sprintf("%s cut from its peers %v", one, two)
-		r.lab.partition([]string{one}, two)
-		holdFor(hold)
-	}},
-	{"a daemon cut from its clients", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
-		d := r.daemons[rng.IntN(2)].name
-		r.lastFault = fmt.Sprintf("%s cut from its clients", d)
-		r.lab.partition([]string{d}, []string{"client"})
-		holdFor(hold)
-	}},
-	{"one way between a daemon and the NATS servers", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
-		d := r.daemons[rng.IntN(2)].name
-		if rng.IntN(2) == 0 {
-			r.lastFault = fmt.Sprintf("%s's packets to every NATS server lost (one way)", d)
-			r.lab.drop([]string{d}, natsHosts)
+// cut is a fault of rules held for the hold: pick chooses the hosts
+// (drawing from rng) and says what it did; from's packets to to are
+// lost, and to's packets to from too unless oneWay.
+func cut(name string, pick func(r *partitionRun, rng *rand.Rand) (what string, from, to []string, oneWay bool)) partitionFault {
+	return partitionFault{name, func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
+		what, from, to, oneWay := pick(r, rng)
+		r.lastFault = what
+		if oneWay {
+			r.lab.drop(from, to)
 		} else {
-			r.lastFault = fmt.Sprintf("the NATS servers' packets to %s lost (one way)", d)
-			r.lab.drop(natsHosts, []string{d})
+			r.lab.partition(from, to)
 		}
 		holdFor(hold)
-	}},
-	{"one way between NATS servers", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
+	}}
+}
+
+var partitionFaults = []partitionFault{
+	cut("a daemon cut from the NATS majority", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
+		d := r.daemons[rng.IntN(2)].name
+		two, _ := twoOf(rng)
+		return fmt.Sprintf("%s cut from %v", d, two), []string{d}, two, false
+	}),
+	cut("a daemon cut from every NATS server", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
+		d := r.daemons[rng.IntN(2)].name
+		return fmt.Sprintf("%s cut from every NATS server", d), []string{d}, natsHosts, false
+	}),
+	cut("a NATS server cut from its peers", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
 		two, one := twoOf(rng)
-		r.lastFault = fmt.Sprintf("%s's packets to its peers %v lost (one way)", one, two)
-		r.lab.drop([]string{one}, two)
-		holdFor(hold)
-	}},
+		return fmt.Sprintf("%s cut from its peers %v", one, two), []string{one}, two, false
+	}),
+	cut("a daemon cut from its clients", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
+		d := r.daemons[rng.IntN(2)].name
+		return fmt.Sprintf("%s cut from its clients", d), []string{d}, []string{"client"}, false
+	}),
+	cut("one way between a daemon and the NATS servers", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
+		d := r.daemons[rng.IntN(2)].name
+		if rng.IntN(2) == 0 {
+			return fmt.Sprintf("%s's packets to every NATS server lost (one way)", d), []string{d}, natsHosts, true
+		}
+		return fmt.Sprintf("the NATS servers' packets to %s lost (one way)", d), natsHosts, []string{d}, true
+	}),
+	cut("one way between NATS servers", func(r *partitionRun, rng *rand.Rand) (string, []string, []string, bool) {
+		two, one := twoOf(rng)
+		return fmt.Sprintf("%s's packets to its peers %v lost (one way)", one, two), []string{one}, two, true
+	}),
 	{"a flapping partition", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
 		d := r.daemons[rng.IntN(2)].name
 		two, _ := twoOf(rng)
@@ -554,6 +551,7 @@ func (r *partitionRun) keyedPost(client int, rng *rand.Rand, path, key, body str
 			}
 		}
 		r.retries.Add(1)
+		<-time.After(time.Duration(50+rng.IntN(150)) * time.Millisecond) // a client's backoff: a refused connection answers at once
 		if rng.IntN(2) == 0 {
 			d = 1 - d
 			r.crossRetries.Add(1)
