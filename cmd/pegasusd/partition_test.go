@@ -431,12 +431,16 @@ var partitionFaults = []partitionFault{
 	{"a flapping partition", func(r *partitionRun, rng *rand.Rand, hold time.Duration) {
 		d := r.daemons[rng.IntN(2)].name
 		two, _ := twoOf(rng)
+		// The flips take as many draws as fit in the time: from a
+		// generator of their own, so that the next cycles' draws do not
+		// depend on the machine's speed.
+		flip := rand.New(rand.NewPCG(rng.Uint64(), 0))
 		flips := 0
 		for end := time.Now().Add(2 * hold); time.Now().Before(end); flips++ {
 			r.lab.partition([]string{d}, two)
-			holdFor(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+			holdFor(time.Duration(200+flip.IntN(1300)) * time.Millisecond)
 			r.lab.heal()
-			holdFor(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+			holdFor(time.Duration(200+flip.IntN(1300)) * time.Millisecond)
 		}
 		r.lastFault = fmt.Sprintf("%s cut from %v and healed %d times", d, two, flips)
 	}},
