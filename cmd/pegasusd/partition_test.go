@@ -55,7 +55,7 @@ const partitionTTL = 3 * time.Second
 // lease exits, as a supervisor would restart it) and waits until the
 // daemons share the partitions again and a submission is acknowledged.
 // Then everything is healed, every task finishes, the daemons stop, and
-// the audit runs (auditPartitionRun). -partition-cycles N sets the
+// the audit runs (partitionRun.audit). -partition-cycles N sets the
 // cycles, -crash-seed the seed.
 func TestClusterPartitions(t *testing.T) {
 	cycles := *partitionCycles
