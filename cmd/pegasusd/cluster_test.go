@@ -113,12 +113,16 @@ func logStream(ctx context.Context, t *testing.T, js jetstream.JetStream) (jetst
 	return st, info
 }
 
+// auditTimeout bounds an audit that walks the whole stream a message at
+// a time (the partition test's streams hold tens of thousands).
+const auditTimeout = 10 * time.Minute
+
 // checkCopy opens a stopped node's copy read-only and checks it against
 // the log's stream: it holds the stream's events, in order, to the
 // stream's end (cluster.VerifyCopy). It returns the copy's head.
 func checkCopy(t *testing.T, data string, js jetstream.JetStream) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
 	l, err := eventlog.Open(data, &eventlog.Options{ReadOnly: true})
 	if err != nil {
@@ -384,7 +388,7 @@ func TestClusterFailover(t *testing.T) {
 // it checked, and requires decisions by both daemons.
 func checkOwnersDecided(t *testing.T, js jetstream.JetStream) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
 	st, info := logStream(ctx, t, js)
 	parts, err := strconv.Atoi(info.Config.Metadata[cluster.MetaPartitions])

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -50,21 +51,29 @@ func crashRun(t *testing.T) (uint64, *rand.Rand) {
 // buildDaemon compiles this package into a binary for the subprocess tests.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pegasusd")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	return goBuild(t, "pegasusd", ".")
+}
+
+// goBuild builds the package pkg into a binary name for the subprocess
+// tests.
+func goBuild(t *testing.T, name, pkg string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }
 
 // proc is a pegasusd subprocess.
 type proc struct {
-	cmd  *exec.Cmd
-	url  string
-	mu   sync.Mutex
-	logs bytes.Buffer
-	done chan struct{}
+	cmd   *exec.Cmd
+	url   string
+	token string // the daemon's --token, which finishAll sends
+	mu    sync.Mutex
+	logs  bytes.Buffer
+	done  chan struct{}
 }
 
 var resumedRE = regexp.MustCompile(`agent started.* resumed=(\d+)`)
@@ -73,14 +82,39 @@ var listeningRE = regexp.MustCompile(`pegasusd listening.* url=(http://\S+)`)
 
 func startProc(t *testing.T, bin, data string, extra ...string) *proc {
 	t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--log-level", "info", "--log-format", "text"}, extra...)
-	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
+	return startProcIn(t, nil, bin, data, extra...)
+}
+
+// startProcIn is startProc with the daemon's command line after wrap
+// (for example ip netns exec NAME, which executes it in a network
+// namespace as the same process); extra may name another --addr.
+func startProcIn(t *testing.T, wrap []string, bin, data string, extra ...string) *proc {
+	t.Helper()
+	p, err := launchProc(t, wrap, bin, data, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// errNotListening is launchProc's error for a daemon that exited, or
+// was killed, before listening.
+var errNotListening = errors.New("pegasusd did not start")
+
+// launchProc is startProcIn returning an error, which wraps
+// errNotListening and carries the daemon's output, when the daemon did
+// not start (as a supervisor would see it).
+func launchProc(t *testing.T, wrap []string, bin, data string, extra ...string) (*proc, error) {
+	t.Helper()
+	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--log-level", "info", "--log-format", "text"}, extra...)
+	argv := append(append(wrap[:len(wrap):len(wrap)], bin), args...)
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	t.Cleanup(func() { // a test that failed midway leaves no daemon running
 		if p.cmd.ProcessState == nil {
@@ -108,14 +142,15 @@ func startProc(t *testing.T, bin, data string, extra ...string) *proc {
 	case u, ok := <-urls:
 		if !ok {
 			_ = p.cmd.Wait()
-			t.Fatalf("pegasusd exited before listening:\n%s", p.output())
+			return nil, fmt.Errorf("%w: it exited before listening:\n%s", errNotListening, p.output())
 		}
 		p.url = u
 	case <-time.After(testTimeout):
 		_ = p.cmd.Process.Kill()
-		t.Fatalf("pegasusd did not start:\n%s", p.output())
+		_ = p.cmd.Wait()
+		return nil, fmt.Errorf("%w within %v:\n%s", errNotListening, testTimeout, p.output())
 	}
-	return p
+	return p, nil
 }
 
 func (p *proc) output() string {
@@ -261,7 +296,7 @@ func TestCrashRecovery(t *testing.T) {
 // (created, never acknowledged), which recovery resumes too.
 func finishAll(t *testing.T, p *proc, ackedAll map[string]bool) {
 	t.Helper()
-	client := &http.Client{Timeout: 70 * time.Second}
+	client := &http.Client{Timeout: 70 * time.Second, Transport: bearer(p.token)}
 	waitTerminal := func(id, what string) {
 		for range 4 { // each wait returns at a change or after 30s
 			tj, code, err := waitTask(client, p.url, id)
@@ -299,6 +334,22 @@ func finishAll(t *testing.T, p *proc, ackedAll map[string]bool) {
 			waitTerminal(tk.ID, "unacknowledged")
 		}
 	}
+}
+
+// bearer is a transport that sends token as the bearer token, if any.
+func bearer(token string) http.RoundTripper {
+	if token == "" {
+		return http.DefaultTransport
+	}
+	return bearerTransport(token)
+}
+
+type bearerTransport string
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(b))
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // waitTask asks for a task, waiting up to 30s for a change; it returns
@@ -370,7 +421,7 @@ func checkLog(t *testing.T, data string, acked map[string]bool) {
 	for it.Next() {
 		ev := it.Event()
 		switch {
-		case ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$"):
+		case ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$") && ev.Type != string(fsm.DispatchCreated): // broker tasks have no input
 			if ev.Stream != ev.ID.String() {
 				t.Errorf("task stream %s starts with %s %s, not its input", ev.Stream, ev.Type, ev.ID)
 			}
