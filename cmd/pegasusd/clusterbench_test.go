@@ -97,7 +97,8 @@ func TestClusterBench(t *testing.T) {
 	// of an event's size, each waiting for its acknowledgement.
 	raw := rawPublishRate(t, n3, 8, 3*time.Second)
 	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
-	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL())
+	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL(), "--cluster-node", "a")
+	waitLeases(t, n3.JetStream(), "a", 16) // its appends go through the committers from the first task
 	info0 := streamInfo(t, n3, "PEGASUS_LOG")
 	c0 := scrapeCounters(t, p3.url, "pegasus_cluster_")
 	start := time.Now()
