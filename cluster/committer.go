@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -44,13 +45,23 @@ type committer struct {
 	acked uint64
 }
 
-// commitReq is one AppendMulti waiting for its batch.
+// commitReq is one AppendMulti waiting for its batch, or a hold: an
+// append over several partitions asks each of their committers to stop
+// between two batches while it is published (holdCommitters).
 type commitReq struct {
 	ctx   context.Context
 	parts []eventlog.StreamAppend
 	n     int                // messages
 	done  chan commitOutcome // buffered: the committer never blocks on it
+	// release, for a hold, receives the stream sequence of the last
+	// message the holder stored in the partition (0: none; unknownLast:
+	// its outcome is unknown) once it is done.
+	release chan uint64
 }
+
+// unknownLast releases a hold whose append's outcome is unknown: the
+// committer catches up with the stream before its next batch.
+const unknownLast = ^uint64(0)
 
 // commitOutcome is a request's answer: the stream sequence of its last
 // message, or why it was not stored.
@@ -147,12 +158,16 @@ func (c *committer) run(ctx context.Context) {
 				return
 			}
 		}
+		if first.release != nil {
+			c.hold(ctx, first)
+			continue
+		}
 		batch, msgs := []*commitReq{first}, first.n
 	gather:
 		for {
 			select {
 			case req := <-c.reqs:
-				if msgs+req.n > maxBatch {
+				if req.release != nil || msgs+req.n > maxBatch {
 					carry = req
 					break gather
 				}
@@ -405,4 +420,92 @@ const jsErrCodeDuplicateInBatch jetstream.ErrorCode = 10201
 func isDuplicateInBatch(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeDuplicateInBatch
+}
+
+// hold stops this committer between two batches for an append over
+// several partitions: once the local copy holds the committer's last
+// batch (so that the holder's partition checks, read from the copy, are
+// current), it tells the holder and waits for its release, then counts
+// the holder's messages as its own last batch.
+func (c *committer) hold(ctx context.Context, req *commitReq) {
+	var err error
+	if c.acked != 0 {
+		err = c.r.waitApplied(req.ctx, c.acked)
+	}
+	req.done <- commitOutcome{err: err}
+	if err != nil {
+		return // the holder does not release a hold it did not get
+	}
+	select {
+	case last := <-req.release:
+		switch {
+		case last == unknownLast:
+			c.acked = 0
+		case last > c.acked:
+			c.acked = last
+		}
+	case <-ctx.Done():
+	}
+}
+
+// heldPartitions is the partitions of parts this node holds, ascending,
+// when they are more than one (an append over several partitions); nil
+// otherwise.
+func (r *ReplicatedLog) heldPartitions(parts []eventlog.StreamAppend) []int {
+	var ps []int
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, sa := range parts {
+		if p := PartitionOf(sa.Stream, r.parts); p >= 0 && r.held[p] != nil && !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	if len(ps) < 2 && !(len(ps) == 1 && len(parts) > 1) {
+		return nil
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// holdCommitters holds the committers of partitions ps (ascending, so
+// that two such appends cannot wait for each other) and returns the
+// function that releases them with the stream sequence of the last
+// message the caller stored (0: none, unknownLast: unknown). Without
+// the holds, such an append and a committer's batch in flight would
+// refuse each other's partition check.
+func (r *ReplicatedLog) holdCommitters(ctx context.Context, ps []int) (func(last uint64), error) {
+	var held []*commitReq
+	release := func(last uint64) {
+		for _, h := range held {
+			h.release <- last
+		}
+	}
+	for _, p := range ps {
+		req := &commitReq{ctx: ctx, done: make(chan commitOutcome, 1), release: make(chan uint64, 1)}
+		c := r.committerFor(p)
+		select {
+		case c.reqs <- req:
+		case <-ctx.Done():
+			release(0)
+			return nil, ctx.Err()
+		}
+		select {
+		case o := <-req.done:
+			if o.err != nil {
+				release(0)
+				return nil, o.err
+			}
+			held = append(held, req)
+		case <-ctx.Done():
+			// The hold may still be granted: release it then.
+			go func() {
+				if o := <-req.done; o.err == nil {
+					req.release <- 0
+				}
+			}()
+			release(0)
+			return nil, ctx.Err()
+		}
+	}
+	return release, nil
 }

@@ -219,3 +219,58 @@ func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitterHoldsForAnAppendOverPartitions: an append over two
+// partitions the node holds (a task and the one it admits next) waits for
+// the batch in flight on one of them, is published while both committers
+// hold still, and the next batch follows it: nothing is refused.
+func TestCommitterHoldsForAnAppendOverPartitions(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	const parts = 4
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	_, took := startLeases(t, a, LeaseOptions{TTL: 3 * time.Second, NoBalance: true})
+	waitTook(t, took, 0, 1, 2, 3)
+	s1, s2 := streamsIn(1, parts, 2), streamsIn(2, parts, 1)[0]
+	for _, s := range append(s1, s2) {
+		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := a.rl.CommitStats()
+	g := gateBatches(a)
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, s1[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		first <- err
+	}()
+	g.next(t)
+	cross := make(chan error, 1)
+	go func() {
+		_, err := a.rl.AppendMulti(ctx,
+			eventlog.StreamAppend{Stream: s1[1], Expected: eventlog.Exactly(1), Events: []eventlog.Event{{Type: "DONE"}}},
+			eventlog.StreamAppend{Stream: s2, Expected: eventlog.Exactly(1), Events: []eventlog.Event{{Type: "ADMITTED"}}})
+		cross <- err
+	}()
+	waitQueued(t, a, 1, 1) // the hold waits behind the batch in flight
+	close(g.open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-cross; err != nil {
+		t.Fatalf("the append over two partitions: %v", err)
+	}
+	// The committer's next batch comes after it.
+	if _, err := a.rl.Append(ctx, s1[0], eventlog.Exactly(2), eventlog.Event{Type: "STEP"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.rl.CommitStats(); st.Refused != before.Refused {
+		t.Fatalf("%d batches refused", st.Refused-before.Refused)
+	}
+	for s, want := range map[string]uint64{s1[0]: 3, s1[1]: 2, s2: 2} {
+		if v, _ := a.local.StreamVersion(s); v != want {
+			t.Errorf("stream %s at version %d, want %d", s, v, want)
+		}
+	}
+}

@@ -677,6 +677,54 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		}
 		return r.appliedResult(ctx, parts, o.last)
 	}
+	if ps := r.heldPartitions(parts); ps != nil {
+		// Over several partitions this node holds (a task and the one
+		// it admits next, a parent and its child): their committers stop
+		// between two batches while it is published.
+		release, err := r.holdCommitters(ctx, ps)
+		if err != nil {
+			return nil, err
+		}
+		last, err := r.publishChecked(ctx, parts, n)
+		switch {
+		case err == nil:
+			release(last)
+		case errors.Is(err, ErrUnknownOutcome) || ctx.Err() != nil:
+			release(unknownLast)
+		default:
+			release(0)
+		}
+		if err != nil || last == 0 {
+			return r.storedOr(parts, err)
+		}
+		return r.appliedResult(ctx, parts, last)
+	}
+	last, err := r.publishChecked(ctx, parts, n)
+	if err != nil || last == 0 {
+		return r.storedOr(parts, err)
+	}
+	return r.appliedResult(ctx, parts, last)
+}
+
+// storedOr returns the result of parts if the log holds them (an append
+// that found its events already stored), else err.
+func (r *ReplicatedLog) storedOr(parts []eventlog.StreamAppend, err error) ([]eventlog.AppendResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	res, ok, serr := r.storedAll(parts)
+	if !ok && serr == nil {
+		serr = fmt.Errorf("%w: an append found stored is not in the local copy", ErrApply)
+	}
+	return res, serr
+}
+
+// publishChecked publishes parts as one append checked by JetStream (each
+// part's expected version, a fenced part's partition), sending it again
+// while JetStream refuses it as busy or no leader answers, until
+// AckTimeout. It returns the stream sequence of its last message, or 0
+// when the events turned out to be stored already.
+func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, n int) (uint64, error) {
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -688,7 +736,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		fenced := false
 		for i, p := range parts {
 			if checks[i], err = r.check(ctx, p); err != nil {
-				return nil, err
+				return 0, err
 			}
 			fenced = fenced || checks[i].subj != ""
 		}
@@ -702,10 +750,10 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			// or a new owner took it.
 			busy, cerr := r.busy(actx, parts)
 			if ferr := r.fenceLost(parts); ferr != nil {
-				return nil, ferr
+				return 0, ferr
 			}
 			if cerr != nil || !busy {
-				return nil, r.conflict(ctx, parts)
+				return 0, r.conflict(ctx, parts)
 			}
 			var apiErr *jetstream.APIError
 			if fenced && errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence && actx.Err() == nil {
@@ -716,10 +764,10 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			// retry (on this node or another) of an append whose answer
 			// was lost. Its outcome is this one's: wait for it.
 			if !r.retryPause(ctx, deadline, &wait) {
-				return nil, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome)
+				return 0, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome)
 			}
-			if res, ok, err := r.storedAll(parts); ok || err != nil {
-				return res, err
+			if _, ok, err := r.storedAll(parts); ok || err != nil {
+				return 0, err
 			}
 			continue
 		} else if !errors.Is(err, nats.ErrNoResponders) {
@@ -730,15 +778,12 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		// sooner if the copy moves, until AckTimeout.
 		if !r.retryPause(ctx, deadline, &wait) {
 			if isWrongLastSeq(err) {
-				return nil, r.conflict(ctx, parts)
+				return 0, r.conflict(ctx, parts)
 			}
-			return nil, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err)
+			return 0, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err)
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return r.appliedResult(ctx, parts, last)
+	return last, err
 }
 
 // appliedResult waits until the local copy holds stream sequence last,
