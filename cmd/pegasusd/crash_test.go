@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"github.com/pegasus-engine/pegasus/server"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -167,7 +168,7 @@ func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string,
 		if err != nil {
 			return // killed
 		}
-		var c createdJSON
+		var c server.CreatedJSON
 		err = json.NewDecoder(resp.Body).Decode(&c)
 		resp.Body.Close()
 		if resp.StatusCode >= 500 {
@@ -303,8 +304,8 @@ func finishAll(t *testing.T, p *proc, ackedAll map[string]bool) {
 
 // waitTask asks for a task, waiting up to 30s for a change; it returns
 // the task and the status code.
-func waitTask(client *http.Client, url, id string) (taskJSON, int, error) {
-	var tj taskJSON
+func waitTask(client *http.Client, url, id string) (server.TaskJSON, int, error) {
+	var tj server.TaskJSON
 	resp, err := client.Get(url + "/v1/tasks/" + id + "?wait=30s")
 	if err != nil {
 		return tj, 0, err
