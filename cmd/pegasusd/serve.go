@@ -270,16 +270,20 @@ func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 }
 func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
 
+// llmOptions is the model endpoint of the flags; an empty BaseURL: the
+// offline demo model.
+func (cfg *config) llmOptions() llm.Options {
+	return llm.Options{BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
+		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts, MaxConns: cfg.engine.MaxConcurrentLLM}
+}
+
 func newModel(cfg *config) (llm.Model, error) {
 	if cfg.llmBaseURL == "" {
 		return llm.Offline{}, nil
 	}
-	return llm.New(llm.Options{
-		BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
-		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts,
-		MaxConns: cfg.engine.MaxConcurrentLLM,
-	})
+	return llm.New(cfg.llmOptions())
 }
+
 
 // listenMetrics binds --metrics-addr, which must be a loopback address:
 // the separate listener has no token.
@@ -306,7 +310,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
-	if err := probeModel(ctx, cfg, logger); err != nil {
+	if err := engine.ProbeModel(ctx, cfg.llmOptions(), cfg.llmStrict, logger); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
