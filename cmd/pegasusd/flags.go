@@ -15,7 +15,7 @@ import (
 )
 
 // The flags of serve's parts, read into engine.Options and
-// server.Options (docs/config.md).
+// server.Options.
 
 func clusterFlags() []cli.Flag {
 	return []cli.Flag{
