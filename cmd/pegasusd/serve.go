@@ -284,7 +284,6 @@ func newModel(cfg *config) (llm.Model, error) {
 	return llm.New(cfg.llmOptions())
 }
 
-
 // listenMetrics binds --metrics-addr, which must be a loopback address:
 // the separate listener has no token.
 func listenMetrics(addr string) (net.Listener, error) {
