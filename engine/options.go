@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,9 @@ type Options struct {
 	// Log holds the event log's base options: its storage logger, a VFS
 	// (tests inject I/O errors with errorfs), AcceptDataLoss (open a
 	// damaged log anyway, cutting it at its last good point and recording
-	// the loss). The default value is the zero eventlog.Options.
+	// the loss). The default value is the zero eventlog.Options with, for
+	// Logger, Logger at warning level and above (the storage engine
+	// reports every WAL and compaction at info).
 	Log eventlog.Options
 	// Logger receives the engine's logs; each part adds its "component".
 	// The default value is a logger that discards everything.
@@ -112,6 +115,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if o.Log.Logger == nil {
+		o.Log.Logger = slog.New(minLevel{o.Logger.Handler(), slog.LevelWarn}).With("component", "eventlog")
+	}
 	if o.Model == nil {
 		o.Model = llm.Offline{}
 	}
@@ -163,3 +169,17 @@ func (o *Options) Validate() error {
 	}
 	return checkUniqueSchedules(o.Schedules)
 }
+
+// minLevel drops the records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(as), m.min}
+}
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }

@@ -248,28 +248,6 @@ type daemon struct {
 	metricsSrv *http.Server
 }
 
-// storageLogger quiets the log's storage engine (Pebble reports every WAL
-// and compaction at info) unless debug logging is on.
-func storageLogger(l *slog.Logger, level string) *slog.Logger {
-	if level == "debug" {
-		return l.With("component", "eventlog")
-	}
-	return slog.New(minLevel{l.Handler(), slog.LevelWarn}).With("component", "eventlog")
-}
-
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.Handler.Enabled(ctx, l)
-}
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{m.Handler.WithAttrs(as), m.min}
-}
-func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
-
 // llmOptions is the model endpoint of the flags; an empty BaseURL: the
 // offline demo model.
 func (cfg *config) llmOptions() llm.Options {
@@ -331,7 +309,9 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	}()
 	eo := cfg.engine
 	eo.Model, eo.Logger = model, logger
-	eo.Log.Logger = storageLogger(logger, cfg.logLevel)
+	if cfg.logLevel == "debug" {
+		eo.Log.Logger = logger.With("component", "eventlog") // else the engine quiets it
+	}
 	e, err := engine.Start(ctx, &eo)
 	if err != nil {
 		return nil, err
