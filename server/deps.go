@@ -86,7 +86,7 @@ type Deps struct {
 	// replicated log (one binding per key for every daemon). Nil: Store,
 	// if it is a KeyReserver.
 	Keys eventlog.KeyReserver
-	// Broker serves /api/v1; nil: those routes answer 500.
+	// Broker serves /api/v1; nil: those routes answer 503.
 	Broker *broker.Broker
 	// Metrics serves /metrics and counts requests; nil: neither.
 	Metrics Metrics
