@@ -19,7 +19,7 @@ import (
 )
 
 // fakeDaemon serves GET /v1/events and /v1/events/stream the way pegasusd
-// does (cmd/pegasusd/events.go): events in their one JSON form, written by
+// does (server/events.go): events in their one JSON form, written by
 // the same encoder (replay.NewEventJSON), SSE ids that are sequences,
 // resumption with Last-Event-ID.
 type fakeDaemon struct {

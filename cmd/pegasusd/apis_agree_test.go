@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,7 @@ import (
 func errorMessage(t *testing.T, r response) (string, string) {
 	t.Helper()
 	var env struct {
-		Error apiError `json:"error"`
+		Error api.ErrorDetail `json:"error"`
 	}
 	r.json(t, &env)
 	return env.Error.Code, env.Error.Message
@@ -33,7 +34,7 @@ func TestAPIsRefuseUnknownFilterValues(t *testing.T) {
 			t.Errorf("GET %s: %d, want 400: %s", c.path, r.status, r.body)
 			continue
 		}
-		if code, msg := errorMessage(t, r); code != codeBadRequest || !strings.Contains(msg, c.want) {
+		if code, msg := errorMessage(t, r); code != api.CodeBadRequest || !strings.Contains(msg, c.want) {
 			t.Errorf("GET %s: %s %q, want bad_request with %q", c.path, code, msg, c.want)
 		}
 	}
@@ -156,7 +157,7 @@ func TestBrokerReportMessages(t *testing.T) {
 		t.Helper()
 		r := td.as(agent, "POST", "/api/v1/tasks/"+id+path, body)
 		mustStatus(t, r, 409)
-		if code, msg := errorMessage(t, r); code != codeConflict || msg != want {
+		if code, msg := errorMessage(t, r); code != api.CodeConflict || msg != want {
 			t.Errorf("%s %s: %s %q,\nwant conflict %q", agent, path, code, msg, want)
 		}
 	}
@@ -173,15 +174,15 @@ func TestBrokerReportMessages(t *testing.T) {
 
 	// The other refusals of the broker speak the same way.
 	r = td.as("sci", "GET", "/api/v1/tasks/01JABCDEFGHJKMNPQRSTVWXYZ0", "")
-	if code, msg := errorMessage(t, r); r.status != 404 || code != codeNotFound || msg != `no such task "01JABCDEFGHJKMNPQRSTVWXYZ0"` {
+	if code, msg := errorMessage(t, r); r.status != 404 || code != api.CodeNotFound || msg != `no such task "01JABCDEFGHJKMNPQRSTVWXYZ0"` {
 		t.Errorf("unknown task: %d %s %q", r.status, code, msg)
 	}
 	r = td.admin("POST", "/api/v1/dlq/"+id+"/requeue", "")
-	if code, msg := errorMessage(t, r); r.status != 409 || code != codeConflict || msg != fmt.Sprintf(`task %q is not a dead letter`, id) {
+	if code, msg := errorMessage(t, r); r.status != 409 || code != api.CodeConflict || msg != fmt.Sprintf(`task %q is not a dead letter`, id) {
 		t.Errorf("requeue of a completed task: %d %s %q", r.status, code, msg)
 	}
 	r = td.as("client", "POST", "/v1/tasks", `{"input":"x","type":"nope"}`)
-	if code, msg := errorMessage(t, r); r.status != 400 || code != codeBadRequest || !strings.HasPrefix(msg, `unknown task type "nope" (known: `) {
+	if code, msg := errorMessage(t, r); r.status != 400 || code != api.CodeBadRequest || !strings.HasPrefix(msg, `unknown task type "nope" (known: `) {
 		t.Errorf("unknown task type: %d %s %q", r.status, code, msg)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,9 +15,9 @@ import (
 
 // waitDispatch returns broker task id once cond holds, looking again
 // after each bounded long poll (at most five seconds in all).
-func (td *testDaemon) waitDispatch(id, what string, cond func(*dispatchJSON) bool) dispatchJSON {
+func (td *testDaemon) waitDispatch(id, what string, cond func(*server.DispatchJSON) bool) server.DispatchJSON {
 	td.t.Helper()
-	var j dispatchJSON
+	var j server.DispatchJSON
 	for range 50 {
 		td.as("mike", "GET", "/api/v1/tasks/"+id, "").json(td.t, &j)
 		if cond(&j) {
@@ -38,7 +39,7 @@ func (td *testDaemon) waitDispatch(id, what string, cond func(*dispatchJSON) boo
 // completes; the children are listed on the broker task.
 func TestBrokerAgentWorker(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.broker.adminToken, cfg.broker.agentWorker = "admin-secret", true
+	cfg.server.AdminToken, cfg.engine.Broker.AgentWorker = "admin-secret", true
 	td := startDaemon(t, cfg)
 
 	var agents struct {
@@ -58,15 +59,15 @@ func TestBrokerAgentWorker(t *testing.T) {
 	for _, c := range []struct {
 		id, worker string
 	}{{research.TaskID, "sci"}, {plain.TaskID, "sci"}, {plan.TaskID, "pegasus"}} {
-		if j := td.waitDispatch(c.id, "assigned", func(j *dispatchJSON) bool { return j.AssignedAgent != "" }); j.AssignedAgent != c.worker {
+		if j := td.waitDispatch(c.id, "assigned", func(j *server.DispatchJSON) bool { return j.AssignedAgent != "" }); j.AssignedAgent != c.worker {
 			t.Fatalf("%s went to %s, want %s", j.Title, j.AssignedAgent, c.worker)
 		}
 	}
-	td.waitDispatch(plan.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+	td.waitDispatch(plan.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
 
 	// A task for the agent completes with the child's result.
 	task := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"what is event sourcing?","required_capabilities":["General"]}`))
-	done := td.waitDispatch(task.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+	done := td.waitDispatch(task.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
 	var res struct {
 		Child  string `json:"pegasus_task_id"`
 		Result string `json:"result"`
@@ -75,7 +76,7 @@ func TestBrokerAgentWorker(t *testing.T) {
 		done.AssignedAgent != "pegasus" || len(done.Children) != 1 || done.Children[0] != res.Child {
 		t.Fatalf("completed: %+v %s (%v)", done, done.Result, err)
 	}
-	var child taskJSON
+	var child server.TaskJSON
 	td.do("GET", "/v1/tasks/"+res.Child, "").json(t, &child)
 	if child.State != fsm.StateCompleted || child.Source != broker.AgentSource || child.Type != "general" || child.Result != res.Result {
 		t.Fatalf("child: %+v", child)
@@ -85,12 +86,12 @@ func TestBrokerAgentWorker(t *testing.T) {
 	// child waits; cancelling it fails the attempt; the retry runs a new
 	// child, which is answered and completes the broker task.
 	ask := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["agent"],"max_retries":2}`))
-	first := td.waitDispatch(ask.TaskID, "running a child", func(j *dispatchJSON) bool { return len(j.Children) == 1 })
+	first := td.waitDispatch(ask.TaskID, "running a child", func(j *server.DispatchJSON) bool { return len(j.Children) == 1 })
 	if c := td.waitTask(first.Children[0]); c.State != fsm.StateSuspended {
 		t.Fatalf("first child: %s", c.State)
 	}
 	mustStatus(t, td.do("POST", "/v1/tasks/"+first.Children[0]+"/cancel", `{"reason":"test"}`), 200)
-	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *dispatchJSON) bool {
+	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *server.DispatchJSON) bool {
 		return j.RetryCount == 1 && len(j.Children) == 2 && j.Status == "in_progress"
 	})
 	second := retried.Children[0]
@@ -101,7 +102,7 @@ func TestBrokerAgentWorker(t *testing.T) {
 		t.Fatalf("second child: %s", c.State)
 	}
 	mustStatus(t, td.do("POST", "/v1/tasks/"+second+"/messages", `{"text":"what is event sourcing?"}`), 200)
-	end := td.waitDispatch(ask.TaskID, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+	end := td.waitDispatch(ask.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
 	if end.RetryCount != 1 || !strings.Contains(string(end.Result), second) {
 		t.Fatalf("after the retry: %+v %s", end, end.Result)
 	}
@@ -133,7 +134,7 @@ func TestBrokerAgentWorker(t *testing.T) {
 		t.Fatalf("events after a restart:\n got %s\nwant %s", got, want)
 	}
 	td.stop()
-	openVerified(t, cfg.dataDir)
+	openVerified(t, cfg.engine.DataDir)
 }
 
 // eventAgents is a broker task's events as TYPE/AGENT, space-separated.
@@ -169,7 +170,7 @@ func TestBrokerAgentWorkerCrash(t *testing.T) {
 	children := map[string]string{} // broker task -> its child
 	for i := range 3 {
 		j := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["agent"]}`, "Idempotency-Key", fmt.Sprint("ask-", i)))
-		running := td.waitDispatch(j.TaskID, "running a child", func(j *dispatchJSON) bool { return len(j.Children) == 1 })
+		running := td.waitDispatch(j.TaskID, "running a child", func(j *server.DispatchJSON) bool { return len(j.Children) == 1 })
 		if c := td.waitTask(running.Children[0]); c.State != fsm.StateSuspended {
 			t.Fatalf("child %s: %s", c.TaskID, c.State)
 		}
@@ -185,7 +186,7 @@ func TestBrokerAgentWorkerCrash(t *testing.T) {
 			t.Fatalf("after the restart %s: %+v", id, j)
 		}
 		mustStatus(t, td.do("POST", "/v1/tasks/"+child+"/messages", `{"text":"what is event sourcing?"}`), 200)
-		done := td.waitDispatch(id, "completed", func(j *dispatchJSON) bool { return j.Status == "completed" })
+		done := td.waitDispatch(id, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
 		if done.RetryCount != 0 || !strings.Contains(string(done.Result), child) {
 			t.Fatalf("completed: %+v %s", done, done.Result)
 		}

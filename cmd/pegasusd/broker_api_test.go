@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/server"
 	"strings"
 	"testing"
 )
@@ -9,7 +11,7 @@ import (
 // brokerDaemon starts a daemon with an admin token.
 func brokerDaemon(t *testing.T) *testDaemon {
 	cfg := testConfig(t)
-	cfg.broker.adminToken = "admin-secret"
+	cfg.server.AdminToken = "admin-secret"
 	return startDaemon(t, cfg)
 }
 
@@ -31,28 +33,28 @@ func mustStatus(t *testing.T, r response, want int) {
 	}
 }
 
-func dtask(t *testing.T, r response) dispatchJSON {
+func dtask(t *testing.T, r response) server.DispatchJSON {
 	t.Helper()
-	var j dispatchJSON
+	var j server.DispatchJSON
 	r.json(t, &j)
 	return j
 }
 
 // poll is a worker's long poll for its assignments.
-func (td *testDaemon) poll(worker string) []dispatchJSON {
+func (td *testDaemon) poll(worker string) []server.DispatchJSON {
 	td.t.Helper()
 	return td.dispatchTasks(worker, "agent="+worker+"&status=assigned&wait=20s")
 }
 
 // dispatchTasks lists dispatch tasks as agent: GET /api/v1/tasks?query.
-func (td *testDaemon) dispatchTasks(agent, query string) []dispatchJSON {
+func (td *testDaemon) dispatchTasks(agent, query string) []server.DispatchJSON {
 	td.t.Helper()
 	r := td.as(agent, "GET", "/api/v1/tasks?"+query, "")
 	if r.status != 200 {
 		td.t.Fatalf("list ?%s: %d %s", query, r.status, r.body)
 	}
 	var page struct {
-		Tasks []dispatchJSON `json:"tasks"`
+		Tasks []server.DispatchJSON `json:"tasks"`
 	}
 	r.json(td.t, &page)
 	return page.Tasks
@@ -60,10 +62,10 @@ func (td *testDaemon) dispatchTasks(agent, query string) []dispatchJSON {
 
 // waitDLQ returns the DLQ once it holds n tasks (the broker dead-letters a
 // task right after its last failure), or after five seconds of long polls.
-func (td *testDaemon) waitDLQ(n int) []dispatchJSON {
+func (td *testDaemon) waitDLQ(n int) []server.DispatchJSON {
 	td.t.Helper()
 	var dlq struct {
-		Tasks []dispatchJSON `json:"tasks"`
+		Tasks []server.DispatchJSON `json:"tasks"`
 	}
 	for range 50 {
 		td.admin("GET", "/api/v1/dlq", "").json(td.t, &dlq)
@@ -84,7 +86,7 @@ func TestBrokerAPI(t *testing.T) {
 	td := brokerDaemon(t)
 
 	// Every route needs X-Agent-ID; admin routes the admin token.
-	if r := td.do("POST", "/api/v1/tasks", `{"title":"x"}`); r.status != 400 || r.errorCode(t) != codeBadRequest {
+	if r := td.do("POST", "/api/v1/tasks", `{"title":"x"}`); r.status != 400 || r.errorCode(t) != api.CodeBadRequest {
 		t.Fatalf("without X-Agent-ID: %d %s", r.status, r.body)
 	}
 	mustStatus(t, td.as("mike", "GET", "/api/v1/stats", ""), 401)
@@ -123,7 +125,7 @@ func TestBrokerAPI(t *testing.T) {
 
 	// A report from the wrong worker changes nothing.
 	before := dtask(t, td.as("gen", "GET", "/api/v1/tasks/"+research.TaskID, ""))
-	if r := td.as("gen", "POST", "/api/v1/tasks/"+research.TaskID+"/complete", `{"result":{"x":1}}`); r.status != 409 || r.errorCode(t) != codeConflict {
+	if r := td.as("gen", "POST", "/api/v1/tasks/"+research.TaskID+"/complete", `{"result":{"x":1}}`); r.status != 409 || r.errorCode(t) != api.CodeConflict {
 		t.Fatalf("wrong worker: %d %s", r.status, r.body)
 	}
 	if after := dtask(t, td.as("gen", "GET", "/api/v1/tasks/"+research.TaskID, "")); after.Version != before.Version {

@@ -33,8 +33,8 @@ func BenchmarkBrokerLatency(b *testing.B) {
 
 func benchBroker(b *testing.B, bc brokerbench.Config) {
 	cfg := testConfig(b)
-	cfg.maxBody = 1 << 20
-	cfg.broker.agentWorker = true // as at pegasusd's defaults: the built-in agent is a worker too
+	cfg.server.MaxBodyBytes = 1 << 20
+	cfg.engine.Broker.AgentWorker = true // as at pegasusd's defaults: the built-in agent is a worker too
 	td := startDaemon(b, cfg)
 	bc.URL = td.url
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -49,7 +49,7 @@ func benchBroker(b *testing.B, bc brokerbench.Config) {
 	b.ReportMetric(float64(res.P50.Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(res.P99.Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(res.AssignP99.Microseconds())/1000, "assign-p99-ms")
-	st := td.d.events.Stats()
+	st := td.d.engine.Log().Stats()
 	b.ReportMetric(float64(st.Commits)/res.Elapsed.Seconds(), "fsyncs/s")
 	b.ReportMetric(float64(st.Events)/float64(st.Commits), "events/fsync")
 	b.ReportMetric(float64(st.GatherTimeouts)/float64(st.Commits), "gather-timeouts/fsync")
@@ -66,7 +66,7 @@ func TestBrokerBenchWorkload(t *testing.T) {
 		{Rate: 200, Duration: 100 * time.Millisecond, Workers: 2},
 	} {
 		cfg := testConfig(t)
-		cfg.maxBody = 1 << 20
+		cfg.server.MaxBodyBytes = 1 << 20
 		td := startDaemon(t, cfg)
 		bc.URL = td.url
 		res, err := brokerbench.Run(ctx, bc)

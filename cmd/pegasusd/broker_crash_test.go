@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"path/filepath"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestBrokerCrash(t *testing.T) {
 	}
 	ids := create(td)
 	mustStatus(t, td.as("w", "PUT", "/api/v1/agents/w", `{"max_tasks":4}`), 200)
-	var got []dispatchJSON
+	var got []server.DispatchJSON
 	for range 50 { // the long poll answers at the first assignment; the others follow
 		if got = td.poll("w"); len(got) >= 4 {
 			break

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/server"
 	"testing"
 	"time"
 )
@@ -41,7 +43,7 @@ func TestBrokerRepeatedFailAfterRetry(t *testing.T) {
 	mustStatus(t, td.admin("POST", "/api/v1/agents/w/drain", ""), 200)
 	const fail = `{"error":"connection refused","retry_eligible":true}`
 	mustStatus(t, td.as("w", "POST", "/api/v1/tasks/"+task.TaskID+"/fail", fail), 200)
-	var queued dispatchJSON
+	var queued server.DispatchJSON
 	for range 50 {
 		if queued = dtask(t, td.as("c", "GET", "/api/v1/tasks/"+task.TaskID, "")); queued.RetryCount == 1 {
 			break
@@ -64,12 +66,12 @@ func TestBrokerRepeatedFailAfterRetry(t *testing.T) {
 // client routes (create, list, get) do not ask for it.
 func TestBrokerAgentToken(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.broker.adminToken, cfg.broker.agentToken = "admin-secret", "agent-secret"
+	cfg.server.AdminToken, cfg.server.AgentToken = "admin-secret", "agent-secret"
 	td := startDaemon(t, cfg)
 	agent := []string{"Authorization", "Bearer agent-secret"}
 	refused := func(r response) {
 		t.Helper()
-		if r.status != 401 || r.errorCode(t) != codeUnauthorized {
+		if r.status != 401 || r.errorCode(t) != api.CodeUnauthorized {
 			t.Fatalf("want 401 unauthorized: %d %s", r.status, r.body)
 		}
 	}
@@ -84,7 +86,7 @@ func TestBrokerAgentToken(t *testing.T) {
 	refused(td.as("w", "GET", "/api/v1/tasks?agent=w&status=assigned", ""))
 	refused(td.as("w", "GET", "/api/v1/tasks?wait=1s", ""))
 	var page struct {
-		Tasks []dispatchJSON `json:"tasks"`
+		Tasks []server.DispatchJSON `json:"tasks"`
 	}
 	td.as("w", "GET", "/api/v1/tasks?agent=w&status=assigned&wait=20s", "", agent...).json(t, &page)
 	if len(page.Tasks) != 1 {

@@ -27,7 +27,7 @@ func TestBrokerMetrics(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := td.d.web.metrics.WaitFor(ctx, td.d.events.Head()); err != nil {
+	if err := td.d.engine.Metrics().WaitFor(ctx, td.d.engine.Log().Head()); err != nil {
 		t.Fatal(err)
 	}
 	mfs := scrape(t, td.do("GET", "/metrics", ""))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func TestBrokerPageInBrowser(t *testing.T) {
 	b.do("requeue all matching", chromedp.Click(chromedp.ID("dlq-requeue-all")))
 	b.until("the DLQ is empty", `document.getElementById("dlq-status").textContent === "Requeued 1 task." && document.querySelector("#dlq tbody").textContent.includes("empty")`)
 	var dlq struct {
-		Tasks []dispatchJSON `json:"tasks"`
+		Tasks []server.DispatchJSON `json:"tasks"`
 	}
 	c.as("ops", "GET", "/api/v1/dlq", "", "Authorization", "Bearer "+admin).json(t, &dlq)
 	if len(dlq.Tasks) != 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/pegasus-engine/pegasus/server"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -46,7 +47,7 @@ func TestClientCommands(t *testing.T) {
 
 	// A flag after the argument.
 	code, out, _ = runClient(t, "", false, "task", first, "--server", td.url, "--json")
-	var tj taskJSON
+	var tj server.TaskJSON
 	if code != 0 || json.Unmarshal([]byte(out), &tj) != nil || tj.TaskID != first {
 		t.Fatalf("task ID --json: exit %d\n%s", code, out)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/pegasus-engine/pegasus/server"
 	"strings"
 	"testing"
 
@@ -52,7 +53,7 @@ func TestClientQuickStart(t *testing.T) {
 	code, out, _ = runClient(t, "", false, "task", "--server", td.url, id)
 	// The one renderer: what the client folds from the API is what the
 	// daemon holds, printed by fsm.Describe as pegasus-replay prints it.
-	held, err := td.d.agent.Task(id)
+	held, err := td.d.engine.Agent().Task(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestClientQuickStart(t *testing.T) {
 		t.Fatalf("task: exit %d\n%s\nwant\n%s", code, out, fsm.Describe(held))
 	}
 	code, out, _ = runClient(t, "", false, "task", "--server", td.url, "--json", id)
-	var tj taskJSON
+	var tj server.TaskJSON
 	if code != 0 || json.Unmarshal([]byte(out), &tj) != nil || tj.TaskID != id {
 		t.Fatalf("task --json: exit %d\n%s", code, out)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
@@ -549,7 +550,7 @@ func checkKeysAcrossDaemons(t *testing.T, a, b *testDaemon) []string {
 		t.Fatalf("the retry on the other daemon created task %s, the first was %s", got, id)
 	}
 	other := create
-	other.body, other.status, other.code = `{"input":"bye"}`, 409, codeKeyReused
+	other.body, other.status, other.code = `{"input":"bye"}`, 409, api.CodeKeyReused
 	b.keyed(other)
 	a.keyed(other)
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -48,7 +49,7 @@ func runTasks(t *testing.T, n int, urls ...string) float64 {
 					t.Error(err)
 					return
 				}
-				var cj createdJSON
+				var cj server.CreatedJSON
 				err = json.NewDecoder(resp.Body).Decode(&cj)
 				resp.Body.Close()
 				if err != nil || resp.StatusCode != 201 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"github.com/pegasus-engine/pegasus/server"
 	"net/http"
 	"os"
 	"os/exec"
@@ -161,7 +162,7 @@ func clusterDocCommands(t *testing.T, bin string, js jetstream.JetStream, local 
 	}
 	waitOwners(t, js, map[string]int{"n1": 8, "n2": 8})
 	second := &testDaemon{t: t, url: procs[1].url}
-	var c createdJSON
+	var c server.CreatedJSON
 	r := second.do("POST", "/v1/tasks", `{"input":"hello"}`)
 	mustStatus(t, r, 201)
 	r.json(t, &c)

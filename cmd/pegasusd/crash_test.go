@@ -26,6 +26,7 @@ import (
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/server"
 )
 
 var (
@@ -202,7 +203,7 @@ func submitter(url string, inputs []string, rng *rand.Rand, acked chan<- string,
 		if err != nil {
 			return // killed
 		}
-		var c createdJSON
+		var c server.CreatedJSON
 		err = json.NewDecoder(resp.Body).Decode(&c)
 		resp.Body.Close()
 		if resp.StatusCode >= 500 {
@@ -354,8 +355,8 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // waitTask asks for a task, waiting up to 30s for a change; it returns
 // the task and the status code.
-func waitTask(client *http.Client, url, id string) (taskJSON, int, error) {
-	var tj taskJSON
+func waitTask(client *http.Client, url, id string) (server.TaskJSON, int, error) {
+	var tj server.TaskJSON
 	resp, err := client.Get(url + "/v1/tasks/" + id + "?wait=30s")
 	if err != nil {
 		return tj, 0, err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"net/http"
 	"os"
 	"os/exec"
@@ -277,7 +278,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.until("armed", `document.getElementById("cancel-btn").textContent.includes("again")`)
 	b.do("confirm", chromedp.Click(chromedp.ID("cancel-btn")))
 	b.until("cancelled", `document.querySelector("#task-state .state").textContent === "failed"`)
-	var after taskJSON
+	var after server.TaskJSON
 	c.do("GET", "/v1/tasks/"+suspended, "").json(t, &after)
 	if after.State != "failed" || !strings.HasPrefix(after.Error, "cancelled") {
 		t.Errorf("after cancel: %s %q", after.State, after.Error)
@@ -319,7 +320,7 @@ func TestTasksQueueOrderInBrowser(t *testing.T) {
 	defer p.stop(t)
 	c := &testDaemon{t: t, url: p.url}
 	for _, prio := range []int{2, 0, -3, 0, 1} {
-		var created createdJSON
+		var created server.CreatedJSON
 		r := c.do("POST", "/v1/tasks", fmt.Sprintf(`{"input":"hello","priority":%d}`, prio))
 		mustStatus(t, r, http.StatusCreated)
 		r.json(t, &created)

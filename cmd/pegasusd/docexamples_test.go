@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/engine"
 	"io"
 	"os"
 	"os/exec"
@@ -294,8 +295,8 @@ func runDocFile(t *testing.T, df docFile, bin string) int {
 		daemonDir = "pegasus-data"
 	}
 	cfg := testConfig(t)
-	cfg.dataDir = filepath.Join(dir, daemonDir)
-	cfg.checkpointDir = cfg.dataDir + "-checkpoints"
+	cfg.engine.DataDir = filepath.Join(dir, daemonDir)
+	cfg.server.CheckpointDir = cfg.engine.DataDir + "-checkpoints"
 	r := &docRun{t: t, dir: dir, bin: bin, cfg: cfg, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
 		env: map[string]string{}, ids: map[string]string{}}
 	t.Setenv("PEGASUS_SERVER", r.daemons["7070"].url)
@@ -327,7 +328,7 @@ func (r *docRun) direct(it docItem) {
 		delete(r.daemons, "7070")
 	case m != nil:
 		cfg := testConfig(t)
-		cfg.token = m[2]
+		cfg.server.Token = m[2]
 		r.daemons[m[1]] = startDaemon(t, cfg)
 	case rm != nil:
 		r.restartRetaining(it, rm[1])
@@ -350,14 +351,14 @@ func (r *docRun) restartRetaining(it docItem, flags string) {
 	td := r.daemons["7070"]
 	settle(t, td)
 	td.stop()
-	r.cfg.retention = retentionConfig{window: *window, interval: *interval, archiveDir: filepath.Join(r.cfg.dataDir, "archive")}
+	r.cfg.engine.Retention = engine.RetentionOptions{Window: *window, Interval: *interval, ArchiveDir: filepath.Join(r.cfg.engine.DataDir, "archive")}
 	td = startDaemon(t, r.cfg)
 	r.daemons["7070"] = td
 	t.Setenv("PEGASUS_SERVER", td.url)
 
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	sub := td.d.events.Subscribe(ctx, 1)
+	sub := td.d.engine.Log().Subscribe(ctx, 1)
 	defer sub.Close()
 	for {
 		ev, err := sub.Next(ctx)
@@ -500,12 +501,12 @@ func settle(t *testing.T, td *testDaemon) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	page, err := td.d.agent.View().Tasks(ctx, replay.Query{Limit: replay.MaxLimit})
+	page, err := td.d.engine.Agent().View().Tasks(ctx, replay.Query{Limit: replay.MaxLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range page.Tasks {
-		last, err := td.d.agent.WaitUntil(ctx, s.ID, quiet)
+		last, err := td.d.engine.Agent().WaitUntil(ctx, s.ID, quiet)
 		if err != nil {
 			t.Fatalf("task %s does not settle: %v (state %s, next %v, machine %v, iteration %d)", s.ID, err, last.State, fsm.Next(&last).Kind, last.Machine, last.Context.Iteration)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -26,10 +27,10 @@ import (
 func TestOneEventForm(t *testing.T) {
 	cfg := testConfig(t)
 	ctx := context.Background()
-	if err := openDataDir(cfg.dataDir); err != nil {
+	if err := os.MkdirAll(cfg.engine.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l, err := eventlog.Open(cfg.dataDir, nil)
+	l, err := eventlog.Open(cfg.engine.DataDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func TestOneEventForm(t *testing.T) {
 	td.stop()
 
 	// The stored events, and an export of them.
-	l, err = eventlog.Open(cfg.dataDir, &eventlog.Options{ReadOnly: true})
+	l, err = eventlog.Open(cfg.engine.DataDir, &eventlog.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,19 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/server"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/oklog/ulid/v2"
-
-	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 )
@@ -30,7 +28,7 @@ func (td *testDaemon) restart(cfg *config) *testDaemon {
 // idemKeys counts the reservations in the log's aux space.
 func (td *testDaemon) idemKeys() int {
 	td.t.Helper()
-	it := td.d.events.ScanAux([]byte(eventlog.IdempotencyPrefix))
+	it := td.d.engine.Log().ScanAux([]byte(eventlog.IdempotencyPrefix))
 	defer it.Close()
 	n := 0
 	for it.Next() {
@@ -57,7 +55,7 @@ func (td *testDaemon) taskCount() int {
 func (td *testDaemon) inputs(id string) int {
 	td.t.Helper()
 	var evs struct {
-		Events []eventJSON `json:"events"`
+		Events []replay.EventJSON `json:"events"`
 	}
 	td.do("GET", "/v1/tasks/"+id+"/events", "").json(td.t, &evs)
 	n := 0
@@ -94,7 +92,7 @@ func (td *testDaemon) keyed(c keyedCall) response {
 
 func (td *testDaemon) keyedTask(c keyedCall) string {
 	td.t.Helper()
-	var created createdJSON
+	var created server.CreatedJSON
 	td.keyed(c).json(td.t, &created)
 	return created.TaskID
 }
@@ -117,7 +115,7 @@ func TestIdempotencyKeySurvivesRestarts(t *testing.T) {
 		t.Fatalf("retry created task %s, first was %s", id, taskID)
 	}
 	other := create
-	other.body, other.status, other.code = `{"input":"hello!"}`, 409, codeKeyReused
+	other.body, other.status, other.code = `{"input":"hello!"}`, 409, api.CodeKeyReused
 	if r := td.keyed(other); !strings.Contains(string(r.body), "order-42") {
 		t.Fatalf("conflict does not name the key: %s", r.body)
 	}
@@ -130,7 +128,7 @@ func TestIdempotencyKeySurvivesRestarts(t *testing.T) {
 		t.Fatalf("webhook retry created %s, first was %s", id, hookID)
 	}
 	hookOther := hook
-	hookOther.path, hookOther.status, hookOther.code = "/v1/webhooks/deploy?type=general", 409, codeKeyReused
+	hookOther.path, hookOther.status, hookOther.code = "/v1/webhooks/deploy?type=general", 409, api.CodeKeyReused
 	td.keyed(hookOther)
 
 	// A message to a suspended task; its retry comes when the task has
@@ -146,20 +144,20 @@ func TestIdempotencyKeySurvivesRestarts(t *testing.T) {
 	}
 	msgAgain := msg
 	msgAgain.replayed = true
-	var tj taskJSON
+	var tj server.TaskJSON
 	td.keyed(msgAgain).json(t, &tj)
 	if tj.TaskID != asking || tj.State != fsm.StateCompleted {
 		t.Fatalf("message retry answered %+v", tj)
 	}
 	msgOther := msg
-	msgOther.body, msgOther.status, msgOther.code = `{"text":"say bye"}`, 409, codeKeyReused
+	msgOther.body, msgOther.status, msgOther.code = `{"text":"say bye"}`, 409, api.CodeKeyReused
 	td.keyed(msgOther)
 	// Keys share one namespace: a task's key is not a message's.
 	cross := msg
-	cross.key, cross.status, cross.code = "order-42", 409, codeKeyReused
+	cross.key, cross.status, cross.code = "order-42", 409, api.CodeKeyReused
 	td.keyed(cross)
 	crossTask := create
-	crossTask.key, crossTask.status, crossTask.code = "reply-1", 409, codeKeyReused
+	crossTask.key, crossTask.status, crossTask.code = "reply-1", 409, api.CodeKeyReused
 	td.keyed(crossTask)
 
 	check := func() {
@@ -215,7 +213,7 @@ func postKeyed(ctx context.Context, url, body, key string) (int, string) {
 		return 0, ""
 	}
 	defer resp.Body.Close()
-	var c createdJSON
+	var c server.CreatedJSON
 	data, _ := io.ReadAll(resp.Body)
 	_ = json.Unmarshal(data, &c)
 	return resp.StatusCode, c.TaskID
@@ -252,7 +250,7 @@ func TestIdempotencyKeyConcurrentRetries(t *testing.T) {
 // event carries: the retry creates the task under that id, once.
 func TestIdempotencyKeyCrashBetweenReserveAndAppend(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
-	log := td.d.events
+	log := td.d.engine.Log()
 	bound := log.NewID()
 	if _, _, err := log.ReserveKey(context.Background(), "lost-answer", bound); err != nil {
 		t.Fatal(err)
@@ -270,53 +268,21 @@ func TestIdempotencyKeyCrashBetweenReserveAndAppend(t *testing.T) {
 	}
 }
 
-// TestIdempotencyKeyUnknownOutcome: a keyed request whose append's outcome
-// is unknown (its context ended, an acknowledgement lost in a leader
-// change) keeps its key: the retry gets the same id, so the log stores
-// the event once whether or not the first attempt's made it.
-func TestIdempotencyKeyUnknownOutcome(t *testing.T) {
-	l, err := eventlog.Open(t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	s := &server{store: l, keys: l}
-	req := func() *http.Request {
-		r, _ := http.NewRequest("POST", "/v1/tasks", nil)
-		r.Header.Set("Idempotency-Key", "in-flight")
-		return r
-	}
-	var first, second ulid.ULID
-	err = s.keyed(httptest.NewRecorder(), req(), func(id ulid.ULID) error {
-		first = id
-		return fmt.Errorf("append: %w", cluster.ErrUnknownOutcome)
-	})
-	if !errors.Is(err, cluster.ErrUnknownOutcome) {
-		t.Fatal(err)
-	}
-	if err := s.keyed(httptest.NewRecorder(), req(), func(id ulid.ULID) error { second = id; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if first == (ulid.ULID{}) || second != first {
-		t.Fatalf("the retry appends under %s, the first attempt under %s", second, first)
-	}
-}
-
 // TestIdempotencyKeyRefusals: malformed keys are refused, and a refused
 // request leaves its key usable: no event carries its id, so a later
 // request under the key (a corrected body) creates its task.
 func TestIdempotencyKeyRefusals(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
 	for _, key := range []string{"   ", strings.Repeat("k", 256), "caf\u00e9"} {
-		td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x"}`, key: key, status: 400, code: codeBadRequest})
+		td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x"}`, key: key, status: 400, code: api.CodeBadRequest})
 	}
 	if n := td.idemKeys(); n != 0 {
 		t.Fatalf("malformed keys left %d bindings", n)
 	}
-	td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x","type":"nope"}`, key: "k1", status: 400, code: codeBadRequest})
+	td.keyed(keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"x","type":"nope"}`, key: "k1", status: 400, code: api.CodeBadRequest})
 	done := td.submit("hello")
 	td.waitTask(done)
-	td.keyed(keyedCall{method: "POST", path: "/v1/tasks/" + done + "/messages", body: `{"text":"x"}`, key: "k2", status: 409, code: codeConflict})
+	td.keyed(keyedCall{method: "POST", path: "/v1/tasks/" + done + "/messages", body: `{"text":"x"}`, key: "k2", status: 409, code: api.CodeConflict})
 	// k1 is usable: with a valid body, it creates a task; its retry
 	// replays it.
 	c := keyedCall{method: "POST", path: "/v1/tasks", body: `{"input":"y"}`, key: "k1", status: 201}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/server"
 	"strconv"
 	"testing"
 
@@ -9,13 +12,13 @@ import (
 
 func TestTaskStateAndWhy(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.noReflection = true // nothing is appended once the task is done
+	cfg.engine.DisableReflection = true // nothing is appended once the task is done
 	td := startDaemon(t, cfg)
 	id := td.submit("what time is it?")
 	final := td.waitTask(id)
 
 	var evs struct {
-		Events []eventJSON `json:"events"`
+		Events []replay.EventJSON `json:"events"`
 	}
 	td.do("GET", "/v1/tasks/"+id+"/events", "").json(t, &evs)
 	if len(evs.Events) < 3 || evs.Events[1].Type != string(fsm.TaskCreated) {
@@ -26,8 +29,8 @@ func TestTaskStateAndWhy(t *testing.T) {
 	// by event id and now.
 	for _, at := range []string{strconv.FormatUint(evs.Events[1].Seq, 10), evs.Events[1].ID} {
 		var r struct {
-			At   string   `json:"at"`
-			Task taskJSON `json:"task"`
+			At   string          `json:"at"`
+			Task server.TaskJSON `json:"task"`
 		}
 		res := td.do("GET", "/v1/tasks/"+id+"/state?at="+at, "")
 		res.json(t, &r)
@@ -36,7 +39,7 @@ func TestTaskStateAndWhy(t *testing.T) {
 		}
 	}
 	var now struct {
-		Task taskJSON `json:"task"`
+		Task server.TaskJSON `json:"task"`
 	}
 	td.do("GET", "/v1/tasks/"+id+"/state", "").json(t, &now)
 	if now.Task.State != final.State || now.Task.Version != final.Version {
@@ -46,21 +49,21 @@ func TestTaskStateAndWhy(t *testing.T) {
 	if r := td.do("GET", "/v1/tasks/"+id+"/state?at=1", ""); r.status != 404 {
 		t.Errorf("state before the task: %d %s", r.status, r.body)
 	}
-	if r := td.do("GET", "/v1/tasks/"+id+"/state?at=yesterday", ""); r.status != 400 || r.errorCode(t) != codeBadRequest {
+	if r := td.do("GET", "/v1/tasks/"+id+"/state?at=yesterday", ""); r.status != 400 || r.errorCode(t) != api.CodeBadRequest {
 		t.Errorf("state at a bad bound: %d %s", r.status, r.body)
 	}
 
 	var why struct {
-		TaskID string      `json:"task_id"`
-		Chain  []eventJSON `json:"chain"`
-		Tree   *whyNode    `json:"tree"`
+		TaskID string             `json:"task_id"`
+		Chain  []replay.EventJSON `json:"chain"`
+		Tree   *server.WhyNode    `json:"tree"`
 	}
 	td.do("GET", "/v1/tasks/"+id+"/why", "").json(t, &why)
 	if len(why.Chain) == 0 || why.Chain[len(why.Chain)-1].Type != string(fsm.MessageReceived) || why.Tree == nil {
 		t.Fatalf("why: %+v", why)
 	}
-	var count func(n *whyNode) int
-	count = func(n *whyNode) int {
+	var count func(n *server.WhyNode) int
+	count = func(n *server.WhyNode) int {
 		c := 1
 		for _, k := range n.Children {
 			c += count(k)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/pegasus-engine/pegasus/server"
 	"strings"
 	"testing"
 
@@ -17,7 +18,7 @@ func TestHTTPSubmitUnderVersion0(t *testing.T) {
 	if r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
-	var created createdJSON
+	var created server.CreatedJSON
 	r.json(t, &created)
 	task := td.waitTask(created.TaskID)
 	if task.State != fsm.StateCompleted || task.Machine != "pegasus.task@0" || !strings.HasPrefix(task.Result, "The current time is ") {

@@ -56,7 +56,7 @@ next:
 // GET /v1/stats.
 func TestMetricsAfter100Tasks(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.noReflection = true
+	cfg.engine.DisableReflection = true
 	td := startDaemon(t, cfg)
 	inputs := []string{"what time is it?", "hello", "?"} // "?" suspends: the model asks
 	ids := make(chan string, 100)
@@ -91,7 +91,7 @@ func TestMetricsAfter100Tasks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := td.d.web.metrics.WaitFor(ctx, td.d.events.Head()); err != nil {
+	if err := td.d.engine.Metrics().WaitFor(ctx, td.d.engine.Log().Head()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -156,7 +156,7 @@ func TestMetricsAfter100Tasks(t *testing.T) {
 // serves it on its own loopback listener; that address must be loopback.
 func TestMetricsAuth(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.token = "m3trics"
+	cfg.server.Token = "m3trics"
 	td := startDaemon(t, cfg)
 	if r := td.do("GET", "/metrics", ""); r.status != http.StatusUnauthorized {
 		t.Errorf("GET /metrics without the token: %d", r.status)
@@ -164,13 +164,13 @@ func TestMetricsAuth(t *testing.T) {
 	scrape(t, td.do("GET", "/metrics", "", "Authorization", "Bearer m3trics"))
 
 	cfg = testConfig(t)
-	cfg.token = "m3trics"
+	cfg.server.Token = "m3trics"
 	cfg.metricsAddr = "127.0.0.1:0"
 	td = startDaemon(t, cfg)
 	if r := td.do("GET", "/metrics", "", "Authorization", "Bearer m3trics"); r.status != http.StatusNotFound {
 		t.Errorf("GET /metrics on the API's listener with --metrics-addr: %d, want 404", r.status)
 	}
-	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", td.d.web.ln.Addr()))
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", td.d.metricsLn.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,13 +10,13 @@ import (
 )
 
 // npmTools returns the directory of the pinned npm project of the OpenAPI
-// checks (testdata/npm: Redocly CLI, openapi-typescript, openapi-fetch and
+// checks (server/testdata/npm: Redocly CLI, openapi-typescript, openapi-fetch and
 // TypeScript at exact versions, with their lock file) once `npm ci` has
 // installed it. Without node or the installed packages the test fails in
 // CI (CI=true: .ci/run runs npm ci there) and is skipped elsewhere.
 func npmTools(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("testdata", "npm"))
+	dir, err := filepath.Abs(filepath.Join("..", "..", "server", "testdata", "npm"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func npmTools(t *testing.T) string {
 	if _, err := exec.LookPath("node"); err != nil {
 		missing = "no node on the PATH (install Node.js 20 or newer)"
 	} else if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
-		missing = "the npm packages are not installed: run `npm ci` in cmd/pegasusd/testdata/npm"
+		missing = "the npm packages are not installed: run `npm ci` in server/testdata/npm"
 	}
 	switch {
 	case missing == "":
@@ -54,11 +54,11 @@ func npmExec(t *testing.T, dir, name string, args ...string) []byte {
 }
 
 // TestOpenAPILint lints openapi.json with Redocly CLI's recommended rules
-// (the version pinned in testdata/npm): no error and no warning, so that
+// (the version pinned in server/testdata/npm): no error and no warning, so that
 // a generator finds every operation's responses, errors included.
 func TestOpenAPILint(t *testing.T) {
 	dir := npmTools(t)
-	doc, err := filepath.Abs("openapi.json")
+	doc, err := filepath.Abs(filepath.Join("..", "..", "server", "openapi.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/server"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -95,7 +97,7 @@ type invalidRequest struct{}
 func TestOpenAPIDocument(t *testing.T) {
 	ctx := context.Background()
 	loader := openapi3.NewLoader()
-	doc, err := loader.LoadFromFile("openapi.json")
+	doc, err := loader.LoadFromFile(filepath.Join("..", "..", "server", "openapi.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +160,11 @@ func TestOpenAPIDocument(t *testing.T) {
 		return callAs(method, path, contentType, body, want)
 	}
 	const js = "application/json"
-	var created createdJSON
+	var created server.CreatedJSON
 	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"what time is it?","type":"general","priority":1,"metadata":{"k":"v"}}`, 201), &created)
 	id := created.TaskID
 	td.waitTask(id)
-	var asking createdJSON
+	var asking server.CreatedJSON
 	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &asking)
 	td.waitTask(asking.TaskID)
 
@@ -180,14 +182,14 @@ func TestOpenAPIDocument(t *testing.T) {
 	call("POST", "/v1/tasks/"+asking.TaskID+"/messages", js, `{"text":"tell me a joke","source":"test"}`, 200)
 	td.waitTask(asking.TaskID)
 	call("POST", "/v1/tasks/"+id+"/messages", js, `{"text":"again"}`, 409)
-	var second createdJSON
+	var second server.CreatedJSON
 	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &second)
 	td.waitTask(second.TaskID)
 	call("POST", "/v1/tasks/"+second.TaskID+"/resume", js, `{"reason":"go on"}`, 200)
 	call("POST", "/v1/tasks/"+id+"/suspend", "", "", 409)
 	call("POST", "/v1/tasks/"+id+"/resume", "", "", 409)
 	call("POST", "/v1/tasks/"+id+"/cancel", js, `{"reason":"late"}`, 409)
-	var third createdJSON
+	var third server.CreatedJSON
 	json.Unmarshal(call("POST", "/v1/tasks", js, `{"input":"?"}`, 201), &third)
 	td.waitTask(third.TaskID)
 	call("POST", "/v1/tasks/"+third.TaskID+"/cancel", "", "", 200)
@@ -200,7 +202,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	call("GET", "/v1/stats", "", "", 200)
 	call("POST", "/v1/admin/checkpoint", "", "", 201)
 	served := call("GET", "/v1/openapi.json", "", "", 200)
-	onDisk, err := os.ReadFile("openapi.json")
+	onDisk, err := os.ReadFile(filepath.Join("..", "..", "server", "openapi.json"))
 	if err != nil || !bytes.Equal(served, onDisk) {
 		t.Errorf("/v1/openapi.json does not serve openapi.json")
 	}
@@ -213,7 +215,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		t.Helper()
 		return callAs(method, path, js, body, want, "X-Agent-ID", "w1")
 	}
-	var d1, d2 dispatchJSON
+	var d1, d2 server.DispatchJSON
 	json.Unmarshal(callAs("POST", "/api/v1/tasks", js, `{"title":"crawl","required_capabilities":["web"],"metadata":{"k":"v"}}`, 201,
 		"X-Agent-ID", "client", "Idempotency-Key", "crawl-1"), &d1)
 	callAs("POST", "/api/v1/tasks", js, `{"title":"crawl","required_capabilities":["web"],"metadata":{"k":"v"}}`, 201,

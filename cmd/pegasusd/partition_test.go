@@ -30,6 +30,7 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/server"
 )
 
 var partitionCycles = flag.Int("partition-cycles", -1,
@@ -535,7 +536,7 @@ func (r *partitionRun) keyedPost(client int, rng *rand.Rand, path, key, body str
 		call0 := r.hist.now()
 		status, b := call("POST", r.daemons[d].url+path, body, "Idempotency-Key", key, "X-Agent-ID", "client")
 		ret := r.hist.now()
-		var c createdJSON
+		var c server.CreatedJSON
 		ok := status == 201 && json.Unmarshal(b, &c) == nil
 		if record {
 			out := histOutput{unknown: !ok, id: c.TaskID}
@@ -570,7 +571,7 @@ func (r *partitionRun) submitter(client int, rng *rand.Rand) {
 		key := fmt.Sprintf("pk-s%d-%d", client, n)
 		body, _ := json.Marshal(map[string]string{"input": partitionInputs[rng.IntN(len(partitionInputs))] + " " + key})
 		status, b := r.keyedPost(client, rng, "/v1/tasks", key, string(body), true)
-		var c createdJSON
+		var c server.CreatedJSON
 		if status != 201 || json.Unmarshal(b, &c) != nil {
 			if status != 0 && status < 500 {
 				r.t.Errorf("submission %s: %d %s", key, status, b)
@@ -610,7 +611,7 @@ func (r *partitionRun) reader(client int, rng *rand.Rand) {
 		call0 := r.hist.now()
 		status, b := call("GET", r.daemons[d].url+"/v1/tasks/"+id, "")
 		ret := r.hist.now()
-		var tj taskJSON
+		var tj server.TaskJSON
 		switch {
 		case status == 200 && json.Unmarshal(b, &tj) == nil:
 			r.hist.add(client, histInput{key: key, id: id, daemon: d}, histOutput{id: id, state: tj.State}, call0, ret)
@@ -627,7 +628,7 @@ func (r *partitionRun) creator(rng *rand.Rand) {
 		key := fmt.Sprintf("pk-b-%d", n)
 		body := fmt.Sprintf(`{"title":"job %s","timeout_seconds":20,"max_retries":10}`, key)
 		status, b := r.keyedPost(-1, rng, "/api/v1/tasks", key, body, false)
-		var j dispatchJSON
+		var j server.DispatchJSON
 		if status == 201 && json.Unmarshal(b, &j) == nil {
 			r.mu.Lock()
 			r.dispatch[j.TaskID] = key
@@ -660,7 +661,7 @@ func (r *partitionRun) worker(name string, home int, rng *rand.Rand) {
 			continue
 		}
 		var page struct {
-			Tasks []dispatchJSON `json:"tasks"`
+			Tasks []server.DispatchJSON `json:"tasks"`
 		}
 		if json.Unmarshal(b, &page) != nil {
 			continue
@@ -704,8 +705,8 @@ func listDispatch(url string) (n, ended int, ok bool) {
 	for {
 		st, b := call("GET", url+"/api/v1/tasks?limit=1000&cursor="+cursor, "", "X-Agent-ID", "client")
 		var page struct {
-			Tasks      []dispatchJSON `json:"tasks"`
-			NextCursor string         `json:"next_cursor"`
+			Tasks      []server.DispatchJSON `json:"tasks"`
+			NextCursor string                `json:"next_cursor"`
 		}
 		if st != 200 || json.Unmarshal(b, &page) != nil {
 			return n, ended, false
@@ -1090,7 +1091,7 @@ func TestPartitionAuditFails(t *testing.T) {
 			h = append(h, "Idempotency-Key", key)
 		}
 		r := td.do("POST", "/v1/tasks", fmt.Sprintf(`{"input":%q}`, input), h...)
-		var c createdJSON
+		var c server.CreatedJSON
 		r.json(t, &c)
 		return c.TaskID
 	}
@@ -1102,7 +1103,7 @@ func TestPartitionAuditFails(t *testing.T) {
 	post("hello pk-s0-2", "") // the broken client's retry: no key
 	td.waitTask(good)
 	td.stop()
-	l, err := eventlog.Open(cfg.dataDir, &eventlog.Options{ReadOnly: true})
+	l, err := eventlog.Open(cfg.engine.DataDir, &eventlog.Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/pegasus-engine/pegasus/engine"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -41,7 +42,7 @@ func TestProbeModel(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &config{llmBaseURL: tc.base, llmModel: tc.model, llmKey: llm.Secret(tc.key)}
 			var logs bytes.Buffer
-			err := probeModel(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			err := engine.ProbeModel(context.Background(), cfg.llmOptions(), cfg.llmStrict, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil {
 				t.Fatalf("without --llm-strict: %v", err)
 			}
@@ -50,8 +51,8 @@ func TestProbeModel(t *testing.T) {
 				t.Fatalf("logs %q, want a warning with %q", logs.String(), tc.want)
 			}
 			cfg.llmStrict = true
-			err = probeModel(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-			if (err != nil) != (tc.want != "") || (err != nil && (!errors.Is(err, errModelProbe) || !strings.Contains(err.Error(), tc.want))) {
+			err = engine.ProbeModel(context.Background(), cfg.llmOptions(), cfg.llmStrict, slog.New(slog.NewTextHandler(&logs, nil)))
+			if (err != nil) != (tc.want != "") || (err != nil && (!errors.Is(err, engine.ErrModelProbe) || !strings.Contains(err.Error(), tc.want))) {
 				t.Fatalf("--llm-strict: %v, want an error with %q", err, tc.want)
 			}
 			if strings.Contains(logs.String(), "sk-") || (err != nil && strings.Contains(err.Error(), "sk-")) {

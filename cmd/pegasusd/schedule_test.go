@@ -1,55 +1,24 @@
 package main
 
 import (
+	"github.com/pegasus-engine/pegasus/engine"
+	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/urfave/cli/v2"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
 )
 
-func TestScheduleFlagsAndFile(t *testing.T) {
-	s, err := parseScheduleFlag("hourly|@hourly|what time is it? | now")
-	if err != nil || s.Name != "hourly" || s.Input != "what time is it? | now" {
-		t.Fatalf("parse = %+v, %v", s, err)
-	}
-	from := time.Date(2025, 1, 1, 10, 30, 0, 0, time.UTC)
-	if next := s.sched.Next(from); !next.Equal(time.Date(2025, 1, 1, 11, 0, 0, 0, time.UTC)) {
-		t.Fatalf("next = %s", next)
-	}
-	for _, bad := range []string{"noseparators", "x|not a cron|y", "bad name|@daily|x", "|@daily|x"} {
-		if _, err := parseScheduleFlag(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	dir := t.TempDir()
-	f := filepath.Join(dir, "s.json")
-	os.WriteFile(f, []byte(`{"schedules":[{"name":"digest","cron":"0 8 * * 1-5","input":"summarize","type":"plan","priority":3}]}`), 0o600)
-	ss, err := loadSchedules(f)
-	if err != nil || len(ss) != 1 || ss[0].Type != "plan" || ss[0].Priority != 3 || ss[0].sched == nil {
-		t.Fatalf("file = %+v, %v", ss, err)
-	}
-	os.WriteFile(f, []byte(`{"schedules":[{"name":"x","cron":"@daily","input":"y","when":"now"}]}`), 0o600)
-	if _, err := loadSchedules(f); err == nil || !strings.Contains(err.Error(), "unknown field") {
-		t.Fatalf("unknown field: %v", err)
-	}
-	if err := checkUniqueSchedules([]schedule{{Name: "a"}, {Name: "a"}}); err == nil {
-		t.Fatal("duplicate names accepted")
-	}
-}
-
 func TestScheduleFiresATask(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
-	s, err := parseScheduleFlag("tick|@every 1h|hello from cron")
+	s, err := engine.ParseSchedule("tick|@every 1h|hello from cron")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Type, s.Priority = "explore", 4
-	td.d.scheduleJob(s)() // what cron runs at each tick
+	td.d.engine.Fire(s) // what cron runs at each tick
 	var list struct {
 		Tasks []struct {
 			ID     string `json:"task_id"`
@@ -65,7 +34,7 @@ func TestScheduleFiresATask(t *testing.T) {
 		t.Fatalf("task = %+v", task)
 	}
 	var evs struct {
-		Events []eventJSON `json:"events"`
+		Events []replay.EventJSON `json:"events"`
 	}
 	td.do("GET", "/v1/events?limit=5", "").json(t, &evs)
 	found := false
@@ -113,13 +82,13 @@ func TestScheduleEnvironmentKeepsCommas(t *testing.T) {
 	if err := app.Run([]string{"pegasusd"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.schedules) != 2 || cfg.schedules[0].Input != "summarize a, b and c" || cfg.schedules[1].Name != "ping" {
-		t.Fatalf("schedules from the environment = %+v", cfg.schedules)
+	if len(cfg.engine.Schedules) != 2 || cfg.engine.Schedules[0].Input != "summarize a, b and c" || cfg.engine.Schedules[1].Name != "ping" {
+		t.Fatalf("schedules from the environment = %+v", cfg.engine.Schedules)
 	}
 	if err := app.Run([]string{"pegasusd", "--schedule", "only|@hourly|x, y"}); err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.schedules) != 1 || cfg.schedules[0].Name != "only" || cfg.schedules[0].Input != "x, y" {
-		t.Fatalf("a flag must replace the variable: %+v", cfg.schedules)
+	if len(cfg.engine.Schedules) != 1 || cfg.engine.Schedules[0].Name != "only" || cfg.engine.Schedules[0].Input != "x, y" {
+		t.Fatalf("a flag must replace the variable: %+v", cfg.engine.Schedules)
 	}
 }

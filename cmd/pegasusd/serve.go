@@ -13,20 +13,17 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/robfig/cron/v3"
 	"github.com/urfave/cli/v2"
 
-	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/cluster"
+	"github.com/pegasus-engine/pegasus/engine"
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
-	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/server"
 )
 
 func serveFlags() []cli.Flag {
@@ -65,57 +62,48 @@ func serveFlags() []cli.Flag {
 	)
 }
 
-// config is everything serve needs, read from flags once.
+// config is everything serve needs, read from flags once: the engine's
+// options, the server's, and what stays with the process (the listener,
+// the model endpoint, logging, the stop's timeout).
 type config struct {
-	addr, dataDir, token, checkpointDir string
-	llmBaseURL, llmModel                string
-	llmKey                              llm.Secret
-	llmTimeout                          time.Duration
-	llmAttempts                         int
-	llmStrict                           bool
-	maxActive, maxLLM, maxTools         int
-	toolTimeout                         time.Duration
-	maxIterations                       int
-	noReflection                        bool
-	schedules                           []schedule
-	maxBody                             int64
-	shutdownTimeout                     time.Duration
-	logLevel, logFormat                 string
-	memoryBudget                        int64
-	metricsAddr                         string
-	acceptDataLoss                      bool
-	// logOptions are the log's base options; tests set FS to inject I/O
-	// errors (errorfs).
-	logOptions eventlog.Options
-	broker     brokerConfig
-	retention  retentionConfig
-	publish    cluster.OutboxOptions // --publish; empty URL: no fan-out
-	cluster    clusterConfig         // --cluster (clusterlog.go); empty URL: the embedded log
+	addr                 string
+	llmBaseURL, llmModel string
+	llmKey               llm.Secret
+	llmTimeout           time.Duration
+	llmAttempts          int
+	llmStrict            bool
+	shutdownTimeout      time.Duration
+	logLevel, logFormat  string
+	metricsAddr          string
+	engine               engine.Options
+	server               server.Options
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
 	c := &config{
-		addr: cc.String("addr"), dataDir: cc.String("data-dir"), token: cc.String("token"),
-		checkpointDir: cc.String("checkpoint-dir"),
-		llmBaseURL:    cc.String("llm-base-url"), llmModel: cc.String("llm-model"), llmKey: llm.Secret(cc.String("llm-api-key")),
+		addr:       cc.String("addr"),
+		llmBaseURL: cc.String("llm-base-url"), llmModel: cc.String("llm-model"), llmKey: llm.Secret(cc.String("llm-api-key")),
 		llmTimeout: cc.Duration("llm-timeout"), llmAttempts: cc.Int("llm-max-attempts"), llmStrict: cc.Bool("llm-strict"),
-		maxActive: cc.Int("max-active-tasks"), maxLLM: cc.Int("max-concurrent-llm"), maxTools: cc.Int("max-concurrent-tools"),
-		toolTimeout: cc.Duration("tool-timeout"), maxIterations: cc.Int("max-iterations"), noReflection: cc.Bool("no-reflection"),
-		maxBody: cc.Int64("max-body-bytes"), shutdownTimeout: cc.Duration("shutdown-timeout"),
-		logLevel: cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
-		acceptDataLoss: cc.Bool("accept-data-loss"),
+		shutdownTimeout: cc.Duration("shutdown-timeout"),
+		logLevel:        cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
+		engine: engine.Options{DataDir: cc.String("data-dir"),
+			MaxActiveTasks: cc.Int("max-active-tasks"), MaxConcurrentLLM: cc.Int("max-concurrent-llm"), MaxConcurrentTools: cc.Int("max-concurrent-tools"),
+			ToolTimeout: cc.Duration("tool-timeout"), MaxIterations: cc.Int("max-iterations"), DisableReflection: cc.Bool("no-reflection"),
+			ShutdownTimeout: cc.Duration("shutdown-timeout"), Log: eventlog.Options{AcceptDataLoss: cc.Bool("accept-data-loss")}},
+		server: server.Options{Token: cc.String("token"), CheckpointDir: cc.String("checkpoint-dir"), MaxBodyBytes: cc.Int64("max-body-bytes")},
+	}
+	e := &c.engine
+	if err := brokerConfigFrom(cc, e, &c.server); err != nil {
+		return nil, err
 	}
 	var err error
-	if c.broker, err = brokerConfigFrom(cc); err != nil {
+	if e.Retention, err = retentionConfigFrom(cc, e.DataDir); err != nil {
 		return nil, err
 	}
-	if c.retention, err = retentionConfigFrom(cc, c.dataDir); err != nil {
+	if e.Publish, err = publishConfigFrom(cc); err != nil {
 		return nil, err
 	}
-	if c.publish, err = publishConfigFrom(cc); err != nil {
-		return nil, err
-	}
-	if c.cluster, err = clusterConfigFrom(cc); err != nil {
+	if err := clusterConfigFrom(cc, e); err != nil {
 		return nil, err
 	}
 	if cc.NArg() > 0 {
@@ -125,44 +113,45 @@ func configFrom(cc *cli.Context) (*config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.memoryBudget = mb
+	e.MemoryBudget = mb
 	for _, s := range scheduleSpecs(cc.StringSlice("schedule"), os.Getenv("PEGASUS_SCHEDULE")) {
-		sc, err := parseScheduleFlag(s)
+		sc, err := engine.ParseSchedule(s)
 		if err != nil {
 			return nil, err
 		}
-		c.schedules = append(c.schedules, sc)
+		e.Schedules = append(e.Schedules, sc)
 	}
 	if f := cc.String("schedules-file"); f != "" {
-		ss, err := loadSchedules(f)
+		ss, err := engine.LoadSchedules(f)
 		if err != nil {
 			return nil, err
 		}
-		c.schedules = append(c.schedules, ss...)
+		e.Schedules = append(e.Schedules, ss...)
 	}
-	if err := checkUniqueSchedules(c.schedules); err != nil {
-		return nil, err
-	}
-	if c.checkpointDir == "" {
-		c.checkpointDir = strings.TrimRight(c.dataDir, "/") + "-checkpoints"
+	if c.server.CheckpointDir == "" {
+		c.server.CheckpointDir = strings.TrimRight(e.DataDir, "/") + "-checkpoints"
 	}
 	switch {
-	case c.maxActive < 1 || c.maxLLM < 1 || c.maxTools < 1 || c.maxIterations < 1 || c.llmAttempts < 1:
+	case e.MaxActiveTasks < 1 || e.MaxConcurrentLLM < 1 || e.MaxConcurrentTools < 1 || e.MaxIterations < 1 || c.llmAttempts < 1:
 		return nil, errors.New("concurrency limits, max-iterations and llm-max-attempts must be at least 1")
-	case c.maxBody < 1024:
+	case c.server.MaxBodyBytes < 1024:
 		return nil, errors.New("max-body-bytes must be at least 1024")
 	case c.llmBaseURL != "" && c.llmModel == "":
 		return nil, errors.New("--llm-model (PEGASUS_LLM_MODEL) is required with --llm-base-url")
 	case c.llmBaseURL == "" && c.llmModel != "":
 		return nil, errors.New("--llm-base-url (PEGASUS_LLM_BASE_URL) is required with --llm-model")
 	}
-	if err := checkToken(c.token); err != nil {
+	if err := checkToken(c.server.Token); err != nil {
 		return nil, err
 	}
-	if err := checkBearerTokens(c.token, c.broker); err != nil {
+	if err := checkBearerTokens(c.server); err != nil {
 		return nil, err
 	}
-	if err := checkBind(c.addr, c.token); err != nil {
+	if err := checkBind(c.addr, c.server.Token); err != nil {
+		return nil, err
+	}
+	// The engine's own check: two schedules of one name.
+	if err := c.engine.Validate(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -244,78 +233,61 @@ func startCPUProfile(file string) (end func(), err error) {
 	}, nil
 }
 
-// daemon is a running pegasusd.
+// daemon is a running pegasusd: an engine, the server in front of it,
+// and the listeners.
 type daemon struct {
 	cfg    *config
 	log    *slog.Logger
-	agent  *agent.Agent
-	events *eventlog.Log // the agent's log; the daemon opened it and the agent closes it
-	server *server
+	engine *engine.Engine
+	server *server.Server
 	http   *http.Server
 	ln     net.Listener
-	cron   *cron.Cron
-	web    *web            // dashboard and metrics (web.go)
-	retain *retainer       // retention loop (retention.go), nil when off
-	fanMu  sync.Mutex      // guards outbox
-	outbox *cluster.Outbox // --publish (publish.go); nil without it, or with --cluster while another daemon publishes
-	// replicated is the clustered log, leases this daemon's partition
-	// leases (clusterlog.go); nil without --cluster
-	replicated *cluster.ReplicatedLog
-	leases     *cluster.Leases
-	own        *ownership // what the agent and the broker run, and the sightings to close (clusterlog.go)
+	// metricsLn and metricsSrv serve /metrics on --metrics-addr; nil
+	// without it.
+	metricsLn  net.Listener
+	metricsSrv *http.Server
 }
 
-func openDataDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	// MkdirAll leaves an existing directory's mode alone; the log holds
-	// every input and result, so it is for the daemon's user only.
-	return os.Chmod(dir, 0o700)
+// llmOptions is the model endpoint of the flags; an empty BaseURL: the
+// offline demo model.
+func (cfg *config) llmOptions() llm.Options {
+	return llm.Options{BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
+		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts, MaxConns: cfg.engine.MaxConcurrentLLM}
 }
-
-// storageLogger quiets the log's storage engine (Pebble reports every WAL
-// and compaction at info) unless debug logging is on.
-func storageLogger(l *slog.Logger, level string) *slog.Logger {
-	if level == "debug" {
-		return l.With("component", "eventlog")
-	}
-	return slog.New(minLevel{l.Handler(), slog.LevelWarn}).With("component", "eventlog")
-}
-
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.Handler.Enabled(ctx, l)
-}
-func (m minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{m.Handler.WithAttrs(as), m.min}
-}
-func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
 
 func newModel(cfg *config) (llm.Model, error) {
 	if cfg.llmBaseURL == "" {
 		return llm.Offline{}, nil
 	}
-	return llm.New(llm.Options{
-		BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
-		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts,
-		MaxConns: cfg.maxLLM,
-	})
+	return llm.New(cfg.llmOptions())
 }
 
-// start binds the address, opens the log, starts the agent (recovery),
-// the HTTP server and the schedules. It binds first, so that an address
-// in use fails before anything is recovered or written to the log.
+// listenMetrics binds --metrics-addr, which must be a loopback address:
+// the separate listener has no token.
+func listenMetrics(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %q: %w", addr, err)
+	}
+	if !isLoopback(host) {
+		return nil, fmt.Errorf("--metrics-addr %q: only a loopback address may serve /metrics without the token", addr)
+	}
+	return net.Listen("tcp", addr)
+}
+
+// start binds the address, starts the engine (the log, recovery, the
+// broker, the cluster's parts, metrics, schedules, retention) and the
+// HTTP server in front of it. It binds first, so that an address in use
+// fails before anything is recovered or written to the log.
 func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, err error) {
 	model, err := newModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := probeModel(ctx, cfg, logger); err != nil {
+	if err := engine.ProbeModel(ctx, cfg.llmOptions(), cfg.llmStrict, logger); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -335,76 +307,41 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 			}
 		}
 	}()
-	if err := openDataDir(cfg.dataDir); err != nil {
-		return nil, fmt.Errorf("data directory: %w", err)
+	eo := cfg.engine
+	eo.Model, eo.Logger = model, logger
+	if cfg.logLevel == "debug" {
+		eo.Log.Logger = logger.With("component", "eventlog") // else the engine quiets it
 	}
-	l, err := openLog(cfg, logger)
+	e, err := engine.Start(ctx, &eo)
 	if err != nil {
 		return nil, err
 	}
-	own := &ownership{}
-	rl, err := openCluster(ctx, cfg, l, logger)
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	defer func() {
-		if err != nil && rl != nil {
-			rl.Close()
-		}
-	}()
-	a, err := agent.New(l, agent.Options{
-		Model: model, MaxActiveTasks: cfg.maxActive, MaxConcurrentLLM: cfg.maxLLM, MaxConcurrentTools: cfg.maxTools,
-		ToolTimeout: cfg.toolTimeout, MaxIterations: cfg.maxIterations, DisableReflection: cfg.noReflection,
-		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: cfg.memoryBudget},
-		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
-	})
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	if err := a.Start(ctx); err != nil {
-		return nil, withWaysOut(err, false) // Start closes the log on failure
-	}
-	d = &daemon{cfg: cfg, log: logger, agent: a, events: l, ln: ln, replicated: rl, own: own}
-	d.server = newServer(a, l, model.Name(), logger, cfg)
-	if rl != nil {
-		d.server.keys = rl // one binding per key for every daemon
-	}
-	if err := d.startPublish(); err != nil {
-		a.Stop(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	for _, start := range []func() error{
-		func() error { return d.server.startBroker(l, appender(rl, l), own, rl, a.View(), cfg) },
-		func() error { return d.startSightings(ctx) },
-		func() error { return d.startLeases(ctx) },
-	} {
-		if err := start(); err != nil {
-			d.server.cancelBase() // the broker's loop, if it started
-			d.server.stopBroker()
-			own.closeSightings()
-			d.stopPublish()
-			a.Stop(context.WithoutCancel(ctx))
-			return nil, err
-		}
+	so := cfg.server
+	host, _, _ := strings.Cut(cfg.addr, ":")
+	so.OpenAdmin, so.NoMetricsRoute, so.Logger = isLoopback(host), metricsLn != nil, logger
+	srv := server.New(server.Deps{Agent: e.Agent(), Store: e.Log(), View: e.View(), History: e.History(), Keys: e.Keys(),
+		Broker: e.Broker(), Metrics: e.Metrics(), Model: e.ModelName(), Base: e.Context()}, &so)
+	d = &daemon{cfg: cfg, log: logger, engine: e, server: srv, ln: ln, metricsLn: metricsLn}
+	if metricsLn != nil {
+		d.metricsSrv = &http.Server{Handler: e.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := d.metricsSrv.Serve(metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("metrics server stopped", "err", err)
+			}
+		}()
+		logger.Info("metrics listening", "url", "http://"+metricsLn.Addr().String()+"/metrics")
 	}
 	d.http = &http.Server{
-		Handler:           d.startWeb(metricsLn),
+		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      75 * time.Second, // above the longest ?wait=; SSE extends its own deadline
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return d.server.base },
+		BaseContext:       func(net.Listener) context.Context { return e.Context() },
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	d.cron = cron.New(cron.WithParser(cronParser), cron.WithLocation(time.UTC))
-	for _, s := range cfg.schedules {
-		d.cron.Schedule(s.sched, d.scheduleJob(s))
-	}
-	d.cron.Start()
-	d.retain = startRetention(ctx, cfg.retention, l, a.View().Checkpoint, logger.With("component", "retention"))
 	go func() {
 		if err := d.http.Serve(d.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("http server stopped", "err", err)
@@ -413,108 +350,58 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	return d, nil
 }
 
-// openLog opens the event log. A damaged log is refused with the ways out;
-// --accept-data-loss opens it anyway, loudly.
-func openLog(cfg *config, logger *slog.Logger) (*eventlog.Log, error) {
-	if cfg.acceptDataLoss {
-		logger.Warn("starting with --accept-data-loss: a damaged log will be cut at its last good point and the loss recorded on $system")
-	}
-	o := cfg.logOptions
-	o.Logger, o.AcceptDataLoss = storageLogger(logger, cfg.logLevel), cfg.acceptDataLoss
-	l, err := eventlog.Open(cfg.dataDir, &o)
-	if err != nil {
-		return nil, withWaysOut(err, true)
-	}
-	if loss := l.DataLoss(); loss != nil {
-		logger.Warn("accepted data loss: the log was cut and the loss recorded as DATA_LOST on $system",
-			"head", loss.Head, "acknowledged", loss.Acknowledged, "resumes_after", l.Head(), "file", loss.File, "offset", loss.Offset,
-			"reason", loss.Reason)
-	}
-	return l, nil
-}
-
-// withWaysOut adds to a corruption found at start what the operator can
-// do. Damage the log's Open finds at its end can be cut (canCut); damage
-// the recovery fold reads across (records missing below the head) cannot.
-func withWaysOut(err error, canCut bool) error {
-	if !eventlog.IsCorruption(err) {
-		return err
-	}
-	const inspect = "ways out (docs/operations.md): stop here and inspect with `pegasus-replay -d DATA_DIR verify`; then "
-	const restore = "restore the newest checkpoint (POST /v1/admin/checkpoint copies, --checkpoint-dir) into the data directory"
-	if !canCut {
-		return fmt.Errorf("%w\n"+inspect+restore, err)
-	}
-	return fmt.Errorf("%w\n"+inspect+"either "+restore+", or start once with --accept-data-loss to cut the log at its last "+
-		"good point (what is lost is recorded, no sequence is reused)", err)
-}
-
-// wait blocks until ctx ends (a signal) or the event log refuses writes
-// (a failed commit: a full disk, an I/O error), then stops the daemon.
-// After a storage failure it returns an error, so that the process exits
-// non-zero and its supervisor restarts it: reopening the log is what
-// recovers from the failure, and a fresh process does it from a known
-// state (docs/operations.md). Readiness reports the failure meanwhile.
+// wait blocks until ctx ends (a signal) or the engine fails (the event log
+// refuses writes: a full disk, an I/O error; the copy stopped following
+// the cluster; a lease was lost), then stops the daemon. After a failure
+// it returns an error, so that the process exits non-zero and its
+// supervisor restarts it: reopening the log is what recovers from the
+// failure, and a fresh process does it from a known state
+// (docs/operations.md). Readiness reports the failure meanwhile.
 // stopSignals restores the default signal handling once the stop begins.
 func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
 	var failed error
 	select {
 	case <-ctx.Done():
-	case <-d.events.Failed():
-		failed = d.events.Health()
-		d.log.Error("the event log refuses writes; stopping so that a supervisor restarts pegasusd",
-			"reason", storageReason(failed), "err", failed)
-	case <-d.clusterFailed():
-		failed = d.replicated.Err()
-		d.log.Error("the local copy stopped following the cluster's stream; stopping so that a supervisor restarts pegasusd", "err", failed)
-	case <-d.leasesLost():
-		failed = cluster.ErrFenced
-		d.log.Error("lost a partition lease (this daemon was paused or cut off); stopping so that a supervisor restarts pegasusd")
+	case <-d.engine.Failed():
+		failed = d.engine.Err()
+		switch {
+		case errors.Is(failed, cluster.ErrFenced):
+			d.log.Error("lost a partition lease (this daemon was paused or cut off); stopping so that a supervisor restarts pegasusd")
+		case d.engine.Log().Health() != nil:
+			d.log.Error("the event log refuses writes; stopping so that a supervisor restarts pegasusd",
+				"reason", server.StorageReason(failed), "err", failed)
+		default:
+			d.log.Error("the local copy stopped following the cluster's stream; stopping so that a supervisor restarts pegasusd", "err", failed)
+		}
 	}
 	stopSignals()
 	d.log.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", d.cfg.shutdownTimeout)
 	err := d.shutdown()
 	if failed != nil {
-		return errors.Join(fmt.Errorf("stopped: %s: %w", storageReason(failed), failed), err)
+		return errors.Join(fmt.Errorf("stopped: %s: %w", server.StorageReason(failed), failed), err)
 	}
 	return err
 }
 
-func (d *daemon) scheduleJob(s schedule) cron.FuncJob {
-	return func() {
-		ctx, cancel := context.WithTimeout(d.server.base, 30*time.Second)
-		defer cancel()
-		id, err := d.agent.SubmitInput(ctx, agent.Input{Kind: fsm.ScheduleFired, Name: s.Name, Text: s.Input,
-			Source: "schedule:" + s.Name, TaskType: s.Type, Priority: s.Priority})
-		if err != nil {
-			d.log.Warn("schedule did not fire", "schedule", s.Name, "err", err)
-			return
-		}
-		d.log.Info("schedule fired", "schedule", s.Name, "task_id", id)
-	}
-}
-
 // shutdown stops intake (readiness fails, mutations get 503, schedules
-// stop), ends long-lived requests, drains the agent within the timeout and
-// closes the log last.
+// stop), ends long-lived requests, shuts the HTTP server down, then stops
+// the engine: it drains the agent within the timeout and closes the log
+// last.
 func (d *daemon) shutdown() error {
-	d.server.draining.Store(true)
-	<-d.cron.Stop().Done()
-	d.server.cancelBase() // ends event streams and long polls
+	d.server.Drain()
+	d.engine.StopSchedules()
+	d.engine.Cancel() // ends event streams and long polls
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.shutdownTimeout)
 	defer cancel()
-	herr := d.http.Shutdown(ctx)
-	if herr != nil {
+	if err := d.http.Shutdown(ctx); err != nil {
 		d.http.Close()
 	}
-	d.web.stop(ctx)
-	d.server.stopBroker()
-	d.retain.stop() // before the agent closes the log
-	d.stopTaking()
-	perr := d.stopPublish()
-	aerr := d.agent.Stop(ctx)
-	d.closeCluster()
-	return errors.Join(aerr, perr)
+	if d.metricsSrv != nil {
+		if err := d.metricsSrv.Shutdown(ctx); err != nil {
+			d.metricsSrv.Close()
+		}
+	}
+	return d.engine.Stop(ctx)
 }
 
 func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Logger) error {
@@ -522,13 +409,13 @@ func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Lo
 	if err != nil {
 		return err
 	}
-	model := d.server.model
+	model := d.engine.ModelName()
 	if cfg.llmBaseURL == "" {
 		model += " (offline demo model: set PEGASUS_LLM_BASE_URL and PEGASUS_LLM_MODEL for a real one)"
 	}
-	abs, _ := filepath.Abs(cfg.dataDir)
+	abs, _ := filepath.Abs(cfg.engine.DataDir)
 	logger.Info("pegasusd listening", "url", "http://"+d.ln.Addr().String(), "data_dir", abs, "model", model,
-		"auth", authNote(cfg.token))
+		"auth", authNote(cfg.server.Token))
 	if err := d.wait(ctx, stopSignals); err != nil {
 		return err
 	}

@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/engine"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/server"
 	"io"
 	"log/slog"
 	"net"
@@ -28,9 +32,10 @@ func testConfig(t testing.TB) *config {
 	t.Helper()
 	dir := t.TempDir()
 	return &config{
-		addr: "127.0.0.1:0", dataDir: filepath.Join(dir, "data"), checkpointDir: filepath.Join(dir, "checkpoints"),
-		llmTimeout: time.Minute, llmAttempts: 1, maxActive: 5, maxLLM: 3, maxTools: 3, toolTimeout: time.Minute,
-		maxIterations: 10, maxBody: 4096, shutdownTimeout: 10 * time.Second, logLevel: "error", logFormat: "text",
+		addr: "127.0.0.1:0", llmTimeout: time.Minute, llmAttempts: 1, shutdownTimeout: 10 * time.Second, logLevel: "error", logFormat: "text",
+		engine: engine.Options{DataDir: filepath.Join(dir, "data"), MaxActiveTasks: 5, MaxConcurrentLLM: 3, MaxConcurrentTools: 3,
+			ToolTimeout: time.Minute, MaxIterations: 10, ShutdownTimeout: 10 * time.Second},
+		server: server.Options{CheckpointDir: filepath.Join(dir, "checkpoints"), MaxBodyBytes: 4096},
 	}
 }
 
@@ -131,23 +136,23 @@ func (td *testDaemon) submit(input string) string {
 	if r.status != 201 {
 		td.t.Fatalf("submit: %d %s", r.status, r.body)
 	}
-	var c createdJSON
+	var c server.CreatedJSON
 	r.json(td.t, &c)
 	return c.TaskID
 }
 
-func (td *testDaemon) waitTask(id string) taskJSON {
+func (td *testDaemon) waitTask(id string) server.TaskJSON {
 	td.t.Helper()
 	for range 20 {
 		r := td.do("GET", "/v1/tasks/"+id+"?wait=10s", "")
-		var tj taskJSON
+		var tj server.TaskJSON
 		r.json(td.t, &tj)
 		if tj.State == fsm.StateCompleted || tj.State == fsm.StateFailed || tj.State == fsm.StateSuspended {
 			return tj
 		}
 	}
 	td.t.Fatalf("task %s never settled", id)
-	return taskJSON{}
+	return server.TaskJSON{}
 }
 
 func TestHTTPTaskLifecycle(t *testing.T) {
@@ -156,7 +161,7 @@ func TestHTTPTaskLifecycle(t *testing.T) {
 	if r.status != 201 || r.header.Get("Location") == "" {
 		t.Fatalf("create: %d %s", r.status, r.body)
 	}
-	var created createdJSON
+	var created server.CreatedJSON
 	r.json(t, &created)
 	// The input is committed and the task exists in idle, waiting for (or
 	// just given) an admission slot.
@@ -185,7 +190,7 @@ func TestHTTPTaskLifecycle(t *testing.T) {
 	}
 
 	var evs struct {
-		Events []eventJSON `json:"events"`
+		Events []replay.EventJSON `json:"events"`
 	}
 	td.do("GET", "/v1/tasks/"+created.TaskID+"/events", "").json(t, &evs)
 	if len(evs.Events) < 10 || evs.Events[0].Type != "MESSAGE_RECEIVED" || evs.Events[1].Type != "TASK_CREATED" || evs.Events[1].Causation != created.TaskID || evs.Events[0].Correlation == "" || evs.Events[0].Body == nil {
@@ -215,9 +220,9 @@ func TestHTTPTaskLifecycle(t *testing.T) {
 		t.Fatalf("webhook task = %+v", hook)
 	}
 	var global struct {
-		Events []eventJSON `json:"events"`
-		Next   uint64      `json:"next_after_seq"`
-		Head   uint64      `json:"head"`
+		Events []replay.EventJSON `json:"events"`
+		Next   uint64             `json:"next_after_seq"`
+		Head   uint64             `json:"head"`
 	}
 	td.do("GET", "/v1/events?limit=3", "").json(t, &global)
 	if len(global.Events) != 3 || global.Events[0].Seq != 1 || global.Next != 3 || global.Head < 10 {
@@ -321,7 +326,7 @@ func TestHTTPSuspendResumeCancelAndMessages(t *testing.T) {
 	id = td.submit("?")
 	td.waitTask(id)
 	r = td.do("POST", "/v1/tasks/"+id+"/cancel", `{"reason":"no longer needed"}`)
-	var tj taskJSON
+	var tj server.TaskJSON
 	r.json(t, &tj)
 	if r.status != 200 || tj.State != fsm.StateFailed || tj.Error != "cancelled: no longer needed" {
 		t.Fatalf("cancel: %d %s", r.status, r.body)
@@ -330,7 +335,7 @@ func TestHTTPSuspendResumeCancelAndMessages(t *testing.T) {
 
 func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.maxBody = 2048
+	cfg.server.MaxBodyBytes = 2048
 	td := startDaemon(t, cfg)
 	done := td.submit("hello")
 	td.waitTask(done)
@@ -393,7 +398,7 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"GET", "/v1/tasks/" + done + "/cancel", "", 405, "method_not_allowed"},
 		{"GET", "/v2/tasks", "", 404, "not_found"},
 	} {
-		head := td.d.events.Head()
+		head := td.d.engine.Log().Head()
 		r := td.do(c.method, c.path, c.body)
 		if r.status != c.status || r.errorCode(t) != c.code {
 			t.Errorf("%s %s %.40q: %d %s, want %d %s", c.method, c.path, c.body, r.status, r.body, c.status, c.code)
@@ -401,7 +406,7 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		if r.header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s %s: content type %q", c.method, c.path, r.header.Get("Content-Type"))
 		}
-		if h := td.d.events.Head(); h != head {
+		if h := td.d.engine.Log().Head(); h != head {
 			t.Errorf("%s %s changed the log: head %d -> %d", c.method, c.path, head, h)
 		}
 	}
@@ -409,7 +414,7 @@ func TestHTTPBadInputIsRefusedAndChangesNothing(t *testing.T) {
 
 func TestHTTPTokenAuth(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.token = "s3cret-token"
+	cfg.server.Token = "s3cret-token"
 	td := startDaemon(t, cfg)
 	for _, h := range [][]string{nil, {"Authorization", "Bearer wrong"}, {"Authorization", "s3cret-token"}, {"Authorization", "Basic s3cret-token"},
 		{"Authorization", "Bearers3cret-token"}, {"Authorization", "Bearer"}} {
@@ -492,7 +497,7 @@ func TestBindRefusedBeyondLoopbackWithoutToken(t *testing.T) {
 
 func TestShuttingDownAnswers503(t *testing.T) {
 	td := startDaemon(t, testConfig(t))
-	td.d.server.draining.Store(true)
+	td.d.server.Drain()
 	if r := td.do("POST", "/v1/tasks", `{"input":"x"}`); r.status != 503 || r.errorCode(t) != "shutting_down" {
 		t.Fatalf("submit while draining: %d %s", r.status, r.body)
 	}
@@ -562,7 +567,7 @@ func TestEventStreamResumesWithLastEventID(t *testing.T) {
 	if seen[0].id != "1" || seen[0].typ != "SYSTEM_STARTED" {
 		t.Fatalf("first event = %+v", seen[0])
 	}
-	var body eventJSON
+	var body replay.EventJSON
 	if err := json.Unmarshal([]byte(seen[len(seen)-1].data), &body); err != nil || body.Stream != id {
 		t.Fatalf("data = %s", seen[len(seen)-1].data)
 	}
@@ -608,13 +613,13 @@ func (td *testDaemon) head(path, lastEventID string) response {
 func TestResumeBeyondHeadIsRefused(t *testing.T) {
 	// No task: nothing appends after the start, so the head stays put.
 	td := startDaemon(t, testConfig(t))
-	head := td.d.events.Head()
+	head := td.d.engine.Log().Head()
 	if head == 0 {
 		t.Fatal("empty log")
 	}
 	var page struct {
-		Events []eventJSON `json:"events"`
-		Next   uint64      `json:"next_after_seq"`
+		Events []replay.EventJSON `json:"events"`
+		Next   uint64             `json:"next_after_seq"`
 	}
 	r := td.do("GET", fmt.Sprintf("/v1/events?after_seq=%d", head), "")
 	r.json(t, &page)
@@ -623,15 +628,15 @@ func TestResumeBeyondHeadIsRefused(t *testing.T) {
 	}
 	for _, after := range []string{fmt.Sprint(head + 1), "18446744073709551615", "18446744073709551614"} {
 		r := td.do("GET", "/v1/events?after_seq="+after, "")
-		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "beyond the log's head") {
+		if r.status != 409 || r.errorCode(t) != api.CodeBeyondHead || !strings.Contains(string(r.body), "beyond the log's head") {
 			t.Errorf("after_seq=%s: %d %s", after, r.status, r.body)
 		}
 		r = td.head("/v1/events/stream?after_seq="+after, "")
-		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "after_seq") {
+		if r.status != 409 || r.errorCode(t) != api.CodeBeyondHead || !strings.Contains(string(r.body), "after_seq") {
 			t.Errorf("stream after_seq=%s: %d %s", after, r.status, r.body)
 		}
 		r = td.head("/v1/events/stream", after)
-		if r.status != 409 || r.errorCode(t) != codeBeyondHead || !strings.Contains(string(r.body), "Last-Event-ID") {
+		if r.status != 409 || r.errorCode(t) != api.CodeBeyondHead || !strings.Contains(string(r.body), "Last-Event-ID") {
 			t.Errorf("stream Last-Event-ID %s: %d %s", after, r.status, r.body)
 		}
 	}
@@ -671,7 +676,7 @@ func TestDaemonUsesTheConfiguredModel(t *testing.T) {
 		t.Fatalf("authorization headers = %q", auth)
 	}
 	var evs struct {
-		Events []eventJSON `json:"events"`
+		Events []replay.EventJSON `json:"events"`
 	}
 	r := td.do("GET", "/v1/events?limit=1000", "")
 	r.json(t, &evs)
@@ -705,7 +710,7 @@ func TestAddressInUseTouchesNothing(t *testing.T) {
 		d.http.Close()
 		t.Fatal("the daemon started on an address in use")
 	}
-	if _, err := os.Stat(cfg.dataDir); !os.IsNotExist(err) {
-		t.Fatalf("data directory %s exists after a failed start (%v)", cfg.dataDir, err)
+	if _, err := os.Stat(cfg.engine.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("data directory %s exists after a failed start (%v)", cfg.engine.DataDir, err)
 	}
 }

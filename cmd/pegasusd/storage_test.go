@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pegasus-engine/pegasus/api"
 	"io"
 	"log/slog"
 	"os"
@@ -29,7 +30,7 @@ import (
 func TestFullDisk(t *testing.T) {
 	cfg := testConfig(t)
 	var full atomic.Bool
-	cfg.logOptions.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
+	cfg.engine.Log.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if full.Load() && strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileWrite ||
 			op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
 			return syscall.ENOSPC
@@ -44,14 +45,14 @@ func TestFullDisk(t *testing.T) {
 
 	full.Store(true)
 	r := td.do("POST", "/v1/tasks", `{"input":"while the disk is full"}`)
-	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "no space left") {
+	if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), "no space left") {
 		t.Fatalf("submit on a full disk: %d %s", r.status, r.body)
 	}
-	if strings.Contains(string(r.body), cfg.dataDir) || strings.Contains(string(r.body), "/tmp") {
+	if strings.Contains(string(r.body), cfg.engine.DataDir) || strings.Contains(string(r.body), "/tmp") {
 		t.Fatalf("error body shows a host path: %s", r.body)
 	}
 	r = td.do("GET", "/readyz", "")
-	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "no space left") {
+	if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), "no space left") {
 		t.Fatalf("readyz on a full disk: %d %s", r.status, r.body)
 	}
 	var stats struct {
@@ -94,9 +95,9 @@ func TestDamagedLogAtStart(t *testing.T) {
 		td.submit("some work")
 	}
 	td.stop()
-	logs := dataFiles(t, cfg.dataDir, ".log")
+	logs := dataFiles(t, cfg.engine.DataDir, ".log")
 	if len(logs) == 0 {
-		t.Fatalf("no WAL in %s", cfg.dataDir)
+		t.Fatalf("no WAL in %s", cfg.engine.DataDir)
 	}
 	newest := logs[len(logs)-1]
 	rewriteFile(t, newest, func(data []byte) []byte { return data[:len(data)/2] })
@@ -107,7 +108,7 @@ func TestDamagedLogAtStart(t *testing.T) {
 		t.Fatalf("start on a damaged log: %v", err)
 	}
 
-	cfg.acceptDataLoss = true
+	cfg.engine.Log.AcceptDataLoss = true
 	td = startDaemon(t, cfg)
 	var stats struct {
 		Log struct {
@@ -135,9 +136,9 @@ func TestCorruptTableAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	settledRun(t, cfg, 5)
 	settledRun(t, cfg, 0) // flushes the first run's WAL into a table
-	tables := dataFiles(t, cfg.dataDir, ".sst")
+	tables := dataFiles(t, cfg.engine.DataDir, ".sst")
 	if len(tables) == 0 {
-		t.Fatalf("no table in %s", cfg.dataDir)
+		t.Fatalf("no table in %s", cfg.engine.DataDir)
 	}
 	p := tables[0]
 	sst := filepath.Base(p)
@@ -154,14 +155,14 @@ func TestCorruptTableAtStart(t *testing.T) {
 	td := &testDaemon{t: t, d: d, url: "http://" + d.ln.Addr().String()}
 	t.Cleanup(func() { d.shutdown() })
 	r := td.do("GET", "/v1/events?after_seq=0&limit=1000", "")
-	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) {
+	if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("reading the corrupt table: %d %.300s", r.status, r.body)
 	}
 	if r := td.do("GET", "/readyz", ""); r.status != 503 || !strings.Contains(string(r.body), sst) {
 		t.Fatalf("readyz with a corrupt table: %d %s", r.status, r.body)
 	}
 	r = td.do("POST", "/v1/tasks", `{"input":"after the corruption was found"}`)
-	if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), sst) ||
+	if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), sst) ||
 		!strings.Contains(string(r.body), "refuses writes") {
 		t.Fatalf("submit after a corrupt table was found: %d %s", r.status, r.body)
 	}
@@ -177,17 +178,17 @@ func TestCorruptTableAtStart(t *testing.T) {
 func TestHoleAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	last := settledRun(t, cfg, 8)
-	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(31))
+	dropKeys(t, cfg.engine.DataDir, eventlog.EventKey(5), eventlog.EventKey(31))
 
 	for range 2 {
 		td := startDaemon(t, cfg)
 		r := td.do("GET", "/readyz", "")
-		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") ||
+		if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), "seq 5") ||
 			!strings.Contains(string(r.body), "refuses writes") {
 			t.Fatalf("readyz over a hole: %d %s", r.status, r.body)
 		}
 		r = td.do("POST", "/v1/tasks", `{"input":"on top of a hole"}`)
-		if r.status != 503 || r.errorCode(t) != codeStorage || !strings.Contains(string(r.body), "seq 5") {
+		if r.status != 503 || r.errorCode(t) != api.CodeStorageUnavailable || !strings.Contains(string(r.body), "seq 5") {
 			t.Fatalf("submit over a hole: %d %s", r.status, r.body)
 		}
 		if r := td.do("GET", "/v1/tasks/"+last, ""); r.status != 200 {
@@ -204,8 +205,8 @@ func TestHoleAtStart(t *testing.T) {
 func TestHoleUnderRecovery(t *testing.T) {
 	cfg := testConfig(t)
 	settledRun(t, cfg, 3)
-	dropKeys(t, cfg.dataDir, eventlog.EventKey(5), eventlog.EventKey(11))
-	dropKeys(t, cfg.dataDir, eventlog.AuxKey([]byte("proj/")), eventlog.AuxKey([]byte("proj0")))
+	dropKeys(t, cfg.engine.DataDir, eventlog.EventKey(5), eventlog.EventKey(11))
+	dropKeys(t, cfg.engine.DataDir, eventlog.AuxKey([]byte("proj/")), eventlog.AuxKey([]byte("proj0")))
 
 	_, err := start(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if !eventlog.IsCorruption(err) || !strings.Contains(err.Error(), "seq 5") ||

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"github.com/pegasus-engine/pegasus/server"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,12 +15,12 @@ import (
 // suspendedTask is the JSON of a task suspended through event via (an
 // operator's TASK_SUSPENDED or the model's NEED_MORE_INFO), as GET
 // /v1/tasks/{id} writes it.
-func suspendedTask(id string, via fsm.EventType, why string) taskJSON {
+func suspendedTask(id string, via fsm.EventType, why string) server.TaskJSON {
 	c := &fsm.Context{SuspendedState: fsm.StateReasoning, SuspendReason: why}
 	if via == fsm.NeedMoreInfo {
 		c.Reasoning = &fsm.Reasoning{NeedsClarification: true, Question: why}
 	}
-	return taskJSON{TaskID: id, State: fsm.StateSuspended, Machine: fsm.CurrentMachine.String(), Question: why, Context: c,
+	return server.TaskJSON{TaskID: id, State: fsm.StateSuspended, Machine: fsm.CurrentMachine.String(), Question: why, Context: c,
 		History: []fsm.Transition{
 			{From: fsm.StateIdle, To: fsm.StateReasoning, Event: fsm.TaskCreated},
 			{From: fsm.StateReasoning, To: fsm.StateSuspended, Event: via},
@@ -31,7 +32,7 @@ func suspendedTask(id string, via fsm.EventType, why string) taskJSON {
 // terminal, and asks nothing; a task whose model asked still exits 6 with
 // the way to reply.
 func TestSubmitOperatorSuspend(t *testing.T) {
-	tasks := map[string]taskJSON{
+	tasks := map[string]server.TaskJSON{
 		"OPERATOR": suspendedTask("OPERATOR", fsm.TaskSuspended, "operator pause"),
 		"ASKING":   suspendedTask("ASKING", fsm.NeedMoreInfo, "Which city?"),
 	}
@@ -70,7 +71,7 @@ func TestSubmitOperatorSuspend(t *testing.T) {
 // TestSuspension: what a suspended task waits for, from its history first,
 // else its context.
 func TestSuspension(t *testing.T) {
-	noHistory := func(j taskJSON) taskJSON { j.History = j.History[:1]; return j }
+	noHistory := func(j server.TaskJSON) server.TaskJSON { j.History = j.History[:1]; return j }
 	resumedThenAsked := suspendedTask("T", fsm.NeedMoreInfo, "Which city?")
 	resumedThenAsked.History = append([]fsm.Transition{
 		{From: fsm.StateReasoning, To: fsm.StateSuspended, Event: fsm.TaskSuspended},
@@ -78,7 +79,7 @@ func TestSuspension(t *testing.T) {
 	}, resumedThenAsked.History...)
 	for _, c := range []struct {
 		name string
-		task taskJSON
+		task server.TaskJSON
 		want string
 	}{
 		{"operator", suspendedTask("T", fsm.TaskSuspended, "operator pause"), waitsForResume},
@@ -87,7 +88,7 @@ func TestSuspension(t *testing.T) {
 		{"the last suspension counts", resumedThenAsked, waitsForAnswer},
 		{"operator, from the context", noHistory(suspendedTask("T", fsm.TaskSuspended, "operator pause")), waitsForResume},
 		{"question, from the context", noHistory(suspendedTask("T", fsm.NeedMoreInfo, "Which city?")), waitsForAnswer},
-		{"nothing to go by", taskJSON{State: fsm.StateSuspended}, waitsForAnswer},
+		{"nothing to go by", server.TaskJSON{State: fsm.StateSuspended}, waitsForAnswer},
 	} {
 		if got := suspension(asAPITask(t, c.task)); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
@@ -96,7 +97,7 @@ func TestSuspension(t *testing.T) {
 }
 
 // asAPITask is the task as a client reads it from the server's JSON.
-func asAPITask(t *testing.T, j taskJSON) *papi.Task {
+func asAPITask(t *testing.T, j server.TaskJSON) *papi.Task {
 	t.Helper()
 	b, err := json.Marshal(j)
 	if err != nil {

@@ -22,7 +22,7 @@ func BenchmarkTasksThroughput(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cfg := testConfig(b)
-	cfg.maxBody = 1 << 20
+	cfg.server.MaxBodyBytes = 1 << 20
 	td := startDaemon(b, cfg)
 	b.ResetTimer()
 	res, err := brokerbench.RunTasks(ctx, brokerbench.Config{URL: td.url, Tasks: b.N})
@@ -31,7 +31,7 @@ func BenchmarkTasksThroughput(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(res.PerSec, "tasks/s")
-	st := td.d.events.Stats()
+	st := td.d.engine.Log().Stats()
 	b.ReportMetric(float64(st.Commits)/float64(b.N), "commits/task")
 }
 
@@ -46,7 +46,7 @@ func TestTasksBenchWorkload(t *testing.T) {
 		{Rate: 200, Duration: 100 * time.Millisecond},
 	} {
 		cfg := testConfig(t)
-		cfg.maxBody = 1 << 20
+		cfg.server.MaxBodyBytes = 1 << 20
 		td := startDaemon(t, cfg)
 		bc.URL = td.url
 		res, err := brokerbench.RunTasks(ctx, bc)
@@ -65,10 +65,10 @@ func TestTasksBenchWorkload(t *testing.T) {
 		}
 		// The client saw the completions on its own subscription; the
 		// agent's fold is another, which may not have folded them yet.
-		if err := td.d.agent.View().WaitFor(ctx, td.d.events.Head()); err != nil {
+		if err := td.d.engine.Agent().View().WaitFor(ctx, td.d.engine.Log().Head()); err != nil {
 			t.Fatal(err)
 		}
-		if st := td.d.agent.View().Stats(); st.Completed != int64(want) || st.Failed != 0 {
+		if st := td.d.engine.Agent().View().Stats(); st.Completed != int64(want) || st.Failed != 0 {
 			t.Fatalf("stats after the run: %d completed, %d failed, want %d", st.Completed, st.Failed, want)
 		}
 	}

@@ -34,27 +34,36 @@ var impure = []string{
 // path (eventlog, replay, agent, broker) never touches the network.
 const nats = "github.com/nats-io/"
 
-// Imports point downward: cmd -> agent -> replay -> projection -> fsm;
-// eventlog is used by agent, replay, retention, cluster and cmd. retention
-// (the policy that archives finished tasks) sits beside agent: cmd uses it,
+// Imports point downward: cmd -> server, engine -> agent, broker -> replay
+// -> projection -> fsm; eventlog is used by agent, replay, retention,
+// cluster, server, engine and cmd. server (the HTTP API) serves an engine
+// through narrow interfaces and never imports engine, so that its own
+// tests can start one; engine (the assembly: log, agent, broker, metrics,
+// retention, schedules, cluster) never imports server. retention (the
+// policy that archives finished tasks) sits beside agent: engine uses it,
 // it uses replay and eventlog, and nothing below imports it. cluster sits
 // beside agent too: it follows the log (eventlog) and writes the one JSON
-// form (replay), and only cmd imports it.
+// form (replay), and only engine, server (its errors) and cmd import it.
 var rules = []rule{
 	{dir: "fsm", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
+		module + "eventlog", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", module + "server", module + "engine", nats,
 	}, impure...)},
 	{dir: "projection", pure: true, forbidden: append([]string{
-		module + "eventlog", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
+		module + "eventlog", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", module + "server", module + "engine", nats,
 	}, impure...)},
 	{dir: "eventlog", forbidden: []string{
-		module + "fsm", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", nats,
+		module + "fsm", module + "projection", module + "replay", module + "agent", module + "retention", module + "cmd/", module + "cluster", module + "server", module + "engine", nats,
 	}},
-	{dir: "replay", forbidden: []string{module + "agent", module + "retention", module + "cmd/", module + "cluster", nats}},
-	{dir: "retention", forbidden: []string{module + "agent", module + "broker", module + "cmd/", module + "cluster", nats}},
-	{dir: "agent", forbidden: []string{module + "cmd/", module + "cluster", nats}},
-	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/", module + "cluster", nats}},
-	{dir: "cluster", forbidden: []string{module + "agent", module + "broker", module + "retention", module + "cmd/"}},
+	{dir: "replay", forbidden: []string{module + "agent", module + "retention", module + "cmd/", module + "cluster", module + "server", module + "engine", nats}},
+	{dir: "retention", forbidden: []string{module + "agent", module + "broker", module + "cmd/", module + "cluster", module + "server", module + "engine", nats}},
+	{dir: "agent", forbidden: []string{module + "cmd/", module + "cluster", module + "server", module + "engine", nats}},
+	{dir: "broker", forbidden: []string{module + "agent", module + "cmd/", module + "cluster", module + "server", module + "engine", nats}},
+	{dir: "cluster", forbidden: []string{module + "agent", module + "broker", module + "retention", module + "cmd/", module + "server", module + "engine"}},
+	// The HTTP API: it translates, the packages below decide. It serves an
+	// engine without importing it, and never reaches NATS itself.
+	{dir: "server", forbidden: []string{module + "cmd/", module + "engine", module + "retention", nats}},
+	// The assembly: it opens and stops the parts, and serves nothing.
+	{dir: "engine", forbidden: []string{module + "cmd/", module + "server", nats}},
 	// The canonical codec sits under everything: it imports nothing of the
 	// module, so every layer can use it.
 	{dir: "internal/codec", pure: true, forbidden: append([]string{module}, impure...)},

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -80,7 +80,7 @@ func idempotencyKey(r *http.Request) (string, error) {
 // with a zero id (the callee draws one) when there is none. A retry (the
 // key's event was already in the log) that succeeds answers with the
 // header "Idempotent-Replayed: true".
-func (s *server) keyed(w http.ResponseWriter, r *http.Request, do func(id ulid.ULID) error) error {
+func (s *Server) keyed(w http.ResponseWriter, r *http.Request, do func(id ulid.ULID) error) error {
 	ctx := r.Context()
 	key, err := idempotencyKey(r)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ type eventJSON = replay.EventJSON
 
 func toEventJSON(ev eventlog.Event) eventJSON { return replay.NewEventJSON(ev) }
 
-func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	q, e := query(r, "after_seq", "limit")
 	if e != nil {
 		return e
@@ -60,7 +60,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request) *apiError {
 // tail): answering with nothing, or waiting for the log to grow past it,
 // would let the consumer skip silently whatever comes next. Checking here
 // also keeps after+1 from wrapping to 0 at 2^64-1.
-func (s *server) checkResume(name string, after uint64) *apiError {
+func (s *Server) checkResume(name string, after uint64) *apiError {
 	head := s.store.Head()
 	if after <= head {
 		return nil
@@ -77,7 +77,7 @@ const sseHeartbeat = 15 * time.Second
 // client that reconnects with Last-Event-ID resumes right after the last
 // event it saw. ?after_seq= starts a new stream elsewhere; ?stream= keeps
 // one stream (a task id, "$inputs", ...).
-func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	q, e := query(r, "after_seq", "stream")
 	if e != nil {
 		return e
@@ -168,7 +168,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 }
 
-func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 	if _, e := query(r); e != nil {
 		return e
 	}
@@ -179,7 +179,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"tasks":   s.view.Stats(),
 		"runtime": s.a.Runtime(),
-		"log":     map[string]any{"head": s.store.Head(), "folded": s.view.Seq(), "refused": n, "issues": issues, "storage": storageReason(s.store.Health())},
+		"log":     map[string]any{"head": s.store.Head(), "folded": s.view.Seq(), "refused": n, "issues": issues, "storage": StorageReason(s.store.Health())},
 		"memory":  s.view.MemoryUse(),
 		"model":   s.model,
 	})
@@ -189,7 +189,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 // checkpoint writes a consistent copy of the data directory (the log and
 // the persisted projections) that pegasus-replay can open while the daemon
 // runs.
-func (s *server) checkpoint(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,11 +20,12 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// server is the HTTP API over one agent (deps.go has the interfaces).
-type server struct {
-	a       engine
-	store   eventStore
-	view    readModel
+// Server is the HTTP API over one engine: /v1, the broker's /api/v1, the
+// dashboard and /metrics. It is an http.Handler; New builds it.
+type Server struct {
+	a       Agent
+	store   EventStore
+	view    ReadModel
 	history replay.Reader // the per-task queries: state at a bound, why
 	model   string        // the model's name, for /v1/stats
 
@@ -32,31 +33,59 @@ type server struct {
 	token         *tokenCheck
 	maxBody       int64
 	checkpointDir string
-	// base is the context of every request; cancelled at shutdown so that
+	// base is the context of every request; it ends at shutdown so that
 	// event streams and long polls end instead of holding the stop.
-	base       context.Context
-	cancelBase context.CancelFunc
-	draining   atomic.Bool
+	base     context.Context
+	draining atomic.Bool
 	// keys binds Idempotency-Keys (idempotency.go): the log itself, or
 	// with --cluster the replicated log's bucket.
-	keys   eventlog.KeyReserver
-	broker *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
+	keys    eventlog.KeyReserver
+	broker  *brokerAPI // the Dispatch broker under /api/v1 (broker_api.go)
+	handler http.Handler
 }
 
-// newServer serves a started agent a, its log l and the name of its model.
-func newServer(a *agent.Agent, l *eventlog.Log, model string, logger *slog.Logger, cfg *config) *server {
-	s := &server{a: a, store: l, keys: l, view: a.View(), history: replay.FromLog(l), model: model,
-		log: logger.With("component", "http"), token: newTokenCheck(cfg.token),
-		maxBody: cfg.maxBody, checkpointDir: cfg.checkpointDir}
-	s.base, s.cancelBase = context.WithCancel(context.Background())
+// New serves deps with opts (nil: the defaults). The engine behind deps
+// must be started; the server starts nothing and stops nothing: Drain
+// refuses new work, and the end of deps.Base ends long-lived requests.
+func New(deps Deps, opts *Options) *Server {
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.EnsureDefaults()
+	s := &Server{a: deps.Agent, store: deps.Store, keys: deps.Keys, view: deps.View, history: deps.History, model: deps.Model,
+		log: o.Logger.With("component", "http"), token: newTokenCheck(o.Token),
+		maxBody: o.MaxBodyBytes, checkpointDir: o.CheckpointDir, base: deps.Base}
+	if s.base == nil {
+		s.base = context.Background()
+	}
+	if s.keys == nil {
+		if k, ok := deps.Store.(eventlog.KeyReserver); ok {
+			s.keys = k
+		}
+	}
+	if deps.Broker != nil {
+		s.broker = &brokerAPI{b: deps.Broker, admin: newTokenCheck(o.AdminToken), agent: newTokenCheck(o.AgentToken),
+			open: o.AdminToken == "" && o.OpenAdmin}
+	}
+	s.handler = s.web(deps.Metrics, o.NoMetricsRoute)
 	return s
 }
+
+// ServeHTTP serves the API, the dashboard and, unless
+// Options.NoMetricsRoute, /metrics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Drain refuses new work from now on: mutations answer 503 and readiness
+// fails, while reads and running requests go on. It is the first step of
+// a stop.
+func (s *Server) Drain() { s.draining.Store(true) }
 
 type handler func(w http.ResponseWriter, r *http.Request) *apiError
 
 // routes is the API. Each path also has a method-less pattern that answers
 // 405 in the JSON error envelope (ServeMux's own 405 is plain text).
-func (s *server) routes() http.Handler {
+func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	route := func(path string, methods map[string]handler) {
 		var names []string
@@ -98,7 +127,7 @@ func (s *server) routes() http.Handler {
 }
 
 // wrap turns a handler's error into the JSON envelope.
-func (s *server) wrap(h handler) http.Handler {
+func (s *Server) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if e := h(w, r); e != nil {
 			writeError(w, e)
@@ -107,7 +136,7 @@ func (s *server) wrap(h handler) http.Handler {
 }
 
 // middleware authenticates, bounds the body, recovers panics and logs.
-func (s *server) middleware(next http.Handler) http.Handler {
+func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &metrics.StatusRecorder{ResponseWriter: w}
 		defer func() {
@@ -133,7 +162,7 @@ func (s *server) middleware(next http.Handler) http.Handler {
 }
 
 // fromError maps an error of the agent, the fold or the log to the API.
-func (s *server) fromError(err error) *apiError {
+func (s *Server) fromError(err error) *apiError {
 	var te *fsm.TransitionError
 	var reused *keyReusedError
 	switch {
@@ -167,7 +196,7 @@ func (s *server) fromError(err error) *apiError {
 		// The client went away or gave up: nobody reads this answer.
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "request cancelled"}
 	}
-	if reason := storageReason(err); reason != "" {
+	if reason := StorageReason(err); reason != "" {
 		s.log.Error("request failed", "err", err)
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
 	}
@@ -191,9 +220,9 @@ func userMessage(err error, def string) string {
 // writes (a full disk, an I/O error) or found corruption.
 const codeStorage = "storage_unavailable"
 
-// storageReason says, without host paths, why the event log cannot serve
+// StorageReason says, without host paths, why the event log cannot serve
 // err's request, or "" if err is not about the log's storage.
-func storageReason(err error) string {
+func StorageReason(err error) string {
 	var ce *eventlog.CorruptionError
 	var dl *eventlog.DataLossError
 	switch {
@@ -221,7 +250,7 @@ func storageReason(err error) string {
 	return ""
 }
 
-func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	return nil
 }
@@ -229,8 +258,8 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 // readyz is ready when the daemon takes work: not stopping, and the event
 // log healthy (it turns 503 with the reason as soon as the log refuses
 // writes or finds corruption).
-func (s *server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
-	if reason := storageReason(s.store.Health()); reason != "" {
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
+	if reason := StorageReason(s.store.Health()); reason != "" {
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
 	}
 	if s.draining.Load() || !s.a.Accepting() {
@@ -241,7 +270,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 }
 
 // mutating refuses new work while the daemon stops.
-func (s *server) mutating() *apiError {
+func (s *Server) mutating() *apiError {
 	if s.draining.Load() {
 		return errShuttingDown
 	}

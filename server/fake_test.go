@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -22,14 +22,14 @@ import (
 // passing by accident.
 
 type fakeEngine struct {
-	engine
+	Agent
 	accepting bool
 }
 
 func (f *fakeEngine) Accepting() bool { return f.accepting }
 
 type fakeStore struct {
-	eventStore
+	EventStore
 	health      error
 	head        uint64
 	checkpoints []string
@@ -43,7 +43,7 @@ func (f *fakeStore) Checkpoint(dir string) error {
 }
 
 type fakeView struct {
-	readModel
+	ReadModel
 	checkpoint error
 }
 
@@ -51,15 +51,16 @@ func (f *fakeView) Checkpoint(context.Context) error { return f.checkpoint }
 
 // fakeServer serves the API over fakes, with no agent, log or data
 // directory behind it.
-func fakeServer(t *testing.T, a engine, st eventStore, v readModel) *httptest.Server {
+func fakeServer(t *testing.T, a Agent, st EventStore, v ReadModel) *httptest.Server {
 	t.Helper()
-	s := &server{a: a, store: st, view: v, model: "fake", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s := &Server{a: a, store: st, view: v, model: "fake", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		maxBody: 1 << 20, checkpointDir: filepath.Join(t.TempDir(), "checkpoints")}
-	s.base, s.cancelBase = context.WithCancel(context.Background())
+	var cancelBase context.CancelFunc
+	s.base, cancelBase = context.WithCancel(context.Background())
 	hs := httptest.NewServer(s.routes())
 	t.Cleanup(func() {
 		hs.Close()
-		s.cancelBase()
+		cancelBase()
 	})
 	return hs
 }

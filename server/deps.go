@@ -1,11 +1,13 @@
-package main
+package server
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -13,14 +15,14 @@ import (
 )
 
 // The HTTP server depends on what its handlers use, not on the agent, the
-// log and the view as a whole: the daemon hands it *agent.Agent as the
-// engine, *eventlog.Log as the eventStore and *replay.View as the
-// readModel (the compile-time checks below), and a test can hand it small
+// log and the view as a whole: an engine hands it *agent.Agent as the
+// Agent, *eventlog.Log as the EventStore and *replay.View as the
+// ReadModel (the compile-time checks below), and a test can hand it small
 // fakes to reach the error paths a real daemon hardly takes.
 
-// engine is what the handlers ask of the agent: intake, task control and
+// Agent is what the handlers ask of the agent: intake, task control and
 // the live state of a task.
-type engine interface {
+type Agent interface {
 	// Accepting reports whether the agent takes new work (readyz).
 	Accepting() bool
 	Runtime() agent.RuntimeStats
@@ -34,11 +36,11 @@ type engine interface {
 	Cancel(ctx context.Context, id, why string) (fsm.Task, error)
 }
 
-// eventStore is the part of the event log the handlers use: reading and
+// EventStore is the part of the event log the handlers use: reading and
 // following events, looking an event up by id, ids drawn by the log's
 // clock, its health and checkpoint copies. Appends go through the engine,
 // never here.
-type eventStore interface {
+type EventStore interface {
 	Get(id ulid.ULID) (eventlog.Event, error)
 	NewID() ulid.ULID
 	Head() uint64
@@ -49,9 +51,9 @@ type eventStore interface {
 	Checkpoint(dir string) error
 }
 
-// readModel is the folded read model the handlers serve: the task list,
+// ReadModel is the folded read model the handlers serve: the task list,
 // progress, statistics, its memory and what the fold refused.
-type readModel interface {
+type ReadModel interface {
 	Tasks(ctx context.Context, q replay.Query) (replay.Page, error)
 	Progress(id string) (projection.Progress, error)
 	Stats() projection.StatsReport
@@ -64,8 +66,39 @@ type readModel interface {
 	Checkpoint(ctx context.Context) error
 }
 
+// Metrics is what the server serves of the engine's metrics: /metrics,
+// and the counting of every request.
+type Metrics interface {
+	Handler() http.Handler
+	InstrumentHTTP(h http.Handler) http.Handler
+}
+
+// Deps is what a Server serves, usually all from one started engine
+// (engine.Engine has a method for each).
+type Deps struct {
+	Agent Agent
+	Store EventStore
+	View  ReadModel
+	// History answers the per-task queries (state at a bound, why):
+	// replay.FromLog of the log.
+	History replay.Reader
+	// Keys binds Idempotency-Keys: the log itself, or under --cluster the
+	// replicated log (one binding per key for every daemon). Nil: Store,
+	// if it is a KeyReserver.
+	Keys eventlog.KeyReserver
+	// Broker serves /api/v1; nil: those routes answer 503.
+	Broker *broker.Broker
+	// Metrics serves /metrics and counts requests; nil: neither.
+	Metrics Metrics
+	// Model is the model's name, for /v1/stats.
+	Model string
+	// Base is the context of every request: when it ends, event streams
+	// and long polls end and failed mutations answer 503. Nil: never.
+	Base context.Context
+}
+
 var (
-	_ engine     = (*agent.Agent)(nil)
-	_ eventStore = (*eventlog.Log)(nil)
-	_ readModel  = (*replay.View)(nil)
+	_ Agent      = (*agent.Agent)(nil)
+	_ EventStore = (*eventlog.Log)(nil)
+	_ ReadModel  = (*replay.View)(nil)
 )

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"maps"
@@ -26,8 +26,8 @@ func TestAPITypesMatchTheServer(t *testing.T) {
 		name        string
 		server, api any
 	}{
-		{"task", taskJSON{}, api.Task{}},
-		{"created", createdJSON{}, api.Created{}},
+		{"task", TaskJSON{}, api.Task{}},
+		{"created", CreatedJSON{}, api.Created{}},
 		{"create task", createRequest{}, api.CreateTask{}},
 		{"transition", fsm.Transition{}, api.Transition{}},
 		{"listed task", listed{}, api.TaskSummary{}},
@@ -35,7 +35,7 @@ func TestAPITypesMatchTheServer(t *testing.T) {
 		{"pending tool", projection.PendingTool{}, api.PendingTool{}},
 		{"event", replay.EventJSON{}, api.Event{}},
 		{"error", apiError{}, api.ErrorDetail{}},
-		{"dispatch task", dispatchJSON{}, api.DispatchTask{}},
+		{"dispatch task", DispatchJSON{}, api.DispatchTask{}},
 		{"create dispatch", broker.CreateRequest{}, api.CreateDispatch{}},
 		{"worker", broker.WorkerInfo{}, api.Worker{}},
 		{"broker stats", projection.BrokerStats{}, api.BrokerStats{}},

@@ -1,10 +1,11 @@
-package main
+package server
 
 import (
 	"context"
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,8 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// taskJSON is a task as the API shows it.
-type taskJSON struct {
+// TaskJSON is a task as the API shows it.
+type TaskJSON struct {
 	TaskID    string            `json:"task_id"`
 	Type      string            `json:"type"`
 	State     fsm.State         `json:"state"`
@@ -46,8 +47,8 @@ type taskJSON struct {
 	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
 }
 
-func (s *server) taskJSON(t *fsm.Task, full bool) taskJSON {
-	j := taskJSON{
+func (s *Server) taskJSON(t *fsm.Task, full bool) TaskJSON {
+	j := TaskJSON{
 		TaskID: t.ID, Type: t.Type, State: t.State, Machine: t.Machine.String(), Queued: s.a.Queued(t.ID), Priority: t.Priority,
 		Source: t.Context.Source, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
 		Version: t.Version, Input: t.Context.InputText, Result: t.Context.FinalResult, Error: t.Context.Error,
@@ -81,13 +82,15 @@ type createRequest struct {
 	Machine  string            `json:"machine"` // NAME@VERSION; empty: the current machine
 }
 
-type createdJSON struct {
+// CreatedJSON is the answer to POST /v1/tasks: the new task's id, the
+// state its input left and whether it waits for an admission slot.
+type CreatedJSON struct {
 	TaskID string    `json:"task_id"`
 	State  fsm.State `json:"state"`
 	Queued bool      `json:"queued"`
 }
 
-func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -111,7 +114,7 @@ func (s *server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 
 // submit creates a task from in, once per Idempotency-Key: a retry answers
 // like the first request (201, the same task id, its state now).
-func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) *apiError {
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) *apiError {
 	var id string
 	err := s.keyed(w, r, func(eventID ulid.ULID) error {
 		in.ID = eventID
@@ -126,7 +129,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, in agent.Input) 
 	// admits it next (racing this answer, so the state now would differ
 	// from run to run). A retry answered under its Idempotency-Key says
 	// where the task is now.
-	out := createdJSON{TaskID: id, State: fsm.StateIdle, Queued: s.a.Queued(id)}
+	out := CreatedJSON{TaskID: id, State: fsm.StateIdle, Queued: s.a.Queued(id)}
 	if w.Header().Get("Idempotent-Replayed") == "true" {
 		if t, err := s.a.Task(id); err == nil {
 			out.State = t.State
@@ -149,7 +152,7 @@ func validID(id string) bool {
 
 // lookup is the preamble of a task's routes: it parses the query string,
 // refusing parameters other than known, then finds the task the path names.
-func (s *server) lookup(r *http.Request, known ...string) (fsm.Task, url.Values, *apiError) {
+func (s *Server) lookup(r *http.Request, known ...string) (fsm.Task, url.Values, *apiError) {
 	q, e := query(r, known...)
 	if e != nil {
 		return fsm.Task{}, nil, e
@@ -172,7 +175,7 @@ func settled(t *fsm.Task) bool { return agent.Done(t) || t.State == fsm.StateSus
 // maxWait bounds ?wait= below the server's write timeout.
 const maxWait = 60 * time.Second
 
-func (s *server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) *apiError {
 	t, q, e := s.lookup(r, "wait")
 	if e != nil {
 		return e
@@ -241,7 +244,7 @@ func waitParam(q url.Values) (time.Duration, *apiError) {
 	return min(d, maxWait), nil
 }
 
-func (s *server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) listTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	q, e := query(r, "state", "machine", "type", "source", "q", "limit", "cursor", "order")
 	if e != nil {
 		return e
@@ -331,7 +334,7 @@ func splitList(s string) []string {
 	return out
 }
 
-func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 	t, q, e := s.lookup(r, "after_version", "limit")
 	if e != nil {
 		return e
@@ -357,7 +360,7 @@ func (s *server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
-func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError {
 	t, _, e := s.lookup(r)
 	if e != nil {
 		return e
@@ -372,7 +375,7 @@ func (s *server) taskProgress(w http.ResponseWriter, r *http.Request) *apiError 
 
 // ---- commands
 
-func (s *server) command(w http.ResponseWriter, r *http.Request, body any, do func(id string) (fsm.Task, error)) *apiError {
+func (s *Server) command(w http.ResponseWriter, r *http.Request, body any, do func(id string) (fsm.Task, error)) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -397,7 +400,7 @@ type reasonBody struct {
 
 func isOptional(body any) bool { _, ok := body.(*reasonBody); return ok }
 
-func (s *server) postMessage(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) postMessage(w http.ResponseWriter, r *http.Request) *apiError {
 	var b struct {
 		Text   *string `json:"text"`
 		Source string  `json:"source"`
@@ -424,23 +427,26 @@ func (e *inputError) Error() string       { return e.msg }
 func (e *inputError) UserMessage() string { return e.msg }
 func (e *inputError) Unwrap() error       { return agent.ErrInvalidInput }
 
-func (s *server) suspend(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) suspend(w http.ResponseWriter, r *http.Request) *apiError {
 	var b reasonBody
 	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Suspend(r.Context(), id, b.Reason) })
 }
 
-func (s *server) resume(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) *apiError {
 	var b reasonBody
 	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Resume(r.Context(), id, b.Reason) })
 }
 
-func (s *server) cancel(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) *apiError {
 	var b reasonBody
 	return s.command(w, r, &b, func(id string) (fsm.Task, error) { return s.a.Cancel(r.Context(), id, b.Reason) })
 }
 
+// nameRE is what a webhook's name may be (a schedule's too).
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
 // webhook creates a task from any body: the body, as text, is the input.
-func (s *server) webhook(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	_ "embed"
@@ -13,7 +13,7 @@ import (
 //go:embed openapi.json
 var openAPIDoc []byte
 
-func (s *server) openAPI(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) openAPI(w http.ResponseWriter, r *http.Request) *apiError {
 	if _, e := query(r); e != nil {
 		return e
 	}

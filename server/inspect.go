@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"net/http"
@@ -11,7 +11,7 @@ import (
 // taskState serves GET /v1/tasks/{id}/state?at=: the task as it was at a
 // sequence, an event id or an RFC 3339 time, folded by replay.StateAt as
 // `pegasus-replay state --at` does. Without at, the task now.
-func (s *server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
 	t, q, e := s.lookup(r, "at")
 	if e != nil {
 		return e
@@ -31,21 +31,21 @@ func (s *server) taskState(w http.ResponseWriter, r *http.Request) *apiError {
 	return nil
 }
 
-// whyNode is one event of a causation tree: its envelope, without bodies.
-type whyNode struct {
+// WhyNode is one event of a causation tree: its envelope, without bodies.
+type WhyNode struct {
 	Seq      uint64     `json:"seq"`
 	ID       string     `json:"id"`
 	Stream   string     `json:"stream"`
 	Type     string     `json:"type"`
 	Time     time.Time  `json:"time"`
-	Children []*whyNode `json:"children,omitempty"`
+	Children []*WhyNode `json:"children,omitempty"`
 }
 
-func toWhyNode(n *replay.Node) *whyNode {
+func toWhyNode(n *replay.Node) *WhyNode {
 	if n == nil {
 		return nil
 	}
-	out := &whyNode{Seq: n.Event.Seq, ID: n.Event.ID.String(), Stream: n.Event.Stream, Type: n.Event.Type, Time: n.Event.Time}
+	out := &WhyNode{Seq: n.Event.Seq, ID: n.Event.ID.String(), Stream: n.Event.Stream, Type: n.Event.Type, Time: n.Event.Time}
 	for _, c := range n.Children {
 		out.Children = append(out.Children, toWhyNode(c))
 	}
@@ -55,7 +55,7 @@ func toWhyNode(n *replay.Node) *whyNode {
 // taskWhy serves GET /v1/tasks/{id}/why?max_nodes=: the causal chain from
 // the task's creation up to its root input, and the tree of everything that
 // root led to, as `pegasus-replay why` shows them.
-func (s *server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 	t, q, e := s.lookup(r, "max_nodes")
 	if e != nil {
 		return e

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"bytes"
@@ -216,21 +216,6 @@ func newTokenCheck(token string) *tokenCheck {
 	}
 	h := tokenCheck(sha256.Sum256([]byte(token)))
 	return &h
-}
-
-// checkToken refuses a --token that no request could present: header
-// values lose their surrounding whitespace on the way, so a token of only
-// whitespace (or with some around it) would lock every client out.
-func checkToken(token string) error {
-	switch {
-	case token == "":
-		return nil
-	case strings.TrimSpace(token) == "":
-		return errors.New("--token (PEGASUS_TOKEN) is only whitespace: no request could authenticate; give a real token, or none to listen on loopback only")
-	case strings.TrimSpace(token) != token:
-		return errors.New("--token (PEGASUS_TOKEN) begins or ends with whitespace, which no Authorization header can carry: remove it")
-	}
-	return nil
 }
 
 // ok reports whether r carries the token. The scheme is case-insensitive

@@ -1,22 +1,17 @@
-package main
+package server
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/oklog/ulid/v2"
-	"github.com/urfave/cli/v2"
 
 	"github.com/pegasus-engine/pegasus/broker"
-	"github.com/pegasus-engine/pegasus/cluster"
-	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
@@ -26,119 +21,15 @@ import (
 // draws it: every route needs X-Agent-ID; admin routes also the admin
 // token.
 
-// brokerConfig is the broker's part of the daemon's config.
-type brokerConfig struct {
-	adminToken   string
-	agentToken   string // required on worker routes when set
-	agentWorker  bool   // the built-in agent registers as worker "pegasus"
-	checkEvery   time.Duration
-	workerTTL    time.Duration
-	disableAdmin bool // no admin token and not on loopback: admin routes refuse
-}
-
-func brokerFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "admin-token", EnvVars: []string{"PEGASUS_ADMIN_TOKEN"}, Usage: "bearer token of the broker's admin routes (/api/v1/stats, agents, drain, dlq); empty: admin routes are open on loopback only"},
-		&cli.DurationFlag{Name: "timeout-check-interval", Value: 30 * time.Second, EnvVars: []string{"PEGASUS_TIMEOUT_CHECK_INTERVAL"}, Usage: "longest the broker sleeps between checks of deadlines (it also wakes at each deadline)"},
-		&cli.StringFlag{Name: "agent-token", EnvVars: []string{"PEGASUS_AGENT_TOKEN"}, Usage: "bearer token the broker's worker routes require (register, poll, progress, complete, fail); empty: not required"},
-		&cli.BoolFlag{Name: "agent-worker", Value: true, EnvVars: []string{"PEGASUS_AGENT_WORKER"}, Usage: "the built-in agent is a broker worker (\"pegasus\": agent, general, explore, plan)"},
-		&cli.DurationFlag{Name: "worker-ttl", Value: 90 * time.Second, EnvVars: []string{"PEGASUS_WORKER_TTL"}, Usage: "a worker not heard from for this long gets no new task"},
-	}
-}
-
-func brokerConfigFrom(cc *cli.Context) (brokerConfig, error) {
-	c := brokerConfig{adminToken: cc.String("admin-token"), agentToken: cc.String("agent-token"), agentWorker: cc.Bool("agent-worker"),
-		checkEvery: cc.Duration("timeout-check-interval"), workerTTL: cc.Duration("worker-ttl")}
-	if err := checkToken(c.adminToken); err != nil {
-		return c, errors.New(strings.ReplaceAll(err.Error(), "--token (PEGASUS_TOKEN)", "--admin-token (PEGASUS_ADMIN_TOKEN)"))
-	}
-	if err := checkToken(c.agentToken); err != nil {
-		return c, errors.New(strings.ReplaceAll(err.Error(), "--token (PEGASUS_TOKEN)", "--agent-token (PEGASUS_AGENT_TOKEN)"))
-	}
-	if c.checkEvery < time.Second {
-		return c, errors.New("--timeout-check-interval must be at least 1s")
-	}
-	return c, nil
-}
-
-// checkBearerTokens refuses a --token with a different --admin-token or
-// --agent-token: every token travels in the one Authorization: Bearer
-// header, and the daemon's token is checked on every request before any
-// route, so no request could carry both and the routes that need the
-// second would refuse everything.
-func checkBearerTokens(daemon string, b brokerConfig) error {
-	for _, t := range []struct{ flag, value string }{
-		{"--admin-token (PEGASUS_ADMIN_TOKEN)", b.adminToken},
-		{"--agent-token (PEGASUS_AGENT_TOKEN)", b.agentToken},
-	} {
-		if daemon != "" && t.value != "" && t.value != daemon {
-			return fmt.Errorf("%s differs from --token (PEGASUS_TOKEN): both travel in the one Authorization: Bearer header, "+
-				"which every request must fill with --token, so no request could carry the other; give them the same value", t.flag)
-		}
-	}
-	return nil
-}
-
-// brokerAPI is the broker and its loop, owned by the server.
+// brokerAPI is the broker the server serves, and who may call it.
 type brokerAPI struct {
 	b     *broker.Broker
-	log   *eventlog.Log
 	admin *tokenCheck
 	agent *tokenCheck // worker routes' token, nil: none required
 	open  bool        // admin routes without a token (loopback, no admin token)
-	wg    sync.WaitGroup
 }
 
-// startBroker starts the broker's loop over the log l (writing through
-// app) and the agent's folded view v of it; it stops when the server's base context ends
-// (stopBroker waits for it). With --cluster and partitions, it assigns
-// and decides only the tasks of the partitions this daemon holds, and
-// shares its workers' requests with the other daemons (clusterlog.go).
-func (s *server) startBroker(l *eventlog.Log, app eventlog.Appender, own *ownership, rl *cluster.ReplicatedLog, v *replay.View, cfg *config) error {
-	b, err := broker.New(l, broker.FromView(v), broker.Options{
-		CheckInterval: cfg.broker.checkEvery, WorkerTTL: cfg.broker.workerTTL, Logger: s.log.With("component", "broker"),
-		Appender: app, Owns: own.ownsFunc(rl), Share: own.shareFunc(rl),
-	})
-	if err != nil {
-		return err
-	}
-	host, _, _ := strings.Cut(cfg.addr, ":")
-	s.broker = &brokerAPI{b: b, log: l, admin: newTokenCheck(cfg.broker.adminToken), agent: newTokenCheck(cfg.broker.agentToken),
-		open: cfg.broker.adminToken == "" && isLoopback(host)}
-	if cfg.broker.agentWorker {
-		// Registered before the daemon serves: a client sees worker
-		// "pegasus" at once.
-		if err := b.RegisterAgentWorker(s.base, cfg.maxActive); err != nil {
-			return err
-		}
-	}
-	s.broker.wg.Add(1)
-	go func() {
-		defer s.broker.wg.Done()
-		if err := b.Run(s.base); err != nil && s.base.Err() == nil {
-			s.log.Error("broker stopped", "err", err)
-		}
-	}()
-	if cfg.broker.agentWorker {
-		s.broker.wg.Add(1)
-		go func() {
-			defer s.broker.wg.Done()
-			if err := b.RunAgentWorker(s.base, cfg.maxActive); err != nil && s.base.Err() == nil {
-				s.log.Error("the built-in agent stopped working for the broker", "err", err)
-			}
-		}()
-	}
-	return nil
-}
-
-// stopBroker waits for the broker's loop, which ends with the base context.
-func (s *server) stopBroker() {
-	if s.broker != nil {
-		s.broker.wg.Wait()
-	}
-}
-
-func (s *server) brokerRoutes(route func(string, map[string]handler)) {
+func (s *Server) brokerRoutes(route func(string, map[string]handler)) {
 	w, a, k := s.workerRoute, s.adminRoute, s.agentRoute
 	route("/api/v1/tasks", map[string]handler{"POST": w(s.apiCreate), "GET": w(s.agentAuth(s.apiList, isPoll))})
 	route("/api/v1/tasks/{id}", map[string]handler{"GET": w(s.apiGet), "PATCH": w(s.apiPatch)})
@@ -158,7 +49,7 @@ func (s *server) brokerRoutes(route func(string, map[string]handler)) {
 type agentHandler func(w http.ResponseWriter, r *http.Request, agentID string) *apiError
 
 // workerRoute requires X-Agent-ID and records the agent's liveness.
-func (s *server) workerRoute(h agentHandler) handler {
+func (s *Server) workerRoute(h agentHandler) handler {
 	return func(w http.ResponseWriter, r *http.Request) *apiError {
 		if s.broker == nil {
 			return errShuttingDown
@@ -173,7 +64,7 @@ func (s *server) workerRoute(h agentHandler) handler {
 }
 
 // adminRoute is workerRoute plus the admin token.
-func (s *server) adminRoute(h agentHandler) handler {
+func (s *Server) adminRoute(h agentHandler) handler {
 	return s.workerRoute(func(w http.ResponseWriter, r *http.Request, id string) *apiError {
 		if !s.isAdmin(r) {
 			return &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,
@@ -183,7 +74,7 @@ func (s *server) adminRoute(h agentHandler) handler {
 	})
 }
 
-func (s *server) isAdmin(r *http.Request) bool {
+func (s *Server) isAdmin(r *http.Request) bool {
 	if s.broker.admin == nil {
 		return s.broker.open
 	}
@@ -193,7 +84,7 @@ func (s *server) isAdmin(r *http.Request) bool {
 // fromBrokerError maps the broker's errors to the API. The message is the
 // one the broker's error carries for people (usererr), never a cut of
 // its Go text.
-func (s *server) fromBrokerError(err error) *apiError {
+func (s *Server) fromBrokerError(err error) *apiError {
 	switch {
 	case errors.Is(err, broker.ErrNotFound):
 		return errNotFound("%s", userMessage(err, "no such task"))
@@ -211,9 +102,9 @@ func (s *server) fromBrokerError(err error) *apiError {
 // (broker.TaskMetadata).
 type anyMetadata = map[string]json.RawMessage
 
-// dispatchJSON is a dispatch task as the API shows it: the seed's
+// DispatchJSON is a dispatch task as the API shows it: the seed's
 // swarm_tasks columns, plus dead_lettered and the extensions.
-type dispatchJSON struct {
+type DispatchJSON struct {
 	TaskID               string          `json:"task_id"`
 	Title                string          `json:"title"`
 	Description          string          `json:"description"`
@@ -248,9 +139,9 @@ type dispatchJSON struct {
 	Children             []string        `json:"children,omitempty"`
 }
 
-func toDispatchJSON(t *fsm.Task) dispatchJSON {
+func toDispatchJSON(t *fsm.Task) DispatchJSON {
 	d := t.Dispatch
-	j := dispatchJSON{
+	j := DispatchJSON{
 		TaskID: t.ID, Title: d.Title, Description: d.Description, Owner: d.Owner, RequiredCapabilities: d.RequiredCapabilities,
 		Status: t.State, AssignedAgent: d.AssignedAgent, CreatedAt: t.CreatedAt, AssignedAt: d.AssignedAt, StartedAt: d.StartedAt,
 		UpdatedAt: t.UpdatedAt, Error: broker.TaskError(t), RetryCount: d.RetryCount, MaxRetries: d.MaxRetries, RetryEligible: d.RetryEligible,
@@ -277,7 +168,7 @@ func toDispatchJSON(t *fsm.Task) dispatchJSON {
 
 // apiCreate is POST /api/v1/tasks: the request is the broker's
 // CreateRequest, whose defaults and checks are the broker's.
-func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiCreate(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -304,7 +195,7 @@ func (s *server) apiCreate(w http.ResponseWriter, r *http.Request, agentID strin
 // of the previous page) and a long poll: with wait=DURATION an empty page
 // waits until a task matches (a worker learns of its assignments with
 // ?agent=ME&status=assigned&wait=30s).
-func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+func (s *Server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiError {
 	q, e := query(r, "status", "owner", "source", "agent", "cursor", "limit", "order", "wait")
 	if e != nil {
 		return e
@@ -337,7 +228,7 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 			(q.Get("agent") == "" || t.Dispatch.AssignedAgent == q.Get("agent")) &&
 			(cursor == "" || (!desc && t.ID > cursor) || (desc && t.ID < cursor))
 	}
-	var page []dispatchJSON
+	var page []DispatchJSON
 	var more bool
 	source := s.broker.b.Tasks
 	waitFor := s.broker.b.Wait
@@ -378,11 +269,11 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 		_ = waitFor(ctx, list)
 	}
 	out := struct {
-		Tasks      []dispatchJSON `json:"tasks"`
+		Tasks      []DispatchJSON `json:"tasks"`
 		NextCursor string         `json:"next_cursor,omitempty"`
 	}{Tasks: page}
 	if out.Tasks == nil {
-		out.Tasks = []dispatchJSON{}
+		out.Tasks = []DispatchJSON{}
 	}
 	if more {
 		out.NextCursor = page[len(page)-1].TaskID
@@ -391,7 +282,7 @@ func (s *server) apiList(w http.ResponseWriter, r *http.Request, _ string) *apiE
 	return nil
 }
 
-func (s *server) apiGet(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+func (s *Server) apiGet(w http.ResponseWriter, r *http.Request, _ string) *apiError {
 	t, err := s.broker.b.Task(r.PathValue("id"))
 	if err != nil {
 		return s.fromBrokerError(err)
@@ -402,7 +293,7 @@ func (s *server) apiGet(w http.ResponseWriter, r *http.Request, _ string) *apiEr
 	return nil
 }
 
-func (s *server) apiPatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiPatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -421,7 +312,7 @@ func (s *server) apiPatch(w http.ResponseWriter, r *http.Request, agentID string
 }
 
 // apiReport is a worker's progress, complete or fail.
-func (s *server) apiReport(kind fsm.EventType) agentHandler {
+func (s *Server) apiReport(kind fsm.EventType) agentHandler {
 	return func(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 		if e := s.mutating(); e != nil {
 			return e
@@ -450,7 +341,7 @@ func (s *server) apiReport(kind fsm.EventType) agentHandler {
 
 // apiEvents is the task's events (the seed's swarm_task_events) in the one
 // event JSON form, each with the agent that caused it.
-func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
 	t, err := s.broker.b.Task(r.PathValue("id"))
 	if err != nil {
 		return s.fromBrokerError(err)
@@ -463,7 +354,7 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 		TaskID string           `json:"task_id"` // as on /v1/tasks/{id}/events
 		Events []eventWithAgent `json:"events"`
 	}{TaskID: t.ID, Events: []eventWithAgent{}}
-	it := s.broker.log.ReadStream(t.ID, 1)
+	it := s.store.ReadStream(t.ID, 1)
 	defer it.Close()
 	for it.Next() {
 		ev := it.Event()
@@ -482,7 +373,7 @@ func (s *server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 	return nil
 }
 
-func (s *server) apiRegister(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiRegister(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -515,7 +406,7 @@ func workerJSON(w broker.WorkerInfo) broker.WorkerInfo {
 	return w
 }
 
-func (s *server) apiAgents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+func (s *Server) apiAgents(w http.ResponseWriter, r *http.Request, _ string) *apiError {
 	ws := s.broker.b.Workers()
 	for i := range ws {
 		ws[i] = workerJSON(ws[i])
@@ -524,7 +415,7 @@ func (s *server) apiAgents(w http.ResponseWriter, r *http.Request, _ string) *ap
 	return nil
 }
 
-func (s *server) apiDrain(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiDrain(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -536,13 +427,13 @@ func (s *server) apiDrain(w http.ResponseWriter, r *http.Request, agentID string
 	return nil
 }
 
-func (s *server) apiStats(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+func (s *Server) apiStats(w http.ResponseWriter, r *http.Request, _ string) *apiError {
 	writeJSON(w, http.StatusOK, s.broker.b.Stats())
 	return nil
 }
 
-func (s *server) apiDLQ(w http.ResponseWriter, r *http.Request, _ string) *apiError {
-	out := []dispatchJSON{}
+func (s *Server) apiDLQ(w http.ResponseWriter, r *http.Request, _ string) *apiError {
+	out := []DispatchJSON{}
 	for _, t := range s.broker.b.DLQ() {
 		out = append(out, toDispatchJSON(&t))
 	}
@@ -550,7 +441,7 @@ func (s *server) apiDLQ(w http.ResponseWriter, r *http.Request, _ string) *apiEr
 	return nil
 }
 
-func (s *server) apiRequeue(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiRequeue(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -570,7 +461,7 @@ func (s *server) apiRequeue(w http.ResponseWriter, r *http.Request, agentID stri
 
 // apiRequeueMatching requeues every dead letter a filter selects in one
 // atomic append: {"capability", "error", "from", "to", "reason"}.
-func (s *server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+func (s *Server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
@@ -592,14 +483,14 @@ func (s *server) apiRequeueMatching(w http.ResponseWriter, r *http.Request, agen
 // agentRoute is workerRoute plus the agent token (--agent-token), when
 // one is set: the routes only a worker calls (register, progress,
 // complete, fail).
-func (s *server) agentRoute(h agentHandler) handler {
+func (s *Server) agentRoute(h agentHandler) handler {
 	return s.workerRoute(s.agentAuth(h, nil))
 }
 
 // agentAuth requires the agent token, when one is set, of the requests
 // when selects (nil: every request). The admin token passes too: an admin
 // may act for a worker (register it, for one).
-func (s *server) agentAuth(h agentHandler, when func(*http.Request) bool) agentHandler {
+func (s *Server) agentAuth(h agentHandler, when func(*http.Request) bool) agentHandler {
 	return func(w http.ResponseWriter, r *http.Request, id string) *apiError {
 		if s.broker.agent != nil && (when == nil || when(r)) && !s.broker.agent.ok(r) && (s.broker.admin == nil || !s.broker.admin.ok(r)) {
 			return &apiError{status: http.StatusUnauthorized, Code: codeUnauthorized,

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"context"
@@ -10,48 +10,52 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
 )
 
-// errModelProbe is returned by start under --llm-strict when the model
-// endpoint does not answer as an OpenAI-compatible API would.
-var errModelProbe = errors.New("pegasusd: model endpoint check failed")
+// ErrModelProbe is returned by ProbeModel under strict when the model
+// endpoint does not answer as an OpenAI-compatible API would. (Its text
+// names the daemon, whose operators read it.)
+var ErrModelProbe = errors.New("pegasusd: model endpoint check failed")
 
 // probeTimeout bounds the start-up check of the model endpoint.
 const probeTimeout = 10 * time.Second
 
-// probeModel checks the model endpoint once at start (GET {base}/models),
-// so that a wrong PEGASUS_LLM_BASE_URL, key or model name shows now rather
-// than when the first task fails. A problem is a warning; under
-// --llm-strict it stops the start. The offline model needs no check.
-func probeModel(ctx context.Context, cfg *config, logger *slog.Logger) error {
-	if cfg.llmBaseURL == "" {
+// ProbeModel checks the model endpoint of o once (GET {base}/models),
+// so that a wrong PEGASUS_LLM_BASE_URL, key or model name shows at start
+// rather than when the first task fails. A problem is a warning; with
+// strict (--llm-strict) it is ErrModelProbe. An empty BaseURL (the
+// offline model) needs no check.
+func ProbeModel(ctx context.Context, o llm.Options, strict bool, logger *slog.Logger) error {
+	if o.BaseURL == "" {
 		return nil
 	}
-	problem := checkModelEndpoint(ctx, cfg)
+	problem := checkModelEndpoint(ctx, o)
 	if problem == "" {
-		logger.Info("model endpoint answers", "url", cfg.llmBaseURL, "model", cfg.llmModel)
+		logger.Info("model endpoint answers", "url", o.BaseURL, "model", o.Model)
 		return nil
 	}
-	if cfg.llmStrict {
-		return fmt.Errorf("%w: %s (drop --llm-strict to start anyway)", errModelProbe, problem)
+	if strict {
+		return fmt.Errorf("%w: %s (drop --llm-strict to start anyway)", ErrModelProbe, problem)
 	}
 	logger.Warn("model endpoint check failed: tasks will fail until it is fixed", "problem", problem,
-		"url", cfg.llmBaseURL, "model", cfg.llmModel)
+		"url", o.BaseURL, "model", o.Model)
 	return nil
 }
 
 // checkModelEndpoint returns what is wrong with the model endpoint, in
 // the operator's terms, or "".
-func checkModelEndpoint(ctx context.Context, cfg *config) string {
+func checkModelEndpoint(ctx context.Context, o llm.Options) string {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	u := strings.TrimRight(cfg.llmBaseURL, "/") + "/models"
+	u := strings.TrimRight(o.BaseURL, "/") + "/models"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return fmt.Sprintf("--llm-base-url %q is not a URL: %v", cfg.llmBaseURL, err)
+		return fmt.Sprintf("--llm-base-url %q is not a URL: %v", o.BaseURL, err)
 	}
-	if cfg.llmKey != "" {
-		req.Header.Set("Authorization", "Bearer "+string(cfg.llmKey))
+	if o.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+string(o.APIKey))
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -79,7 +83,7 @@ func checkModelEndpoint(ctx context.Context, cfg *config) string {
 		return "" // some servers list nothing; the first call will tell
 	}
 	for _, m := range list.Data {
-		if m.ID == cfg.llmModel {
+		if m.ID == o.Model {
 			return ""
 		}
 	}
@@ -91,5 +95,5 @@ func checkModelEndpoint(ctx context.Context, cfg *config) string {
 		}
 		names = append(names, m.ID)
 	}
-	return fmt.Sprintf("the server does not list model %q (PEGASUS_LLM_MODEL); it lists %s", cfg.llmModel, strings.Join(names, ", "))
+	return fmt.Sprintf("the server does not list model %q (PEGASUS_LLM_MODEL); it lists %s", o.Model, strings.Join(names, ", "))
 }

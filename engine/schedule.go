@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"encoding/json"
@@ -10,9 +10,9 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// schedule is one recurring input: every time spec fires, a task is created
-// from a SCHEDULE_FIRED input.
-type schedule struct {
+// Schedule is one recurring input: every time Cron fires, a task is
+// created from a SCHEDULE_FIRED input.
+type Schedule struct {
 	Name     string `json:"name"`
 	Cron     string `json:"cron"`  // "*/5 * * * *", "@hourly", "@every 90s"
 	Input    string `json:"input"` // the task's input text
@@ -28,42 +28,25 @@ var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month 
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-// parseScheduleFlag reads "NAME|CRON|INPUT" (the input may contain '|').
-func parseScheduleFlag(s string) (schedule, error) {
+// ParseSchedule reads "NAME|CRON|INPUT" (the input may contain '|').
+func ParseSchedule(s string) (Schedule, error) {
 	parts := strings.SplitN(s, "|", 3)
 	if len(parts) != 3 {
-		return schedule{}, fmt.Errorf("schedule %q: want NAME|CRON|INPUT", s)
+		return Schedule{}, fmt.Errorf("schedule %q: want NAME|CRON|INPUT", s)
 	}
-	sc := schedule{Name: strings.TrimSpace(parts[0]), Cron: strings.TrimSpace(parts[1]), Input: parts[2]}
+	sc := Schedule{Name: strings.TrimSpace(parts[0]), Cron: strings.TrimSpace(parts[1]), Input: parts[2]}
 	return sc, sc.check()
 }
 
-// scheduleSpecs returns the --schedule flags or, when none is given, the
-// lines of $PEGASUS_SCHEDULE. The variable is not bound to the flag, which
-// would split it on commas and so break an input that holds one; a line
-// break cannot occur in a schedule, so it separates them.
-func scheduleSpecs(flags []string, env string) []string {
-	if len(flags) > 0 {
-		return flags
-	}
-	var specs []string
-	for line := range strings.Lines(env) {
-		if line = strings.TrimRight(line, "\r\n"); strings.TrimSpace(line) != "" {
-			specs = append(specs, line)
-		}
-	}
-	return specs
-}
-
-// loadSchedules reads a JSON file {"schedules": [{"name", "cron", "input",
+// LoadSchedules reads a JSON file {"schedules": [{"name", "cron", "input",
 // "type", "priority"}]}.
-func loadSchedules(path string) ([]schedule, error) {
+func LoadSchedules(path string) ([]Schedule, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var f struct {
-		Schedules []schedule `json:"schedules"`
+		Schedules []Schedule `json:"schedules"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
@@ -78,7 +61,7 @@ func loadSchedules(path string) ([]schedule, error) {
 	return f.Schedules, nil
 }
 
-func (s *schedule) check() error {
+func (s *Schedule) check() error {
 	if !nameRE.MatchString(s.Name) {
 		return fmt.Errorf("schedule name %q: use letters, digits, '_', '.', '-' (at most 64)", s.Name)
 	}
@@ -90,7 +73,7 @@ func (s *schedule) check() error {
 	return nil
 }
 
-func checkUniqueSchedules(ss []schedule) error {
+func checkUniqueSchedules(ss []Schedule) error {
 	seen := map[string]bool{}
 	for _, s := range ss {
 		if seen[s.Name] {
