@@ -378,9 +378,19 @@ func (d *daemon) wait(ctx context.Context, stopSignals func()) error {
 	d.log.Info("stopping: draining running stages (Ctrl-C again to exit at once)", "timeout", d.cfg.shutdownTimeout)
 	err := d.shutdown()
 	if failed != nil {
-		return errors.Join(fmt.Errorf("stopped: %s: %w", server.StorageReason(failed), failed), err)
+		return errors.Join(stoppedError(failed), err)
 	}
 	return err
+}
+
+// stoppedError is why the daemon stopped on its own: the storage's reason
+// when it has one (a full disk, corruption), else the error alone (a lost
+// lease, a copy that stopped following the cluster).
+func stoppedError(failed error) error {
+	if reason := server.StorageReason(failed); reason != "" {
+		return fmt.Errorf("stopped: %s: %w", reason, failed)
+	}
+	return fmt.Errorf("stopped: %w", failed)
 }
 
 // shutdown stops intake (readiness fails, mutations get 503, schedules
