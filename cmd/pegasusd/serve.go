@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/cluster"
@@ -176,6 +177,28 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// defaultLogFormat resolves an unset --log-format: text for a person at a
+// terminal, json for a log collector everywhere else.
+func defaultLogFormat(format string, w io.Writer) string {
+	if format != "" {
+		return format
+	}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return "text"
+	}
+	return "json"
+}
+
+// authNote is the start-up line's "auth" attribute: without a token the
+// daemon only listens on loopback, where any local process (any user's)
+// may submit tasks and so run tools.
+func authNote(token string) string {
+	if token != "" {
+		return "bearer token"
+	}
+	return "none: any local process may submit tasks and run tools; set --token (PEGASUS_TOKEN) to require one"
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
