@@ -332,18 +332,18 @@ func TestClusterFailover(t *testing.T) {
 	waitOwners(t, js, map[string]int{"a": 8, "b": 8})
 	ld := startLoad(seed, 0, inputs, a.url, b.url)
 	ld.wait(t, 4)
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	waitLeases(t, js, "b", 16)
 	down := rng.IntN(3)
 	nats.Stop(down)
 	ld.wait(t, 2) // B takes submissions meanwhile
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	err := a.cmd.Wait()
-	<-a.done
+	err := a.Cmd.Wait()
+	<-a.Done()
 	ld.end(all)
 	if err == nil || !strings.Contains(a.output(), "lost the lease on a partition") {
 		t.Fatalf("the paused owner, resumed: exit %v\n%s", err, a.output())

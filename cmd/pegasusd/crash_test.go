@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -25,6 +22,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/daemontest"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/server"
 )
@@ -67,19 +65,15 @@ func goBuild(t *testing.T, name, pkg string) string {
 	return bin
 }
 
-// proc is a pegasusd subprocess.
+// proc is a pegasusd subprocess (internal/daemontest), killed when the
+// test ends if it still runs.
 type proc struct {
-	cmd   *exec.Cmd
-	url   string
+	*daemontest.Daemon
+	url   string // Daemon.URL
 	token string // the daemon's --token, which finishAll sends
-	mu    sync.Mutex
-	logs  bytes.Buffer
-	done  chan struct{}
 }
 
 var resumedRE = regexp.MustCompile(`agent started.* resumed=(\d+)`)
-
-var listeningRE = regexp.MustCompile(`pegasusd listening.* url=(http://\S+)`)
 
 func startProc(t *testing.T, bin, data string, extra ...string) *proc {
 	t.Helper()
@@ -98,87 +92,34 @@ func startProcIn(t *testing.T, wrap []string, bin, data string, extra ...string)
 	return p
 }
 
-// errNotListening is launchProc's error for a daemon that exited, or
-// was killed, before listening.
-var errNotListening = errors.New("pegasusd did not start")
-
 // launchProc is startProcIn returning an error, which wraps
-// errNotListening and carries the daemon's output, when the daemon did
-// not start (as a supervisor would see it).
+// daemontest.ErrNotListening and carries the daemon's output, when the
+// daemon did not start (as a supervisor would see it).
 func launchProc(t *testing.T, wrap []string, bin, data string, extra ...string) (*proc, error) {
 	t.Helper()
-	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--data-dir", data, "--log-level", "info", "--log-format", "text"}, extra...)
-	argv := append(append(wrap[:len(wrap):len(wrap)], bin), args...)
-	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
-	stderr, err := p.cmd.StderrPipe()
+	d, err := daemontest.StartWrapped(wrap, bin, data, "", extra...)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { // a test that failed midway leaves no daemon running
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		}
-	})
-	urls := make(chan string, 1)
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.logs.WriteString(line + "\n")
-			p.mu.Unlock()
-			if m := listeningRE.FindStringSubmatch(line); m != nil {
-				urls <- m[1]
-			}
-		}
-		close(urls)
-	}()
-	select {
-	case u, ok := <-urls:
-		if !ok {
-			_ = p.cmd.Wait()
-			return nil, fmt.Errorf("%w: it exited before listening:\n%s", errNotListening, p.output())
-		}
-		p.url = u
-	case <-time.After(testTimeout):
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		return nil, fmt.Errorf("%w within %v:\n%s", errNotListening, testTimeout, p.output())
-	}
-	return p, nil
+	t.Cleanup(func() { _ = d.Kill() }) // a test that failed midway leaves no daemon running
+	return &proc{Daemon: d, url: d.URL}, nil
 }
 
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
+func (p *proc) output() string { return p.Logs() }
 
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Kill(); err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = p.cmd.Wait()
-	<-p.done
 }
 
 // stop sends SIGINT and expects a clean exit.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Wait(); err != nil {
-		t.Fatalf("pegasusd did not stop cleanly: %v\n%s", err, p.output())
-	}
-	<-p.done
 }
 
 // submitter posts tasks until stopped or the daemon dies, and reports the

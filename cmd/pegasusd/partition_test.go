@@ -30,6 +30,7 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/daemontest"
 	"github.com/pegasus-engine/pegasus/server"
 )
 
@@ -265,7 +266,7 @@ func (r *partitionRun) restartDaemon(d *labDaemon) {
 		}
 		r.failedStarts++
 		t.Logf("daemon %s did not start; starting it again in a second: %s", d.name, lastLines(err.Error(), 1))
-		if !errors.Is(err, errNotListening) || time.Now().After(deadline) {
+		if !errors.Is(err, daemontest.ErrNotListening) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 		<-time.After(time.Second) // a supervisor's restart delay
@@ -275,8 +276,8 @@ func (r *partitionRun) restartDaemon(d *labDaemon) {
 // exited reports whether d's process ended (and reaps it).
 func (d *labDaemon) exited() bool {
 	select {
-	case <-d.p.done:
-		_ = d.p.cmd.Wait()
+	case <-d.p.Done():
+		_ = d.p.Cmd.Wait()
 		return true
 	default:
 		return false
@@ -307,7 +308,7 @@ func (r *partitionRun) rejoin() {
 				if strings.Contains(out, "lost the lease on a partition") {
 					r.lostLease++
 				}
-				t.Logf("daemon %s exited (%v); restarting it: %s", d.name, d.p.cmd.ProcessState, strings.TrimSpace(lastLines(out, 2)))
+				t.Logf("daemon %s exited (%v); restarting it: %s", d.name, d.p.Cmd.ProcessState, strings.TrimSpace(lastLines(out, 2)))
 				r.restartDaemon(d)
 			}
 		}
@@ -450,12 +451,12 @@ var partitionFaults = []partitionFault{
 		two, _ := twoOf(rng)
 		r.lastFault = fmt.Sprintf("%s cut from %v and paused (SIGSTOP) past the TTL, healed, then resumed (SIGCONT)", d.name, two)
 		r.lab.partition([]string{d.name}, two)
-		if err := d.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := d.p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			r.t.Fatal(err)
 		}
 		holdFor(hold + 2*partitionTTL)
 		r.lab.heal()
-		if err := d.p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		if err := d.p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			r.t.Fatal(err)
 		}
 	}},

@@ -33,15 +33,23 @@ func Build(dir string) (string, error) {
 // StartTimeout bounds how long Start waits for the daemon to listen.
 const StartTimeout = 60 * time.Second
 
+// ErrNotListening is Start's error for a daemon that exited, or was
+// killed, before it listened (as a supervisor would see it); it carries
+// the daemon's output.
+var ErrNotListening = errors.New("daemontest: pegasusd did not start")
+
 // Daemon is a running pegasusd.
 type Daemon struct {
 	URL     string // http://127.0.0.1:PORT
 	Addr    string // 127.0.0.1:PORT
 	DataDir string
+	// Cmd is the daemon's process, for signals (SIGSTOP, SIGCONT) and
+	// Wait.
+	Cmd *exec.Cmd
 
 	bin   string
+	wrap  []string
 	extra []string
-	cmd   *exec.Cmd
 	mu    sync.Mutex
 	logs  bytes.Buffer
 	done  chan struct{} // its stderr is read to the end
@@ -52,16 +60,24 @@ var listening = regexp.MustCompile(`pegasusd listening.* url=(http://\S+)`)
 // Start runs bin serve on dataDir at addr ("": a free port of the
 // loopback) with the extra flags, and returns once it listens.
 func Start(bin, dataDir, addr string, extra ...string) (*Daemon, error) {
+	return StartWrapped(nil, bin, dataDir, addr, extra...)
+}
+
+// StartWrapped is Start with the daemon's command line after wrap (for
+// example ip netns exec NAME, which executes it in a network namespace
+// as the same process).
+func StartWrapped(wrap []string, bin, dataDir, addr string, extra ...string) (*Daemon, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
 	args := append([]string{"serve", "--addr", addr, "--data-dir", dataDir, "--log-level", "info", "--log-format", "text"}, extra...)
-	d := &Daemon{DataDir: dataDir, bin: bin, extra: extra, cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	stderr, err := d.cmd.StderrPipe()
+	argv := append(append(wrap[:len(wrap):len(wrap)], bin), args...)
+	d := &Daemon{DataDir: dataDir, bin: bin, wrap: wrap, extra: extra, Cmd: exec.Command(argv[0], argv[1:]...), done: make(chan struct{})}
+	stderr, err := d.Cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
-	if err := d.cmd.Start(); err != nil {
+	if err := d.Cmd.Start(); err != nil {
 		return nil, err
 	}
 	urls := make(chan string, 1)
@@ -85,17 +101,21 @@ func Start(bin, dataDir, addr string, extra ...string) (*Daemon, error) {
 	select {
 	case u, ok := <-urls:
 		if !ok {
-			_ = d.cmd.Wait()
-			return nil, fmt.Errorf("daemontest: pegasusd exited before listening:\n%s", d.Logs())
+			_ = d.Cmd.Wait()
+			return nil, fmt.Errorf("%w: it exited before listening:\n%s", ErrNotListening, d.Logs())
 		}
 		d.URL, d.Addr = u, strings.TrimPrefix(u, "http://")
 		return d, nil
 	case <-time.After(StartTimeout):
-		_ = d.cmd.Process.Kill()
-		_ = d.cmd.Wait()
-		return nil, fmt.Errorf("daemontest: pegasusd did not listen within %s:\n%s", StartTimeout, d.Logs())
+		_ = d.Cmd.Process.Kill()
+		_ = d.Cmd.Wait()
+		return nil, fmt.Errorf("%w within %s:\n%s", ErrNotListening, StartTimeout, d.Logs())
 	}
 }
+
+// Done is closed once the daemon's standard error is read to the end:
+// it exited.
+func (d *Daemon) Done() <-chan struct{} { return d.done }
 
 // Logs is what the daemon wrote to stderr so far.
 func (d *Daemon) Logs() string {
@@ -106,26 +126,26 @@ func (d *Daemon) Logs() string {
 
 // Kill kills the daemon with SIGKILL (a crash) and waits for it.
 func (d *Daemon) Kill() error {
-	if d.cmd.ProcessState != nil {
+	if d.Cmd.ProcessState != nil {
 		return nil
 	}
-	if err := d.cmd.Process.Kill(); err != nil {
+	if err := d.Cmd.Process.Kill(); err != nil {
 		return err
 	}
-	_ = d.cmd.Wait()
+	_ = d.Cmd.Wait()
 	<-d.done
 	return nil
 }
 
 // Stop stops the daemon with SIGINT and expects a clean exit.
 func (d *Daemon) Stop() error {
-	if d.cmd.ProcessState != nil {
+	if d.Cmd.ProcessState != nil {
 		return nil
 	}
-	if err := d.cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := d.Cmd.Process.Signal(os.Interrupt); err != nil {
 		return err
 	}
-	err := d.cmd.Wait()
+	err := d.Cmd.Wait()
 	<-d.done
 	if err != nil {
 		return errors.Join(fmt.Errorf("daemontest: pegasusd did not stop cleanly: %w", err), errors.New(d.Logs()))
@@ -136,5 +156,5 @@ func (d *Daemon) Stop() error {
 // Restart starts the daemon again, stopped or killed, on the same data
 // directory, address and flags.
 func (d *Daemon) Restart() (*Daemon, error) {
-	return Start(d.bin, d.DataDir, d.Addr, d.extra...)
+	return StartWrapped(d.wrap, d.bin, d.DataDir, d.Addr, d.extra...)
 }
