@@ -95,23 +95,50 @@ func newIDs(n *node, k int) []ulid.ULID {
 	return ids
 }
 
+// testParts is the partition count of the committer tests.
+const testParts = 4
+
+// ownerOfAll opens node name with testParts partitions and returns it
+// once it holds them all, with its leases (TTL ttl, no balancing) and
+// the channel of the partitions it takes later.
+func ownerOfAll(t *testing.T, nc *natstest.Cluster, name string, ttl time.Duration) (*node, *Leases, chan int) {
+	t.Helper()
+	n := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: testParts, Node: name})
+	l, took := startLeases(t, n, LeaseOptions{TTL: ttl, NoBalance: true})
+	waitTook(t, took, 0, 1, 2, 3)
+	return n, l, took
+}
+
+// createStreams appends a first event to each stream.
+func createStreams(ctx context.Context, t *testing.T, n *node, streams ...string) {
+	t.Helper()
+	for _, s := range streams {
+		if _, err := n.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// wantVersions checks the streams' versions in n's copy.
+func wantVersions(t *testing.T, n *node, want map[string]uint64) {
+	t.Helper()
+	for s, v := range want {
+		if got, _ := n.local.StreamVersion(s); got != v {
+			t.Errorf("stream %s at version %d, want %d", s, got, v)
+		}
+	}
+}
+
 // TestCommitterJoinsTheNextBatch: while a partition's batch is in flight,
 // the owner's appends that arrive gather and go as the next batch, one
 // request, with no refusal and no pause: the owner never races itself.
 func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	nc := natstest.Start(t, 3)
-	const parts = 4
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
-	_, took := startLeases(t, a, LeaseOptions{TTL: 3 * time.Second, NoBalance: true})
-	waitTook(t, took, 0, 1, 2, 3)
-	streams := streamsIn(1, parts, 6)
-	for _, s := range streams {
-		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _, _ := ownerOfAll(t, nc, "A", 3*time.Second)
+	streams := streamsIn(1, testParts, 6)
+	createStreams(ctx, t, a, streams...)
 	before := a.rl.CommitStats()
 	g := gateBatches(a)
 	first := make(chan error, 1)
@@ -144,11 +171,11 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	if st.Refused != before.Refused {
 		t.Errorf("%d batches refused: the owner raced itself", st.Refused-before.Refused)
 	}
+	want := map[string]uint64{}
 	for _, s := range streams {
-		if v, _ := a.local.StreamVersion(s); v != 2 {
-			t.Errorf("stream %s at version %d, want 2", s, v)
-		}
+		want[s] = 2
 	}
+	wantVersions(t, a, want)
 }
 
 // TestCommitterStaleOwnerBatchNotStored: two owners of one partition at
@@ -159,20 +186,13 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 // ErrFenced, and none of its events is in the stream.
 func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
 	nc := natstest.Start(t, 3)
-	const parts = 4
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
+	a, la, _ := ownerOfAll(t, nc, "A", time.Second)
 	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Node: "B"})
-	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, NoBalance: true})
-	waitTook(t, tookA, 0, 1, 2, 3)
 	_, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, NoBalance: true})
-	streams := streamsIn(2, parts, 5)
-	for _, s := range streams {
-		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	streams := streamsIn(2, testParts, 5)
+	createStreams(ctx, t, a, streams...)
 	g := gateBatches(a)
 	first := make(chan error, 1)
 	go func() {
@@ -213,11 +233,11 @@ func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
 			t.Fatalf("the stale owner's event %s is in the log (%v)", id, err)
 		}
 	}
+	want := map[string]uint64{}
 	for _, s := range streams[1:] {
-		if v, _ := b.local.StreamVersion(s); v != 1 {
-			t.Errorf("stream %s at version %d, want 1", s, v)
-		}
+		want[s] = 1
 	}
+	wantVersions(t, b, want)
 }
 
 // TestCommitterHoldsForAnAppendOverPartitions: an append over two
@@ -226,18 +246,11 @@ func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
 // hold still, and the next batch follows it: nothing is refused.
 func TestCommitterHoldsForAnAppendOverPartitions(t *testing.T) {
 	nc := natstest.Start(t, 3)
-	const parts = 4
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
-	_, took := startLeases(t, a, LeaseOptions{TTL: 3 * time.Second, NoBalance: true})
-	waitTook(t, took, 0, 1, 2, 3)
-	s1, s2 := streamsIn(1, parts, 2), streamsIn(2, parts, 1)[0]
-	for _, s := range append(s1, s2) {
-		if _, err := a.rl.Append(ctx, s, eventlog.NoStream, eventlog.Event{Type: "CREATED"}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _, _ := ownerOfAll(t, nc, "A", 3*time.Second)
+	s1, s2 := streamsIn(1, testParts, 2), streamsIn(2, testParts, 1)[0]
+	createStreams(ctx, t, a, append(s1, s2)...)
 	before := a.rl.CommitStats()
 	g := gateBatches(a)
 	first := make(chan error, 1)
@@ -268,9 +281,5 @@ func TestCommitterHoldsForAnAppendOverPartitions(t *testing.T) {
 	if st := a.rl.CommitStats(); st.Refused != before.Refused {
 		t.Fatalf("%d batches refused", st.Refused-before.Refused)
 	}
-	for s, want := range map[string]uint64{s1[0]: 3, s1[1]: 2, s2: 2} {
-		if v, _ := a.local.StreamVersion(s); v != want {
-			t.Errorf("stream %s at version %d, want %d", s, v, want)
-		}
-	}
+	wantVersions(t, a, map[string]uint64{s1[0]: 3, s1[1]: 2, s2: 2})
 }
