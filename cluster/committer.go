@@ -185,7 +185,7 @@ func (c *committer) drain(err error) {
 	for {
 		select {
 		case req := <-c.reqs:
-			req.done <- commitOutcome{err: err}
+			req.reply(commitOutcome{err: err})
 		default:
 			return
 		}
@@ -206,24 +206,25 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 	r := c.r
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	wait := firstRetryWait
-	answer := func(req *commitReq, o commitOutcome) { req.done <- o }
 	for attempt := 0; len(batch) > 0; attempt++ {
 		actx, cancel := context.WithDeadline(ctx, deadline)
-		sent, last, err := c.send(actx, batch, &batch, attempt > 0, answer)
+		var last uint64
+		var err error
+		batch, last, err = c.send(actx, batch, attempt > 0)
 		cancel()
 		switch {
-		case err == nil && len(sent) == 0:
+		case err == nil && len(batch) == 0:
 			return // every append answered without a batch
 		case err == nil:
 			// last is the batch's last message: each append's last is
 			// counted back from it.
 			r.commits.batches.Add(1)
 			tail := last
-			for i := len(sent) - 1; i >= 0; i-- {
+			for i := len(batch) - 1; i >= 0; i-- {
 				r.commits.appends.Add(1)
-				r.commits.messages.Add(uint64(sent[i].n))
-				answer(sent[i], commitOutcome{last: tail})
-				tail -= uint64(sent[i].n)
+				r.commits.messages.Add(uint64(batch[i].n))
+				batch[i].reply(commitOutcome{last: tail})
+				tail -= uint64(batch[i].n)
 			}
 			c.acked = last
 			return
@@ -235,11 +236,11 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 			r.commits.refused.Add(1)
 			moved, ferr := c.caughtUp(ctx, deadline)
 			if ferr != nil {
-				c.answerAll(batch, ferr)
+				replyAll(batch, ferr)
 				return
 			}
 			if !moved && !r.retryPause(ctx, deadline, &wait) {
-				c.answerAll(batch, fmt.Errorf("%w: partition %d's check refused as busy until the time ran out", ErrUnavailable, c.p))
+				replyAll(batch, fmt.Errorf("%w: partition %d's check refused as busy until the time ran out", ErrUnavailable, c.p))
 				return
 			}
 		case isDuplicateInFlight(err) || isDuplicateInBatch(err):
@@ -247,41 +248,43 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 			// lost) is, or is being, stored: answer it from the copy
 			// once there, send the others.
 			if _, ferr := c.caughtUp(ctx, deadline); ferr != nil {
-				c.answerAll(batch, ferr)
+				replyAll(batch, ferr)
 				return
 			}
 			if !r.retryPause(ctx, deadline, &wait) {
-				c.answerAll(batch, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome))
+				replyAll(batch, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome))
 				return
 			}
 		case errors.Is(err, nats.ErrNoResponders):
 			if !r.retryPause(ctx, deadline, &wait) {
-				c.answerAll(batch, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err))
+				replyAll(batch, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err))
 				return
 			}
 		default:
 			// ErrUnknownOutcome among others: the copy is caught up
 			// before the next batch is checked.
 			c.acked = 0
-			c.answerAll(batch, err)
+			replyAll(batch, err)
 			return
 		}
 	}
 }
 
 // send checks the waiting appends against the node's view of the
-// partition, answers those that conflict or are already stored (removing
-// them from *batch), and publishes the others as one atomic batch with the
-// partition's expected last sequence. It returns what it sent and the
-// stream sequence of the batch's last message.
-func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commitReq, again bool, answer func(*commitReq, commitOutcome)) ([]*commitReq, uint64, error) {
+// partition, answers those that conflict or are already stored (again:
+// AppendMulti looked before it queued them, so only a batch sent again
+// looks), and publishes the others as one atomic batch with the
+// partition's expected last sequence. It returns the appends not answered
+// (those it published, or all of them when it could not check them) and
+// the stream sequence of the batch's last message.
+func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([]*commitReq, uint64, error) {
 	r := c.r
 	if c.acked == 0 {
 		if err := r.catchUp(ctx); err != nil {
-			return nil, 0, err
+			return batch, 0, err
 		}
 	} else if err := r.waitApplied(ctx, c.acked); err != nil {
-		return nil, 0, err
+		return batch, 0, err
 	}
 	r.mu.Lock()
 	l, last := r.held[c.p], r.partLast[c.p]
@@ -293,67 +296,31 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commi
 	}
 	r.mu.Unlock()
 	if ferr != nil {
-		return nil, 0, ferr
+		return batch, 0, ferr
 	}
-	versions := map[string]uint64{} // versions after the batch's earlier appends
-	caught := false
-	var sent []*commitReq
+	v := &batchVersions{r: r, after: map[string]uint64{}}
 	var parts []eventlog.StreamAppend
 	n := 0
-	keep := (*rest)[:0]
+	sent := batch[:0]
 	for _, req := range batch {
 		if err := req.ctx.Err(); err != nil {
-			answer(req, commitOutcome{err: err}) // never sent
+			req.reply(commitOutcome{err: err}) // never sent
 			continue
 		}
-		if again { // AppendMulti looked before it queued the append
+		if again {
 			if res, ok, err := r.storedAll(req.parts); ok || err != nil {
-				answer(req, commitOutcome{res: res, err: err})
+				req.reply(commitOutcome{res: res, err: err})
 				continue
 			}
 		}
-		cerr := error(nil)
-		next := map[string]uint64{}
-		for _, sa := range req.parts {
-			cur, ok := versions[sa.Stream]
-			if !ok {
-				v, err := r.local.StreamVersion(sa.Stream)
-				if err == nil && sa.Expected != eventlog.Any && uint64(sa.Expected) > v && !caught {
-					// The caller saw a version this copy does not hold
-					// yet (another node's append): catch up once. The
-					// partition's sequence read above may then be
-					// behind, and JetStream refuses the batch: it is
-					// checked again.
-					caught = true
-					if err = r.catchUp(ctx); err == nil {
-						v, err = r.local.StreamVersion(sa.Stream)
-					}
-				}
-				if err != nil {
-					cerr = err
-					break
-				}
-				cur = v
-			}
-			if sa.Expected != eventlog.Any && uint64(sa.Expected) != cur {
-				cerr = &eventlog.ConflictError{Stream: sa.Stream, Expected: sa.Expected, Current: cur}
-				break
-			}
-			next[sa.Stream] = cur + uint64(len(sa.Events))
-		}
-		if cerr != nil {
-			answer(req, commitOutcome{err: cerr})
+		if err := v.check(ctx, req.parts); err != nil {
+			req.reply(commitOutcome{err: err})
 			continue
 		}
-		for s, v := range next {
-			versions[s] = v
-		}
-		keep = append(keep, req)
 		sent = append(sent, req)
 		parts = append(parts, req.parts...)
 		n += req.n
 	}
-	*rest = keep
 	if len(sent) == 0 {
 		return nil, 0, nil
 	}
@@ -367,6 +334,50 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, rest *[]*commi
 	}
 	seq, err := r.publish(ctx, parts, checks, n)
 	return sent, seq, err
+}
+
+// batchVersions is a batch's view of its streams' versions: the local
+// copy's, moved on by the batch's earlier appends.
+type batchVersions struct {
+	r      *ReplicatedLog
+	after  map[string]uint64 // versions after the batch's earlier appends
+	caught bool              // the copy caught up with the stream once
+}
+
+// check checks an append's expected versions and, if they hold, counts
+// its events in.
+func (v *batchVersions) check(ctx context.Context, parts []eventlog.StreamAppend) error {
+	next := map[string]uint64{}
+	for _, sa := range parts {
+		cur, ok := v.after[sa.Stream]
+		if !ok {
+			var err error
+			if cur, err = v.r.local.StreamVersion(sa.Stream); err != nil {
+				return err
+			}
+			if sa.Expected != eventlog.Any && uint64(sa.Expected) > cur && !v.caught {
+				// The caller saw a version this copy does not hold yet
+				// (another node's append): catch up once. The
+				// partition's sequence read before may then be behind,
+				// and JetStream refuses the batch: it is checked again.
+				v.caught = true
+				if err := v.r.catchUp(ctx); err != nil {
+					return err
+				}
+				if cur, err = v.r.local.StreamVersion(sa.Stream); err != nil {
+					return err
+				}
+			}
+		}
+		if sa.Expected != eventlog.Any && uint64(sa.Expected) != cur {
+			return &eventlog.ConflictError{Stream: sa.Stream, Expected: sa.Expected, Current: cur}
+		}
+		next[sa.Stream] = cur + uint64(len(sa.Events))
+	}
+	for s, n := range next {
+		v.after[s] = n
+	}
+	return nil
 }
 
 // caughtUp waits until the local copy holds what the stream holds, and
@@ -407,9 +418,13 @@ func (r *ReplicatedLog) retryPause(ctx context.Context, deadline time.Time, wait
 	return ctx.Err() == nil
 }
 
-func (c *committer) answerAll(batch []*commitReq, err error) {
+// reply answers the append (done is buffered: it never blocks).
+func (req *commitReq) reply(o commitOutcome) { req.done <- o }
+
+// replyAll answers every append of a batch with err.
+func replyAll(batch []*commitReq, err error) {
 	for _, req := range batch {
-		req.done <- commitOutcome{err: err}
+		req.reply(commitOutcome{err: err})
 	}
 }
 
@@ -432,7 +447,7 @@ func (c *committer) hold(ctx context.Context, req *commitReq) {
 	if c.acked != 0 {
 		err = c.r.waitApplied(req.ctx, c.acked)
 	}
-	req.done <- commitOutcome{err: err}
+	req.reply(commitOutcome{err: err})
 	if err != nil {
 		return // the holder does not release a hold it did not get
 	}
@@ -449,8 +464,9 @@ func (c *committer) hold(ctx context.Context, req *commitReq) {
 }
 
 // heldPartitions is the partitions of parts this node holds, ascending,
-// when they are more than one (an append over several partitions); nil
-// otherwise.
+// for an append that is not one partition's (ownedPartition): over
+// several partitions, or over one and streams of no partition; nil when it
+// touches none.
 func (r *ReplicatedLog) heldPartitions(parts []eventlog.StreamAppend) []int {
 	var ps []int
 	r.mu.Lock()
@@ -459,9 +475,6 @@ func (r *ReplicatedLog) heldPartitions(parts []eventlog.StreamAppend) []int {
 		if p := PartitionOf(sa.Stream, r.parts); p >= 0 && r.held[p] != nil && !slices.Contains(ps, p) {
 			ps = append(ps, p)
 		}
-	}
-	if len(ps) < 2 && !(len(ps) == 1 && len(parts) > 1) {
-		return nil
 	}
 	slices.Sort(ps)
 	return ps

@@ -677,15 +677,18 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		}
 		return r.appliedResult(ctx, parts, o.last)
 	}
+	var release func(last uint64)
 	if ps := r.heldPartitions(parts); ps != nil {
 		// Over several partitions this node holds (a task and the one
 		// it admits next, a parent and its child): their committers stop
 		// between two batches while it is published.
-		release, err := r.holdCommitters(ctx, ps)
-		if err != nil {
+		var err error
+		if release, err = r.holdCommitters(ctx, ps); err != nil {
 			return nil, err
 		}
-		last, err := r.publishChecked(ctx, parts, n)
+	}
+	last, err := r.publishChecked(ctx, parts, n)
+	if release != nil {
 		switch {
 		case err == nil:
 			release(last)
@@ -694,29 +697,11 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		default:
 			release(0)
 		}
-		if err != nil || last == 0 {
-			return r.storedOr(parts, err)
-		}
-		return r.appliedResult(ctx, parts, last)
 	}
-	last, err := r.publishChecked(ctx, parts, n)
-	if err != nil || last == 0 {
-		return r.storedOr(parts, err)
-	}
-	return r.appliedResult(ctx, parts, last)
-}
-
-// storedOr returns the result of parts if the log holds them (an append
-// that found its events already stored), else err.
-func (r *ReplicatedLog) storedOr(parts []eventlog.StreamAppend, err error) ([]eventlog.AppendResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, ok, serr := r.storedAll(parts)
-	if !ok && serr == nil {
-		serr = fmt.Errorf("%w: an append found stored is not in the local copy", ErrApply)
-	}
-	return res, serr
+	return r.appliedResult(ctx, parts, last) // last 0: found stored
 }
 
 // publishChecked publishes parts as one append checked by JetStream (each
