@@ -818,3 +818,59 @@ func describeDispatchEvent(w func(string, ...any), body Body) bool {
 	}
 	return true
 }
+
+// DispatchFailure words why dispatch task t ended without a result, for
+// the caller that waited for it (a worker tool's call): "dead-lettered
+// after 3 timeouts (heartbeat_seconds=10)", "dead-lettered after 2
+// failures: disk full", "dead-lettered after 1 failure (retry_eligible=
+// false): bad input". It counts the attempts since the last requeue from
+// t's History, and names the last attempt's deadline or error.
+func DispatchFailure(t *Task) string {
+	d := t.Dispatch
+	if d == nil {
+		return "not a dispatch task"
+	}
+	timeouts, failures := 0, 0
+	for _, h := range t.History {
+		switch {
+		case h.Event == DispatchRequeued:
+			timeouts, failures = 0, 0
+		case h.To == StateTimedOut:
+			timeouts++
+		case h.To == StateFailed:
+			failures++
+		}
+	}
+	var parts []string
+	plural := func(n int, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	if failures > 0 {
+		parts = append(parts, plural(failures, "failure"))
+	}
+	if timeouts > 0 {
+		parts = append(parts, plural(timeouts, "timeout"))
+	}
+	s := "dead-lettered"
+	if !d.DeadLettered {
+		s = "ended without a result"
+	}
+	if len(parts) > 0 {
+		s += " after " + strings.Join(parts, " and ")
+	}
+	switch {
+	case d.DeadLetterReason == DeadLetterNotEligible:
+		s += " (retry_eligible=false)"
+	case t.State == StateTimedOut && d.TimeoutReason == TimeoutHeartbeat:
+		s += fmt.Sprintf(" (heartbeat_seconds=%d)", d.HeartbeatSeconds)
+	case t.State == StateTimedOut:
+		s += fmt.Sprintf(" (timeout_seconds=%d)", d.TimeoutSeconds)
+	}
+	if t.State == StateFailed && d.Error != "" {
+		s += ": " + d.Error
+	}
+	return s
+}

@@ -249,6 +249,15 @@ func (r *Registry) Lookup(name string) (Tool, error) {
 // Has reports whether the registry holds a tool called name.
 func (r *Registry) Has(name string) bool { _, ok := r.byName[name]; return ok }
 
+// Tools returns the tools in name order.
+func (r *Registry) Tools() []Tool {
+	out := make([]Tool, len(r.names))
+	for i, n := range r.names {
+		out[i] = r.byName[n]
+	}
+	return out
+}
+
 // Names returns the tool names in sorted order.
 func (r *Registry) Names() []string { return append([]string(nil), r.names...) }
 
