@@ -286,7 +286,7 @@ func DescribeEvent(ev Event) string {
 		if x.Error == "" {
 			w("ok %dms result=%s", x.DurationMS, text(x.Result))
 		} else {
-			w("failed %dms error=%s", x.DurationMS, text(x.Error))
+			w("failed %dms error=%s", x.DurationMS, textN(x.Error, maxErrorText))
 		}
 		if len(x.Parts) > 0 {
 			w("parts=%s", partsText(x.Parts))
@@ -391,11 +391,19 @@ func planSummary(p *Plan) string {
 	return fmt.Sprintf("plan=%d steps [%s]", len(p.Steps), strings.Join(kinds, " "))
 }
 
+// maxErrorText is maxText for a tool call's error, which says why in a
+// sentence ("tool weather failed: dead-lettered after 3 timeouts
+// (heartbeat_seconds=10)") that `why` shows whole.
+const maxErrorText = 160
+
 // text quotes s on one line, cut to maxText runes.
-func text(s string) string {
-	if utf8.RuneCountInString(s) > maxText {
+func text(s string) string { return textN(s, maxText) }
+
+// textN quotes s on one line, cut to n runes.
+func textN(s string, n int) string {
+	if utf8.RuneCountInString(s) > n {
 		r := []rune(s)
-		s = string(r[:maxText]) + "…"
+		s = string(r[:n]) + "…"
 	}
 	return fmt.Sprintf("%q", s)
 }
