@@ -433,7 +433,9 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 		a.sched.release(t.ID, false)
 		a.maybeReflect(t)
 	case act.Kind == fsm.ActWaitTask:
-		a.sched.release(t.ID, false)
+		// The task may wait for a child that ended while it could not
+		// record it (suspended since): then its stage runs at once.
+		a.releaseWaiting(t, act.Task)
 	case act.Kind == fsm.ActWaitUntil:
 		a.sched.release(t.ID, false)
 		a.sched.wakeAt(t.ID, t.Priority, act.At)

@@ -323,3 +323,60 @@ func (h *harness) waitUntil(id string, cond func(*fsm.Task) bool) fsm.Task {
 	}
 	return task
 }
+
+// Cancelling the agent task cancels its tool call's broker task: the
+// broker records DISPATCH_CANCELLED and dead-letters it, and the worker's
+// late report is refused.
+func TestCancellingTheAgentTaskCancelsTheBrokerTask(t *testing.T) {
+	s := newBrokerSide(t)
+	h := workerHarness(t, s)
+	id := h.submit("weather in Paris?")
+	job := s.take(0)
+	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchProgress, fsm.DispatchReportBody{Message: "looking"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.a.Cancel(testCtx(t), id, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	ended := h.waitUntil(job.ID, func(t *fsm.Task) bool { return t.IsDeadLetter() })
+	if ended.State != fsm.StateFailed || !strings.HasPrefix(ended.Dispatch.Error, "cancelled: agent task "+id+" failed: cancelled: changed my mind") {
+		t.Fatalf("the broker task: %s %q", ended.State, ended.Dispatch.Error)
+	}
+	var got []string
+	for _, ev := range h.events(job.ID) {
+		got = append(got, string(ev.Type))
+	}
+	if want := "DISPATCH_CREATED DISPATCH_ASSIGNED DISPATCH_STARTED DISPATCH_CANCELLED DISPATCH_DEAD_LETTERED"; strings.Join(got, " ") != want {
+		t.Fatalf("broker task events %v, want %s", got, want)
+	}
+	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `1`}); err == nil {
+		t.Fatal("a report on a cancelled task was accepted")
+	}
+	s.stop()
+	h.verify()
+}
+
+// An agent task suspended while its tool call's broker task runs keeps
+// waiting for it; resumed after the broker task ended, it records the
+// result at once.
+func TestWorkerToolResultAfterASuspension(t *testing.T) {
+	s := newBrokerSide(t)
+	h := workerHarness(t, s)
+	id := h.submit("weather in Paris?")
+	job := s.take(0)
+	if _, err := h.a.Suspend(testCtx(t), id, "later"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `"rain"`}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitUntil(job.ID, func(t *fsm.Task) bool { return t.State == fsm.StateCompleted })
+	if _, err := h.a.Resume(testCtx(t), id, "now"); err != nil {
+		t.Fatal(err)
+	}
+	if task := h.wait(id); task.Context.FinalResult != `weather says: "rain"` {
+		t.Fatalf("result = %q", task.Context.FinalResult)
+	}
+	s.stop()
+	h.verify()
+}

@@ -268,7 +268,7 @@ func (a Action) Answered(et EventType) bool {
 func IsCommand(et EventType) bool {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired, TaskSuspended, TaskResumed, TaskFailed,
-		DispatchRequeued, DispatchUpdated:
+		DispatchRequeued, DispatchUpdated, DispatchCancelled:
 		return true
 	}
 	return false
