@@ -125,7 +125,7 @@ func (a *Agent) awaitToolTask(ctx context.Context, t *fsm.Task, act fsm.Action) 
 			out  string
 			ferr error
 		)
-		if child.State == fsm.StateCompleted && child.Dispatch != nil {
+		if child.Dispatch != nil && !child.IsDeadLetter() { // Done: completed, or dead-lettered
 			out = child.Dispatch.Result
 		} else {
 			ferr = fmt.Errorf("tool %s failed: %s", pc.Tool, fsm.DispatchFailure(&child))

@@ -12,6 +12,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // brokerClock is the broker's clock in these tests: time moves only by
@@ -228,9 +229,27 @@ func TestWorkerToolDeadLetterFailsTheCall(t *testing.T) {
 	if failed == nil || failed.Error != why || failed.Task == "" {
 		t.Fatalf("TOOL_CALL_FAILED = %+v", failed)
 	}
-	if line := fsm.DescribeEvent(fsm.Event{Type: fsm.ToolCallFailed, Body: failed}); !strings.Contains(line, why) ||
-		!strings.Contains(line, "source=worker:weather") {
-		t.Fatalf("described as %s", line)
+	// `pegasus-replay why` walks the causation tree from the input: the
+	// broker task hangs under the call, and the failure says why.
+	w, err := replay.Explain(testCtx(t), replay.FromLog(h.log), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	var walk func(n *replay.Node)
+	walk = func(n *replay.Node) {
+		fe, derr := replay.Decode(n.Event)
+		lines = append(lines, replay.Summarize(fe, derr))
+		for _, c := range n.Children {
+			walk(c)
+		}
+	}
+	walk(w.Tree)
+	tree := strings.Join(lines, "\n")
+	for _, want := range []string{why, "source=worker:weather", `title="tool weather"`, "reason=retries_exhausted", "model=fake-1", "type_version="} {
+		if !strings.Contains(tree, want) {
+			t.Errorf("why's tree does not say %q:\n%s", want, tree)
+		}
 	}
 	s.stop()
 	h.verify()
