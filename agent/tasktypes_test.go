@@ -228,13 +228,7 @@ func TestToolHandleSurvivesARestartAndPartsAreRecorded(t *testing.T) {
 	h := newHarness(t, Options{Model: fake.client(t, nil), Tools: []tools.Tool{ht}, DisableReflection: true})
 	id := h.submit("run the job")
 	<-ht.arrived
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := h.a.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.a = nil
-	h.start()
+	h.crash()
 	task := h.wait(id)
 	if task.Context.FinalResult != "resumed task-42" {
 		t.Fatalf("result = %q", task.Context.FinalResult)

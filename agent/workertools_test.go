@@ -127,6 +127,14 @@ func (s *brokerSide) take(retries int) fsm.Task {
 	return got
 }
 
+// report is worker w1's report on task id.
+func (s *brokerSide) report(id string, kind fsm.EventType, rep fsm.DispatchReportBody) {
+	s.t.Helper()
+	if _, _, err := s.b.Report(testCtx(s.t), id, "w1", kind, rep); err != nil {
+		s.t.Fatalf("%s on %s: %v", kind, id, err)
+	}
+}
+
 var weatherTool = &tools.WorkerTool{ToolName: "weather", ToolDescription: "The weather in a city.",
 	Params:     json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`),
 	Capability: "weather", TimeoutSeconds: 30, MaxRetries: 2, HeartbeatSeconds: 10}
@@ -268,13 +276,7 @@ func TestWorkerToolCrashBeforeTheBrokerTaskIsCreated(t *testing.T) {
 	child := pending.Context.PendingCall.Task
 
 	s.stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // a spent deadline: the running stage is cancelled, as in a crash
-	if err := h.a.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.a = nil
-	h.start()
+	h.crash()
 	if _, err := h.a.Task(child); !errors.Is(err, ErrTaskNotFound) {
 		t.Fatalf("the broker task exists before the restart created it: %v", err)
 	}
@@ -283,9 +285,7 @@ func TestWorkerToolCrashBeforeTheBrokerTaskIsCreated(t *testing.T) {
 	if job.ID != child {
 		t.Fatalf("the broker task is %s, want the id recorded before the crash %s", job.ID, child)
 	}
-	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `"sunny"`}); err != nil {
-		t.Fatal(err)
-	}
+	s.report(job.ID, fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `"sunny"`})
 	task := h.wait(id)
 	if task.Context.FinalResult != `weather says: "sunny"` {
 		t.Fatalf("result = %q", task.Context.FinalResult)
@@ -334,6 +334,20 @@ func TestWorkerToolWithoutABrokerFails(t *testing.T) {
 	h.verify()
 }
 
+// crash stops the agent with a spent deadline, so that its running stages
+// are cancelled and their outcomes never recorded, as in a crash, and
+// starts it again over the same files.
+func (h *harness) crash() {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := h.a.Stop(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	h.a = nil
+	h.start()
+}
+
 func (h *harness) waitUntil(id string, cond func(*fsm.Task) bool) fsm.Task {
 	h.t.Helper()
 	task, err := h.a.WaitUntil(testCtx(h.t), id, cond)
@@ -351,9 +365,7 @@ func TestCancellingTheAgentTaskCancelsTheBrokerTask(t *testing.T) {
 	h := workerHarness(t, s)
 	id := h.submit("weather in Paris?")
 	job := s.take(0)
-	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchProgress, fsm.DispatchReportBody{Message: "looking"}); err != nil {
-		t.Fatal(err)
-	}
+	s.report(job.ID, fsm.DispatchProgress, fsm.DispatchReportBody{Message: "looking"})
 	if _, err := h.a.Cancel(testCtx(t), id, "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
@@ -386,9 +398,7 @@ func TestWorkerToolResultAfterASuspension(t *testing.T) {
 	if _, err := h.a.Suspend(testCtx(t), id, "later"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.b.Report(testCtx(t), job.ID, "w1", fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `"rain"`}); err != nil {
-		t.Fatal(err)
-	}
+	s.report(job.ID, fsm.DispatchCompleted, fsm.DispatchReportBody{Result: `"rain"`})
 	h.waitUntil(job.ID, func(t *fsm.Task) bool { return t.State == fsm.StateCompleted })
 	if _, err := h.a.Resume(testCtx(t), id, "now"); err != nil {
 		t.Fatal(err)
