@@ -89,7 +89,7 @@ func Describe(t Task) string {
 				fmt.Fprintf(&b, " result=%s", text(a.Result))
 			}
 			if a.Error != "" {
-				fmt.Fprintf(&b, " error=%s", text(a.Error))
+				fmt.Fprintf(&b, " error=%s", textN(a.Error, maxErrorText))
 			}
 			b.WriteByte('\n')
 		}
