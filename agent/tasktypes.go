@@ -257,6 +257,9 @@ func newCatalog(fixed []tools.Tool, providers []tools.Provider, user []TaskType,
 	}
 	c := &catalog{fixed: fixed, providers: providers, types: mergeTypes(user), models: map[string]modelChoice{}, logger: opts.Logger}
 	for _, tt := range c.types {
+		if tt.MaxIterations < 0 || tt.MaxIterations > 1000 {
+			return nil, fmt.Errorf("agent: task type %q: max iterations %d is not in 0-1000", tt.Name, tt.MaxIterations)
+		}
 		m, err := chooseModel(tt, opts)
 		if err != nil {
 			return nil, err

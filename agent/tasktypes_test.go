@@ -173,13 +173,23 @@ func TestModelFallbackOnA500(t *testing.T) {
 	h.verify()
 }
 
-// A type naming a model Options.Models does not have is refused.
+// A type naming a model Options.Models does not have, or a tool no tool
+// has (with no Provider to add it), or out-of-range bounds, is refused.
 func TestTypeWithAnUnknownModelIsRefused(t *testing.T) {
 	l := openLog(t, vfs.NewMem())
 	defer l.Close()
-	_, err := New(l, Options{TaskTypes: []TaskType{{Name: "x", Model: "nope"}}})
-	if err == nil || !strings.Contains(err.Error(), `unknown model "nope"`) {
-		t.Fatalf("New: %v", err)
+	for _, c := range []struct {
+		tt   TaskType
+		want string
+	}{
+		{TaskType{Name: "x", Model: "nope"}, `task type "x": unknown model "nope"`},
+		{TaskType{Name: "x", Fallback: []string{"gone"}}, `task type "x": unknown model "gone"`},
+		{TaskType{Name: "x", MaxIterations: 5000}, `task type "x": max iterations 5000`},
+		{TaskType{Name: "x", Tools: []string{"missing"}}, `task type "x": tools: unknown tool "missing"`},
+	} {
+		if _, err := New(l, Options{TaskTypes: []TaskType{c.tt}}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New with %+v: %v, want %q", c.tt, err, c.want)
+		}
 	}
 }
 
