@@ -155,14 +155,20 @@ func workerHarness(t *testing.T, s *brokerSide) *harness {
 	return h
 }
 
-// A worker tool's call runs as a dispatch task created through the broker:
-// the agent task waits for it, and the worker's result is the call's.
-func TestWorkerToolRunsAsABrokerTask(t *testing.T) {
+// weatherCall starts a broker and an agent, submits a task that calls the
+// weather worker tool, and returns once worker w1 holds the broker task.
+func weatherCall(t *testing.T) (*brokerSide, *harness, string, fsm.Task) {
+	t.Helper()
 	s := newBrokerSide(t)
 	h := workerHarness(t, s)
 	id := h.submit("weather in Paris?")
+	return s, h, id, s.take(0)
+}
 
-	job := s.take(0)
+// A worker tool's call runs as a dispatch task created through the broker:
+// the agent task waits for it, and the worker's result is the call's.
+func TestWorkerToolRunsAsABrokerTask(t *testing.T) {
+	s, h, id, job := weatherCall(t)
 	waiting, _ := h.a.Task(id)
 	if act := fsm.Next(&waiting); act.Kind != fsm.ActWaitTask || act.Task != job.ID || act.Kind.NeedsSlot() {
 		t.Fatalf("the agent task's work while the worker runs: %s", act)
@@ -306,10 +312,7 @@ func TestWorkerToolCrashBeforeTheBrokerTaskIsCreated(t *testing.T) {
 // Delegating the same call twice (the same child, or the same key) creates
 // one broker task.
 func TestCreateToolTaskIsIdempotent(t *testing.T) {
-	s := newBrokerSide(t)
-	h := workerHarness(t, s)
-	id := h.submit("weather in Paris?")
-	job := s.take(0)
+	s, h, id, job := weatherCall(t)
 	d := broker.ToolCall{Parent: id, Child: job.ID, Key: IdempotencyKey(id, 1, 0), Tool: weatherTool, Arguments: json.RawMessage(`{"city":"Paris"}`)}
 	if err := s.b.CreateToolTask(testCtx(t), d); err != nil {
 		t.Fatal(err)
@@ -361,10 +364,7 @@ func (h *harness) waitUntil(id string, cond func(*fsm.Task) bool) fsm.Task {
 // broker records DISPATCH_CANCELLED and dead-letters it, and the worker's
 // late report is refused.
 func TestCancellingTheAgentTaskCancelsTheBrokerTask(t *testing.T) {
-	s := newBrokerSide(t)
-	h := workerHarness(t, s)
-	id := h.submit("weather in Paris?")
-	job := s.take(0)
+	s, h, id, job := weatherCall(t)
 	s.report(job.ID, fsm.DispatchProgress, fsm.DispatchReportBody{Message: "looking"})
 	if _, err := h.a.Cancel(testCtx(t), id, "changed my mind"); err != nil {
 		t.Fatal(err)
@@ -391,10 +391,7 @@ func TestCancellingTheAgentTaskCancelsTheBrokerTask(t *testing.T) {
 // waiting for it; resumed after the broker task ended, it records the
 // result at once.
 func TestWorkerToolResultAfterASuspension(t *testing.T) {
-	s := newBrokerSide(t)
-	h := workerHarness(t, s)
-	id := h.submit("weather in Paris?")
-	job := s.take(0)
+	s, h, id, job := weatherCall(t)
 	if _, err := h.a.Suspend(testCtx(t), id, "later"); err != nil {
 		t.Fatal(err)
 	}
