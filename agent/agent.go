@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,8 +58,7 @@ type Agent struct {
 	app        eventlog.Appender // writes: Options.Appender, or log
 	view       *replay.View
 	model      llm.Model
-	all        *tools.Registry
-	kinds      map[string]*taskKind
+	catalog    *catalog // every tool known and the task types over them
 	reflectReg *tools.Registry
 	memory     *logMemory
 	llmSem     semaphore
@@ -114,15 +114,14 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
 	a.memory = &logMemory{a: a}
 	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
-	all, err := tools.NewRegistry(append(builtins, opts.Tools...)...)
-	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
-	}
-	a.all = all
-	if a.kinds, err = resolveTypes(opts.TaskTypes, all); err != nil {
+	var err error
+	if a.catalog, err = newCatalog(append(builtins, opts.Tools...), opts.Providers, opts.TaskTypes, &a.opts); err != nil {
 		return nil, err
 	}
-	if a.reflectReg, err = all.Subset(tools.MemoryRead, tools.MemoryWrite, tools.MemoryPatch, tools.MemoryAppend); err != nil {
+	if a.reflectReg, err = tools.NewRegistry(builtins...); err == nil {
+		a.reflectReg, err = a.reflectReg.Subset(tools.MemoryRead, tools.MemoryWrite, tools.MemoryPatch, tools.MemoryAppend)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -434,7 +433,9 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 		a.sched.release(t.ID, false)
 		a.maybeReflect(t)
 	case act.Kind == fsm.ActWaitTask:
-		a.sched.release(t.ID, false)
+		// The task may wait for a child that ended while it could not
+		// record it (suspended since): then its stage runs at once.
+		a.releaseWaiting(t, act.Task)
 	case act.Kind == fsm.ActWaitUntil:
 		a.sched.release(t.ID, false)
 		a.sched.wakeAt(t.ID, t.Priority, act.At)
@@ -553,11 +554,31 @@ func (a *Agent) Task(id string) (fsm.Task, error) {
 // API and metrics reach it.
 func (a *Agent) View() *replay.View { return a.view }
 
-// TaskTypes returns the names of the task types.
+// TaskTypes returns the names of the task types: the built-in ones, then
+// those of Options.TaskTypes.
 func (a *Agent) TaskTypes() []string {
-	out := make([]string, 0, len(a.kinds))
-	for _, tt := range a.opts.TaskTypes {
+	out := make([]string, 0, len(a.catalog.types))
+	for _, tt := range a.catalog.types {
 		out = append(out, tt.Name)
+	}
+	return out
+}
+
+// Tools returns every tool known now, in name order: the built-in ones,
+// Options.Tools (worker tools among them) and the Providers' tools now.
+func (a *Agent) Tools() []tools.Tool {
+	all, _ := a.catalog.current(&a.opts)
+	return all.Tools()
+}
+
+// Types returns each task type resolved now (its tools and version), in
+// the order of TaskTypes.
+func (a *Agent) Types() []TaskTypeInfo {
+	_, kinds := a.catalog.current(&a.opts)
+	out := make([]TaskTypeInfo, 0, len(a.catalog.types))
+	for _, tt := range a.catalog.types {
+		k := kinds[tt.Name]
+		out = append(out, TaskTypeInfo{TaskType: tt, ToolNames: slices.Clone(k.toolNames), Version: k.version})
 	}
 	return out
 }

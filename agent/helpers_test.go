@@ -274,7 +274,7 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"model":   "fake-1",
+		"model":   req.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
 		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 2},
 	})

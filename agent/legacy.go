@@ -254,6 +254,10 @@ func (a *Agent) releaseWaiting(t *fsm.Task, child string) {
 // SUB_TASK_CREATED and its input), it creates it; otherwise it gives the
 // slot back until the child's end wakes it.
 func (a *Agent) awaitChild(ctx context.Context, t *fsm.Task, act fsm.Action) {
+	if act.StepType == fsm.ActionToolCall {
+		a.awaitToolTask(ctx, t, act)
+		return
+	}
 	child, err := a.view.Task(act.Task)
 	switch {
 	case errors.Is(err, ErrTaskNotFound):

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,15 +20,34 @@ type Options struct {
 	// built-in deterministic demo model.
 	Model llm.Model
 
+	// Models are named models, which task types choose by name (TaskType
+	// Model and Fallback). The default value is none: every type runs with
+	// Model.
+	Models map[string]llm.Model
+
 	// Tools are user tools, added to the built-in ones (memory_*, notify,
-	// current_time) and offered to "general" tasks. To offer them to other
-	// types, list their names in TaskTypes. The default value is none.
+	// current_time) and offered to "general" tasks; a *tools.WorkerTool
+	// among them runs as a broker task (Delegate). To offer them to other
+	// types, list their names (or globs) in TaskTypes. The default value is
+	// none.
 	Tools []tools.Tool
 
-	// TaskTypes are the task types, each with its system prompt and tools.
-	// "general" is required: it is the default type. The default value is
-	// DefaultTaskTypes() plus the Tools above in "general".
+	// Providers are changing sets of tools (MCP servers): their tools are
+	// offered like Tools, as they are when a task reasons. The default
+	// value is none.
+	Providers []tools.Provider
+
+	// TaskTypes are task types, each with its system prompt, tools, model
+	// and bounds. They are added to DefaultTaskTypes(); one with the name
+	// of a built-in type replaces it. The default value is none: the
+	// built-in types.
 	TaskTypes []TaskType
+
+	// Delegate creates the broker task that runs a worker tool's call
+	// (engine wires it to the broker): a second call with the same
+	// Delegation.Key creates nothing. The default value is nil: a worker
+	// tool's call fails at once.
+	Delegate func(ctx context.Context, d Delegation) error
 
 	// MaxActiveTasks is how many tasks may be reasoning or acting at once;
 	// further tasks wait their turn, admitted by priority (lower value
@@ -123,14 +143,6 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.TaskTypes == nil {
-		o.TaskTypes = DefaultTaskTypes()
-		for _, t := range o.Tools {
-			if t != nil {
-				o.TaskTypes[0].Tools = append(o.TaskTypes[0].Tools, t.Name())
-			}
-		}
 	}
 }
 

@@ -52,7 +52,7 @@ func testKind(t *testing.T) *taskKind {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds, err := resolveTypes([]TaskType{{Name: TypeGeneral, SystemPrompt: "SYS", Tools: []string{tools.CurrentTime, tools.Notify}}}, all)
+	kinds, err := resolveTypes([]TaskType{{Name: TypeGeneral, SystemPrompt: "SYS", Tools: []string{tools.CurrentTime, tools.Notify}, BuiltIn: true}}, all, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,10 +178,10 @@ func TestResolveTypes(t *testing.T) {
 		{{Name: TypeGeneral, Tools: []string{"missing"}}},
 		{{Name: TypeGeneral}, {Name: TypeGeneral}},
 		{{Name: TypeExplore}},
-		{{Name: TypeGeneral, Tools: []string{AskUserTool}}},
+		{{Name: TypeGeneral, Tools: []string{"["}}},
 		{{Name: ""}},
 	} {
-		if _, err := resolveTypes(bad, all); err == nil {
+		if _, err := resolveTypes(bad, all, true); err == nil {
 			t.Errorf("resolveTypes(%+v) accepted", bad)
 		}
 	}

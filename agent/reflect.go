@@ -26,7 +26,7 @@ Decide whether the task taught something worth remembering for future tasks: sta
 // A crash during reflection loses it (it is not resumed: its memory writes
 // must not run twice).
 func (a *Agent) maybeReflect(t *fsm.Task) {
-	if a.opts.DisableReflection || t.Context.PostReflection != nil || !a.opts.ShouldReflect(t) {
+	if !a.kindOf(t).reflect || t.Context.PostReflection != nil || !a.opts.ShouldReflect(t) {
 		return
 	}
 	a.mu.Lock()
@@ -67,7 +67,7 @@ func (a *Agent) reflect(ctx context.Context, t *fsm.Task) error {
 		if err := a.llmSem.acquire(ctx); err != nil {
 			return err
 		}
-		resp, err := a.model.Complete(ctx, llm.Request{Messages: msgs, Tools: specs, Purpose: "reflect"},
+		resp, err := a.kindOf(t).model.Complete(ctx, llm.Request{Messages: msgs, Tools: specs, Purpose: "reflect"},
 			func(att llm.Attempt) { atts = append(atts, att) })
 		a.llmSem.release()
 		var evs []eventlog.Event
@@ -125,11 +125,12 @@ func (a *Agent) reflectTool(ctx context.Context, t *fsm.Task, cause ulid.ULID, t
 	if strings.TrimSpace(args) == "" {
 		args = "{}"
 	}
-	return a.callTool(ctx, tool, tools.Call{
+	out, err := a.callTool(ctx, tool, tools.Call{
 		TaskID: t.ID, TaskType: t.Type, IdempotencyKey: fmt.Sprintf("%s:reflect:%s", t.ID, tc.ID),
 		Arguments: json.RawMessage(args), Cause: cause, Correlation: a.correlation(t.ID),
 		Notify: func(string) {},
 	})
+	return out.Text, err
 }
 
 // writtenBy returns the fact a successful memory write left (its content

@@ -20,10 +20,11 @@ import (
 // kindOf returns the task's type, "general" for a task whose type this
 // agent does not know (a log written with other types).
 func (a *Agent) kindOf(t *fsm.Task) *taskKind {
-	if k, ok := a.kinds[t.Type]; ok {
+	_, kinds := a.catalog.current(&a.opts)
+	if k, ok := kinds[t.Type]; ok {
 		return k
 	}
-	return a.kinds[TypeGeneral]
+	return kinds[TypeGeneral]
 }
 
 // fail records TASK_FAILED for t at version v.
@@ -38,11 +39,14 @@ func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
 	a.appendTask(ctx, t, t.Version, a.admission(t))
 }
 
+// admission is the TASK_CREATED that admits t, with the version of its
+// task type and the model it runs with as they are now.
 func (a *Agent) admission(t *fsm.Task) eventlog.Event {
+	kind := a.kindOf(t)
 	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
-		ParentTaskID: t.ParentID,
+		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName,
 	})
 }
 
@@ -54,9 +58,10 @@ func (a *Agent) admission(t *fsm.Task) eventlog.Event {
 // the same append as the outcome.
 func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	v, cause := t.Version, t.LastEvent
-	if t.Context.Iteration > a.opts.MaxIterations {
+	kind := a.kindOf(t)
+	if t.Context.Iteration > kind.maxIterations {
 		a.fail(ctx, t, v, cause, "max_iterations",
-			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", a.opts.MaxIterations))
+			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", kind.maxIterations))
 		return
 	}
 	req, decide, err := a.stageRequest(ctx, t, act.Stage)
@@ -78,7 +83,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		attempts int
 		dropped  bool
 	)
-	resp, err := a.model.Complete(callCtx, req, func(att llm.Attempt) {
+	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
 		a.logAttempt(t, purpose, att)
 		attempts = att.Number
 		if !att.WillRetry {
@@ -193,12 +198,14 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 	args := step.ActionParams["arguments"]
 	key := IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
 	kind := a.kindOf(t)
-	result := func(res string, err error, dur time.Duration) *fsm.ToolCallResultBody {
+	var source string
+	result := func(out tools.Result, err error, dur time.Duration) *fsm.ToolCallResultBody {
 		b := &fsm.ToolCallResultBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, IdempotencyKey: key,
-			Result: res, DurationMS: dur.Milliseconds(), NewMessages: []fsm.Message{toolMessage(callID, res, err)}}
+			Result: out.Text, Parts: out.Parts, Source: source, DurationMS: dur.Milliseconds(),
+			NewMessages: []fsm.Message{toolMessage(callID, out.Text, err)}}
 		if err != nil {
 			b.Error = err.Error()
-			b.Result = ""
+			b.Result, b.Parts = "", nil
 		}
 		return b
 	}
@@ -206,17 +213,27 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 	// A tool outside the task's type fails the step without running.
 	if !kind.registry.Has(name) {
 		var err error
-		if a.all.Has(name) {
+		if all, _ := a.catalog.current(&a.opts); all.Has(name) {
 			err = fmt.Errorf("tool %q is not available to %s tasks (available: %s)", name, kind.Name, strings.Join(kind.registry.Names(), ", "))
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
-		a.appendTask(ctx, t, v, a.event(t.ID, cause, result("", err, 0)))
+		a.appendTask(ctx, t, v, a.event(t.ID, cause, result(tools.Result{}, err, 0)))
 		return
 	}
 	tool, _ := kind.registry.Lookup(name)
-
-	started := &fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, Arguments: args, IdempotencyKey: key}
+	if src := tools.SourceOf(tool); src.Kind != tools.SourceBuiltin {
+		source = src.String()
+	}
+	started := &fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, Arguments: args,
+		IdempotencyKey: key, Source: source}
+	if pc := t.Context.PendingCall; pc != nil && pc.StepIndex == step.Index && pc.IdempotencyKey == key {
+		started.Handle = pc.Handle // a run after a crash resumes from the handle the last one recorded
+	}
+	if w, ok := tool.(*tools.WorkerTool); ok {
+		a.delegateTool(ctx, t, w, started, result)
+		return
+	}
 	res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, started))
 	if !ok {
 		return
@@ -230,13 +247,25 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		return
 	}
 	var (
-		notesMu sync.Mutex
-		notes   []string
+		mu    sync.Mutex // guards notes and v: the tool's goroutine notifies and records handles
+		notes []string
 	)
 	call := tools.Call{
 		TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: key, Arguments: json.RawMessage(args),
-		Cause: cause, Correlation: a.correlation(t.ID),
-		Notify: func(msg string) { notesMu.Lock(); notes = append(notes, msg); notesMu.Unlock() },
+		Cause: cause, Correlation: a.correlation(t.ID), Handle: started.Handle,
+		Notify: func(msg string) { mu.Lock(); notes = append(notes, msg); mu.Unlock() },
+		RecordHandle: func(ctx context.Context, handle string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			b := *started
+			b.Handle = handle
+			res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, &b))
+			if !ok {
+				return errHandleNotRecorded
+			}
+			v = res.Version
+			return nil
+		},
 	}
 	begin := a.opts.Now()
 	out, err := a.callTool(ctx, tool, call)
@@ -248,8 +277,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		return
 	}
 	var evs []eventlog.Event
-	notesMu.Lock()
-	defer notesMu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
 	for _, n := range notes {
 		evs = append(evs, a.event(t.ID, cause, &fsm.TaskNotifyBody{Message: n}))
 	}
@@ -257,15 +286,20 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 	a.appendTask(ctx, t, v, evs...)
 }
 
+// errHandleNotRecorded is what Call.RecordHandle returns when the task
+// moved (suspended, cancelled) or the agent stops: the handle is not
+// recorded and the call's outcome will not be either.
+var errHandleNotRecorded = errors.New("agent: the tool call's handle was not recorded: the task moved or the agent is stopping")
+
 // callTool runs one call with the per-call timeout. The tool runs on its
 // own goroutine so that a tool that ignores its context cannot hold the
 // task past the timeout (it is abandoned, and its late result ignored); a
 // panic becomes an error so that one bad tool cannot take the daemon down.
-func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (string, error) {
+func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
 	defer cancel()
 	type outcome struct {
-		out string
+		out tools.Result
 		err error
 	}
 	done := make(chan outcome, 1)
@@ -275,8 +309,13 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 				done <- outcome{err: fmt.Errorf("tool %s panicked: %v", tool.Name(), p)}
 			}
 		}()
+		if pt, ok := tool.(tools.PartsTool); ok {
+			out, err := pt.CallParts(cctx, call)
+			done <- outcome{out, err}
+			return
+		}
 		out, err := tool.Call(cctx, call)
-		done <- outcome{out, err}
+		done <- outcome{tools.Result{Text: out}, err}
 	}()
 	select {
 	case o := <-done:
@@ -286,8 +325,8 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 		return o.out, o.err
 	case <-cctx.Done():
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return tools.Result{}, ctx.Err()
 		}
-		return "", fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
+		return tools.Result{}, fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,7 +118,7 @@ func (a *Agent) checkInput(in *Input) error {
 	default:
 		return usererr.Errorf(ErrInvalidInput, "input kind %q", in.Kind)
 	}
-	if _, ok := a.kinds[in.TaskType]; !ok {
+	if !slices.ContainsFunc(a.catalog.types, func(tt TaskType) bool { return tt.Name == in.TaskType }) {
 		return &UnknownTypeError{Type: in.TaskType, Known: a.TaskTypes()}
 	}
 	if len(in.Text) > MaxInputText {

@@ -327,6 +327,22 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 		}
 		isWorker := ev.Stream == projection.WorkersStream
 		if !isWorker && !strings.HasPrefix(ev.Type, "DISPATCH_") {
+			if b.children.has(ev.Stream) {
+				// A parent moved: its tool tasks may be unwanted now.
+				if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
+					return err
+				}
+				b.mu.Lock()
+				for _, c := range b.children.of(ev.Stream) {
+					if _, ok := b.live[c]; ok {
+						b.dirty[c] = struct{}{}
+					}
+				}
+				b.mu.Unlock()
+				b.followed.Advance(ev.Seq)
+				b.wake()
+				continue
+			}
 			b.followed.Advance(ev.Seq)
 			continue
 		}
@@ -391,7 +407,17 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			continue
 		}
 		t := &e.t
-		switch act := fsm.Next(t); act.Kind {
+		act := fsm.Next(t)
+		if act.Kind == fsm.ActAssign || act.Kind == fsm.ActWaitWorker {
+			if why := b.unwanted(t); why != "" && b.owns(id) {
+				if e.queued {
+					b.unqueueLocked(e)
+				}
+				decisions = append(decisions, decision{*t, eventOf(fsm.DispatchCancelled, &fsm.DispatchCancelledBody{AgentID: BrokerAgent, Reason: why})})
+				continue
+			}
+		}
+		switch act.Kind {
 		case fsm.ActAssign:
 			if !b.owns(id) {
 				continue // its owner's broker assigns it (CheckAll when this one takes it)
@@ -564,6 +590,30 @@ func (b *Broker) ownerDecision(t *fsm.Task, kind fsm.ActionKind) typedBody {
 		_, why := fsm.DispatchRetryDue(t)
 		return eventOf(fsm.DispatchDeadLettered, &fsm.DispatchDeadLetteredBody{AgentID: BrokerAgent, Reason: why})
 	}
+}
+
+// unwanted says why the result of live task t is no longer wanted, or "":
+// a worker tool call's task (source ToolSource) whose agent task ended or
+// no longer waits for it (its pending call names another task, or none).
+// The broker then cancels it (DISPATCH_CANCELLED), and dead-letters it
+// next by the seed's rule, as it is not retry eligible any more.
+func (b *Broker) unwanted(t *fsm.Task) string {
+	if t.Context.Source != ToolSource || t.ParentID == "" {
+		return ""
+	}
+	p, err := b.tasks.Task(t.ParentID)
+	switch {
+	case err != nil || p.Dispatch != nil:
+		return ""
+	case p.IsTerminal():
+		if p.Context.Error != "" {
+			return fmt.Sprintf("agent task %s failed: %s", p.ID, p.Context.Error)
+		}
+		return fmt.Sprintf("agent task %s ended", p.ID)
+	case p.Context.PendingCall == nil || p.Context.PendingCall.Task != t.ID:
+		return fmt.Sprintf("agent task %s no longer waits for it", p.ID)
+	}
+	return ""
 }
 
 // owns reports whether this broker decides task id's assignment,

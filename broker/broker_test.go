@@ -165,7 +165,7 @@ func (h *harness) create(title string, prio int, caps ...string) fsm.Task {
 
 func (h *harness) createBody(body fsm.DispatchCreatedBody) fsm.Task {
 	h.t.Helper()
-	t, err := h.b.create(h.ctx, ulid.ULID{}, body)
+	t, err := h.b.create(h.ctx, ulid.ULID{}, body, ulid.ULID{}, ulid.ULID{})
 	if err != nil {
 		h.t.Fatal(err)
 	}

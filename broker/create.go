@@ -79,7 +79,7 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, req CreateRequest) (f
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	return b.create(ctx, id, body)
+	return b.create(ctx, id, body, ulid.ULID{}, ulid.ULID{})
 }
 
 // createdBody resolves req into the body the log records: every default
@@ -126,8 +126,9 @@ func createdBody(id ulid.ULID, req *CreateRequest) (fsm.DispatchCreatedBody, err
 }
 
 // create appends DISPATCH_CREATED with body, which holds resolved values
-// (createdBody); a parent must exist.
-func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody) (fsm.Task, error) {
+// (createdBody), caused by cause and correlated with corr (zero: none); a
+// parent must exist.
+func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody, cause, corr ulid.ULID) (fsm.Task, error) {
 	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
 		return fsm.Task{}, usererr.Errorf(ErrInvalid, "%s", bad)
 	}
@@ -143,7 +144,8 @@ func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	ev := eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: b.opts.Now(), Schema: fsm.SchemaVersion, Body: data}
+	ev := eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: b.opts.Now(), Causation: cause, Correlation: corr,
+		Schema: fsm.SchemaVersion, Body: data}
 	res, err := b.app.Append(ctx, id.String(), eventlog.NoStream, ev)
 	if errors.Is(err, eventlog.ErrConflict) {
 		// The same id again (an Idempotency-Key retry whose first append

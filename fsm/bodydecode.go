@@ -73,6 +73,12 @@ func decodeBody(data string, b Body) error {
 				return true, r.str(&v.Arguments)
 			case "idempotency_key":
 				return true, r.str(&v.IdempotencyKey)
+			case "source":
+				return true, r.str(&v.Source)
+			case "task":
+				return true, r.str(&v.Task)
+			case "handle":
+				return true, r.str(&v.Handle)
 			}
 			return false, nil
 		})
@@ -95,6 +101,12 @@ func decodeBody(data string, b Body) error {
 				return true, r.int64(&v.DurationMS)
 			case "new_messages":
 				return true, list(r, &v.NewMessages, r.message)
+			case "source":
+				return true, r.str(&v.Source)
+			case "task":
+				return true, r.str(&v.Task)
+			case "parts":
+				return true, list(r, &v.Parts, r.toolPart)
 			}
 			return false, nil
 		})
@@ -332,6 +344,32 @@ func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
 			return true, r.int(&v.Priority)
 		case "metadata":
 			return true, r.strMap(&v.Metadata)
+		case "type_version":
+			return true, r.str(&v.TypeVersion)
+		case "model":
+			return true, r.str(&v.Model)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) toolPart(v *ToolPart) error {
+	return r.object(func(k string) (bool, error) {
+		switch string(k) {
+		case "type":
+			return true, r.str(&v.Type)
+		case "mime_type":
+			return true, r.str(&v.MIMEType)
+		case "text":
+			return true, r.str(&v.Text)
+		case "uri":
+			return true, r.str(&v.URI)
+		case "data":
+			return true, r.str(&v.Data)
+		case "size":
+			return true, r.int(&v.Size)
+		case "truncated":
+			return true, r.bool(&v.Truncated)
 		}
 		return false, nil
 	})

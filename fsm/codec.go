@@ -142,6 +142,7 @@ var EventTypes = []EventType{
 	PerceiveDone, ThinkDone, PlanDone, ActDone, ReflectDone, SubTaskCreated,
 	DispatchCreated, DispatchAssigned, DispatchStarted, DispatchProgress, DispatchCompleted, DispatchFailed,
 	DispatchTimedOut, DispatchRetried, DispatchDeadLettered, DispatchRequeued, DispatchUpdated,
+	DispatchCancelled,
 }
 
 // isNilBody reports whether b is a typed nil pointer, on which some

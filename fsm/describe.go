@@ -89,7 +89,7 @@ func Describe(t Task) string {
 				fmt.Fprintf(&b, " result=%s", text(a.Result))
 			}
 			if a.Error != "" {
-				fmt.Fprintf(&b, " error=%s", text(a.Error))
+				fmt.Fprintf(&b, " error=%s", textN(a.Error, maxErrorText))
 			}
 			b.WriteByte('\n')
 		}
@@ -125,7 +125,9 @@ func Describe(t Task) string {
 		}
 	}
 	if pc := c.PendingCall; pc != nil {
-		fmt.Fprintf(&b, "pending call: step=%d tool=%s key=%s\n", pc.StepIndex, orDash(pc.Tool), orDash(pc.IdempotencyKey))
+		fmt.Fprintf(&b, "pending call: step=%d tool=%s key=%s", pc.StepIndex, orDash(pc.Tool), orDash(pc.IdempotencyKey))
+		callPlace(&b, pc.Source, pc.Task, pc.Handle)
+		b.WriteByte('\n')
 	}
 	if c.SuspendedState != "" || c.SuspendReason != "" {
 		fmt.Fprintf(&b, "suspended: from=%s reason=%s\n", orDash(string(c.SuspendedState)), text(c.SuspendReason))
@@ -241,6 +243,12 @@ func DescribeEvent(ev Event) string {
 		if x.TaskType != "" {
 			w("type=%s", x.TaskType)
 		}
+		if x.TypeVersion != "" {
+			w("type_version=%s", x.TypeVersion)
+		}
+		if x.Model != "" {
+			w("model=%s", x.Model)
+		}
 		w("source=%s input=%s", orDash(x.Source), text(x.InputText))
 	case *ReasonDoneBody:
 		w("%s", planSummary(&x.Plan))
@@ -271,12 +279,17 @@ func DescribeEvent(ev Event) string {
 		w("question=%s", text(x.Reasoning.Question))
 	case *ToolCallStartedBody:
 		w("step=%d tool=%s key=%s", x.StepIndex, orDash(x.Tool), orDash(x.IdempotencyKey))
+		callPlace(&b, x.Source, x.Task, x.Handle)
 	case *ToolCallResultBody:
 		w("step=%d tool=%s", x.StepIndex, orDash(x.Tool))
+		callPlace(&b, x.Source, x.Task, "")
 		if x.Error == "" {
 			w("ok %dms result=%s", x.DurationMS, text(x.Result))
 		} else {
-			w("failed %dms error=%s", x.DurationMS, text(x.Error))
+			w("failed %dms error=%s", x.DurationMS, textN(x.Error, maxErrorText))
+		}
+		if len(x.Parts) > 0 {
+			w("parts=%s", partsText(x.Parts))
 		}
 	case *StepCompletedBody:
 		w("step=%d result=%s", x.StepIndex, text(x.Result))
@@ -324,6 +337,47 @@ func DescribeEvent(ev Event) string {
 	return b.String()
 }
 
+// callPlace renders where a tool call runs, when it is not a built-in
+// tool: " source=mcp:fs", " task=ID" (the broker task of a worker tool),
+// " handle=H" (a durable handle the call recorded).
+func callPlace(b *strings.Builder, source, task, handle string) {
+	if source != "" {
+		fmt.Fprintf(b, " source=%s", source)
+	}
+	if task != "" {
+		fmt.Fprintf(b, " task=%s", task)
+	}
+	if handle != "" {
+		fmt.Fprintf(b, " handle=%s", text(handle))
+	}
+}
+
+// partsText renders a tool's typed parts as [TYPE(MIME,SIZE bytes) ...],
+// with "truncated" on a part the event size limit cut.
+func partsText(parts []ToolPart) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		var attrs []string
+		if p.MIMEType != "" {
+			attrs = append(attrs, p.MIMEType)
+		}
+		if p.URI != "" {
+			attrs = append(attrs, p.URI)
+		}
+		if p.Size != 0 {
+			attrs = append(attrs, fmt.Sprintf("%d bytes", p.Size))
+		}
+		if p.Truncated {
+			attrs = append(attrs, "truncated")
+		}
+		s[i] = orDash(p.Type)
+		if len(attrs) > 0 {
+			s[i] += "(" + strings.Join(attrs, ",") + ")"
+		}
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
 // planSummary renders a plan's size and step kinds (with each tool).
 func planSummary(p *Plan) string {
 	kinds := make([]string, len(p.Steps))
@@ -337,11 +391,19 @@ func planSummary(p *Plan) string {
 	return fmt.Sprintf("plan=%d steps [%s]", len(p.Steps), strings.Join(kinds, " "))
 }
 
+// maxErrorText is maxText for a tool call's error, which says why in a
+// sentence ("tool weather failed: dead-lettered after 3 timeouts
+// (heartbeat_seconds=10)") that `why` shows whole.
+const maxErrorText = 160
+
 // text quotes s on one line, cut to maxText runes.
-func text(s string) string {
-	if utf8.RuneCountInString(s) > maxText {
+func text(s string) string { return textN(s, maxText) }
+
+// textN quotes s on one line, cut to n runes.
+func textN(s string, n int) string {
+	if utf8.RuneCountInString(s) > n {
 		r := []rune(s)
-		s = string(r[:maxText]) + "…"
+		s = string(r[:n]) + "…"
 	}
 	return fmt.Sprintf("%q", s)
 }

@@ -50,6 +50,7 @@ const (
 	DispatchDeadLettered EventType = "DISPATCH_DEAD_LETTERED" // (dlq) failed | timed_out, fact: the task is dead-lettered
 	DispatchRequeued     EventType = "DISPATCH_REQUEUED"      // dead letter -> pending, retries reset, by an operator
 	DispatchUpdated      EventType = "DISPATCH_UPDATED"       // any state, fact: metadata changed, by someone
+	DispatchCancelled    EventType = "DISPATCH_CANCELLED"     // pending | assigned | in_progress -> failed, not retry eligible: the parent ended
 )
 
 // The seed's defaults for a new dispatch task.
@@ -201,6 +202,18 @@ type DispatchUpdatedBody struct {
 	MetadataJSON []string          `msgpack:"metadata_json" json:"metadata_json,omitempty"`
 }
 
+// DispatchCancelledBody: (pending | assigned | in_progress)
+// -(DISPATCH_CANCELLED)-> failed with retry_eligible false, so that the
+// broker dead-letters it (reason not_retry_eligible) by the seed's rule:
+// the task's result is no longer wanted (the agent task whose tool call it
+// ran ended or moved on). AgentID is who cancelled it, Reason why.
+type DispatchCancelledBody struct {
+	AgentID string `msgpack:"agent_id" json:"agent_id"`
+	Reason  string `msgpack:"reason" json:"reason"`
+}
+
+func (*DispatchCancelledBody) EventType() EventType { return DispatchCancelled }
+
 func (*DispatchCreatedBody) EventType() EventType      { return DispatchCreated }
 func (*DispatchAssignedBody) EventType() EventType     { return DispatchAssigned }
 func (*DispatchTimedOutBody) EventType() EventType     { return DispatchTimedOut }
@@ -221,7 +234,7 @@ func (b *DispatchReportBody) EventType() EventType {
 // of docs/events.md.
 var DispatchEventTypes = []EventType{DispatchCreated, DispatchAssigned, DispatchStarted, DispatchProgress,
 	DispatchCompleted, DispatchFailed, DispatchTimedOut, DispatchRetried, DispatchDeadLettered,
-	DispatchRequeued, DispatchUpdated}
+	DispatchRequeued, DispatchUpdated, DispatchCancelled}
 
 // newDispatchBody returns a new, empty body for a dispatch event type.
 func newDispatchBody(et EventType) (Body, bool) {
@@ -242,6 +255,8 @@ func newDispatchBody(et EventType) (Body, bool) {
 		return &DispatchRequeuedBody{}, true
 	case DispatchUpdated:
 		return &DispatchUpdatedBody{}, true
+	case DispatchCancelled:
+		return &DispatchCancelledBody{}, true
 	}
 	return nil, false
 }
@@ -320,6 +335,7 @@ func checkMetadataJSON(m map[string]string, keys []string) string {
 //	failed      -(DISPATCH_RETRIED)->   pending       (retry_eligible and retry_count < max_retries)
 //	timed_out   -(DISPATCH_RETRIED)->   pending       (the same)
 //	failed | timed_out (dead-lettered) -(DISPATCH_REQUEUED)-> pending (operator; retries reset)
+//	pending | assigned | in_progress -(DISPATCH_CANCELLED)-> failed (retry_eligible false: dead-lettered next)
 //
 // Facts, which never move the state nor add to History:
 //
@@ -337,9 +353,9 @@ type dispatchMachine struct{}
 // Never modified.
 var (
 	legalDNone       = []EventType{DispatchCreated}
-	legalDPending    = []EventType{DispatchAssigned, DispatchUpdated}
-	legalDAssigned   = []EventType{DispatchStarted, DispatchTimedOut, DispatchUpdated}
-	legalDInProgress = []EventType{DispatchCompleted, DispatchFailed, DispatchTimedOut, DispatchProgress, DispatchUpdated}
+	legalDPending    = []EventType{DispatchAssigned, DispatchCancelled, DispatchUpdated}
+	legalDAssigned   = []EventType{DispatchStarted, DispatchTimedOut, DispatchCancelled, DispatchUpdated}
+	legalDInProgress = []EventType{DispatchCompleted, DispatchFailed, DispatchTimedOut, DispatchCancelled, DispatchProgress, DispatchUpdated}
 	legalDEnded      = []EventType{DispatchRetried, DispatchRequeued, DispatchDeadLettered, DispatchUpdated}
 	legalDCompleted  = []EventType{DispatchUpdated}
 )
@@ -589,6 +605,21 @@ func dispatchStep(n *Task, from State, ev *Event) error {
 			moveTo(n, from, StateFailed, ev)
 		}
 
+	case DispatchCancelled:
+		b, err := bodyAs[DispatchCancelledBody](from, ev)
+		if err != nil {
+			return err
+		}
+		if b.AgentID == "" {
+			return eventErr(from, ev.Type, "a cancel names who cancelled")
+		}
+		d.Error = "cancelled"
+		if b.Reason != "" {
+			d.Error += ": " + b.Reason
+		}
+		d.RetryEligible, d.LastAgent, d.TimeoutReason = false, b.AgentID, ""
+		moveTo(n, from, StateFailed, ev)
+
 	case DispatchTimedOut:
 		b, err := bodyAs[DispatchTimedOutBody](from, ev)
 		if err != nil {
@@ -813,8 +844,66 @@ func describeDispatchEvent(w func(string, ...any), body Body) bool {
 		}
 	case *DispatchUpdatedBody:
 		w("agent=%s metadata=%s", orDash(x.AgentID), pairs(x.Metadata))
+	case *DispatchCancelledBody:
+		w("agent=%s reason=%s", orDash(x.AgentID), text(x.Reason))
 	default:
 		return false
 	}
 	return true
+}
+
+// DispatchFailure words why dispatch task t ended without a result, for
+// the caller that waited for it (a worker tool's call): "dead-lettered
+// after 3 timeouts (heartbeat_seconds=10)", "dead-lettered after 2
+// failures: disk full", "dead-lettered after 1 failure (retry_eligible=
+// false): bad input". It counts the attempts since the last requeue from
+// t's History, and names the last attempt's deadline or error.
+func DispatchFailure(t *Task) string {
+	d := t.Dispatch
+	if d == nil {
+		return "not a dispatch task"
+	}
+	timeouts, failures := 0, 0
+	for _, h := range t.History {
+		switch {
+		case h.Event == DispatchRequeued:
+			timeouts, failures = 0, 0
+		case h.To == StateTimedOut:
+			timeouts++
+		case h.To == StateFailed:
+			failures++
+		}
+	}
+	var parts []string
+	plural := func(n int, one string) string {
+		if n == 1 {
+			return "1 " + one
+		}
+		return fmt.Sprintf("%d %ss", n, one)
+	}
+	if failures > 0 {
+		parts = append(parts, plural(failures, "failure"))
+	}
+	if timeouts > 0 {
+		parts = append(parts, plural(timeouts, "timeout"))
+	}
+	s := "dead-lettered"
+	if !d.DeadLettered {
+		s = "ended without a result"
+	}
+	if len(parts) > 0 {
+		s += " after " + strings.Join(parts, " and ")
+	}
+	switch {
+	case d.DeadLetterReason == DeadLetterNotEligible:
+		s += " (retry_eligible=false)"
+	case t.State == StateTimedOut && d.TimeoutReason == TimeoutHeartbeat:
+		s += fmt.Sprintf(" (heartbeat_seconds=%d)", d.HeartbeatSeconds)
+	case t.State == StateTimedOut:
+		s += fmt.Sprintf(" (timeout_seconds=%d)", d.TimeoutSeconds)
+	}
+	if t.State == StateFailed && d.Error != "" {
+		s += ": " + d.Error
+	}
+	return s
 }

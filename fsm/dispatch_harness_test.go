@@ -77,6 +77,8 @@ func dispatchScriptBody(t Task, a *args) (Body, error) {
 		return &DispatchRequeuedBody{AgentID: a.str("agent", "operator"), Reason: a.str("reason", "")}, nil
 	case DispatchUpdated:
 		return &DispatchUpdatedBody{AgentID: a.str("agent", "operator"), Metadata: metaArg(a.str("meta", "stage:qa"))}, nil
+	case DispatchCancelled:
+		return &DispatchCancelledBody{AgentID: a.str("agent", "parent"), Reason: a.str("reason", "the parent ended")}, nil
 	}
 	return nil, nil
 }
@@ -146,6 +148,7 @@ DISPATCH_RETRIED        -        -         -                     -              
 DISPATCH_DEAD_LETTERED  -        -         -                     -                     -          dlq      dlq
 DISPATCH_REQUEUED       -        -         -                     -                     -          requeue  requeue
 DISPATCH_UPDATED        -        fact      fact                  fact                  fact       fact     fact
+DISPATCH_CANCELLED      -        failed    failed                failed                -          -        -
 TASK_CREATED            -        -         -                     -                     -          -        -
 MESSAGE_RECEIVED        -        -         -                     -                     -          -        -
 TASK_FAILED             -        -         -                     -                     -          -        -

@@ -157,10 +157,11 @@ type variant struct {
 	resultRecorded bool
 	reflected      bool
 	child          bool // version 0: the current sub_task step has its child
+	workerCall     bool // the current tool_call step's call runs as the broker task "worker-1"
 }
 
 func (v variant) String() string {
-	return fmt.Sprintf("%s %s plan=%s saved=%s result=%v refl=%v child=%v", v.machine.Ref(), v.state, v.shape, v.saved, v.resultRecorded, v.reflected, v.child)
+	return fmt.Sprintf("%s %s plan=%s saved=%s result=%v refl=%v child=%v worker=%v", v.machine.Ref(), v.state, v.shape, v.saved, v.resultRecorded, v.reflected, v.child, v.workerCall)
 }
 
 // build makes the task directly, without Apply, so the check does not
@@ -195,6 +196,10 @@ func (v variant) build() Task {
 	if v.child {
 		t.Context.PendingSubTask = &SubTaskCreatedBody{StepIndex: v.shape.done, TaskID: "child-1"}
 	}
+	if v.workerCall {
+		t.Context.PendingCall = &ToolCallStartedBody{StepIndex: v.shape.done, Tool: fmt.Sprintf("tool%d", v.shape.done),
+			IdempotencyKey: "k", Source: "worker:w", Task: "worker-1"}
+	}
 	if v.reflected {
 		t.Context.PostReflection = &PostTaskReflection{Assessment: "a"}
 	}
@@ -226,6 +231,9 @@ func variants(m Machine) []variant {
 				out = append(out, variant{machine: m, state: s, shape: sh})
 				if sh.done < len(sh.kinds) && sh.kinds[sh.done] == ActionSubTask {
 					out = append(out, variant{machine: m, state: s, shape: sh, child: true})
+				}
+				if sh.done < len(sh.kinds) && sh.kinds[sh.done] == ActionToolCall {
+					out = append(out, variant{machine: m, state: s, shape: sh, workerCall: true})
 				}
 			default:
 				out = append(out, variant{machine: m, state: s, shape: sh})

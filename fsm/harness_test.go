@@ -245,9 +245,11 @@ func scriptBody(t Task, a *args) (Body, error) {
 			NewMessages: []Message{{Role: "assistant", Content: q}},
 		}, nil
 	case ToolCallStarted:
-		return &ToolCallStartedBody{StepIndex: step, Tool: a.str("tool", curTool), IdempotencyKey: a.str("key", fmt.Sprintf("k%d", step))}, nil
+		return &ToolCallStartedBody{StepIndex: step, Tool: a.str("tool", curTool), IdempotencyKey: a.str("key", fmt.Sprintf("k%d", step)),
+			Source: a.str("source", ""), Task: a.str("task", ""), Handle: a.str("handle", "")}, nil
 	case ToolCallCompleted, ToolCallFailed:
-		b := &ToolCallResultBody{StepIndex: step, Tool: a.str("tool", curTool), DurationMS: int64(ms), ToolCallID: fmt.Sprintf("call_%d", step)}
+		b := &ToolCallResultBody{StepIndex: step, Tool: a.str("tool", curTool), DurationMS: int64(ms), ToolCallID: fmt.Sprintf("call_%d", step),
+			Source: a.str("source", ""), Task: a.str("task", "")}
 		content := ""
 		if a.et == ToolCallCompleted {
 			b.Result = a.str("result", "ok")

@@ -36,7 +36,10 @@ const (
 	// ActWaitInput: wait for an event from outside (a message, a resume).
 	ActWaitInput
 	// ActWaitTask: wait for the child task Action.Task to end, then record
-	// its outcome as the end of step Action.Step.
+	// its outcome as the end of step Action.Step: ACT_DONE for a sub_task
+	// step (version 0), TOOL_CALL_COMPLETED or TOOL_CALL_FAILED for a
+	// tool_call step whose call runs as a broker task (a worker tool,
+	// Action.StepType is tool_call).
 	ActWaitTask
 	// ActWaitUntil: nothing to do before Action.At (a deadline, a retry's
 	// not-before time); then the loop records Action.Done (see StepDone).
@@ -146,6 +149,9 @@ func (a Action) String() string {
 		}
 	case ActWaitTask:
 		fmt.Fprintf(&b, " step=%d task=%s", a.Step, orDash(a.Task))
+		if a.StepType != "" {
+			fmt.Fprintf(&b, " type=%s", a.StepType)
+		}
 	case ActWaitUntil:
 		fmt.Fprintf(&b, " at=%s", stamp(a.At))
 	case ActAssign:
@@ -177,6 +183,7 @@ var (
 	answersTool     = []EventType{ToolCallStarted, TaskNotify, ToolCallCompleted, ToolCallFailed}
 	answersStep     = []EventType{StepCompleted, TaskNotify}
 	answersActDone  = []EventType{ActDone, TaskNotify}
+	answersToolTask = []EventType{ToolCallCompleted, ToolCallFailed, TaskNotify}
 	answersSubTask  = []EventType{SubTaskCreated, TaskNotify}
 	answersCompile  = []EventType{TaskCompleted}
 	answersPostRefl = []EventType{ModelCalled, ReflectionComplete}
@@ -221,6 +228,9 @@ func (a Action) Answers() []EventType {
 			return answersStep
 		}
 	case ActWaitTask:
+		if a.StepType == ActionToolCall {
+			return answersToolTask
+		}
 		return answersActDone
 	case ActCompile:
 		return answersCompile
@@ -258,7 +268,7 @@ func (a Action) Answered(et EventType) bool {
 func IsCommand(et EventType) bool {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired, TaskSuspended, TaskResumed, TaskFailed,
-		DispatchRequeued, DispatchUpdated:
+		DispatchRequeued, DispatchUpdated, DispatchCancelled:
 		return true
 	}
 	return false
@@ -267,7 +277,9 @@ func IsCommand(et EventType) bool {
 // StepDone returns the body of type a.Done that records the end of the
 // work a is due for: a respond or generate step with its result text, a
 // sub_task step with its child's outcome (failed: the child failed, and
-// result is its error), or the event a machine names for the time an
+// result is its error), a tool_call step waiting for its broker task with
+// that task's outcome (TOOL_CALL_FAILED when failed; the caller adds the
+// call's tool, key and source), or the event a machine names for the time an
 // ActWaitUntil waits for (an empty body: the envelope's time says when).
 // It returns nil when a names no event this package knows.
 func StepDone(a Action, result string, failed bool) Body {
@@ -280,6 +292,12 @@ func StepDone(a Action, result string, failed bool) Body {
 		return b
 	case StepCompleted:
 		return &StepCompletedBody{StepIndex: a.Step, Result: result}
+	case ToolCallCompleted:
+		b := &ToolCallResultBody{StepIndex: a.Step, Result: result, Task: a.Task}
+		if failed {
+			b.Result, b.Error = "", result
+		}
+		return b
 	}
 	b, _ := newBody(a.Done)
 	return b

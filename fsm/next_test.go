@@ -29,6 +29,9 @@ func TestNextIsLegalAndCurrent(t *testing.T) {
 					t.Errorf("%s: nothing due in %s", v, task.State)
 				}
 			}
+			if v.workerCall && task.State == StateActing && (act.Kind.NeedsSlot() || act.Kind != ActWaitTask || act.Task != "worker-1") {
+				t.Errorf("%s: %s, want a wait for the worker task without a slot", v, act)
+			}
 			if act.Done != "" && !act.Answered(act.Done) {
 				t.Errorf("%s: %s is not answered by its own Done", v, act)
 			}

@@ -69,7 +69,8 @@ func (taskMachineV1) States() []State { return cloneSlice(States) }
 //
 //	idle:      start
 //	reasoning: call the model (reason)
-//	acting:    run the current step (respond and generate steps end with STEP_COMPLETED)
+//	acting:    run the current step (respond and generate steps end with STEP_COMPLETED);
+//	           a tool_call step whose call runs as a broker task waits for that task
 //	suspended: wait for input
 //	completed: compile the result until TASK_COMPLETED, then reflect until REFLECTION_COMPLETE
 //	failed:    nothing
@@ -80,6 +81,9 @@ func (taskMachineV1) Next(t *Task) Action {
 	case StateReasoning:
 		return Action{Kind: ActCallModel, Stage: StageReason}
 	case StateActing:
+		if a, ok := waitToolTask(t); ok {
+			return a
+		}
 		return runStep(t, StepCompleted)
 	case StateSuspended:
 		return Action{Kind: ActWaitInput}
@@ -109,6 +113,19 @@ func applyCopy(v int, t Task, ev Event) (Task, error) {
 		return t, err
 	}
 	return n, nil
+}
+
+// waitToolTask is the work due in acting while the current tool_call
+// step's call runs as a broker task (a worker tool: its TOOL_CALL_STARTED
+// names the task): wait for that task, then record its outcome as the
+// step's TOOL_CALL_COMPLETED or TOOL_CALL_FAILED. The wait holds no
+// admission slot (ActWaitTask does not NeedsSlot).
+func waitToolTask(t *Task) (Action, bool) {
+	s, pc := t.Context.Plan.CurrentStep(), t.Context.PendingCall
+	if s == nil || pc == nil || pc.Task == "" || pc.StepIndex != s.Index || s.ActionType != ActionToolCall {
+		return Action{}, false
+	}
+	return Action{Kind: ActWaitTask, Step: s.Index, StepType: ActionToolCall, Task: pc.Task, Done: ToolCallCompleted}, true
 }
 
 // runStep is the work due in acting: the current step, a respond or

@@ -86,7 +86,8 @@ func (taskMachineV0) Apply(t Task, ev Event) (Task, error) { return applyCopy(0,
 //	idle:       start
 //	perceiving: call the model (perceive); thinking: (think); planning: (plan); reflecting: (reflect)
 //	acting:     run the current step (generate and sub_task steps end with ACT_DONE);
-//	            a sub_task step whose child exists waits for that task
+//	            a sub_task step whose child exists waits for that task, a tool_call
+//	            step whose call runs as a broker task waits for that task
 //	suspended:  wait for input
 //	completed:  compile the result until TASK_COMPLETED
 //	failed:     nothing
@@ -105,6 +106,9 @@ func (taskMachineV0) Next(t *Task) Action {
 	case StateActing:
 		if s, pc := t.Context.Plan.CurrentStep(), t.Context.PendingSubTask; s != nil && pc != nil && pc.StepIndex == s.Index {
 			return Action{Kind: ActWaitTask, Step: s.Index, Task: pc.TaskID, Done: ActDone}
+		}
+		if a, ok := waitToolTask(t); ok {
+			return a
 		}
 		return runStep(t, ActDone)
 	case StateSuspended:

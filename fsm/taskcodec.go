@@ -423,6 +423,9 @@ func encToolCallStarted(e *taskEncoder, b *ToolCallStartedBody) {
 	e.fStr(&f, "tool_call_id", b.ToolCallID)
 	e.fStr(&f, "arguments", b.Arguments)
 	e.fStr(&f, "idempotency_key", b.IdempotencyKey)
+	e.fStr(&f, "source", b.Source)
+	e.fStr(&f, "task", b.Task)
+	e.fStr(&f, "handle", b.Handle)
 	e.close(f)
 }
 

@@ -393,6 +393,12 @@ type TaskCreatedBody struct {
 	Priority      int               `msgpack:"priority" json:"priority"`
 	Metadata      map[string]string `msgpack:"metadata" json:"metadata,omitempty"`
 	ParentTaskID  string            `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// TypeVersion is the version of the task type the task was admitted
+	// under (a hash of its system prompt and tool list), "" when unknown.
+	TypeVersion string `msgpack:"type_version" json:"type_version,omitempty"`
+	// Model is the name of the model the task type runs with, "" when
+	// unknown.
+	Model string `msgpack:"model" json:"model,omitempty"`
 }
 
 // ReasonDoneBody carries the reasoning, the plan and the new messages:
@@ -416,6 +422,17 @@ type ToolCallStartedBody struct {
 	ToolCallID     string `msgpack:"tool_call_id" json:"tool_call_id,omitempty"`
 	Arguments      string `msgpack:"arguments" json:"arguments,omitempty"`
 	IdempotencyKey string `msgpack:"idempotency_key" json:"idempotency_key"`
+	// Source says where the tool runs ("mcp:fs", "worker:shout", "go"); ""
+	// is a built-in tool (and every call recorded before sources were).
+	Source string `msgpack:"source" json:"source,omitempty"`
+	// Task is the broker task that runs a worker tool's call: its id is
+	// drawn and recorded here before the task is created, and the step
+	// waits for it (ActWaitTask).
+	Task string `msgpack:"task" json:"task,omitempty"`
+	// Handle is a durable handle the running call recorded (an MCP task):
+	// a second TOOL_CALL_STARTED of the step carries it, and after a crash
+	// the call resumes from it instead of running again.
+	Handle string `msgpack:"handle" json:"handle,omitempty"`
 }
 
 // ToolCallResultBody is the body of TOOL_CALL_COMPLETED and
@@ -429,7 +446,36 @@ type ToolCallResultBody struct {
 	Error          string    `msgpack:"error" json:"error,omitempty"`
 	DurationMS     int64     `msgpack:"duration_ms" json:"duration_ms"`
 	NewMessages    []Message `msgpack:"new_messages" json:"new_messages,omitempty"`
+	// Source is the call's TOOL_CALL_STARTED.Source.
+	Source string `msgpack:"source" json:"source,omitempty"`
+	// Task is the broker task that ran a worker tool's call.
+	Task string `msgpack:"task" json:"task,omitempty"`
+	// Parts is the tool's output that is not text (images, resources,
+	// structured content), bounded by the event size limit.
+	Parts []ToolPart `msgpack:"parts" json:"parts,omitempty"`
 }
+
+// ToolPart is one typed part of a tool's output that is not plain text.
+type ToolPart struct {
+	Type      string `msgpack:"type" json:"type"` // image, audio, resource, resource_link, structured
+	MIMEType  string `msgpack:"mime_type" json:"mime_type,omitempty"`
+	Text      string `msgpack:"text" json:"text,omitempty"` // a resource's text, structured content's JSON
+	URI       string `msgpack:"uri" json:"uri,omitempty"`
+	Data      string `msgpack:"data" json:"data,omitempty"` // base64, as the server sent it
+	Size      int    `msgpack:"size" json:"size,omitempty"` // bytes of the original data
+	Truncated bool   `msgpack:"truncated" json:"truncated,omitempty"`
+}
+
+// The kinds of ToolPart.
+//
+// Persisted: never change an existing value.
+const (
+	PartImage        = "image"
+	PartAudio        = "audio"
+	PartResource     = "resource"
+	PartResourceLink = "resource_link"
+	PartStructured   = "structured"
+)
 
 // StepCompletedBody completes a respond or generate step.
 type StepCompletedBody struct {

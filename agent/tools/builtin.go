@@ -130,7 +130,7 @@ const pathProp = `"path":{"type":"string","description":"Memory file path, e.g. 
 // MemoryTools returns the five memory tools over m.
 func MemoryTools(m Memory) []Tool {
 	return []Tool{
-		Func(MemoryList, "List long-term memory files (facts and episodes) with their one-line summaries.",
+		builtin(MemoryList, "List long-term memory files (facts and episodes) with their one-line summaries.",
 			schema(""), func(ctx context.Context, c Call) (string, error) {
 				if err := c.Decode(&struct{}{}); err != nil {
 					return "", err
@@ -144,7 +144,7 @@ func MemoryTools(m Memory) []Tool {
 				}
 				return FormatIndex(entries), nil
 			}),
-		Func(MemoryRead, "Read one long-term memory file.",
+		builtin(MemoryRead, "Read one long-term memory file.",
 			schema(pathProp, "path"), func(ctx context.Context, c Call) (string, error) {
 				var a struct {
 					Path string `json:"path"`
@@ -157,7 +157,7 @@ func MemoryTools(m Memory) []Tool {
 				}
 				return m.Read(ctx, a.Path)
 			}),
-		Func(MemoryWrite, "Create or replace a long-term memory file. Start it with a line \"> Summary: ...\".",
+		builtin(MemoryWrite, "Create or replace a long-term memory file. Start it with a line \"> Summary: ...\".",
 			schema(pathProp+`,"content":{"type":"string","description":"The whole file, in markdown"}`, "path", "content"),
 			func(ctx context.Context, c Call) (string, error) {
 				var a struct {
@@ -175,7 +175,7 @@ func MemoryTools(m Memory) []Tool {
 				}
 				return fmt.Sprintf("wrote %s (%d bytes)", a.Path, len(a.Content)), nil
 			}),
-		Func(MemoryPatch, "Replace one exact occurrence of old_str with new_str in a long-term memory file.",
+		builtin(MemoryPatch, "Replace one exact occurrence of old_str with new_str in a long-term memory file.",
 			schema(pathProp+`,"old_str":{"type":"string"},"new_str":{"type":"string"}`, "path", "old_str", "new_str"),
 			func(ctx context.Context, c Call) (string, error) {
 				var a struct {
@@ -197,7 +197,7 @@ func MemoryTools(m Memory) []Tool {
 				}
 				return "patched " + a.Path, nil
 			}),
-		Func(MemoryAppend, "Append an entry to a long-term memory file (typically an episode), creating it if needed.",
+		builtin(MemoryAppend, "Append an entry to a long-term memory file (typically an episode), creating it if needed.",
 			schema(pathProp+`,"entry":{"type":"string","description":"Markdown block to append"}`, "path", "entry"),
 			func(ctx context.Context, c Call) (string, error) {
 				var a struct {
@@ -247,7 +247,7 @@ func FormatIndex(entries []MemoryEntry) string {
 // NotifyTool returns the notify tool: an interim message to the user while
 // the task goes on.
 func NotifyTool() Tool {
-	return Func(Notify, "Send a short interim message to the user while you keep working (progress, a finding). The task continues.",
+	return builtin(Notify, "Send a short interim message to the user while you keep working (progress, a finding). The task continues.",
 		schema(`"message":{"type":"string"}`, "message"), func(ctx context.Context, c Call) (string, error) {
 			var a struct {
 				Message string `json:"message"`
@@ -272,7 +272,7 @@ func CurrentTimeTool(now func() time.Time) Tool {
 	if now == nil {
 		now = time.Now
 	}
-	return Func(CurrentTime, "Get the current date and time (RFC 3339). Optionally in an IANA time zone such as Europe/Paris.",
+	return builtin(CurrentTime, "Get the current date and time (RFC 3339). Optionally in an IANA time zone such as Europe/Paris.",
 		schema(`"timezone":{"type":"string","description":"IANA time zone; UTC when omitted"}`),
 		func(ctx context.Context, c Call) (string, error) {
 			var a struct {

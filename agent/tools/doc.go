@@ -15,6 +15,15 @@
 // Idempotency-Key header, a request id, a unique constraint) so that the
 // second run is harmless. This is the at-least-once rule.
 //
+// A tool says where it runs by implementing [Sourced] ([SourceOf]: a tool
+// that does not is [SourceGo]; the built-in tools are [SourceBuiltin]); the
+// agent records it on the tool call's events. A [PartsTool] answers with
+// typed parts beside its text; a tool that waits on a job elsewhere records
+// its durable handle with [Call.RecordHandle] and gets it back in
+// [Call.Handle] after a crash. A [Provider] is a changing set of tools (an
+// MCP server). A [WorkerTool] is run by a broker worker: the agent hands its
+// call to the broker instead of calling it.
+//
 // The memory tools read and write long-term memory through the [Memory]
 // interface; the agent implements it with events on the "$memory" stream
 // and the memory projection, so memory replays like everything else.

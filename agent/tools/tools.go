@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/fsm"
 )
 
 // Tool is one capability the model may call. Implementations must be safe
@@ -49,6 +50,114 @@ type Call struct {
 	// TASK_NOTIFY together with the call's completion and then delivers it
 	// to notification subscribers. Never nil when the agent calls a tool.
 	Notify func(message string)
+	// Handle is the durable handle an earlier run of this call recorded
+	// with RecordHandle (an MCP task), "" for none: a tool that finds one
+	// resumes waiting on it instead of running the call again.
+	Handle string
+	// RecordHandle records a durable handle (as a second TOOL_CALL_STARTED
+	// of the step, with Handle set) before the tool waits on it, so that a
+	// run after a crash finds it in Handle. Nil when not supported.
+	RecordHandle func(ctx context.Context, handle string) error
+}
+
+// Source says where a tool runs.
+type Source struct {
+	Kind       string `json:"kind"`                 // SourceBuiltin, SourceGo, SourceMCP or SourceWorker
+	Server     string `json:"server,omitempty"`     // the MCP server's name (SourceMCP)
+	Capability string `json:"capability,omitempty"` // the broker capability (SourceWorker)
+}
+
+// The kinds of Source.
+const (
+	SourceBuiltin = "builtin" // memory_*, notify, current_time: part of the agent
+	SourceGo      = "go"      // a Tool given to the agent in Go (Options.Tools)
+	SourceMCP     = "mcp"     // a tool of an MCP server
+	SourceWorker  = "worker"  // run by a broker worker (WorkerTool)
+)
+
+// String renders s as it is recorded in TOOL_CALL_STARTED.Source:
+// "builtin", "go", "mcp:SERVER", "worker:CAPABILITY".
+func (s Source) String() string {
+	switch {
+	case s.Kind == SourceMCP && s.Server != "":
+		return s.Kind + ":" + s.Server
+	case s.Kind == SourceWorker && s.Capability != "":
+		return s.Kind + ":" + s.Capability
+	case s.Kind == "":
+		return SourceGo
+	}
+	return s.Kind
+}
+
+// Sourced is a tool that says where it runs. A tool that is not Sourced is
+// SourceGo; the built-in tools say SourceBuiltin.
+type Sourced interface{ Source() Source }
+
+// SourceOf returns where t runs.
+func SourceOf(t Tool) Source {
+	if s, ok := t.(Sourced); ok {
+		if src := s.Source(); src.Kind != "" {
+			return src
+		}
+	}
+	return Source{Kind: SourceGo}
+}
+
+// Result is a tool's output: Text for the model and the log, Parts for
+// content that is not text (images, resources, structured content), which
+// TOOL_CALL_COMPLETED records as typed parts.
+type Result struct {
+	Text  string
+	Parts []fsm.ToolPart
+}
+
+// PartsTool is a tool whose output has typed parts; the agent calls
+// CallParts instead of Call.
+type PartsTool interface {
+	Tool
+	CallParts(ctx context.Context, call Call) (Result, error)
+}
+
+// Provider is a changing set of tools (an MCP server adds and removes
+// tools). The agent asks it for its tools whenever it resolves a task
+// type, so a tool that appears later matches the types' globs.
+type Provider interface {
+	// Tools returns the tools now, in a stable order.
+	Tools() []Tool
+	// Changed returns a channel closed when the set changes; call it again
+	// for the next change.
+	Changed() <-chan struct{}
+}
+
+// ErrWorkerTool is what WorkerTool.Call returns: a worker tool runs as a
+// broker task, never in the daemon.
+var ErrWorkerTool = errors.New("tools: a worker tool runs as a broker task, not in the daemon")
+
+// WorkerTool is a tool run by a broker worker with Capability: a call
+// creates a dispatch task whose body is the call's arguments, and the
+// task's result (or its failure) is the call's. Deadlines, retries,
+// heartbeats and the dead-letter queue are the broker's (the zero values
+// are the broker's defaults).
+type WorkerTool struct {
+	ToolName, ToolDescription string
+	Params                    json.RawMessage
+	Capability                string
+	TimeoutSeconds            int
+	MaxRetries                int
+	HeartbeatSeconds          int
+}
+
+func (w *WorkerTool) Name() string                { return w.ToolName }
+func (w *WorkerTool) Description() string         { return w.ToolDescription }
+func (w *WorkerTool) Parameters() json.RawMessage { return w.Params }
+
+// Source is SourceWorker with the tool's capability.
+func (w *WorkerTool) Source() Source { return Source{Kind: SourceWorker, Capability: w.Capability} }
+
+// Call returns ErrWorkerTool: the agent delegates a worker tool's call to
+// the broker instead of calling it.
+func (w *WorkerTool) Call(context.Context, Call) (string, error) {
+	return "", fmt.Errorf("%w: %s (capability %s)", ErrWorkerTool, w.ToolName, w.Capability)
 }
 
 // Decode unmarshals the call's arguments into v, refusing unknown fields so
@@ -70,14 +179,22 @@ func (c Call) Decode(v any) error {
 // Func makes a Tool from a function. params is the JSON Schema of the
 // arguments (nil for none).
 func Func(name, description string, params json.RawMessage, fn func(ctx context.Context, call Call) (string, error)) Tool {
-	return funcTool{name: name, description: description, params: params, fn: fn}
+	return funcTool{name: name, description: description, params: params, fn: fn, source: Source{Kind: SourceGo}}
+}
+
+// builtin is Func for the built-in tools: their Source says SourceBuiltin.
+func builtin(name, description string, params json.RawMessage, fn func(ctx context.Context, call Call) (string, error)) Tool {
+	return funcTool{name: name, description: description, params: params, fn: fn, source: Source{Kind: SourceBuiltin}}
 }
 
 type funcTool struct {
 	name, description string
 	params            json.RawMessage
 	fn                func(context.Context, Call) (string, error)
+	source            Source
 }
+
+func (f funcTool) Source() Source { return f.source }
 
 func (f funcTool) Name() string                                     { return f.name }
 func (f funcTool) Description() string                              { return f.description }
@@ -131,6 +248,15 @@ func (r *Registry) Lookup(name string) (Tool, error) {
 
 // Has reports whether the registry holds a tool called name.
 func (r *Registry) Has(name string) bool { _, ok := r.byName[name]; return ok }
+
+// Tools returns the tools in name order.
+func (r *Registry) Tools() []Tool {
+	out := make([]Tool, len(r.names))
+	for i, n := range r.names {
+		out[i] = r.byName[n]
+	}
+	return out
+}
 
 // Names returns the tool names in sorted order.
 func (r *Registry) Names() []string { return append([]string(nil), r.names...) }

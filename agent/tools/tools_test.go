@@ -216,3 +216,34 @@ func TestLesson(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceOf(t *testing.T) {
+	w := &WorkerTool{ToolName: "shout", Capability: "shout"}
+	mem := MemoryTools(nil)
+	for _, c := range []struct {
+		tool Tool
+		want string
+	}{
+		{NotifyTool(), "builtin"},
+		{CurrentTimeTool(nil), "builtin"},
+		{mem[0], "builtin"},
+		{Func("mine", "", nil, nil), "go"},
+		{w, "worker:shout"},
+		{sourcedTool{Tool: Func("everything__echo", "", nil, nil), src: Source{Kind: SourceMCP, Server: "everything"}}, "mcp:everything"},
+		{sourcedTool{Tool: Func("bare", "", nil, nil)}, "go"},
+	} {
+		if got := SourceOf(c.tool).String(); got != c.want {
+			t.Errorf("%s: source %q, want %q", c.tool.Name(), got, c.want)
+		}
+	}
+	if _, err := w.Call(context.Background(), Call{}); !errors.Is(err, ErrWorkerTool) {
+		t.Errorf("worker tool Call: %v, want ErrWorkerTool", err)
+	}
+}
+
+type sourcedTool struct {
+	Tool
+	src Source
+}
+
+func (s sourcedTool) Source() Source { return s.src }
