@@ -7,7 +7,7 @@ import (
 )
 
 // dispatchEvents names each dispatch.task event type on the seed's
-// swarm.task.<id>.<event> subjects (docs/broker.md). The last two have
+// swarm.task.<id>.<event> subjects (docs/broker.md). The last three have
 // no subject in the seed; they get their own. Persisted (subscribers
 // depend on them): do not rename.
 var dispatchEvents = map[string]string{
@@ -22,6 +22,7 @@ var dispatchEvents = map[string]string{
 	string(fsm.DispatchDeadLettered): "dlq",
 	string(fsm.DispatchRequeued):     "requeued",
 	string(fsm.DispatchUpdated):      "updated",
+	string(fsm.DispatchCancelled):    "cancelled",
 }
 
 // Subjects are the subjects the outbox publishes on, what the stream it

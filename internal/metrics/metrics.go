@@ -232,6 +232,7 @@ var brokerCounters = []struct {
 	{fsm.DispatchTimedOut, "pegasus_broker_timeouts_total", "Dispatch tasks timed out (deadline or heartbeat) since the start."},
 	{fsm.DispatchDeadLettered, "pegasus_broker_dead_letters_total", "Dispatch tasks dead-lettered since the start."},
 	{fsm.DispatchRequeued, "pegasus_broker_requeues_total", "Dead letters requeued by an operator since the start."},
+	{fsm.DispatchCancelled, "pegasus_broker_cancellations_total", "Dispatch tasks cancelled since the start (a worker tool call whose agent task ended)."},
 }
 
 // observe derives the counters of one committed event.
