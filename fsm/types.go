@@ -418,6 +418,17 @@ type ToolCallStartedBody struct {
 	IdempotencyKey string `msgpack:"idempotency_key" json:"idempotency_key"`
 }
 
+// ToolPart is one piece of a tool's output that is not text.
+type ToolPart struct {
+	Type      string `msgpack:"type" json:"type"` // image, audio, resource, resource_link, structured
+	MIMEType  string `msgpack:"mime_type" json:"mime_type,omitempty"`
+	Text      string `msgpack:"text" json:"text,omitempty"` // a resource's text, structured content's JSON
+	URI       string `msgpack:"uri" json:"uri,omitempty"`
+	Data      string `msgpack:"data" json:"data,omitempty"` // base64, as the server sent it
+	Size      int    `msgpack:"size" json:"size,omitempty"` // bytes of the original data
+	Truncated bool   `msgpack:"truncated" json:"truncated,omitempty"`
+}
+
 // ToolCallResultBody is the body of TOOL_CALL_COMPLETED and
 // TOOL_CALL_FAILED for the current step.
 type ToolCallResultBody struct {

@@ -49,6 +49,12 @@ type Call struct {
 	// TASK_NOTIFY together with the call's completion and then delivers it
 	// to notification subscribers. Never nil when the agent calls a tool.
 	Notify func(message string)
+	// Handle is the durable handle an earlier run of this call recorded
+	// (MCP tasks), "" for none.
+	Handle string
+	// RecordHandle records a durable handle (as a TOOL_CALL_STARTED with
+	// Handle set) before the tool waits on it; nil when not supported.
+	RecordHandle func(ctx context.Context, handle string) error
 }
 
 // Decode unmarshals the call's arguments into v, refusing unknown fields so
