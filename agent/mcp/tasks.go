@@ -59,6 +59,7 @@ type taskState struct {
 	legacy   bool           // the server offers 2025-11-25 tasks for tools/call
 	ext      bool           // the server offers the 2026-07-28 extension
 	modern   bool           // the session speaks 2026-07-28 or later
+	calls    int            // tools/call requests sent (tests count them)
 }
 
 // useTask reports whether a call to a tool with this execution.taskSupport
@@ -99,6 +100,9 @@ func (c *taskConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		case "initialize", "server/discover", "tools/list":
 			c.track(req.ID, req.Method)
 		case "tools/call":
+			c.st.mu.Lock()
+			c.st.calls++
+			c.st.mu.Unlock()
 			if bytes.Contains(req.Params, []byte(metaAsTask)) {
 				if p, err := c.asTask(req.Params); err == nil {
 					r := *req
