@@ -54,12 +54,12 @@ const (
 
 // taskState is what a session's connection learnt about tasks.
 type taskState struct {
-	mu       sync.Mutex
-	pending  map[any]string // request id -> method, for the answers to rewrite
-	legacy   bool           // the server offers 2025-11-25 tasks for tools/call
-	ext      bool           // the server offers the 2026-07-28 extension
-	modern   bool           // the session speaks 2026-07-28 or later
-	calls    int            // tools/call requests sent (tests count them)
+	mu      sync.Mutex
+	pending map[any]string // request id -> method, for the answers to rewrite
+	legacy  bool           // the server offers 2025-11-25 tasks for tools/call
+	ext     bool           // the server offers the 2026-07-28 extension
+	modern  bool           // the session speaks 2026-07-28 or later
+	calls   int            // tools/call requests sent (tests count them)
 }
 
 // useTask reports whether a call to a tool with this execution.taskSupport

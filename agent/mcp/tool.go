@@ -89,7 +89,9 @@ func newTool(s *server, t *mcp.Tool, used map[string]bool) (*tool, error) {
 func (t *tool) Name() string                { return t.name }
 func (t *tool) Description() string         { return t.description }
 func (t *tool) Parameters() json.RawMessage { return t.params }
-func (t *tool) Source() tools.Source        { return tools.Source{Kind: tools.SourceMCP, Server: t.s.cfg.Name} }
+func (t *tool) Source() tools.Source {
+	return tools.Source{Kind: tools.SourceMCP, Server: t.s.cfg.Name}
+}
 
 // Call runs the tool and returns its text (see CallParts).
 func (t *tool) Call(ctx context.Context, c tools.Call) (string, error) {
