@@ -141,6 +141,7 @@ func freePort(t testing.TB) int {
 const (
 	modeTools  = "tools"  // the tools below
 	modeSilent = "silent" // never answers initialize
+	modeTasks  = "tasks"  // the tools below, and tasks of the 2026-07-28 extension
 )
 
 // runTestServer serves on stdio. Its tools:
@@ -153,7 +154,16 @@ const (
 //	add        adds the tool "added" (the server sends tools/list_changed)
 //	pid        answers with the process id
 func runTestServer(mode string) error {
-	s := mcp.NewServer(&mcp.Implementation{Name: "pegasus-test", Version: "1"}, nil)
+	var opts *mcp.ServerOptions
+	if mode == modeTasks {
+		caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+		caps.AddExtension(taskExtension, map[string]any{})
+		opts = &mcp.ServerOptions{Capabilities: caps}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "pegasus-test", Version: "1"}, opts)
+	if mode == modeTasks {
+		addTaskTools(s)
+	}
 	if mode == modeSilent {
 		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -211,12 +221,17 @@ func runTestServer(mode string) error {
 
 const malformedMarker = "@@malformed@@"
 
-// malformer breaks the answer of the malformed tool: its content becomes a
-// string, which no client can decode as a list of content.
+// malformer rewrites two answers the SDK cannot make: the malformed tool's
+// content becomes a string, which no client can decode as a list of
+// content; and a result whose _meta has testTaskMeta becomes the task
+// answer of the 2026-07-28 tasks extension.
 type malformer struct{ w io.WriteCloser }
 
 func (m malformer) Write(p []byte) (int, error) {
 	q := bytes.Replace(p, []byte(`[{"type":"text","text":"`+malformedMarker+`"}]`), []byte(`"`+malformedMarker+`"`), 1)
+	if bytes.Contains(q, []byte(testTaskMeta)) {
+		q = taskAnswerOnWire(q)
+	}
 	if _, err := m.w.Write(q); err != nil {
 		return 0, err
 	}
