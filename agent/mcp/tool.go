@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -162,7 +164,11 @@ func (t *tool) callError(ctx context.Context, sess *session, err error) error {
 		return fmt.Errorf("mcp: call to %s on server %q: %w", t.remote, t.s.cfg.Name, context.Cause(ctx))
 	case errors.As(err, &wire):
 		return fmt.Errorf("mcp: server %q: tool %s: %s (code %d)", t.s.cfg.Name, t.remote, wire.Message, wire.Code)
-	case errors.Is(err, mcp.ErrConnectionClosed) || sess.ended():
+	case errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, os.ErrClosed) || sess.ended():
+		// The SDK fails the calls in flight with the error that ended its
+		// reading (io.EOF when a stdio server exits), before the session's
+		// end is seen.
 		return fmt.Errorf("%w: server %q, tool %s: %v", ErrServerExited, t.s.cfg.Name, t.remote, err)
 	}
 	return fmt.Errorf("%w from server %q, tool %s: %v", ErrMalformedResult, t.s.cfg.Name, t.remote, err)
