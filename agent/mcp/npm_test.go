@@ -87,16 +87,35 @@ func TestEverythingStdio(t *testing.T) {
 func TestEverythingHTTP(t *testing.T) {
 	bin := npmBin(t, "mcp-server-everything")
 	port := freePort(t)
-	cmd := exec.Command(bin, "streamableHttp")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	run := func() *exec.Cmd {
+		cmd := exec.Command(bin, "streamableHttp")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd := run()
 	// The manager retries until the server listens.
 	m := start(t, testOptions(), ServerConfig{Name: "web", URL: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)})
 	waitReady(t, m, "web")
 	checkEverything(t, m, "web")
+
+	// The server goes away: the session ends, calls fail, and the manager
+	// connects again once the server is back.
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	eventually(t, "not ready", func() bool { return status(m, "web").State != StateReady })
+	if _, err := call(context.Background(), findTool(t, m, "web__echo"), "k", `{"message":"x"}`); err == nil {
+		t.Error("a call to a server that is gone succeeded")
+	}
+	run()
+	eventually(t, "ready again", func() bool { s := status(m, "web"); return s.State == StateReady && s.Restarts >= 1 })
+	r, err := call(context.Background(), findTool(t, m, "web__echo"), "k", `{"message":"back"}`)
+	if err != nil || r.Text != "Echo: back" {
+		t.Fatalf("%q, %v", r.Text, err)
+	}
 }
 
 // checkEverything checks the listing and calls echo.
