@@ -75,8 +75,10 @@ func TestCancelSendsNotification(t *testing.T) {
 		_, err := call(ctx, findTool(t, m, "go__block"), "k", `{}`)
 		done <- err
 	}()
-	// The call is in flight once the server counts it; cancel then.
-	eventually(t, "the call in flight", func() bool { return m.servers[0].calls.Load() == 1 })
+	eventually(t, "the call to reach the server", func() bool {
+		b, _ := os.ReadFile(mark)
+		return string(b) == "started"
+	})
 	cancel()
 	select {
 	case err := <-done:

@@ -147,8 +147,8 @@ const (
 // runTestServer serves on stdio. Its tools:
 //
 //	meta       answers with the idempotency key in the request's _meta
-//	block      waits until the call is cancelled, then writes "cancelled"
-//	           to the file $MARK_FILE
+//	block      writes "started" to the file $MARK_FILE, waits until the
+//	           call is cancelled, then writes "cancelled" there
 //	crash      exits the process during the call
 //	malformed  answers with content that is a string, not a list
 //	add        adds the tool "added" (the server sends tools/list_changed)
@@ -186,6 +186,7 @@ func runTestServer(mode string) error {
 		})
 	s.AddTool(&mcp.Tool{Name: "block", Description: "Waits to be cancelled.", InputSchema: obj},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			_ = os.WriteFile(os.Getenv("MARK_FILE"), []byte("started"), 0o644)
 			<-ctx.Done()
 			_ = os.WriteFile(os.Getenv("MARK_FILE"), []byte("cancelled"), 0o644)
 			return nil, ctx.Err()
