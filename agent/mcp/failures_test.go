@@ -244,3 +244,14 @@ func TestHTTPHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestExitAtStart: a server that exits at once is down with the last line
+// it wrote on standard error.
+func TestExitAtStart(t *testing.T) {
+	m := start(t, testOptions(), ServerConfig{Name: "bad", Command: "sh",
+		Args: []string{"-c", "echo starting >&2; echo 'fatal: no such config file' >&2; exit 2"}})
+	eventually(t, "down", func() bool { return status(m, "bad").State == StateDown })
+	if s := status(m, "bad"); !strings.Contains(s.Error, "(its last line on standard error: fatal: no such config file)") {
+		t.Errorf("error = %q", s.Error)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,7 @@ func Start(ctx context.Context, servers []ServerConfig, opts *Options) *Manager 
 	for _, c := range servers {
 		s := &server{m: m, cfg: c, log: m.opts.Logger.With("mcp_server", c.Name),
 			state: StateStarting, since: time.Now(), relist: make(chan struct{}, 1)}
+		s.stderr = &lineLogger{log: s.log}
 		m.servers = append(m.servers, s)
 	}
 	for _, s := range m.servers {
@@ -241,6 +243,7 @@ type server struct {
 	cfg    ServerConfig
 	log    *slog.Logger
 	relist chan struct{} // a tools/list_changed arrived
+	stderr *lineLogger   // a stdio server's standard error
 
 	calls, errs atomic.Int64
 
@@ -309,7 +312,11 @@ func (s *server) run(ctx context.Context) {
 			s.setState(StateDown, "closed")
 			return
 		}
-		s.setState(StateDown, err.Error())
+		why := err.Error()
+		if last := s.stderr.lastLine(); last != "" {
+			why += " (its last line on standard error: " + last + ")"
+		}
+		s.setState(StateDown, why)
 		if !readyAt.IsZero() && time.Since(readyAt) >= time.Minute {
 			backoff = s.m.opts.MinBackoff
 		}
@@ -423,7 +430,8 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		for k, v := range s.cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		cmd.Stderr = &lineLogger{log: s.log}
+		s.stderr.reset()
+		cmd.Stderr = s.stderr
 		sess.tasks = &taskState{pending: map[any]string{}}
 		transport = &taskTransport{inner: &mcp.CommandTransport{Command: cmd,
 			TerminateDuration: s.m.opts.TerminateTimeout}, st: sess.tasks}
@@ -473,11 +481,29 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
-// lineLogger logs a stdio server's standard error, line by line.
+// lineLogger logs a stdio server's standard error, line by line, and
+// keeps the last line, which often says why a server exited.
 type lineLogger struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	buf []byte
+	log  *slog.Logger
+	mu   sync.Mutex
+	buf  []byte
+	last string
+}
+
+func (l *lineLogger) reset() {
+	l.mu.Lock()
+	l.buf, l.last = nil, ""
+	l.mu.Unlock()
+}
+
+func (l *lineLogger) lastLine() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := l.last
+	if len(l.buf) > 0 {
+		last = string(l.buf)
+	}
+	return cut(strings.TrimSpace(last), 200)
 }
 
 func (l *lineLogger) Write(p []byte) (int, error) {
@@ -489,7 +515,11 @@ func (l *lineLogger) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		l.log.Debug("mcp server stderr", "line", string(l.buf[:i]))
+		line := string(l.buf[:i])
+		l.log.Debug("mcp server stderr", "line", line)
+		if strings.TrimSpace(line) != "" {
+			l.last = line
+		}
 		l.buf = l.buf[i+1:]
 	}
 	if len(l.buf) > 64<<10 {
