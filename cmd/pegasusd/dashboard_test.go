@@ -51,6 +51,7 @@ type browser struct {
 	ctx   context.Context
 	shots string
 	n     int
+	axe   string // axe-core's script, once read (dashboard_axe_test.go)
 }
 
 func newBrowser(t *testing.T, exe string) *browser {
@@ -205,6 +206,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the overview shows %d counts before the token", n)
 	}
 	b.shot("token")
+	b.accessible("token")
 	b.do("a wrong token", chromedp.SendKeys(chromedp.ID("token-input"), "wrong"), chromedp.Click(chromedp.ID("token-ok")))
 	b.until("the token refused", `document.getElementById("token-dialog").open && document.getElementById("token-error").textContent.includes("refused")`)
 	b.do("the token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-ok")))
@@ -232,6 +234,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.tokenKept("pegasus.token", token)
 	b.shot("overview")
+	b.accessible("overview")
 
 	// A task submitted elsewhere appears live and completes without a
 	// reload.
@@ -259,6 +262,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.until("the state-at view", `document.getElementById("at-state-value") !== null`)
 	b.shot("task")
+	b.accessible("task")
 
 	// The "state at" slider folds to an earlier event: at the task's
 	// second event (TASK_CREATED) it was reasoning.
@@ -274,6 +278,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("open the suspended task", chromedp.Navigate(p.url+"/#/tasks/"+suspended))
 	b.until("the question", `document.getElementById("task-question") !== null && document.getElementById("cancel-btn") !== null && document.getElementById("at-state-value") !== null`)
 	b.shot("suspended")
+	b.accessible("suspended task")
 	b.do("cancel", chromedp.Click(chromedp.ID("cancel-btn")))
 	b.until("armed", `document.getElementById("cancel-btn").textContent.includes("again")`)
 	b.do("confirm", chromedp.Click(chromedp.ID("cancel-btn")))
@@ -295,12 +300,27 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("the list", chromedp.Navigate(p.url+"/#/tasks?state=completed"))
 	b.until("completed tasks", `document.querySelectorAll('#tasks tbody tr[data-state="completed"]').length === 4`)
 	b.shot("tasks")
+	b.accessible("tasks")
 	// By machine: the select offers the machines the stats count.
 	b.do("the list by machine", chromedp.Navigate(p.url+"/#/tasks?machine=pegasus.task%400"))
 	b.until("no task of version 0", `document.getElementById("list-status").textContent.startsWith("0 tasks") &&
 		document.querySelector('#f-machine option[value="pegasus.task@1"]') !== null`)
 	eval[bool](b, `(() => { const s = document.getElementById("f-machine"); s.value = "pegasus.task@1"; s.dispatchEvent(new Event("change")); return true; })()`)
 	b.until("the tasks of version 1", `location.hash === "#/tasks?machine=pegasus.task%401" && document.querySelectorAll('#tasks tbody tr[data-id]').length === 5`)
+
+	// A Dispatch task on the overview: its type and source are counted
+	// too.
+	mustStatus(t, c.as("client", "POST", "/api/v1/tasks", `{"title":"job","required_capabilities":["gpu"]}`), http.StatusCreated)
+	b.do("the overview again", chromedp.Navigate(p.url+"/#/"))
+	b.until("the dispatch task counted", `document.querySelector('#by-machine [data-key^="dispatch.task"]') !== null`)
+	b.accessible("overview with a dispatch task")
+
+	// The broker's page (its admin routes are open: the daemon listens
+	// on loopback without an admin token).
+	b.do("the broker", chromedp.Navigate(p.url+"/#/broker"))
+	b.until("the broker's counts", `document.querySelector('#broker-counts [data-count="all"]') !== null && document.querySelector("#workers tbody tr") !== null`)
+	b.shot("broker")
+	b.accessible("broker")
 
 	// A phone's width.
 	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))

@@ -334,7 +334,7 @@ function renderCharts(el, st, oldest) {
 
   const d = t.duration_ms || {}, cd = t.completed_duration_ms || {}, fd = t.failed_duration_ms || {};
   const lat = h("section", { class: "card", "aria-labelledby": "lat-h" }, h("h2", { id: "lat-h" }, "Task duration (input to end)"),
-    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
+    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "outcome"), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
       h("tbody", {}, [["all", d], ["completed", cd], ["failed", fd]].map(([k, r]) =>
         h("tr", {}, h("th", {}, k), h("td", { class: "num" }, r.count || 0), ...[r.p50, r.p90, r.p99, r.max].map(v => h("td", { class: "num" }, r.count ? fmtMs(v) : "—"))))))));
 
@@ -360,10 +360,11 @@ function renderCharts(el, st, oldest) {
       h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
   // Tasks created by machine (NAME@VERSION), type and source, each a link
   // to the task list filtered by it ("(other)" counts the keys beyond the
-  // stats' bound and has no filter).
+  // stats' bound and has no filter; "(none)" the tasks without one, a
+  // Dispatch task's type, which no filter selects either).
   const table = (title, m, filter) => h("section", { class: "card", id: "by-" + filter }, h("h2", {}, title),
     Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, 10)
-      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
+      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : k === "" ? h("span", { class: "muted" }, "(none)") : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
         h("td", { class: "num", "data-key": k }, n))))) : h("p", { class: "muted" }, "none yet"));
   set(el, thr, lat, fail, runtime, table("Tasks by machine", t.by_machine, "machine"),
     table("Tasks by type", t.by_type, "type"), table("Tasks by source", t.by_source, "source"));
@@ -684,7 +685,7 @@ views.broker = async function (signal, params) {
       h("h2", { id: "dlq-h" }, "Dead letters"), form, dlqErr, dlqStatus,
       h("div", { class: "tablewrap" }, h("table", { id: "dlq" },
         h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "Title"), h("th", { class: "hide-narrow" }, "Capabilities"),
-          h("th", {}, "Error"), h("th", { class: "hide-narrow" }, "Retries"), h("th", { class: "hide-narrow" }, "Dead since"), h("th", {}, ""))), dlq))));
+          h("th", {}, "Error"), h("th", { class: "hide-narrow" }, "Retries"), h("th", { class: "hide-narrow" }, "Dead since"), h("th", {}, h("span", { class: "sr-only" }, "Action")))), dlq))));
 
   const requeue = async (what, path, body) => {
     dlqErr.textContent = "";
