@@ -27,6 +27,7 @@ type Server struct {
 	store   EventStore
 	view    ReadModel
 	history replay.Reader // the per-task queries: state at a bound, why
+	catalog Catalog       // tools, models and task types; nil: none
 	model   string        // the model's name, for /v1/stats
 
 	log           *slog.Logger
@@ -53,7 +54,7 @@ func New(deps Deps, opts *Options) *Server {
 		o = *opts
 	}
 	o.EnsureDefaults()
-	s := &Server{a: deps.Agent, store: deps.Store, keys: deps.Keys, view: deps.View, history: deps.History, model: deps.Model,
+	s := &Server{a: deps.Agent, store: deps.Store, keys: deps.Keys, view: deps.View, history: deps.History, catalog: deps.Catalog, model: deps.Model,
 		log: o.Logger.With("component", "http"), token: newTokenCheck(o.Token),
 		maxBody: o.MaxBodyBytes, checkpointDir: o.CheckpointDir, base: deps.Base}
 	if s.base == nil {
@@ -116,6 +117,9 @@ func (s *Server) routes() http.Handler {
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	route("/v1/tools", map[string]handler{"GET": s.tools})
+	route("/v1/models", map[string]handler{"GET": s.models})
+	route("/v1/task-types", map[string]handler{"GET": s.taskTypes})
 	route("/v1/openapi.json", map[string]handler{"GET": s.openAPI})
 	s.brokerRoutes(route)
 	route("/healthz", map[string]handler{"GET": s.healthz})
