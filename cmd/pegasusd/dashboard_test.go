@@ -322,6 +322,30 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.shot("broker")
 	b.accessible("broker")
 
+	// The tools page, from the navigation: what /v1/tools, /v1/models and
+	// /v1/task-types answer (TestDashboardToolsInBrowser shows each kind).
+	var tools struct{ Tools []struct{ Name string } }
+	var models struct{ Models []struct{ Name string } }
+	var types struct {
+		TaskTypes []struct{ Name string } `json:"task_types"`
+	}
+	c.do("GET", "/v1/tools", "").json(t, &tools)
+	c.do("GET", "/v1/models", "").json(t, &models)
+	c.do("GET", "/v1/task-types", "").json(t, &types)
+	b.do("the tools page", chromedp.Click(chromedp.CSS(`nav a[data-nav="tools"]`)))
+	b.until("the tools", `location.hash === "#/tools" && document.getElementById("tools-status") !== null && document.getElementById("tools-status").textContent !== ""`)
+	for what, n := range map[string]int{"#tools tr[data-tool]": len(tools.Tools), "#models tr[data-model]": len(models.Models),
+		"#task-types tr[data-type]": len(types.TaskTypes)} {
+		if got := eval[int](b, fmt.Sprintf(`document.querySelectorAll(%q).length`, what)); got != n {
+			t.Errorf("the tools page shows %d %s, the API %d", got, what, n)
+		}
+	}
+	if got := eval[string](b, `document.querySelector('nav a[aria-current="page"]').dataset.nav`); got != "tools" {
+		t.Errorf("the navigation marks %q, want tools", got)
+	}
+	b.shot("tools")
+	b.accessible("tools")
+
 	// A phone's width.
 	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))
 	b.until("the narrow overview", `document.querySelector('#counts [data-count="failed"]') !== null && document.querySelector('#counts [data-count="failed"]').textContent === "1"`)
