@@ -308,9 +308,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	eval[bool](b, `(() => { const s = document.getElementById("f-machine"); s.value = "pegasus.task@1"; s.dispatchEvent(new Event("change")); return true; })()`)
 	b.until("the tasks of version 1", `location.hash === "#/tasks?machine=pegasus.task%401" && document.querySelectorAll('#tasks tbody tr[data-id]').length === 5`)
 
-	// A Dispatch task on the overview: its type and source are counted
-	// too.
-	mustStatus(t, c.as("client", "POST", "/api/v1/tasks", `{"title":"job","required_capabilities":["gpu"]}`), http.StatusCreated)
+	// A Dispatch task on the overview (its type and source are counted
+	// too), which a worker fails into the dead-letter queue.
+	mustStatus(t, c.as("w1", "PUT", "/api/v1/agents/w1", `{"capabilities":["gpu"],"max_tasks":1}`), http.StatusOK)
+	job := dtask(t, c.as("client", "POST", "/api/v1/tasks", `{"title":"render","required_capabilities":["gpu"],"max_retries":0}`))
+	for len(c.poll("w1")) == 0 {
+	}
+	mustStatus(t, c.as("w1", "POST", "/api/v1/tasks/"+job.TaskID+"/fail", `{"error":"out of memory","retry_eligible":false}`), http.StatusOK)
 	b.do("the overview again", chromedp.Navigate(p.url+"/#/"))
 	b.until("the dispatch task counted", `document.querySelector('#by-machine [data-key^="dispatch.task"]') !== null`)
 	b.accessible("overview with a dispatch task")
@@ -318,7 +322,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The broker's page (its admin routes are open: the daemon listens
 	// on loopback without an admin token).
 	b.do("the broker", chromedp.Navigate(p.url+"/#/broker"))
-	b.until("the broker's counts", `document.querySelector('#broker-counts [data-count="all"]') !== null && document.querySelector("#workers tbody tr") !== null`)
+	b.until("the worker and the dead letter", fmt.Sprintf(`document.querySelector('#workers tr[data-id="w1"]') !== null && document.querySelector('#dlq tr[data-id=%q]') !== null`, job.TaskID))
 	b.shot("broker")
 	b.accessible("broker")
 
