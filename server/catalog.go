@@ -14,53 +14,41 @@ var noParameters = json.RawMessage(`{"type":"object"}`)
 // tools serves GET /v1/tools: every tool the agent knows now, where it
 // runs and, for an MCP server's, the server's health.
 func (s *Server) tools(w http.ResponseWriter, r *http.Request) *apiError {
-	if _, e := query(r); e != nil {
-		return e
-	}
-	out := api.ToolList{Tools: []api.Tool{}}
-	if s.catalog != nil {
-		for _, t := range s.catalog.Tools() {
-			if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
-				t.Parameters = noParameters
-			}
-			t.TaskTypes = nonNil(t.TaskTypes)
-			out.Tools = append(out.Tools, t)
+	return catalogList(s, w, r, "tools", Catalog.Tools, func(t *api.Tool) {
+		if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
+			t.Parameters = noParameters
 		}
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+		t.TaskTypes = nonNil(t.TaskTypes)
+	})
 }
 
 // models serves GET /v1/models: each named model, its probe at start and
 // its calls.
 func (s *Server) models(w http.ResponseWriter, r *http.Request) *apiError {
-	if _, e := query(r); e != nil {
-		return e
-	}
-	out := api.ModelList{Models: []api.Model{}}
-	if s.catalog != nil {
-		for _, m := range s.catalog.Models() {
-			m.BaseURL = redactURL(m.BaseURL)
-			out.Models = append(out.Models, m)
-		}
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return catalogList(s, w, r, "models", Catalog.Models, func(m *api.Model) { m.BaseURL = redactURL(m.BaseURL) })
 }
 
 // taskTypes serves GET /v1/task-types: each task type as resolved now.
 func (s *Server) taskTypes(w http.ResponseWriter, r *http.Request) *apiError {
+	return catalogList(s, w, r, "task_types", Catalog.TaskTypes, func(t *api.TaskType) {
+		t.Fallback, t.Tools = nonNil(t.Fallback), nonNil(t.Tools)
+	})
+}
+
+// catalogList answers {key: list} with the catalog's list (empty without
+// a catalog), each entry passed through fix.
+func catalogList[T any](s *Server, w http.ResponseWriter, r *http.Request, key string, list func(Catalog) []T, fix func(*T)) *apiError {
 	if _, e := query(r); e != nil {
 		return e
 	}
-	out := api.TaskTypeList{TaskTypes: []api.TaskType{}}
+	out := []T{}
 	if s.catalog != nil {
-		for _, t := range s.catalog.TaskTypes() {
-			t.Fallback, t.Tools = nonNil(t.Fallback), nonNil(t.Tools)
-			out.TaskTypes = append(out.TaskTypes, t)
+		for _, v := range list(s.catalog) {
+			fix(&v)
+			out = append(out, v)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, map[string][]T{key: out})
 	return nil
 }
 
