@@ -37,9 +37,26 @@ type Tool struct {
 	TaskTypes []string `json:"task_types"`
 }
 
-// ToolList is the answer of GET /v1/tools.
+// MCPServer is an MCP server the daemon runs or connects to: its tools
+// are offered as <name>__<tool>.
+type MCPServer struct {
+	Name      string `json:"name"`
+	Transport string `json:"transport"` // how the daemon reaches it: stdio (a command it runs) or Streamable HTTP (a URL)
+	// Health is HealthOK, HealthStarting or HealthDown; Error says why a
+	// server is down.
+	Health   string    `json:"health"`
+	Error    string    `json:"error,omitempty"`
+	Tools    int       `json:"tools"`          // the tools it offers now
+	Restarts int       `json:"restarts"`       // since the daemon started
+	Since    time.Time `json:"since,omitzero"` // when it entered its health
+}
+
+// ToolList is the answer of GET /v1/tools: the tools, and the MCP
+// servers they come from (a server that is down lists no tool, but is
+// there).
 type ToolList struct {
-	Tools []Tool `json:"tools"`
+	Tools   []Tool      `json:"tools"`
+	Servers []MCPServer `json:"servers"`
 }
 
 // Model is a model the agent calls: GET /v1/models.

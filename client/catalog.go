@@ -14,6 +14,15 @@ func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
 	return out.Tools, err
 }
 
+// MCPServers lists the MCP servers the daemon runs or connects to, with
+// each one's health (GET /v1/tools, its servers), a server that is down
+// and offers no tool included.
+func (c *Client) MCPServers(ctx context.Context) ([]api.MCPServer, error) {
+	var out api.ToolList
+	_, err := c.do(ctx, c.get("/v1/tools", nil), &out)
+	return out.Servers, err
+}
+
 // Models lists the models the agent calls, with the probe of each at the
 // daemon's start and its calls (GET /v1/models).
 func (c *Client) Models(ctx context.Context) ([]api.Model, error) {

@@ -22,6 +22,10 @@ type catalog struct {
 func (c *catalog) Tools() []api.Tool         { return c.tools }
 func (c *catalog) Models() []api.Model       { return c.model }
 func (c *catalog) TaskTypes() []api.TaskType { return c.types }
+func (c *catalog) MCPServers() []api.MCPServer {
+	return []api.MCPServer{{Name: "everything", Transport: "stdio", Health: api.HealthOK, Tools: 1,
+		Since: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)}}
+}
 
 // TestCatalog reads the tools, models and task types of a server that has
 // them (the package's server, whose catalog is given here) field for
@@ -51,6 +55,10 @@ func TestCatalog(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(tools, want.tools) {
 		t.Errorf("Tools = %+v, %v\nwant %+v", tools, err, want.tools)
 	}
+	servers, err := c.MCPServers(ctx)
+	if err != nil || !reflect.DeepEqual(servers, want.MCPServers()) {
+		t.Errorf("MCPServers = %+v, %v\nwant %+v", servers, err, want.MCPServers())
+	}
 	models, err := c.Models(ctx)
 	if err != nil || !reflect.DeepEqual(models, want.model) {
 		t.Errorf("Models = %+v, %v\nwant %+v", models, err, want.model)
@@ -63,6 +71,9 @@ func TestCatalog(t *testing.T) {
 	d := newClient(t, nil)
 	if tools, err := d.Tools(ctx); err != nil || tools == nil {
 		t.Errorf("the daemon's Tools = %v, %v", tools, err)
+	}
+	if servers, err := d.MCPServers(ctx); err != nil || servers == nil {
+		t.Errorf("the daemon's MCPServers = %v, %v", servers, err)
 	}
 	if models, err := d.Models(ctx); err != nil || models == nil {
 		t.Errorf("the daemon's Models = %v, %v", models, err)

@@ -12,14 +12,33 @@ import (
 var noParameters = json.RawMessage(`{"type":"object"}`)
 
 // tools serves GET /v1/tools: every tool the agent knows now, where it
-// runs and, for an MCP server's, the server's health.
+// runs and, for an MCP server's, the server's health; and the MCP
+// servers.
 func (s *Server) tools(w http.ResponseWriter, r *http.Request) *apiError {
-	return catalogList(s, w, r, "tools", Catalog.Tools, func(t *api.Tool) {
-		if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
-			t.Parameters = noParameters
+	if _, e := query(r); e != nil {
+		return e
+	}
+	out := api.ToolList{Tools: []api.Tool{}, Servers: s.mcpServers()}
+	if s.catalog != nil {
+		for _, t := range s.catalog.Tools() {
+			if len(t.Parameters) == 0 || string(t.Parameters) == "null" {
+				t.Parameters = noParameters
+			}
+			t.TaskTypes = nonNil(t.TaskTypes)
+			out.Tools = append(out.Tools, t)
 		}
-		t.TaskTypes = nonNil(t.TaskTypes)
-	})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// mcpServers are the catalog's MCP servers (MCPServers), [] for none.
+func (s *Server) mcpServers() []api.MCPServer {
+	out := []api.MCPServer{}
+	if l, ok := s.catalog.(MCPServers); ok {
+		out = append(out, l.MCPServers()...)
+	}
+	return out
 }
 
 // models serves GET /v1/models: each named model, its probe at start and

@@ -19,6 +19,14 @@ type fakeCatalog struct {
 	types []api.TaskType
 }
 
+// fakeMCP is a catalog that runs MCP servers too.
+type fakeMCP struct {
+	*fakeCatalog
+	servers []api.MCPServer
+}
+
+func (f *fakeMCP) MCPServers() []api.MCPServer { return f.servers }
+
 func (f *fakeCatalog) Tools() []api.Tool         { return f.tools }
 func (f *fakeCatalog) Models() []api.Model       { return f.model }
 func (f *fakeCatalog) TaskTypes() []api.TaskType { return f.types }
@@ -33,7 +41,8 @@ func catalogServer(t *testing.T, c Catalog) *httptest.Server {
 // TestCatalogRoutes: /v1/tools, /v1/models and /v1/task-types serve the
 // catalog in its order, with [] rather than null for a missing list, an
 // object schema for a tool that declares none and a model's password
-// hidden; without a catalog, empty lists.
+// hidden; /v1/tools and /readyz list the MCP servers of a catalog that
+// has them; without a catalog, empty lists.
 func TestCatalogRoutes(t *testing.T) {
 	probed := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
 	cat := &fakeCatalog{
@@ -66,9 +75,25 @@ func TestCatalogRoutes(t *testing.T) {
 		return body
 	}
 
-	hs := catalogServer(t, cat)
+	servers := []api.MCPServer{
+		{Name: "everything", Transport: "stdio", Health: api.HealthDown, Error: "exited: status 1", Tools: 1, Restarts: 3, Since: probed},
+		{Name: "search", Transport: "http", Health: api.HealthStarting},
+	}
+	hs := catalogServer(t, &fakeMCP{cat, servers})
 	var tools api.ToolList
 	get(t, hs, "/v1/tools", &tools)
+	if !reflect.DeepEqual(tools.Servers, servers) {
+		t.Errorf("GET /v1/tools: servers\n got %+v\nwant %+v", tools.Servers, servers)
+	}
+	// /readyz lists them; the daemon is ready with a server down.
+	var ready struct {
+		Status  string          `json:"status"`
+		Servers []api.MCPServer `json:"mcp_servers"`
+	}
+	get(t, hs, "/readyz", &ready)
+	if ready.Status != "ready" || !reflect.DeepEqual(ready.Servers, servers) {
+		t.Errorf("GET /readyz = %+v, want ready with %+v", ready, servers)
+	}
 	wantTools := append([]api.Tool(nil), cat.tools...)
 	wantTools[0].Parameters = json.RawMessage(`{"type":"object"}`)
 	wantTools[2].Parameters = json.RawMessage(`{"type":"object"}`)
@@ -102,7 +127,10 @@ func TestCatalogRoutes(t *testing.T) {
 
 	// Without a catalog: empty lists, not null.
 	empty := catalogServer(t, nil)
-	for path, want := range map[string]string{"/v1/tools": `{"tools":[]}`, "/v1/models": `{"models":[]}`, "/v1/task-types": `{"task_types":[]}`} {
+	if status, _, body := fakeDo(t, catalogServer(t, cat), "GET", "/readyz"); status != http.StatusOK || body != `{"status":"ready"}`+"\n" {
+		t.Errorf("GET /readyz without MCP servers = %d %s", status, body)
+	}
+	for path, want := range map[string]string{"/v1/tools": `{"tools":[],"servers":[]}`, "/v1/models": `{"models":[]}`, "/v1/task-types": `{"task_types":[]}`} {
 		if status, _, body := fakeDo(t, empty, "GET", path); status != http.StatusOK || body != want+"\n" {
 			t.Errorf("GET %s without a catalog = %d %q, want 200 %s", path, status, body, want)
 		}

@@ -83,6 +83,13 @@ type Catalog interface {
 	TaskTypes() []api.TaskType
 }
 
+// MCPServers is what a Catalog that runs MCP servers also reports: each
+// server's state, for GET /v1/tools and /readyz. A Catalog without it
+// has no MCP server to report.
+type MCPServers interface {
+	MCPServers() []api.MCPServer
+}
+
 // Deps is what a Server serves, usually all from one started engine
 // (engine.Engine has a method for each).
 type Deps struct {

@@ -261,7 +261,8 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 
 // readyz is ready when the daemon takes work: not stopping, and the event
 // log healthy (it turns 503 with the reason as soon as the log refuses
-// writes or finds corruption).
+// writes or finds corruption). Its answer lists the MCP servers' states,
+// if any.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	if reason := StorageReason(s.store.Health()); reason != "" {
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
@@ -269,7 +270,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	if s.draining.Load() || !s.a.Accepting() {
 		return errShuttingDown
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	out := map[string]any{"status": "ready"}
+	// Each MCP server's state: a server that is down does not make the
+	// daemon unready (its tools fail at once), but the details show it.
+	if servers := s.mcpServers(); len(servers) > 0 {
+		out["mcp_servers"] = servers
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

@@ -20,10 +20,17 @@ import (
 // as an engine built from a configuration file reports them
 // (server.Catalog); the test changes a server's health.
 type shownCatalog struct {
-	mu    sync.Mutex
-	tools []api.Tool
-	model []api.Model
-	types []api.TaskType
+	mu      sync.Mutex
+	tools   []api.Tool
+	servers []api.MCPServer
+	model   []api.Model
+	types   []api.TaskType
+}
+
+func (c *shownCatalog) MCPServers() []api.MCPServer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]api.MCPServer(nil), c.servers...)
 }
 
 func (c *shownCatalog) Tools() []api.Tool {
@@ -42,11 +49,17 @@ func (c *shownCatalog) setHealth(server, health, err string) {
 			c.tools[i].Health, c.tools[i].Error = health, err
 		}
 	}
+	for i := range c.servers {
+		if c.servers[i].Name == server {
+			c.servers[i].Health, c.servers[i].Error = health, err
+		}
+	}
 }
 
 // TestDashboardToolsInBrowser: the Tools page shows each tool with its
 // source (built in, MCP server, worker capability), its MCP server's
-// health and its schema, the MCP servers, the models with their probe and
+// health and its schema, the MCP servers (one that is down and offers no
+// tool too), the models with their probe and
 // counts, the task types with their version; the overview offers the
 // daemon's task types. The engine is real; its catalog is given here.
 func TestDashboardToolsInBrowser(t *testing.T) {
@@ -69,6 +82,11 @@ func TestDashboardToolsInBrowser(t *testing.T) {
 				Source: api.SourceMCP, Server: "search", Health: api.HealthDown, Error: "connection refused; retrying in 4s", TaskTypes: []string{}},
 			{Name: "shout", Description: "Upper-cases a text.", Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
 				Source: api.SourceWorker, Capability: "shout", TaskTypes: []string{"triage"}},
+		},
+		servers: []api.MCPServer{
+			{Name: "everything", Transport: "stdio", Health: api.HealthOK, Tools: 2, Since: time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)},
+			{Name: "fs", Transport: "stdio", Health: api.HealthDown, Error: "npx: not found", Restarts: 5},
+			{Name: "search", Transport: "http", Health: api.HealthDown, Error: "connection refused; retrying in 4s", Tools: 1, Restarts: 2},
 		},
 		model: []api.Model{
 			{Name: "main", BaseURL: "http://127.0.0.1:1/v1", Model: "big", Default: true,
@@ -108,8 +126,9 @@ func TestDashboardToolsInBrowser(t *testing.T) {
 		`#tools tr[data-tool="get_current_time"] td:nth-child(3)`: "—",
 		`#tools tr[data-tool="everything__echo"] td:nth-child(4)`: "triage",
 		`#tools tr[data-tool="search__find"] td:nth-child(4)`:     "none",
-		`#mcp-servers tr[data-server="everything"]`:               "everything\tok\t2",
-		`#mcp-servers tr[data-server="search"]`:                   "search\tdown connection refused; retrying in 4s\t1",
+		`#mcp-servers tr[data-server="everything"]`:               "everything\tstdio\tok\nsince 2026-11-26 09:00:00Z\n\t2\t0",
+		`#mcp-servers tr[data-server="fs"]`:                       "fs\tstdio\tdown npx: not found\t0\t5",
+		`#mcp-servers tr[data-server="search"]`:                   "search\thttp\tdown connection refused; retrying in 4s\t1\t2",
 		`#models tr[data-model="main"] td:nth-child(1)`:           "main (default)\nbig",
 		`#models tr[data-model="spare"] td:nth-child(3)`:          "failed\nconnection refused\n2026-11-26 09:00:00Z",
 		`#models tr[data-model="main"] td:nth-child(3)`:           "ok HTTP 200\n2026-11-26 09:00:00Z",

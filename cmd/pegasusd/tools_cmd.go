@@ -52,10 +52,11 @@ func (c *client) tools(cc *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	all, err := api.Tools(cc.Context)
-	if err != nil {
-		return api.cliError(cc.Context, err)
+	var list papi.ToolList
+	if err := api.call(cc.Context, "GET", "/v1/tools", &list); err != nil {
+		return err
 	}
+	all := list.Tools
 	src := cc.String("source")
 	shown := []papi.Tool{}
 	for _, t := range all {
@@ -74,31 +75,39 @@ func (c *client) tools(cc *cli.Context) error {
 		}
 		return c.printTool(shown[i])
 	}
+	servers := []papi.MCPServer{}
+	for _, sv := range list.Servers {
+		if src == "" || src == papi.SourceMCP || src == "mcp:"+sv.Name {
+			servers = append(servers, sv)
+		}
+	}
 	if cc.Bool("json") {
-		return c.printJSON(papi.ToolList{Tools: shown})
+		return c.printJSON(papi.ToolList{Tools: shown, Servers: servers})
 	}
 	if len(shown) == 0 {
 		fmt.Fprintln(c.stdout, "no tools")
-		return nil
+	} else if err := c.printTools(shown); err != nil {
+		return err
 	}
+	// Why a server is not up, once per server (one that is down may
+	// offer no tool at all).
+	for _, sv := range servers {
+		if sv.Health != papi.HealthOK {
+			fmt.Fprintf(c.stdout, "mcp server %s is %s%s\n", sv.Name, sv.Health, toolPrefixed(": ", sv.Error))
+		}
+	}
+	return nil
+}
+
+// printTools prints the table of tools.
+func (c *client) printTools(shown []papi.Tool) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tSOURCE\tHEALTH\tTASK TYPES\tDESCRIPTION")
 	for _, t := range shown {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, toolSource(t), toolOrDash(t.Health), toolOrDash(strings.Join(t.TaskTypes, ",")),
 			toolOrDash(toolFirstLine(t.Description, 60)))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	// Why a server is not up, once per server.
-	seen := map[string]bool{}
-	for _, t := range shown {
-		if t.Source == papi.SourceMCP && t.Health != "" && t.Health != papi.HealthOK && !seen[t.Server] {
-			seen[t.Server] = true
-			fmt.Fprintf(c.stdout, "mcp server %s is %s%s\n", t.Server, t.Health, toolPrefixed(": ", t.Error))
-		}
-	}
-	return nil
+	return tw.Flush()
 }
 
 // printTool prints one tool, its schema indented.

@@ -34,24 +34,33 @@ func runTools(t *testing.T, args ...string) (code int, stdout, stderr string) {
 }
 
 // toolsCatalog is a daemon's tools (server.Catalog), without models or
-// task types.
+// task types, and its MCP servers (server.MCPServers): fs is starting,
+// search is down and offers no tool.
 type toolsCatalog []papi.Tool
 
-func (c toolsCatalog) Tools() []papi.Tool         { return c }
+func (c toolsCatalog) Tools() []papi.Tool { return c }
+func (c toolsCatalog) MCPServers() []papi.MCPServer {
+	return []papi.MCPServer{
+		{Name: "everything", Transport: "stdio", Health: papi.HealthOK, Tools: 1},
+		{Name: "fs", Transport: "stdio", Health: papi.HealthStarting},
+		{Name: "search", Transport: "http", Health: papi.HealthDown, Error: "connection refused; retrying in 4s"},
+	}
+}
 func (c toolsCatalog) Models() []papi.Model       { return nil }
 func (c toolsCatalog) TaskTypes() []papi.TaskType { return nil }
 
 // TestToolsCommand: `pegasusd tools` asks the daemon and prints a table
-// (source, health, task types), why a server is down, one tool with its
-// schema, --source filters and --json; an unknown tool exits as not found.
+// (source, health, task types) and why a server is down (one with no
+// tool too), one tool with its schema, --source filters and --json; an
+// unknown tool exits as not found.
 func TestToolsCommand(t *testing.T) {
 	cat := toolsCatalog{
 		{Name: "get_current_time", Description: "The current date and time.", Parameters: json.RawMessage(`{"type":"object"}`),
 			Source: papi.SourceBuiltin, TaskTypes: []string{"general", "plan"}},
 		{Name: "everything__echo", Description: "Echoes back the input.\nSecond line.", Parameters: json.RawMessage(`{"type":"object","properties":{"message":{"type":"string"}}}`),
 			Source: papi.SourceMCP, Server: "everything", Health: papi.HealthOK, TaskTypes: []string{"general"}},
-		{Name: "search__find", Parameters: json.RawMessage(`{"type":"object"}`), Source: papi.SourceMCP, Server: "search",
-			Health: papi.HealthDown, Error: "exited with status 1; restarting in 2s", TaskTypes: []string{}},
+		{Name: "fs__read", Parameters: json.RawMessage(`{"type":"object"}`), Source: papi.SourceMCP, Server: "fs",
+			Health: papi.HealthStarting, TaskTypes: []string{}},
 		{Name: "shout", Description: "Upper-cases a text.", Parameters: json.RawMessage(`{"type":"object"}`),
 			Source: papi.SourceWorker, Capability: "shout", TaskTypes: []string{"general"}},
 	}
@@ -59,12 +68,13 @@ func TestToolsCommand(t *testing.T) {
 	defer hs.Close()
 
 	code, out, errs := runTools(t, "--server", hs.URL)
-	want := `TOOL              SOURCE          HEALTH  TASK TYPES    DESCRIPTION
-get_current_time  builtin         -       general,plan  The current date and time.
-everything__echo  mcp:everything  ok      general       Echoes back the input.
-search__find      mcp:search      down    -             -
-shout             worker:shout    -       general       Upper-cases a text.
-mcp server search is down: exited with status 1; restarting in 2s
+	want := `TOOL              SOURCE          HEALTH    TASK TYPES    DESCRIPTION
+get_current_time  builtin         -         general,plan  The current date and time.
+everything__echo  mcp:everything  ok        general       Echoes back the input.
+fs__read          mcp:fs          starting  -             -
+shout             worker:shout    -         general       Upper-cases a text.
+mcp server fs is starting
+mcp server search is down: connection refused; retrying in 4s
 `
 	if code != 0 || out != want {
 		t.Errorf("tools: exit %d %s\n got:\n%s\nwant:\n%s", code, errs, out, want)
@@ -91,7 +101,7 @@ parameters:
 		t.Errorf("tools NAME: exit %d\n got:\n%s\nwant:\n%s", code, out, want)
 	}
 
-	for src, names := range map[string][]string{"mcp": {"everything__echo", "search__find"}, "mcp:search": {"search__find"},
+	for src, names := range map[string][]string{"mcp": {"everything__echo", "fs__read"}, "mcp:fs": {"fs__read"},
 		"worker:shout": {"shout"}, "builtin": {"get_current_time"}, "go": {}} {
 		code, out, _ := runTools(t, "--server", hs.URL, "--source", src, "--json")
 		var got papi.ToolList

@@ -799,7 +799,7 @@ views.tools = async function (signal) {
   set(main, h("h1", {}, "Tools"), status,
     section("tools", "Tools", [th("Tool"), th("Source"), th("Health"), th("Task types", "hide-narrow"), th("Arguments")], tools,
       h("div", { class: "filters row" }, h("div", { class: "field" }, h("label", { for: "tools-source" }, "Source"), source))),
-    section("mcp-servers", "MCP servers", [th("Server"), th("Health"), th("Tools")], servers),
+    section("mcp-servers", "MCP servers", [th("Server"), th("Transport", "hide-narrow"), th("Health"), th("Tools"), th("Restarts", "hide-narrow")], servers),
     section("models", "Models", [th("Model"), th("API", "hide-narrow"), th("Probe at start"), th("Calls"), th("Errors")], models),
     section("task-types", "Task types", [th("Type"), th("Model"), th("Tools"), th("Max iterations", "hide-narrow"),
       th("Reflection", "hide-narrow"), th("Version")], types));
@@ -816,17 +816,25 @@ views.tools = async function (signal) {
       h("td", {}, h("details", {}, h("summary", {}, "schema"), h("pre", { class: "schema" }, JSON.stringify(t.parameters, null, 2)))))));
     if (!shown.length) tools.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, tl.tools.length ? "No tool of this source." : "The daemon reports no tool.")));
 
-    // The MCP servers, from their tools: each tool carries its server's
+    // The MCP servers as the daemon lists them (a server that is down may
+    // offer no tool), or else from their tools: each carries its server's
     // health.
-    const byServer = new Map();
-    for (const t of tl.tools.filter(t => t.source === "mcp")) {
-      const sv = byServer.get(t.server) || { name: t.server, health: t.health, error: t.error, tools: [] };
-      sv.tools.push(t.name);
-      byServer.set(t.server, sv);
+    let svs = tl.servers || [];
+    if (!svs.length) {
+      const byServer = new Map();
+      for (const t of tl.tools.filter(t => t.source === "mcp")) {
+        const sv = byServer.get(t.server) || { name: t.server, health: t.health, error: t.error, tools: 0 };
+        sv.tools++;
+        byServer.set(t.server, sv);
+      }
+      svs = [...byServer.values()].sort((a, b) => a.name < b.name ? -1 : 1);
     }
-    set(servers, ...[...byServer.values()].sort((a, b) => a.name < b.name ? -1 : 1).map(sv => h("tr", { "data-server": sv.name },
-      h("td", {}, h("code", {}, sv.name)), h("td", {}, healthBadge(sv.health, sv.error)), h("td", { "data-tools": sv.tools.length }, sv.tools.length))));
-    if (!byServer.size) servers.append(h("tr", {}, h("td", { colspan: 3, class: "muted" }, "No MCP server (mcpServers in the configuration file).")));
+    set(servers, ...svs.map(sv => h("tr", { "data-server": sv.name },
+      h("td", {}, h("code", {}, sv.name)), h("td", { class: "hide-narrow" }, sv.transport || "—"),
+      h("td", {}, healthBadge(sv.health, sv.error), sv.since ? h("div", { class: "muted" }, "since " + fmtTime(sv.since)) : null),
+      h("td", { class: "num", "data-tools": sv.tools }, sv.tools),
+      h("td", { class: "num hide-narrow" }, sv.restarts === undefined ? "—" : sv.restarts))));
+    if (!svs.length) servers.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No MCP server (mcpServers in the configuration file).")));
 
     set(models, ...ml.models.map(m => h("tr", { "data-model": m.name },
       h("td", {}, h("code", {}, m.name), m.default ? h("span", { class: "muted" }, " (default)") : null, h("div", { class: "muted" }, m.model)),

@@ -69,6 +69,7 @@ async function waitFor<T>(what: string, poll: () => Promise<T>, done: (v: T) => 
   const tools = await client.GET("/v1/tools");
   check(tools.data !== undefined && Array.isArray(tools.data.tools), "GET /v1/tools", tools.error);
   for (const t of tools.data!.tools) check(typeof t.name === "string" && ["builtin", "go", "mcp", "worker"].includes(t.source), "a tool", t);
+  for (const sv of tools.data!.servers) check(["ok", "starting", "down"].includes(sv.health) && typeof sv.tools === "number", "an MCP server", sv);
   const models = await client.GET("/v1/models");
   check(models.data !== undefined && Array.isArray(models.data.models), "GET /v1/models", models.error);
   for (const m of models.data!.models) check(typeof m.probe.ok === "boolean" && typeof m.calls === "number", "a model", m);
