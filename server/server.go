@@ -139,7 +139,8 @@ func (s *Server) wrap(h handler) http.Handler {
 	})
 }
 
-// middleware authenticates, bounds the body, recovers panics and logs.
+// middleware authenticates, bounds the body, ends the request with the
+// base context, recovers panics and logs.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &metrics.StatusRecorder{ResponseWriter: w}
@@ -161,7 +162,12 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, s.maxBody)
-		next.ServeHTTP(rec, r)
+		// The request ends with the base context too, whatever server
+		// serves it: a stream or a long poll does not hold a stop.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+		next.ServeHTTP(rec, r.WithContext(ctx))
 	})
 }
 
