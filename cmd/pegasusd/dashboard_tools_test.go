@@ -116,7 +116,7 @@ func TestDashboardToolsInBrowser(t *testing.T) {
 
 	b := newBrowser(t, exe)
 	b.do("the tools page", chromedp.Navigate(hs.URL+"/#/tools"))
-	b.until("the tools", `document.querySelectorAll("#tools tr[data-tool]").length === 5`)
+	b.until("the tools, live", `document.querySelectorAll("#tools tr[data-tool]").length === 5 && document.getElementById("live").classList.contains("on")`)
 	for sel, want := range map[string]string{
 		`#tools tr[data-tool="get_current_time"] td:nth-child(2)`: "built-in",
 		`#tools tr[data-tool="everything__echo"] td:nth-child(2)`: "MCP server everything",

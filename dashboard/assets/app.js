@@ -765,10 +765,11 @@ views.broker = async function (signal, params) {
 // views.tools: what the agent runs with (docs/dashboard.md): every tool
 // and where it runs (built in, a Go tool of the program, an MCP server, a
 // broker worker), with its argument schema and its MCP server's health;
-// the MCP servers those tools come from; the models with their probe at
-// start and their calls; the task types with their version. It reads
-// /v1/tools, /v1/models and /v1/task-types again every 10 seconds (a
-// server's health is no event of the log).
+// the MCP servers; the models with their probe at start and their calls;
+// the task types with their version. It reads /v1/tools, /v1/models and
+// /v1/task-types again after the log's events (a model call moves the
+// counts) and every 10 seconds (a server's health is no event of the
+// log).
 const SOURCES = { builtin: "built-in", go: "Go", mcp: "MCP server", worker: "worker" };
 const HEALTH = { ok: "completed", starting: "suspended", down: "failed" }; // the state badge's colour
 
@@ -860,21 +861,25 @@ views.tools = async function (signal) {
       `${yl.task_types.length} task type${yl.task_types.length === 1 ? "" : "s"}; read ${fmtTime(new Date().toISOString())}`;
   }
   source.addEventListener("change", () => { if (last) render(); });
-  while (!signal.aborted) {
-    try {
-      const got = await Promise.all([api("GET", "/v1/tools"), api("GET", "/v1/models"), api("GET", "/v1/task-types")]);
-      if (signal.aborted) return;
-      // The open schemas stay open across a refresh.
-      const open = new Set([...tools.querySelectorAll("details[open]")].map(d => d.closest("tr").dataset.tool));
-      last = got;
-      render();
-      for (const tr of tools.querySelectorAll("tr[data-tool]")) if (open.has(tr.dataset.tool)) tr.querySelector("details").open = true;
-    } catch (e) {
-      if (!last) { showError(main, e); return; }
-      status.textContent = (e.code ? e.code + ": " : "") + e.message;
-    }
-    await new Promise(r => { const t = setTimeout(r, 10000); signal.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true }); });
+  async function refresh() {
+    const got = await Promise.all([api("GET", "/v1/tools"), api("GET", "/v1/models"), api("GET", "/v1/task-types")]);
+    if (signal.aborted) return;
+    // The open schemas stay open across a refresh.
+    const open = new Set([...tools.querySelectorAll("details[open]")].map(d => d.closest("tr").dataset.tool));
+    last = got;
+    render();
+    for (const tr of tools.querySelectorAll("tr[data-tool]")) if (open.has(tr.dataset.tool)) tr.querySelector("details").open = true;
   }
+  try {
+    const [st] = await Promise.all([api("GET", "/v1/stats"), refresh()]);
+    // The log's events (model calls) move the models' counts.
+    const again = debounce(() => refresh().catch(e => { status.textContent = (e.code ? e.code + ": " : "") + e.message; }), 1000);
+    stream("/v1/events/stream", st.log.head, () => again(), signal);
+    while (!signal.aborted) {
+      await new Promise(r => { const t = setTimeout(r, 10000); signal.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true }); });
+      if (!signal.aborted) again();
+    }
+  } catch (e) { showError(main, e); }
 };
 
 // ---- router
