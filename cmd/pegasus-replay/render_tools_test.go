@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/replay"
@@ -11,30 +13,29 @@ import (
 // (an MCP server, a worker's capability and its broker task, a Go tool),
 // an MCP task's handle and a result's parts, from the events' bodies; a
 // built-in tool's call, and an event of a log from before those fields,
-// reads as it always did.
+// reads as it always did. The cases are the dashboard's too
+// (dashboard/testdata/tool-summaries.json): the task page writes the
+// same.
 func TestToolCallSummary(t *testing.T) {
-	for _, c := range []struct {
-		name, typ, summary, data, want string
-	}{
-		{"mcp started", "TOOL_CALL_STARTED", "step=0 tool=everything__echo key=K/call_1",
-			`{"tool":"everything__echo","source":"mcp:everything","handle":"task-7"}`,
-			"step=0 tool=everything__echo key=K/call_1 source=mcp:everything handle=task-7"},
-		{"mcp result with parts", "TOOL_CALL_COMPLETED", "step=0 tool=everything__image ok",
-			`{"source":"mcp:everything","parts":[{"type":"image","mime_type":"image/png"},{"type":"resource","truncated":true}]}`,
-			"step=0 tool=everything__image ok source=mcp:everything parts=image,resource(truncated)"},
-		{"worker", "TOOL_CALL_FAILED", "step=1 tool=shout error=dead-lettered",
-			`{"source":"worker:shout","task":"01JPAGD75M0000000001FET00Y"}`,
-			"step=1 tool=shout error=dead-lettered source=worker:shout task=01JPAGD75M0000000001FET00Y"},
-		{"go", "TOOL_CALL_COMPLETED", "step=0 tool=lookup ok", `{"source":"go"}`, "step=0 tool=lookup ok source=go"},
-		{"built in", "TOOL_CALL_COMPLETED", "step=0 tool=notify ok", `{"source":"builtin"}`, "step=0 tool=notify ok"},
-		{"before sources", "TOOL_CALL_STARTED", "step=0 tool=memory_read key=K/call_1", `{"tool":"memory_read"}`, "step=0 tool=memory_read key=K/call_1"},
-		{"said already", "TOOL_CALL_STARTED", "step=0 tool=x source=mcp:a", `{"source":"mcp:a"}`, "step=0 tool=x source=mcp:a"},
-		{"not a tool call", "TASK_CREATED", "type=general", `{"source":"api"}`, "type=general"},
-		{"no body", "TOOL_CALL_STARTED", "", ``, ""},
-	} {
-		j := replay.EventJSON{Type: c.typ, Summary: c.summary, Data: json.RawMessage(c.data)}
-		if got := eventSummary(j); got != c.want {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+	in, err := os.ReadFile(filepath.Join("..", "..", "dashboard", "testdata", "tool-summaries.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name, Type, Summary, Want string
+		Data                      json.RawMessage
+	}
+	if err := json.Unmarshal(in, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		data := c.Data
+		if string(data) == "null" {
+			data = nil
+		}
+		j := replay.EventJSON{Type: c.Type, Summary: c.Summary, Data: data}
+		if got := eventSummary(j); got != c.Want {
+			t.Errorf("%s: %q, want %q", c.Name, got, c.Want)
 		}
 	}
 }

@@ -260,6 +260,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[int](b, `document.querySelectorAll("#tree li[data-type]").length`); got < int(tj.Version) {
 		t.Errorf("the causation tree has %d events, the task %d", got, tj.Version)
 	}
+	// Each event's one-line summary, as the CLIs print it.
+	if got := eval[string](b, `document.querySelector('#timeline > li[data-type="TOOL_CALL_STARTED"] .esum').textContent`); !strings.Contains(got, "tool=current_time") {
+		t.Errorf("the tool call's summary on the timeline: %q", got)
+	}
 	b.until("the state-at view", `document.getElementById("at-state-value") !== null`)
 	b.shot("task")
 	b.accessible("task")

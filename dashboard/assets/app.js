@@ -620,13 +620,30 @@ function renderHistory(el, t) {
       : h("p", { class: "muted" }, "No transition yet: the task waits in idle."));
 }
 
+// eventSummary is an event's one-line summary (the API's, as the CLIs
+// print it) and, for a tool call, where the tool ran when not built in,
+// the broker task of a worker tool's call, an MCP task's handle and the
+// types of a result's parts, as pegasus-replay show writes them.
+function eventSummary(e) {
+  let out = e.summary || "";
+  const d = e.data;
+  if (!/^TOOL_CALL_(STARTED|COMPLETED|FAILED)$/.test(e.type) || !d || typeof d !== "object") return out;
+  const add = (k, v) => { if (v && !(e.summary || "").includes(k + "=")) out += (out ? " " : "") + k + "=" + v; };
+  if (d.source !== "builtin") add("source", d.source);
+  add("task", d.task);
+  add("handle", d.handle);
+  if (Array.isArray(d.parts) && d.parts.length) add("parts", d.parts.map(p => p.type).join(",") + (d.parts.some(p => p.truncated) ? "(truncated)" : ""));
+  return out;
+}
+
 function renderTimeline(el, evs) {
   const open = new Set([...el.querySelectorAll("details[open]")].map(d => d.dataset.seq));
   set(el, h("h2", { id: "tl-h" }, `Event timeline (${evs.length})`),
     h("ol", { class: "timeline", id: "timeline" }, evs.map(e => h("li", { "data-type": e.type },
       h("details", { "data-seq": String(e.seq), open: open.has(String(e.seq)) },
         h("summary", {}, h("span", { class: "etype" }, e.type), " ",
-          h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`)),
+          h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`),
+          eventSummary(e) ? h("span", { class: "esum mono" }, eventSummary(e)) : null),
         h("dl", { class: "kv" }, h("dt", {}, "id"), h("dd", { class: "mono" }, e.id),
           h("dt", {}, "caused by"), h("dd", { class: "mono" }, e.causation || "— (external input)")),
         h("pre", {}, e.decode_error ? "body not decodable: " + e.decode_error : JSON.stringify(e.data, null, 2)))))));
