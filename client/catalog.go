@@ -9,8 +9,7 @@ import (
 // Tools lists every tool the agent knows now, where each runs and the
 // health of its MCP server (GET /v1/tools).
 func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
-	var out api.ToolList
-	_, err := c.do(ctx, c.get("/v1/tools", nil), &out)
+	out, err := c.toolList(ctx)
 	return out.Tools, err
 }
 
@@ -18,9 +17,15 @@ func (c *Client) Tools(ctx context.Context) ([]api.Tool, error) {
 // each one's health (GET /v1/tools, its servers), a server that is down
 // and offers no tool included.
 func (c *Client) MCPServers(ctx context.Context) ([]api.MCPServer, error) {
+	out, err := c.toolList(ctx)
+	return out.Servers, err
+}
+
+// toolList is the answer of GET /v1/tools.
+func (c *Client) toolList(ctx context.Context) (api.ToolList, error) {
 	var out api.ToolList
 	_, err := c.do(ctx, c.get("/v1/tools", nil), &out)
-	return out.Servers, err
+	return out, err
 }
 
 // Models lists the models the agent calls, with the probe of each at the
