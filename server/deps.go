@@ -7,6 +7,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/api"
 	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -73,6 +74,22 @@ type Metrics interface {
 	InstrumentHTTP(h http.Handler) http.Handler
 }
 
+// Catalog is what the daemon runs with: its tools, models and task
+// types, as GET /v1/tools, /v1/models and /v1/task-types serve them. An
+// engine built from a configuration file implements it.
+type Catalog interface {
+	Tools() []api.Tool
+	Models() []api.Model
+	TaskTypes() []api.TaskType
+}
+
+// MCPServers is what a Catalog that runs MCP servers also reports: each
+// server's state, for GET /v1/tools and /readyz. A Catalog without it
+// has no MCP server to report.
+type MCPServers interface {
+	MCPServers() []api.MCPServer
+}
+
 // Deps is what a Server serves, usually all from one started engine
 // (engine.Engine has a method for each).
 type Deps struct {
@@ -90,6 +107,9 @@ type Deps struct {
 	Broker *broker.Broker
 	// Metrics serves /metrics and counts requests; nil: neither.
 	Metrics Metrics
+	// Catalog serves /v1/tools, /v1/models and /v1/task-types; nil:
+	// they answer empty lists.
+	Catalog Catalog
 	// Model is the model's name, for /v1/stats.
 	Model string
 	// Base is the context of every request: when it ends, event streams

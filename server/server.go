@@ -27,6 +27,7 @@ type Server struct {
 	store   EventStore
 	view    ReadModel
 	history replay.Reader // the per-task queries: state at a bound, why
+	catalog Catalog       // tools, models and task types; nil: none
 	model   string        // the model's name, for /v1/stats
 
 	log           *slog.Logger
@@ -53,7 +54,7 @@ func New(deps Deps, opts *Options) *Server {
 		o = *opts
 	}
 	o.EnsureDefaults()
-	s := &Server{a: deps.Agent, store: deps.Store, keys: deps.Keys, view: deps.View, history: deps.History, model: deps.Model,
+	s := &Server{a: deps.Agent, store: deps.Store, keys: deps.Keys, view: deps.View, history: deps.History, catalog: deps.Catalog, model: deps.Model,
 		log: o.Logger.With("component", "http"), token: newTokenCheck(o.Token),
 		maxBody: o.MaxBodyBytes, checkpointDir: o.CheckpointDir, base: deps.Base}
 	if s.base == nil {
@@ -116,6 +117,9 @@ func (s *Server) routes() http.Handler {
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
+	route("/v1/tools", map[string]handler{"GET": s.tools})
+	route("/v1/models", map[string]handler{"GET": s.models})
+	route("/v1/task-types", map[string]handler{"GET": s.taskTypes})
 	route("/v1/openapi.json", map[string]handler{"GET": s.openAPI})
 	s.brokerRoutes(route)
 	route("/healthz", map[string]handler{"GET": s.healthz})
@@ -135,7 +139,8 @@ func (s *Server) wrap(h handler) http.Handler {
 	})
 }
 
-// middleware authenticates, bounds the body, recovers panics and logs.
+// middleware authenticates, bounds the body, ends the request with the
+// base context, recovers panics and logs.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &metrics.StatusRecorder{ResponseWriter: w}
@@ -157,7 +162,12 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, s.maxBody)
-		next.ServeHTTP(rec, r)
+		// The request ends with the base context too, whatever server
+		// serves it: a stream or a long poll does not hold a stop.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+		next.ServeHTTP(rec, r.WithContext(ctx))
 	})
 }
 
@@ -257,7 +267,8 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) *apiError {
 
 // readyz is ready when the daemon takes work: not stopping, and the event
 // log healthy (it turns 503 with the reason as soon as the log refuses
-// writes or finds corruption).
+// writes or finds corruption). Its answer lists the MCP servers' states,
+// if any.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	if reason := StorageReason(s.store.Health()); reason != "" {
 		return &apiError{status: http.StatusServiceUnavailable, Code: codeStorage, Message: reason}
@@ -265,7 +276,13 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) *apiError {
 	if s.draining.Load() || !s.a.Accepting() {
 		return errShuttingDown
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	out := map[string]any{"status": "ready"}
+	// Each MCP server's state: a server that is down does not make the
+	// daemon unready (its tools fail at once), but the details show it.
+	if servers := s.mcpServers(); len(servers) > 0 {
+		out["mcp_servers"] = servers
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

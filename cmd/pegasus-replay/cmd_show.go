@@ -115,7 +115,7 @@ func printTimeline(ctx context.Context, p *printer, r replay.Reader, tl *replay.
 		if s.From != s.To {
 			state = s.From.String() + " -> " + s.To.String()
 		}
-		summary := toEventJSON(ev).Summary
+		summary := eventSummary(toEventJSON(ev))
 		if s.Err != nil {
 			state, stateCol = "REFUSED", red
 			summary = s.Err.Error() + " | " + summary

@@ -203,6 +203,6 @@ func (t *tailer) print(ev eventlog.Event) error {
 	}
 	j := toEventJSON(ev)
 	t.p.Printf("%-8d %s  %-16s %s %s\n", ev.Seq, fmtTime(ev.Time), streamLabel(ev.Stream),
-		t.p.paint(typeColour(ev.Type), fmt.Sprintf("%-20s", ev.Type)), sanitize(j.Summary))
+		t.p.paint(typeColour(ev.Type), fmt.Sprintf("%-20s", ev.Type)), sanitize(eventSummary(j)))
 	return nil
 }

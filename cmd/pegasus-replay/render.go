@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 
@@ -89,11 +90,70 @@ func eventLine(p *printer, ev eventlog.Event) string {
 	b.WriteString(streamLabel(ev.Stream))
 	b.WriteByte(' ')
 	b.WriteString(fmtTime(ev.Time))
-	if j.Summary != "" {
+	if sum := eventSummary(j); sum != "" {
 		b.WriteByte(' ')
-		b.WriteString(sanitize(j.Summary))
+		b.WriteString(sanitize(sum))
 	}
 	return b.String()
+}
+
+// toolFacts are the fields of a tool call's events that say where the
+// tool ran (TOOL_CALL_STARTED, TOOL_CALL_COMPLETED, TOOL_CALL_FAILED),
+// read from the decoded body's JSON so that a log from before they
+// existed reads as built-in.
+type toolFacts struct {
+	Source string `json:"source"` // "" or "builtin", "go", "mcp:SERVER", "worker:CAPABILITY"
+	Task   string `json:"task"`   // the broker task of a worker tool's call
+	Handle string `json:"handle"` // an MCP server's durable task handle
+	Parts  []struct {
+		Type      string `json:"type"`
+		Truncated bool   `json:"truncated"`
+	} `json:"parts"` // a result's content that is not text
+}
+
+// eventSummary is an event's one-line summary, and for a tool call where
+// its tool ran, when not built in (source=mcp:everything,
+// source=worker:shout task=ID), an MCP task's handle and the types of a
+// result's parts (parts=image,resource; "(truncated)" when one was cut to
+// the event size limit). A fact the summary already states is not
+// repeated.
+func eventSummary(j eventJSON) string {
+	switch fsm.EventType(j.Type) {
+	case fsm.ToolCallStarted, fsm.ToolCallCompleted, fsm.ToolCallFailed:
+	default:
+		return j.Summary
+	}
+	var f toolFacts
+	if len(j.Data) == 0 || json.Unmarshal(j.Data, &f) != nil {
+		return j.Summary
+	}
+	out := j.Summary
+	add := func(key, value string) {
+		if value != "" && !strings.Contains(j.Summary, key+"=") {
+			if out != "" {
+				out += " "
+			}
+			out += key + "=" + value
+		}
+	}
+	if f.Source != "builtin" {
+		add("source", f.Source)
+	}
+	add("task", f.Task)
+	add("handle", f.Handle)
+	if len(f.Parts) > 0 {
+		types, cut := make([]string, 0, len(f.Parts)), false
+		for _, p := range f.Parts {
+			types = append(types, p.Type)
+			cut = cut || p.Truncated
+		}
+		v := strings.Join(types, ",")
+		if cut {
+			v += "(truncated)"
+		}
+		add("parts", v)
+	}
+	return out
 }
 
 // streamLabel shortens a task stream (a ULID) for human output; system

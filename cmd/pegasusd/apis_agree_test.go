@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/pegasus-engine/pegasus/api"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -184,5 +185,48 @@ func TestBrokerReportMessages(t *testing.T) {
 	r = td.as("client", "POST", "/v1/tasks", `{"input":"x","type":"nope"}`)
 	if code, msg := errorMessage(t, r); r.status != 400 || code != api.CodeBadRequest || !strings.HasPrefix(msg, `unknown task type "nope" (known: `) {
 		t.Errorf("unknown task type: %d %s %q", r.status, code, msg)
+	}
+}
+
+// TestAPIsAgreeOnTaskTypes: GET /v1/task-types lists the types POST
+// /v1/tasks takes (each one is accepted; an unknown one is refused with
+// a message naming every listed type), and GET /v1/tools agrees with it:
+// each tool a type offers is listed, and names that type among its
+// task_types. A daemon that serves no catalog lists nothing: the test
+// skips.
+func TestAPIsAgreeOnTaskTypes(t *testing.T) {
+	td := startDaemon(t, testConfig(t))
+	var types api.TaskTypeList
+	var tools api.ToolList
+	td.do("GET", "/v1/task-types", "").json(t, &types)
+	td.do("GET", "/v1/tools", "").json(t, &tools)
+	if len(types.TaskTypes) == 0 {
+		t.Skip("the daemon lists no task type: it serves no catalog (server.Deps.Catalog)")
+	}
+	r := td.do("POST", "/v1/tasks", `{"input":"x","type":"no-such-type"}`)
+	_, msg := errorMessage(t, r)
+	if r.status != 400 {
+		t.Errorf("an unknown type: %d %s, want 400", r.status, r.body)
+	}
+	offered := map[string][]string{}
+	for _, tl := range tools.Tools {
+		offered[tl.Name] = tl.TaskTypes
+	}
+	for _, ty := range types.TaskTypes {
+		if !strings.Contains(msg, ty.Name) {
+			t.Errorf("the refusal of an unknown type does not name %q: %s", ty.Name, msg)
+		}
+		r := td.do("POST", "/v1/tasks", fmt.Sprintf(`{"input":"hello","type":%q}`, ty.Name))
+		if r.status != 201 {
+			t.Errorf("POST /v1/tasks type %q: %d %s", ty.Name, r.status, r.body)
+		}
+		for _, name := range ty.Tools {
+			in, ok := offered[name]
+			if !ok {
+				t.Errorf("type %s offers %s, which GET /v1/tools does not list", ty.Name, name)
+			} else if !slices.Contains(in, ty.Name) {
+				t.Errorf("type %s offers %s, whose task_types are %v", ty.Name, name, in)
+			}
+		}
 	}
 }

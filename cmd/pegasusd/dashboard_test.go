@@ -51,6 +51,7 @@ type browser struct {
 	ctx   context.Context
 	shots string
 	n     int
+	axe   string // axe-core's script, once read (dashboard_axe_test.go)
 }
 
 func newBrowser(t *testing.T, exe string) *browser {
@@ -205,6 +206,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the overview shows %d counts before the token", n)
 	}
 	b.shot("token")
+	b.accessible("token")
 	b.do("a wrong token", chromedp.SendKeys(chromedp.ID("token-input"), "wrong"), chromedp.Click(chromedp.ID("token-ok")))
 	b.until("the token refused", `document.getElementById("token-dialog").open && document.getElementById("token-error").textContent.includes("refused")`)
 	b.do("the token", chromedp.SendKeys(chromedp.ID("token-input"), token), chromedp.Click(chromedp.ID("token-ok")))
@@ -232,6 +234,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	b.tokenKept("pegasus.token", token)
 	b.shot("overview")
+	b.accessible("overview")
 
 	// A task submitted elsewhere appears live and completes without a
 	// reload.
@@ -257,8 +260,13 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[int](b, `document.querySelectorAll("#tree li[data-type]").length`); got < int(tj.Version) {
 		t.Errorf("the causation tree has %d events, the task %d", got, tj.Version)
 	}
+	// Each event's one-line summary, as the CLIs print it.
+	if got := eval[string](b, `document.querySelector('#timeline > li[data-type="TOOL_CALL_STARTED"] .esum').textContent`); !strings.Contains(got, "tool=current_time") {
+		t.Errorf("the tool call's summary on the timeline: %q", got)
+	}
 	b.until("the state-at view", `document.getElementById("at-state-value") !== null`)
 	b.shot("task")
+	b.accessible("task")
 
 	// The "state at" slider folds to an earlier event: at the task's
 	// second event (TASK_CREATED) it was reasoning.
@@ -274,6 +282,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("open the suspended task", chromedp.Navigate(p.url+"/#/tasks/"+suspended))
 	b.until("the question", `document.getElementById("task-question") !== null && document.getElementById("cancel-btn") !== null && document.getElementById("at-state-value") !== null`)
 	b.shot("suspended")
+	b.accessible("suspended task")
 	b.do("cancel", chromedp.Click(chromedp.ID("cancel-btn")))
 	b.until("armed", `document.getElementById("cancel-btn").textContent.includes("again")`)
 	b.do("confirm", chromedp.Click(chromedp.ID("cancel-btn")))
@@ -295,12 +304,55 @@ func TestDashboardInBrowser(t *testing.T) {
 	b.do("the list", chromedp.Navigate(p.url+"/#/tasks?state=completed"))
 	b.until("completed tasks", `document.querySelectorAll('#tasks tbody tr[data-state="completed"]').length === 4`)
 	b.shot("tasks")
+	b.accessible("tasks")
 	// By machine: the select offers the machines the stats count.
 	b.do("the list by machine", chromedp.Navigate(p.url+"/#/tasks?machine=pegasus.task%400"))
 	b.until("no task of version 0", `document.getElementById("list-status").textContent.startsWith("0 tasks") &&
 		document.querySelector('#f-machine option[value="pegasus.task@1"]') !== null`)
 	eval[bool](b, `(() => { const s = document.getElementById("f-machine"); s.value = "pegasus.task@1"; s.dispatchEvent(new Event("change")); return true; })()`)
 	b.until("the tasks of version 1", `location.hash === "#/tasks?machine=pegasus.task%401" && document.querySelectorAll('#tasks tbody tr[data-id]').length === 5`)
+
+	// A Dispatch task on the overview (its type and source are counted
+	// too), which a worker fails into the dead-letter queue.
+	mustStatus(t, c.as("w1", "PUT", "/api/v1/agents/w1", `{"capabilities":["gpu"],"max_tasks":1}`), http.StatusOK)
+	job := dtask(t, c.as("client", "POST", "/api/v1/tasks", `{"title":"render","required_capabilities":["gpu"],"max_retries":0}`))
+	for len(c.poll("w1")) == 0 {
+	}
+	mustStatus(t, c.as("w1", "POST", "/api/v1/tasks/"+job.TaskID+"/fail", `{"error":"out of memory","retry_eligible":false}`), http.StatusOK)
+	b.do("the overview again", chromedp.Navigate(p.url+"/#/"))
+	b.until("the dispatch task counted", `document.querySelector('#by-machine [data-key^="dispatch.task"]') !== null`)
+	b.accessible("overview with a dispatch task")
+
+	// The broker's page (its admin routes are open: the daemon listens
+	// on loopback without an admin token).
+	b.do("the broker", chromedp.Navigate(p.url+"/#/broker"))
+	b.until("the worker and the dead letter", fmt.Sprintf(`document.querySelector('#workers tr[data-id="w1"]') !== null && document.querySelector('#dlq tr[data-id=%q]') !== null`, job.TaskID))
+	b.shot("broker")
+	b.accessible("broker")
+
+	// The tools page, from the navigation: what /v1/tools, /v1/models and
+	// /v1/task-types answer (TestDashboardToolsInBrowser shows each kind).
+	var tools struct{ Tools []struct{ Name string } }
+	var models struct{ Models []struct{ Name string } }
+	var types struct {
+		TaskTypes []struct{ Name string } `json:"task_types"`
+	}
+	c.do("GET", "/v1/tools", "").json(t, &tools)
+	c.do("GET", "/v1/models", "").json(t, &models)
+	c.do("GET", "/v1/task-types", "").json(t, &types)
+	b.do("the tools page", chromedp.Click(chromedp.CSS(`nav a[data-nav="tools"]`)))
+	b.until("the tools", `location.hash === "#/tools" && document.getElementById("tools-status") !== null && document.getElementById("tools-status").textContent !== ""`)
+	for what, n := range map[string]int{"#tools tr[data-tool]": len(tools.Tools), "#models tr[data-model]": len(models.Models),
+		"#task-types tr[data-type]": len(types.TaskTypes)} {
+		if got := eval[int](b, fmt.Sprintf(`document.querySelectorAll(%q).length`, what)); got != n {
+			t.Errorf("the tools page shows %d %s, the API %d", got, what, n)
+		}
+	}
+	if got := eval[string](b, `document.querySelector('nav a[aria-current="page"]').dataset.nav`); got != "tools" {
+		t.Errorf("the navigation marks %q, want tools", got)
+	}
+	b.shot("tools")
+	b.accessible("tools")
 
 	// A phone's width.
 	b.do("narrow", chromedp.EmulateViewport(390, 844), chromedp.Navigate(p.url+"/#/"))

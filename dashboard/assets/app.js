@@ -250,6 +250,13 @@ views.overview = async function (signal) {
       h("div", { class: "field" }, h("label", { for: "submit-priority" }, "Priority (lower first)"), prio),
       h("button", { type: "submit", id: "submit-btn" }, "Submit")),
     submitErr);
+  // The types to choose from are the daemon's (a configuration file adds
+  // its own); the built-in three until it answers.
+  api("GET", "/v1/task-types").then(r => {
+    if (signal.aborted || !r.task_types.length) return;
+    const was = typeSel.value;
+    set(typeSel, r.task_types.map(y => h("option", { value: y.name, selected: y.name === was }, y.name)));
+  }).catch(() => {});
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     submitErr.textContent = "";
@@ -267,6 +274,7 @@ views.overview = async function (signal) {
       h("h2", { id: "recent-h" }, "Most recent tasks ", h("a", { href: "#/tasks", class: "muted" }, "(all tasks)")),
       h("div", { class: "tablewrap" }, h("table", { id: "recent" },
         h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "State"), h("th", { class: "hide-narrow" }, "Type"),
+          h("th", { class: "hide-narrow", title: "pegasus.task: lower is more urgent; dispatch.task: higher is more urgent" }, "Priority"),
           h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Input"))), recent))),
     h("div", { class: "grid" }, form));
 
@@ -287,7 +295,7 @@ views.overview = async function (signal) {
       seen.add(t.task_id);
       return tr;
     }));
-    if (list.tasks.length === 0) recent.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No tasks yet: submit one below.")));
+    if (list.tasks.length === 0) recent.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No tasks yet: submit one below.")));
     first = false;
     return st;
   }
@@ -334,7 +342,7 @@ function renderCharts(el, st, oldest) {
 
   const d = t.duration_ms || {}, cd = t.completed_duration_ms || {}, fd = t.failed_duration_ms || {};
   const lat = h("section", { class: "card", "aria-labelledby": "lat-h" }, h("h2", { id: "lat-h" }, "Task duration (input to end)"),
-    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, ""), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
+    h("div", { class: "tablewrap" }, h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "outcome"), h("th", {}, "tasks"), h("th", {}, "p50"), h("th", {}, "p90"), h("th", {}, "p99"), h("th", {}, "max"))),
       h("tbody", {}, [["all", d], ["completed", cd], ["failed", fd]].map(([k, r]) =>
         h("tr", {}, h("th", {}, k), h("td", { class: "num" }, r.count || 0), ...[r.p50, r.p90, r.p99, r.max].map(v => h("td", { class: "num" }, r.count ? fmtMs(v) : "—"))))))));
 
@@ -360,10 +368,11 @@ function renderCharts(el, st, oldest) {
       h("dt", {}, "model"), h("dd", { class: "mono" }, st.model)));
   // Tasks created by machine (NAME@VERSION), type and source, each a link
   // to the task list filtered by it ("(other)" counts the keys beyond the
-  // stats' bound and has no filter).
+  // stats' bound and has no filter; "(none)" the tasks without one, a
+  // Dispatch task's type, which no filter selects either).
   const table = (title, m, filter) => h("section", { class: "card", id: "by-" + filter }, h("h2", {}, title),
     Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, 10)
-      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
+      .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : k === "" ? h("span", { class: "muted" }, "(none)") : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
         h("td", { class: "num", "data-key": k }, n))))) : h("p", { class: "muted" }, "none yet"));
   set(el, thr, lat, fail, runtime, table("Tasks by machine", t.by_machine, "machine"),
     table("Tasks by type", t.by_type, "type"), table("Tasks by source", t.by_source, "source"));
@@ -611,13 +620,30 @@ function renderHistory(el, t) {
       : h("p", { class: "muted" }, "No transition yet: the task waits in idle."));
 }
 
+// eventSummary is an event's one-line summary (the API's, as the CLIs
+// print it) and, for a tool call, where the tool ran when not built in,
+// the broker task of a worker tool's call, an MCP task's handle and the
+// types of a result's parts, as pegasus-replay show writes them.
+function eventSummary(e) {
+  let out = e.summary || "";
+  const d = e.data;
+  if (!/^TOOL_CALL_(STARTED|COMPLETED|FAILED)$/.test(e.type) || !d || typeof d !== "object") return out;
+  const add = (k, v) => { if (v && !(e.summary || "").includes(k + "=")) out += (out ? " " : "") + k + "=" + v; };
+  if (d.source !== "builtin") add("source", d.source);
+  add("task", d.task);
+  add("handle", d.handle);
+  if (Array.isArray(d.parts) && d.parts.length) add("parts", d.parts.map(p => p.type).join(",") + (d.parts.some(p => p.truncated) ? "(truncated)" : ""));
+  return out;
+}
+
 function renderTimeline(el, evs) {
   const open = new Set([...el.querySelectorAll("details[open]")].map(d => d.dataset.seq));
   set(el, h("h2", { id: "tl-h" }, `Event timeline (${evs.length})`),
     h("ol", { class: "timeline", id: "timeline" }, evs.map(e => h("li", { "data-type": e.type },
       h("details", { "data-seq": String(e.seq), open: open.has(String(e.seq)) },
         h("summary", {}, h("span", { class: "etype" }, e.type), " ",
-          h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`)),
+          h("span", { class: "muted" }, `v${e.version} · seq ${e.seq} · ${fmtTime(e.time)}`),
+          eventSummary(e) ? h("span", { class: "esum mono" }, eventSummary(e)) : null),
         h("dl", { class: "kv" }, h("dt", {}, "id"), h("dd", { class: "mono" }, e.id),
           h("dt", {}, "caused by"), h("dd", { class: "mono" }, e.causation || "— (external input)")),
         h("pre", {}, e.decode_error ? "body not decodable: " + e.decode_error : JSON.stringify(e.data, null, 2)))))));
@@ -684,7 +710,7 @@ views.broker = async function (signal, params) {
       h("h2", { id: "dlq-h" }, "Dead letters"), form, dlqErr, dlqStatus,
       h("div", { class: "tablewrap" }, h("table", { id: "dlq" },
         h("thead", {}, h("tr", {}, h("th", {}, "Task"), h("th", {}, "Title"), h("th", { class: "hide-narrow" }, "Capabilities"),
-          h("th", {}, "Error"), h("th", { class: "hide-narrow" }, "Retries"), h("th", { class: "hide-narrow" }, "Dead since"), h("th", {}, ""))), dlq))));
+          h("th", {}, "Error"), h("th", { class: "hide-narrow" }, "Retries"), h("th", { class: "hide-narrow" }, "Dead since"), h("th", {}, h("span", { class: "sr-only" }, "Action")))), dlq))));
 
   const requeue = async (what, path, body) => {
     dlqErr.textContent = "";
@@ -753,6 +779,126 @@ views.broker = async function (signal, params) {
   } catch (e) { showError(main, e); }
 };
 
+// views.tools: what the agent runs with (docs/dashboard.md): every tool
+// and where it runs (built in, a Go tool of the program, an MCP server, a
+// broker worker), with its argument schema and its MCP server's health;
+// the MCP servers; the models with their probe at start and their calls;
+// the task types with their version. It reads /v1/tools, /v1/models and
+// /v1/task-types again after the log's events (a model call moves the
+// counts) and every 10 seconds (a server's health is no event of the
+// log).
+const SOURCES = { builtin: "built-in", go: "Go", mcp: "MCP server", worker: "worker" };
+const HEALTH = { ok: "completed", starting: "suspended", down: "failed" }; // the state badge's colour
+
+function sourceText(t) {
+  if (t.source === "mcp") return ["MCP server ", h("code", {}, t.server)];
+  if (t.source === "worker") return ["worker capability ", h("code", {}, t.capability)];
+  return SOURCES[t.source] || t.source;
+}
+function healthBadge(health, error) {
+  if (!health) return h("span", { class: "muted" }, "—");
+  return [h("span", { class: "state " + (HEALTH[health] || "idle"), "data-health": health }, health),
+    error ? h("span", { class: "error health-error" }, " " + error) : null];
+}
+function list(xs, empty) {
+  return xs && xs.length ? xs.flatMap((x, i) => i ? [", ", h("code", {}, x)] : [h("code", {}, x)]) : h("span", { class: "muted" }, empty);
+}
+
+views.tools = async function (signal) {
+  document.title = "Tools · Pegasus";
+  const tools = h("tbody"), servers = h("tbody"), models = h("tbody"), types = h("tbody");
+  const status = h("p", { class: "muted", id: "tools-status" });
+  const source = h("select", { id: "tools-source", "aria-label": "Source" }, h("option", { value: "" }, "any source"),
+    Object.entries(SOURCES).map(([v, l]) => h("option", { value: v }, l)));
+  const th = (text, cls) => h("th", { scope: "col", class: cls }, text);
+  const section = (id, title, heads, body, extra) => h("section", { class: "card wide", "aria-labelledby": id + "-h" },
+    h("h2", { id: id + "-h" }, title), extra,
+    h("div", { class: "tablewrap" }, h("table", { id }, h("thead", {}, h("tr", {}, heads)), body)));
+  set(main, h("h1", {}, "Tools"), status,
+    section("tools", "Tools", [th("Tool"), th("Source"), th("Health"), th("Task types", "hide-narrow"), th("Arguments")], tools,
+      h("div", { class: "filters row" }, h("div", { class: "field" }, h("label", { for: "tools-source" }, "Source"), source))),
+    section("mcp-servers", "MCP servers", [th("Server"), th("Transport", "hide-narrow"), th("Health"), th("Tools"), th("Restarts", "hide-narrow")], servers),
+    section("models", "Models", [th("Model"), th("API", "hide-narrow"), th("Probe at start"), th("Calls"), th("Errors")], models),
+    section("task-types", "Task types", [th("Type"), th("Model"), th("Tools"), th("Max iterations", "hide-narrow"),
+      th("Reflection", "hide-narrow"), th("Version")], types));
+
+  let last = null;
+  function render() {
+    const [tl, ml, yl] = last;
+    const shown = tl.tools.filter(t => !source.value || t.source === source.value);
+    set(tools, ...shown.map(t => h("tr", { "data-tool": t.name, "data-source": t.source },
+      h("td", {}, h("code", {}, t.name), t.description ? h("div", { class: "muted desc" }, t.description) : null),
+      h("td", {}, sourceText(t)),
+      h("td", {}, healthBadge(t.health, t.error)),
+      h("td", { class: "hide-narrow" }, list(t.task_types, "none")),
+      h("td", {}, h("details", {}, h("summary", {}, "schema"), h("pre", { class: "schema" }, JSON.stringify(t.parameters, null, 2)))))));
+    if (!shown.length) tools.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, tl.tools.length ? "No tool of this source." : "The daemon reports no tool.")));
+
+    // The MCP servers as the daemon lists them (a server that is down may
+    // offer no tool), or else from their tools: each carries its server's
+    // health.
+    let svs = tl.servers || [];
+    if (!svs.length) {
+      const byServer = new Map();
+      for (const t of tl.tools.filter(t => t.source === "mcp")) {
+        const sv = byServer.get(t.server) || { name: t.server, health: t.health, error: t.error, tools: 0 };
+        sv.tools++;
+        byServer.set(t.server, sv);
+      }
+      svs = [...byServer.values()].sort((a, b) => a.name < b.name ? -1 : 1);
+    }
+    set(servers, ...svs.map(sv => h("tr", { "data-server": sv.name },
+      h("td", {}, h("code", {}, sv.name)), h("td", { class: "hide-narrow" }, sv.transport || "—"),
+      h("td", {}, healthBadge(sv.health, sv.error), sv.since ? h("div", { class: "muted" }, "since " + fmtTime(sv.since)) : null),
+      h("td", { class: "num", "data-tools": sv.tools }, sv.tools),
+      h("td", { class: "num hide-narrow" }, sv.restarts === undefined ? "—" : sv.restarts))));
+    if (!svs.length) servers.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No MCP server (mcpServers in the configuration file).")));
+
+    set(models, ...ml.models.map(m => h("tr", { "data-model": m.name },
+      h("td", {}, h("code", {}, m.name), m.default ? h("span", { class: "muted" }, " (default)") : null, h("div", { class: "muted" }, m.model)),
+      h("td", { class: "hide-narrow mono wrap" }, m.base_url),
+      h("td", { "data-probe": m.probe.ok ? "ok" : "failed" }, m.probe.ok ? h("span", { class: "state completed" }, "ok") : h("span", { class: "state failed" }, "failed"),
+        m.probe.status ? h("span", { class: "muted" }, " HTTP " + m.probe.status) : null,
+        m.probe.error ? h("div", { class: "error" }, m.probe.error) : null,
+        m.probe.at ? h("div", { class: "muted" }, fmtTime(m.probe.at)) : null),
+      h("td", { class: "num", "data-calls": m.calls }, m.calls),
+      h("td", { class: "num", "data-errors": m.errors }, m.errors))));
+    if (!ml.models.length) models.append(h("tr", {}, h("td", { colspan: 5, class: "muted" }, "The daemon reports no model.")));
+
+    set(types, ...yl.task_types.map(y => h("tr", { "data-type": y.name },
+      h("td", {}, h("code", {}, y.name), y.built_in ? h("span", { class: "muted" }, " (built in)") : null,
+        y.description ? h("div", { class: "muted desc" }, y.description) : null),
+      h("td", {}, h("code", {}, y.model), y.fallback.length ? h("div", { class: "muted" }, "then ", list(y.fallback)) : null),
+      h("td", { class: "wrap" }, list(y.tools, "none")),
+      h("td", { class: "num hide-narrow" }, y.max_iterations),
+      h("td", { class: "hide-narrow" }, y.reflection ? "on" : "off"),
+      h("td", { class: "mono", "data-version": y.version }, y.version))));
+    if (!yl.task_types.length) types.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "The daemon reports no task type.")));
+    status.textContent = `${tl.tools.length} tool${tl.tools.length === 1 ? "" : "s"}, ${ml.models.length} model${ml.models.length === 1 ? "" : "s"}, ` +
+      `${yl.task_types.length} task type${yl.task_types.length === 1 ? "" : "s"}; read ${fmtTime(new Date().toISOString())}`;
+  }
+  source.addEventListener("change", () => { if (last) render(); });
+  async function refresh() {
+    const got = await Promise.all([api("GET", "/v1/tools"), api("GET", "/v1/models"), api("GET", "/v1/task-types")]);
+    if (signal.aborted) return;
+    // The open schemas stay open across a refresh.
+    const open = new Set([...tools.querySelectorAll("details[open]")].map(d => d.closest("tr").dataset.tool));
+    last = got;
+    render();
+    for (const tr of tools.querySelectorAll("tr[data-tool]")) if (open.has(tr.dataset.tool)) tr.querySelector("details").open = true;
+  }
+  try {
+    const [st] = await Promise.all([api("GET", "/v1/stats"), refresh()]);
+    // The log's events (model calls) move the models' counts.
+    const again = debounce(() => refresh().catch(e => { status.textContent = (e.code ? e.code + ": " : "") + e.message; }), 1000);
+    stream("/v1/events/stream", st.log.head, () => again(), signal);
+    while (!signal.aborted) {
+      await new Promise(r => { const t = setTimeout(r, 10000); signal.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true }); });
+      if (!signal.aborted) again();
+    }
+  } catch (e) { showError(main, e); }
+};
+
 // ---- router
 
 let cleanup = null;
@@ -766,6 +912,7 @@ async function route() {
   if (parts[0] === "tasks" && parts[1]) { name = "task"; views.task(cleanup.signal, params, parts[1]); }
   else if (parts[0] === "tasks") { name = "tasks"; views.tasks(cleanup.signal, params); }
   else if (parts[0] === "broker") { name = "broker"; views.broker(cleanup.signal, params); }
+  else if (parts[0] === "tools") { name = "tools"; views.tools(cleanup.signal); }
   else views.overview(cleanup.signal);
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === (name === "task" ? "tasks" : name)) a.setAttribute("aria-current", "page");

@@ -5,7 +5,8 @@
 // its requests to the daemon at $PEGASUS_URL. If the document said
 // something the daemon does not do, this fails to compile or to run.
 //
-// It submits a task and waits for it (/v1), then registers a worker,
+// It submits a task and waits for it and lists the tools, models and
+// task types (/v1), then registers a worker,
 // polls and completes a task (/api/v1), and reads the errors' one shape.
 import createClient from "openapi-fetch";
 import type { components, paths } from "./pegasus.js";
@@ -60,6 +61,21 @@ async function waitFor<T>(what: string, poll: () => Promise<T>, done: (v: T) => 
   expectError(missing.error, 404, "not_found", missing.response.status);
   const bad = await client.GET("/v1/tasks", { params: { query: { state: "bogus" } } });
   expectError(bad.error, 400, "bad_request", bad.response.status);
+}
+
+// /v1: what the daemon runs with. Without a configuration the lists
+// may be empty; each entry has the document's fields.
+{
+  const tools = await client.GET("/v1/tools");
+  check(tools.data !== undefined && Array.isArray(tools.data.tools), "GET /v1/tools", tools.error);
+  for (const t of tools.data!.tools) check(typeof t.name === "string" && ["builtin", "go", "mcp", "worker"].includes(t.source), "a tool", t);
+  for (const sv of tools.data!.servers) check(["ok", "starting", "down"].includes(sv.health) && typeof sv.tools === "number", "an MCP server", sv);
+  const models = await client.GET("/v1/models");
+  check(models.data !== undefined && Array.isArray(models.data.models), "GET /v1/models", models.error);
+  for (const m of models.data!.models) check(typeof m.probe.ok === "boolean" && typeof m.calls === "number", "a model", m);
+  const types = await client.GET("/v1/task-types");
+  check(types.data !== undefined && Array.isArray(types.data.task_types), "GET /v1/task-types", types.error);
+  for (const t of types.data!.task_types) check(typeof t.version === "string" && Array.isArray(t.tools), "a task type", t);
 }
 
 // /api/v1: a client creates a task, a worker registers, polls, completes.
