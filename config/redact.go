@@ -41,8 +41,8 @@ func redactValue(name, v string) string {
 	return Redacted
 }
 
-// redactURL hides a password in a URL's user information.
-func redactURL(s string) string {
+// RedactURL hides a password in a URL's user information.
+func RedactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s
@@ -59,17 +59,17 @@ func (f *File) redacted() document {
 	d := f.doc
 	d.Models = slices.Clone(d.Models)
 	for i := range d.Models {
-		d.Models[i].BaseURL = redactURL(d.Models[i].BaseURL)
+		d.Models[i].BaseURL = RedactURL(d.Models[i].BaseURL)
 	}
 	if d.MCPServers != nil {
 		d.MCPServers = maps.Clone(d.MCPServers)
 		for name, s := range d.MCPServers {
-			s.URL = redactURL(s.URL)
+			s.URL = RedactURL(s.URL)
 			s.Env = redactMap(s.Env)
 			s.Headers = redactMap(s.Headers)
 			s.Args = slices.Clone(s.Args)
 			for i, a := range s.Args {
-				s.Args[i] = redactURL(a)
+				s.Args[i] = RedactURL(a)
 			}
 			d.MCPServers[name] = s
 		}

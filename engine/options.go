@@ -11,6 +11,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/cluster"
+	"github.com/pegasus-engine/pegasus/config"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -34,8 +35,24 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Model is the language model the agent calls. The default value is
-	// llm.Offline{}, the built-in offline demo model.
+	// the configuration's default model (Config), else llm.Offline{}, the
+	// built-in offline demo model.
 	Model llm.Model
+	// LLM is Model's endpoint when Model is an OpenAI-compatible client,
+	// for the catalog (/v1/models) and its probe. The default value, an
+	// empty BaseURL, lists Model without an endpoint.
+	LLM llm.Options
+	// ModelProbe is the probe of LLM's endpoint the caller already ran
+	// (pegasusd checks it before it binds). The default value, nil, has
+	// the engine probe it at start, in the background.
+	ModelProbe *llm.ProbeResult
+	// Config is the configuration file (docs/config.md): named models,
+	// task types, MCP servers, worker tools and schedules, added to the
+	// options above. The engine starts the MCP servers, hands worker tool
+	// calls to the broker, probes every model, and records the file's
+	// hash in SYSTEM_STARTED. The default value, nil, is none: the
+	// built-in task types and tools, and Model alone.
+	Config *config.File
 	// MaxActiveTasks is how many tasks reason or act at once; others wait,
 	// by priority then age. The default value is 5.
 	MaxActiveTasks int
@@ -107,7 +124,8 @@ type RetentionOptions struct {
 	ArchiveDir string
 }
 
-// EnsureDefaults fills the unset fields with their defaults.
+// EnsureDefaults fills the unset fields with their defaults. (Start
+// builds Model from Config's default model first, when it has one.)
 func (o *Options) EnsureDefaults() {
 	if o.DataDir == "" {
 		o.DataDir = "./pegasus-data"

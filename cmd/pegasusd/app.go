@@ -162,6 +162,7 @@ func newApp(c *client) *cli.App {
 				Name: "cancel", Usage: "cancel a task (it ends failed)", ArgsUsage: "ID",
 				Flags: with("cancel", reason("cancel")), Action: c.command("cancel"),
 			},
+			configCommand(stdout),
 			{
 				Name:      "completion",
 				Usage:     "print a shell completion script (bash or zsh)",
