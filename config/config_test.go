@@ -315,3 +315,25 @@ func TestLoadMissingFile(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// TestRedactedLoads: what Redacted prints (config check's output) is a
+// configuration that loads again, with the same hash.
+func TestRedactedLoads(t *testing.T) {
+	extra := map[string]string{"general.md": "You do anything.\n"}
+	p := write(t, "pegasus.yaml", full, extra)
+	f, err := Load(p, testEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	red, err := f.Redacted()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Load(write(t, "again.yaml", string(red), extra), testEnv)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, red)
+	}
+	if g.Hash() != f.Hash() || !reflect.DeepEqual(g.Schedules, f.Schedules) || !reflect.DeepEqual(g.Tools, f.Tools) {
+		t.Errorf("the printed configuration differs:\n%s", red)
+	}
+}
