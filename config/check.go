@@ -206,7 +206,7 @@ func (c *checker) models(f *File, ms []rawModel) error {
 func checkURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%q: want an http:// or https:// URL", RedactURL(s))
+		return fmt.Errorf("%q: want an http:// or https:// URL", llm.RedactURL(s))
 	}
 	return nil
 }

@@ -5,11 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
 )
 
 // Redacted is what a literal credential is printed as.
@@ -41,35 +42,22 @@ func redactValue(name, v string) string {
 	return Redacted
 }
 
-// RedactURL hides a password in a URL's user information.
-func RedactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		return strings.Replace(u.String(), "xxxxx", Redacted, 1)
-	}
-	return s
-}
-
 // redacted is the document with literal credentials replaced.
 func (f *File) redacted() document {
 	d := f.doc
 	d.Models = slices.Clone(d.Models)
 	for i := range d.Models {
-		d.Models[i].BaseURL = RedactURL(d.Models[i].BaseURL)
+		d.Models[i].BaseURL = llm.RedactURL(d.Models[i].BaseURL)
 	}
 	if d.MCPServers != nil {
 		d.MCPServers = maps.Clone(d.MCPServers)
 		for name, s := range d.MCPServers {
-			s.URL = RedactURL(s.URL)
+			s.URL = llm.RedactURL(s.URL)
 			s.Env = redactMap(s.Env)
 			s.Headers = redactMap(s.Headers)
 			s.Args = slices.Clone(s.Args)
 			for i, a := range s.Args {
-				s.Args[i] = RedactURL(a)
+				s.Args[i] = llm.RedactURL(a)
 			}
 			d.MCPServers[name] = s
 		}

@@ -3,10 +3,10 @@ package engine
 import (
 	"slices"
 
+	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/mcp"
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/api"
-	"github.com/pegasus-engine/pegasus/config"
 )
 
 // Catalog lists what the engine offers: its tools with their sources and
@@ -61,7 +61,7 @@ func health(state string) string {
 func (c *Catalog) Models() []api.Model {
 	out := make([]api.Model, 0, len(c.e.setup.models))
 	for _, m := range c.e.setup.models {
-		am := api.Model{Name: m.name, BaseURL: config.RedactURL(m.opts.BaseURL), Model: m.opts.Model, Default: m.def,
+		am := api.Model{Name: m.name, BaseURL: llm.RedactURL(m.opts.BaseURL), Model: m.opts.Model, Default: m.def,
 			Calls: m.model.calls.Load(), Errors: m.model.failed.Load()}
 		if am.Model == "" {
 			am.Model = m.model.Model.Name()

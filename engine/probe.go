@@ -33,13 +33,13 @@ func CheckModel(ctx context.Context, o llm.Options, h llm.ProbeHints, strict boo
 	}
 	r := llm.Probe(ctx, o, h)
 	if r.OK {
-		logger.Info("model endpoint answers", "url", o.BaseURL, "model", o.Model)
+		logger.Info("model endpoint answers", "url", llm.RedactURL(o.BaseURL), "model", o.Model)
 		return &r, nil
 	}
 	if strict {
 		return &r, fmt.Errorf("%w: %s (drop --llm-strict to start anyway)", ErrModelProbe, r.Error)
 	}
 	logger.Warn("model endpoint check failed: tasks will fail until it is fixed", "problem", r.Error,
-		"url", o.BaseURL, "model", o.Model)
+		"url", llm.RedactURL(o.BaseURL), "model", o.Model)
 	return &r, nil
 }

@@ -3,9 +3,11 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -28,6 +30,27 @@ type ProbeHints struct {
 	BaseURL, APIKey, Model string
 }
 
+// RedactURL hides the password of a URL's user information, for logs and
+// answers.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); !ok {
+		return s
+	}
+	u.User = url.User(u.User.Username())
+	at := strings.Index(s, "@")
+	scheme := strings.Index(s, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u.String()
+	}
+	return s[:scheme+3] + u.User.Username() + ":" + redactedPassword + s[at:]
+}
+
+const redactedPassword = "<redacted>"
+
 // FlagHints are the hints of pegasusd's --llm-* flags.
 var FlagHints = ProbeHints{BaseURL: "PEGASUS_LLM_BASE_URL", APIKey: "PEGASUS_LLM_API_KEY", Model: "PEGASUS_LLM_MODEL"}
 
@@ -46,10 +69,11 @@ func Probe(ctx context.Context, o Options, h ProbeHints) ProbeResult {
 func probe(ctx context.Context, o Options, h ProbeHints) (int, string) {
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	u := strings.TrimRight(o.BaseURL, "/") + "/models"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	target := strings.TrimRight(o.BaseURL, "/") + "/models"
+	u := RedactURL(target) // for the messages
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return 0, fmt.Sprintf("%s %q is not a URL: %v", h.BaseURL, o.BaseURL, err)
+		return 0, fmt.Sprintf("%s %q is not a URL", h.BaseURL, RedactURL(o.BaseURL))
 	}
 	if o.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+o.APIKey.Reveal())
@@ -60,6 +84,10 @@ func probe(ctx context.Context, o Options, h ProbeHints) (int, string) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text repeats the URL, with its password
+		}
 		return 0, fmt.Sprintf("GET %s: %v (is the model server running, and is %s right?)", u, err, h.BaseURL)
 	}
 	defer resp.Body.Close()
