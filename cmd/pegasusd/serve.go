@@ -326,9 +326,20 @@ func (c *config) loadConfig(cc *cli.Context) error {
 	if m.MaxAttempts > 0 {
 		set("llm-max-attempts", func() { c.llmAttempts = m.MaxAttempts })
 	}
+	// The probe's messages name where each part is set.
 	c.llmHints = engine.ModelHints(m)
-	if cc.IsSet("llm-base-url") || cc.IsSet("llm-model") || cc.IsSet("llm-api-key") {
-		c.llmHints = llm.FlagHints
+	for _, o := range []struct {
+		flag      string
+		hint      *string
+		flagsHint string
+	}{
+		{"llm-base-url", &c.llmHints.BaseURL, llm.FlagHints.BaseURL},
+		{"llm-model", &c.llmHints.Model, llm.FlagHints.Model},
+		{"llm-api-key", &c.llmHints.APIKey, llm.FlagHints.APIKey},
+	} {
+		if cc.IsSet(o.flag) {
+			*o.hint = o.flagsHint
+		}
 	}
 	return nil
 }
