@@ -31,6 +31,10 @@ const AskUser = "ask_user"
 // BuiltinTaskTypes are the task types a configuration may override.
 var BuiltinTaskTypes = []string{"general", "explore", "plan"}
 
+// DefaultModelName is the name of the --llm-* flags' model (or the
+// offline one) when no model of the file is the default.
+const DefaultModelName = "default"
+
 // MCPSeparator joins an MCP server's name and its tool's: "everything__echo".
 const MCPSeparator = "__"
 
@@ -163,6 +167,8 @@ func (c *checker) models(f *File, ms []rawModel) error {
 			return c.errorf(key+".name", "%q: a model's name is letters, digits, '_', '.', '-' (at most 64)", m.Name)
 		case seen[m.Name]:
 			return c.errorf(key+".name", "two models are named %q", m.Name)
+		case m.Name == DefaultModelName && !m.Default:
+			return c.errorf(key+".name", "%q names the --llm-* flags' model when no model is the default: give this one another name, or default: true", m.Name)
 		case m.BaseURL == "":
 			return c.errorf(key+".baseUrl", "model %q has no baseUrl (the API root, for example https://api.openai.com/v1)", m.Name)
 		case m.Model == "":

@@ -266,6 +266,7 @@ func TestBad(t *testing.T) {
 		{"no base url", "models:\n  - name: m\n    model: m\n", 2, "models[0].baseUrl", "no baseUrl"},
 		{"two defaults", "models:\n  - {name: a, baseUrl: http://h/v1, model: m, default: true}\n  - {name: b, baseUrl: http://h/v1, model: m, default: true}\n",
 			3, "models[1].default", "both the default"},
+		{"default name", "models:\n  - {name: default, baseUrl: http://h/v1, model: m}\n", 2, "models[0].name", "another name"},
 		{"two tools", "tools:\n  - {name: a, capability: c}\n  - {name: a, capability: c}\n", 3, "tools[1].name", "two tools are named \"a\""},
 		{"builtin tool", "tools:\n  - {name: notify, capability: c}\n", 2, "tools[0].name", "built-in"},
 		{"mcp tool name", server + "tools:\n  - {name: everything__echo, capability: c}\n", 5, "tools[0].name", "clash with the tools of MCP server \"everything\""},

@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/agent/mcp"
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/config"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -211,5 +213,46 @@ func TestConfigDefaultModel(t *testing.T) {
 	m := e.Catalog().Models()[0]
 	if m.Name != "main" || m.Calls < 1 || m.Errors < 1 || m.Probe.Status != 401 {
 		t.Errorf("model: %+v", m)
+	}
+}
+
+// TestMCPServers: the configuration's servers reach the manager as
+// written, the secrets expanded, the working directory beside the file;
+// the engine reports each one's state (neither runs: the command does
+// not exist, nothing listens at the URL).
+func TestMCPServers(t *testing.T) {
+	f := loadConfig(t, `mcpServers:
+  everything:
+    command: pegasus-test-no-such-mcp-server
+    args: ["-y", "@modelcontextprotocol/server-everything", "stdio"]
+    env: {LOG_LEVEL: warn}
+    cwd: work
+  search:
+    url: http://127.0.0.1:1/mcp
+    headers: {Authorization: "Bearer ${TOKEN}"}
+`, map[string]string{"TOKEN": "canary"})
+	got := mcpServers(f)
+	want := []mcp.ServerConfig{
+		{Name: "everything", Command: "pegasus-test-no-such-mcp-server", Args: []string{"-y", "@modelcontextprotocol/server-everything", "stdio"},
+			Env: map[string]string{"LOG_LEVEL": "warn"}, Dir: filepath.Join(filepath.Dir(f.Path), "work")},
+		{Name: "search", URL: "http://127.0.0.1:1/mcp", Headers: map[string]string{"Authorization": "Bearer canary"}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := Start(ctx, &Options{DataDir: t.TempDir(), Config: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop(ctx)
+	var names []string
+	for _, s := range e.MCPServers() {
+		names = append(names, s.Name)
+	}
+	if !slices.Equal(names, []string{"everything", "search"}) {
+		t.Errorf("servers %v", names)
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 // DefaultModelName is the catalog's name of the default model when the
 // configuration names none (the --llm-* flags' model, or the offline one).
-const DefaultModelName = "default"
+const DefaultModelName = config.DefaultModelName
 
 // ErrNoBroker is what a worker tool call gets when the broker is not
 // running (the engine is stopping, or failed to start it).
@@ -183,12 +183,7 @@ func configure(o *Options, logger *slog.Logger) (*setup, error) {
 			Capability: t.Capability, TimeoutSeconds: t.TimeoutSeconds, MaxRetries: t.MaxRetries, HeartbeatSeconds: t.HeartbeatSeconds})
 	}
 	s.types = taskTypes(f, s.tools)
-	if len(f.MCPServers) > 0 {
-		servers := make([]mcp.ServerConfig, len(f.MCPServers))
-		for i, sv := range f.MCPServers {
-			servers[i] = mcp.ServerConfig{Name: sv.Name, Command: sv.Command, Args: sv.Args, Env: sv.Env, Dir: sv.Cwd,
-				URL: sv.URL, Headers: sv.Headers}
-		}
+	if servers := mcpServers(f); len(servers) > 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.mcp, s.stop = mcp.Start(ctx, servers, &mcp.Options{Logger: logger.With("component", "mcp")}), cancel
 	}
@@ -312,6 +307,17 @@ func configSchedules(f *config.File) []Schedule {
 	out := make([]Schedule, len(f.Schedules))
 	for i, s := range f.Schedules {
 		out[i] = Schedule{Name: s.Name, Cron: s.Cron, Input: s.Input, Type: s.Type, Priority: s.Priority}
+	}
+	return out
+}
+
+// mcpServers are the configuration's MCP servers, as the manager takes
+// them.
+func mcpServers(f *config.File) []mcp.ServerConfig {
+	out := make([]mcp.ServerConfig, len(f.MCPServers))
+	for i, sv := range f.MCPServers {
+		out[i] = mcp.ServerConfig{Name: sv.Name, Command: sv.Command, Args: sv.Args, Env: sv.Env, Dir: sv.Cwd,
+			URL: sv.URL, Headers: sv.Headers}
 	}
 	return out
 }
