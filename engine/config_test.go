@@ -256,3 +256,29 @@ func TestMCPServers(t *testing.T) {
 		t.Errorf("servers %v", names)
 	}
 }
+
+// TestConfigSchedulesValidated: Validate counts the file's schedules
+// with the others, before Start merges them.
+func TestConfigSchedulesValidated(t *testing.T) {
+	f := loadConfig(t, "schedules:\n  - {name: s, cron: \"@daily\", input: x}\n", nil)
+	o := Options{Config: f, Schedules: []Schedule{{Name: "s", Cron: "@hourly", Input: "y"}}}
+	o.EnsureDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), `two schedules are named "s"`) {
+		t.Fatalf("Validate: %v", err)
+	}
+	o.Schedules = nil
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	o.DataDir = t.TempDir()
+	e, err := Start(ctx, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop(ctx)
+	if len(e.opts.Schedules) != 1 {
+		t.Errorf("schedules %+v", e.opts.Schedules)
+	}
+}

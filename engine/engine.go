@@ -76,8 +76,8 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 		return nil, err
 	}
 	o.EnsureDefaults()
-	if o.Config != nil {
-		o.Schedules = append(slices.Clip(o.Schedules), configSchedules(o.Config)...)
+	if o.Config != nil && !o.configMerged {
+		o.Schedules, o.configMerged = append(slices.Clip(o.Schedules), configSchedules(o.Config)...), true
 	}
 	if err := o.Validate(); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
@@ -95,6 +96,10 @@ type Options struct {
 	// Lease configures the partitions' leases, with Cluster. The default
 	// value is cluster's.
 	Lease cluster.LeaseOptions
+
+	// configMerged is set once Config's schedules are in Schedules
+	// (Start): Validate counts them either way.
+	configMerged bool
 }
 
 // BrokerOptions configures the engine's Dispatch broker.
@@ -180,12 +185,16 @@ func (o *Options) Validate() error {
 	case o.Retention.Window > 0 && o.Cluster.URL != "":
 		return errors.New("engine: retention does not work with Cluster yet (docs/cluster.md)")
 	}
-	for i := range o.Schedules {
-		if err := o.Schedules[i].check(); err != nil {
+	ss := o.Schedules
+	if o.Config != nil && !o.configMerged {
+		ss = append(slices.Clip(ss), configSchedules(o.Config)...)
+	}
+	for i := range ss {
+		if err := ss[i].check(); err != nil {
 			return err
 		}
 	}
-	return checkUniqueSchedules(o.Schedules)
+	return checkUniqueSchedules(ss)
 }
 
 // minLevel drops the records below min.
