@@ -16,21 +16,7 @@ import (
 
 // Delegation is the broker task a worker tool's call runs as, as the
 // agent asks Options.Delegate to create it.
-type Delegation struct {
-	// Parent is the agent task; Child the broker task's id, drawn and
-	// recorded in TOOL_CALL_STARTED.Task before the task is created.
-	Parent, Child string
-	// Cause is the call's TOOL_CALL_STARTED, Correlation the agent task's
-	// root input.
-	Cause, Correlation ulid.ULID
-	// Key is the call's idempotency key: a second Delegation with it (a
-	// run after a crash) creates nothing.
-	Key string
-	// Tool is the worker tool called.
-	Tool *tools.WorkerTool
-	// Arguments are the call's arguments, the broker task's body.
-	Arguments json.RawMessage
-}
+type Delegation = tools.WorkerCall
 
 // A worker tool's call (a *tools.WorkerTool) runs as a broker task:
 //

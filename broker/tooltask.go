@@ -11,23 +11,8 @@ import (
 )
 
 // ToolCall is the dispatch task of a worker tool's call as the agent asks
-// for it. Its fields are agent.Delegation's, so that one converts to the
-// other (broker.ToolCall(d)): the engine wires agent.Options.Delegate to
-// CreateToolTask without the broker importing the agent.
-type ToolCall struct {
-	// Parent is the agent task; Child the dispatch task's id, recorded in
-	// the call's TOOL_CALL_STARTED before the task is created.
-	Parent, Child string
-	// Cause is the call's TOOL_CALL_STARTED, Correlation the agent task's
-	// root input.
-	Cause, Correlation ulid.ULID
-	// Key is the call's idempotency key.
-	Key string
-	// Tool is the worker tool called.
-	Tool *tools.WorkerTool
-	// Arguments are the call's arguments (a JSON object).
-	Arguments json.RawMessage
-}
+// for it (agent.Delegation is the same type).
+type ToolCall = tools.WorkerCall
 
 // ToolSource is the source of the dispatch tasks that run the agent's
 // worker tool calls.

@@ -6,6 +6,14 @@
 // subscription, the schedules and retention. pegasusd, the tests and an
 // embedder start it the same way; package server serves it over HTTP.
 //
+// Options.Config, a configuration file (package config, docs/config.md),
+// adds named models (one client each, counted, each endpoint probed at
+// start), task types, MCP servers (agent/mcp's manager, started before the
+// agent and closed after it), tools run by broker workers (a call is handed
+// to the broker once it runs) and schedules. Catalog lists the tools, the
+// models and the task types for a server's /v1/tools, /v1/models and
+// /v1/task-types.
+//
 // Each part is configured by Options (pebble's style: every field says its
 // default; EnsureDefaults, Validate). The engine imports no HTTP server:
 // server depends on what Engine exposes (Agent, Log, Keys, View, History,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,9 @@ type Engine struct {
 	leases     *cluster.Leases
 	own        *ownership // what the agent and the broker run, and the sightings to close (clusterlog.go)
 
+	setup   *setup         // the configuration's models, MCP servers, worker tools and task types (configure.go)
+	probeWG sync.WaitGroup // the models' probes at start
+
 	failed   chan struct{} // closed on the first failure (Failed)
 	failure  error
 	stopped  chan struct{} // closed by Stop: the failure watch ends
@@ -68,7 +72,13 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	if opts != nil {
 		o = *opts
 	}
+	if err := defaultFromConfig(&o); err != nil {
+		return nil, err
+	}
 	o.EnsureDefaults()
+	if o.Config != nil && !o.configMerged {
+		o.Schedules, o.configMerged = append(slices.Clip(o.Schedules), configSchedules(o.Config)...), true
+	}
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -91,12 +101,25 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 			rl.Close()
 		}
 	}()
-	a, err := agent.New(l, agent.Options{
-		Model: o.Model, MaxActiveTasks: o.MaxActiveTasks, MaxConcurrentLLM: o.MaxConcurrentLLM, MaxConcurrentTools: o.MaxConcurrentTools,
+	set, err := configure(&o, logger)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	ao := agent.Options{
+		MaxActiveTasks: o.MaxActiveTasks, MaxConcurrentLLM: o.MaxConcurrentLLM, MaxConcurrentTools: o.MaxConcurrentTools,
 		ToolTimeout: o.ToolTimeout, MaxIterations: o.MaxIterations, DisableReflection: o.DisableReflection,
 		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: o.MemoryBudget},
 		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
-	})
+	}
+	set.agentOptions(&ao)
+	defer func() {
+		if err != nil {
+			set.delegate.set(nil) // a waiting delegation ends
+			set.close()
+		}
+	}()
+	a, err := agent.New(l, ao)
 	if err != nil {
 		l.Close()
 		return nil, err
@@ -104,7 +127,7 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	if err := a.Start(ctx); err != nil {
 		return nil, withWaysOut(err, false) // Start closes the log on failure
 	}
-	e = &Engine{opts: o, log: logger, agent: a, events: l, model: o.Model.Name(), replicated: rl, own: own,
+	e = &Engine{opts: o, log: logger, agent: a, events: l, model: o.Model.Name(), replicated: rl, own: own, setup: set,
 		failed: make(chan struct{}), stopped: make(chan struct{})}
 	e.base, e.cancelBase = context.WithCancel(context.Background())
 	if err := e.startPublish(); err != nil {
@@ -125,7 +148,17 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 			return nil, err
 		}
 	}
+	set.delegate.set(e.broker)
 	e.startMetrics()
+	if set.mcp != nil {
+		e.metrics.Registry().MustRegister(set.mcp.Collector())
+	}
+	e.startProbes()
+	if set.hash != "" {
+		logger.Info("configuration", "file", o.Config.Path, "hash", set.hash, "models", len(o.Config.Models),
+			"task_types", len(o.Config.TaskTypes), "mcp_servers", len(o.Config.MCPServers), "tools", len(o.Config.Tools),
+			"schedules", len(o.Config.Schedules))
+	}
 	e.cron = cron.New(cron.WithParser(cronParser), cron.WithLocation(time.UTC))
 	for _, s := range o.Schedules {
 		e.cron.Schedule(s.sched, cron.FuncJob(func() { e.Fire(s) }))
@@ -242,12 +275,14 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopMetrics()
 	<-e.metricsDone
 	e.brokerWG.Wait()
+	e.probeWG.Wait()
 	e.retain.stop() // before the agent closes the log
 	e.stopTaking()
 	perr := e.stopPublish()
 	aerr := e.agent.Stop(ctx)
+	merr := e.setup.close() // after the agent: its running MCP calls ended with it
 	e.closeCluster()
-	return errors.Join(aerr, perr)
+	return errors.Join(aerr, perr, merr)
 }
 
 // startBroker starts the broker's loop over the log (writing through the

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/cluster"
+	"github.com/pegasus-engine/pegasus/config"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -34,8 +36,24 @@ type Options struct {
 	Logger *slog.Logger
 
 	// Model is the language model the agent calls. The default value is
-	// llm.Offline{}, the built-in offline demo model.
+	// the configuration's default model (Config), else llm.Offline{}, the
+	// built-in offline demo model.
 	Model llm.Model
+	// LLM is Model's endpoint when Model is an OpenAI-compatible client,
+	// for the catalog (/v1/models) and its probe. The default value, an
+	// empty BaseURL, lists Model without an endpoint.
+	LLM llm.Options
+	// ModelProbe is the probe of LLM's endpoint the caller already ran
+	// (pegasusd checks it before it binds). The default value, nil, has
+	// the engine probe it at start, in the background.
+	ModelProbe *llm.ProbeResult
+	// Config is the configuration file (docs/config.md): named models,
+	// task types, MCP servers, worker tools and schedules, added to the
+	// options above. The engine starts the MCP servers, hands worker tool
+	// calls to the broker, probes every model, and records the file's
+	// hash in SYSTEM_STARTED. The default value, nil, is none: the
+	// built-in task types and tools, and Model alone.
+	Config *config.File
 	// MaxActiveTasks is how many tasks reason or act at once; others wait,
 	// by priority then age. The default value is 5.
 	MaxActiveTasks int
@@ -78,6 +96,10 @@ type Options struct {
 	// Lease configures the partitions' leases, with Cluster. The default
 	// value is cluster's.
 	Lease cluster.LeaseOptions
+
+	// configMerged is set once Config's schedules are in Schedules
+	// (Start): Validate counts them either way.
+	configMerged bool
 }
 
 // BrokerOptions configures the engine's Dispatch broker.
@@ -107,7 +129,8 @@ type RetentionOptions struct {
 	ArchiveDir string
 }
 
-// EnsureDefaults fills the unset fields with their defaults.
+// EnsureDefaults fills the unset fields with their defaults. (Start
+// builds Model from Config's default model first, when it has one.)
 func (o *Options) EnsureDefaults() {
 	if o.DataDir == "" {
 		o.DataDir = "./pegasus-data"
@@ -162,12 +185,16 @@ func (o *Options) Validate() error {
 	case o.Retention.Window > 0 && o.Cluster.URL != "":
 		return errors.New("engine: retention does not work with Cluster yet (docs/cluster.md)")
 	}
-	for i := range o.Schedules {
-		if err := o.Schedules[i].check(); err != nil {
+	ss := o.Schedules
+	if o.Config != nil && !o.configMerged {
+		ss = append(slices.Clip(ss), configSchedules(o.Config)...)
+	}
+	for i := range ss {
+		if err := ss[i].check(); err != nil {
 			return err
 		}
 	}
-	return checkUniqueSchedules(o.Schedules)
+	return checkUniqueSchedules(ss)
 }
 
 // minLevel drops the records below min.

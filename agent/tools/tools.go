@@ -147,6 +147,26 @@ type WorkerTool struct {
 	HeartbeatSeconds          int
 }
 
+// WorkerCall is one call of a worker tool: the broker task it runs as,
+// as the agent asks for it (agent.Options.Delegate) and the broker
+// creates it (broker.CreateToolTask).
+type WorkerCall struct {
+	// Parent is the agent task; Child the broker task's id, drawn and
+	// recorded in TOOL_CALL_STARTED.Task before the task is created.
+	Parent, Child string
+	// Cause is the call's TOOL_CALL_STARTED, Correlation the agent task's
+	// root input.
+	Cause, Correlation ulid.ULID
+	// Key is the call's idempotency key: a second call with it (a run
+	// after a crash) creates nothing.
+	Key string
+	// Tool is the worker tool called.
+	Tool *WorkerTool
+	// Arguments are the call's arguments (a JSON object), the broker
+	// task's body.
+	Arguments json.RawMessage
+}
+
 func (w *WorkerTool) Name() string                { return w.ToolName }
 func (w *WorkerTool) Description() string         { return w.ToolDescription }
 func (w *WorkerTool) Parameters() json.RawMessage { return w.Params }

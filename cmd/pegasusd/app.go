@@ -103,7 +103,7 @@ func newApp(c *client) *cli.App {
 				Usage:     "submit a task to the running daemon and wait for its result",
 				ArgsUsage: "TEXT",
 				Flags: with("submit",
-					&cli.StringFlag{Name: "type", Value: "general", EnvVars: env("submit", "type"), Usage: "task type: general, explore or plan"},
+					&cli.StringFlag{Name: "type", Value: "general", EnvVars: env("submit", "type"), Usage: "task type: general, explore, plan or one of --config's"},
 					&cli.IntFlag{Name: "priority", EnvVars: env("submit", "priority"), Usage: "admission priority, lower first"},
 					&cli.StringFlag{Name: "source", Value: "cli", EnvVars: env("submit", "source"), Usage: "where the input comes from"},
 					&cli.StringFlag{Name: "machine", EnvVars: env("submit", "machine"), Usage: "task machine NAME@VERSION, for example pegasus.task@0 (default: the current one)"},
@@ -162,6 +162,8 @@ func newApp(c *client) *cli.App {
 				Name: "cancel", Usage: "cancel a task (it ends failed)", ArgsUsage: "ID",
 				Flags: with("cancel", reason("cancel")), Action: c.command("cancel"),
 			},
+			configCommand(stdout),
+			c.toolsCommand(clientFlags()),
 			{
 				Name:      "completion",
 				Usage:     "print a shell completion script (bash or zsh)",

@@ -21,15 +21,21 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/cluster"
+	cfgfile "github.com/pegasus-engine/pegasus/config"
 	"github.com/pegasus-engine/pegasus/engine"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
 	"github.com/pegasus-engine/pegasus/server"
 )
 
+// The engine's catalog also reports its MCP servers (GET /v1/tools'
+// servers, /readyz's details).
+var _ server.MCPServers = (*engine.Catalog)(nil)
+
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
 	return append(append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...), clusterFlags()...),
+		&cli.StringFlag{Name: "config", EnvVars: env("CONFIG"), Usage: "configuration `FILE` (YAML or JSON): models, task types, MCP servers, worker tools, schedules (docs/config.md); flags and PEGASUS_* variables override its default model"},
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
 		&cli.StringFlag{Name: "token", EnvVars: env("TOKEN"), Usage: "bearer token required on every route but /healthz and /readyz; required to listen beyond loopback"},
@@ -46,7 +52,7 @@ func serveFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-iterations", Value: 10, EnvVars: env("MAX_ITERATIONS"), Usage: "reason/act iterations before a task fails"},
 		&cli.BoolFlag{Name: "no-reflection", EnvVars: env("NO_REFLECTION"), Usage: "turn post-task reflection off"},
 		&cli.StringSliceFlag{Name: "schedule", Usage: "a recurring task, NAME|CRON|INPUT (repeatable), e.g. 'hourly|@hourly|what time is it?'; $PEGASUS_SCHEDULE holds one per line"},
-		&cli.StringFlag{Name: "schedules-file", EnvVars: env("SCHEDULES_FILE"), Usage: `JSON file {"schedules":[{"name","cron","input","type","priority"}]}`},
+		&cli.StringFlag{Name: "schedules-file", EnvVars: env("SCHEDULES_FILE"), Usage: `deprecated: JSON file {"schedules":[{"name","cron","input","type","priority"}]}; put the schedules in --config`},
 		&cli.Int64Flag{Name: "max-body-bytes", Value: 1 << 20, EnvVars: env("MAX_BODY_BYTES"), Usage: "largest request body accepted"},
 		&cli.StringFlag{Name: "memory-budget", Value: memoryBudgetFlag, EnvVars: env("MEMORY_BUDGET"), Usage: "memory the task views may hold (e.g. 256MiB, 2GiB); see docs/operations.md"},
 		&cli.DurationFlag{Name: "shutdown-timeout", Value: 30 * time.Second, EnvVars: env("SHUTDOWN_TIMEOUT"), Usage: "how long running stages may take to finish at stop"},
@@ -73,11 +79,16 @@ type config struct {
 	llmTimeout           time.Duration
 	llmAttempts          int
 	llmStrict            bool
+	llmHints             llm.ProbeHints // where the default model is configured, for the probe's messages
 	shutdownTimeout      time.Duration
 	logLevel, logFormat  string
 	metricsAddr          string
 	engine               engine.Options
 	server               server.Options
+	// file is --config's file, nil without one; warnings are logged once
+	// the logger exists (a deprecated flag).
+	file     *cfgfile.File
+	warnings []string
 }
 
 func configFrom(cc *cli.Context) (*config, error) {
@@ -122,7 +133,14 @@ func configFrom(cc *cli.Context) (*config, error) {
 		}
 		e.Schedules = append(e.Schedules, sc)
 	}
+	if err := c.loadConfig(cc); err != nil {
+		return nil, err
+	}
 	if f := cc.String("schedules-file"); f != "" {
+		if c.file != nil && len(c.file.Schedules) > 0 {
+			return nil, usageError{fmt.Sprintf("--schedules-file %s and the schedules of --config %s: give the schedules in one place, the configuration file", f, c.file.Path)}
+		}
+		c.warnings = append(c.warnings, "--schedules-file (PEGASUS_SCHEDULES_FILE) is deprecated and will be removed: move its schedules into the configuration file's schedules (--config, docs/config.md)")
 		ss, err := engine.LoadSchedules(f)
 		if err != nil {
 			return nil, err
@@ -225,6 +243,9 @@ func serveAction(cc *cli.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, w := range cfg.warnings {
+		logger.Warn(w)
+	}
 	// The first SIGINT or SIGTERM starts a graceful stop; stop() then
 	// restores the default handling, so a second Ctrl-C ends the process
 	// at once.
@@ -278,6 +299,55 @@ func (cfg *config) llmOptions() llm.Options {
 		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts, MaxConns: cfg.engine.MaxConcurrentLLM}
 }
 
+// loadConfig reads --config (PEGASUS_CONFIG), if given: a bad file is a
+// usage error. The --llm-* flags, where given, override its default
+// model; without one, they define it.
+func (c *config) loadConfig(cc *cli.Context) error {
+	path := cc.String("config")
+	if path == "" {
+		return nil
+	}
+	f, err := cfgfile.Load(path, os.Getenv)
+	if err != nil {
+		return cliconv.Kind(cliconv.ErrUsage, err)
+	}
+	c.file, c.engine.Config = f, f
+	m := f.DefaultModel()
+	if m == nil {
+		return nil
+	}
+	set := func(flag string, apply func()) {
+		if !cc.IsSet(flag) {
+			apply()
+		}
+	}
+	set("llm-base-url", func() { c.llmBaseURL = m.BaseURL })
+	set("llm-model", func() { c.llmModel = m.Model })
+	set("llm-api-key", func() { c.llmKey = m.APIKey })
+	if m.Timeout > 0 {
+		set("llm-timeout", func() { c.llmTimeout = m.Timeout })
+	}
+	if m.MaxAttempts > 0 {
+		set("llm-max-attempts", func() { c.llmAttempts = m.MaxAttempts })
+	}
+	// The probe's messages name where each part is set.
+	c.llmHints = engine.ModelHints(m)
+	for _, o := range []struct {
+		flag      string
+		hint      *string
+		flagsHint string
+	}{
+		{"llm-base-url", &c.llmHints.BaseURL, llm.FlagHints.BaseURL},
+		{"llm-model", &c.llmHints.Model, llm.FlagHints.Model},
+		{"llm-api-key", &c.llmHints.APIKey, llm.FlagHints.APIKey},
+	} {
+		if cc.IsSet(o.flag) {
+			*o.hint = o.flagsHint
+		}
+	}
+	return nil
+}
+
 func newModel(cfg *config) (llm.Model, error) {
 	if cfg.llmBaseURL == "" {
 		return llm.Offline{}, nil
@@ -310,7 +380,12 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	if err != nil {
 		return nil, err
 	}
-	if err := engine.ProbeModel(ctx, cfg.llmOptions(), cfg.llmStrict, logger); err != nil {
+	hints := cfg.llmHints
+	if hints == (llm.ProbeHints{}) {
+		hints = llm.FlagHints
+	}
+	probe, err := engine.CheckModel(ctx, cfg.llmOptions(), hints, cfg.llmStrict, logger)
+	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
@@ -331,7 +406,10 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 		}
 	}()
 	eo := cfg.engine
-	eo.Model, eo.Logger = model, logger
+	eo.Model, eo.Logger, eo.ModelProbe = model, logger, probe
+	if cfg.llmBaseURL != "" {
+		eo.LLM = cfg.llmOptions()
+	}
 	if cfg.logLevel == "debug" {
 		eo.Log.Logger = logger.With("component", "eventlog") // else the engine quiets it
 	}
@@ -343,7 +421,7 @@ func start(ctx context.Context, cfg *config, logger *slog.Logger) (d *daemon, er
 	host, _, _ := strings.Cut(cfg.addr, ":")
 	so.OpenAdmin, so.NoMetricsRoute, so.Logger = isLoopback(host), metricsLn != nil, logger
 	srv := server.New(server.Deps{Agent: e.Agent(), Store: e.Log(), View: e.View(), History: e.History(), Keys: e.Keys(),
-		Broker: e.Broker(), Metrics: e.Metrics(), Model: e.ModelName(), Base: e.Context()}, &so)
+		Broker: e.Broker(), Metrics: e.Metrics(), Model: e.ModelName(), Base: e.Context(), Catalog: e.Catalog()}, &so)
 	d = &daemon{cfg: cfg, log: logger, engine: e, server: srv, ln: ln, metricsLn: metricsLn}
 	if metricsLn != nil {
 		d.metricsSrv = &http.Server{Handler: e.Metrics().Handler(), ReadHeaderTimeout: 10 * time.Second,
