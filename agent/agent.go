@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,7 +183,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Unlock()
 
 	_, err = a.appendSystem(ctx, SystemStarted, projection.SystemBody{
-		Model: a.model.Name(), Head: rec.Head, Resumed: len(rec.InFlight), Suspended: len(rec.Suspended),
+		Model: a.model.Name(), Config: a.opts.ConfigHash, Head: rec.Head, Resumed: len(rec.InFlight), Suspended: len(rec.Suspended),
 	})
 	switch {
 	case errors.Is(err, eventlog.ErrDamaged):
@@ -199,7 +200,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recording start: %w", err)
 	}
 	a.resume(rec.InFlight, rec.Idle)
-	a.opts.Logger.Info("agent started", "model", a.model.Name(), "head", rec.Head,
+	a.opts.Logger.Info("agent started", "model", a.model.Name(), "config", a.opts.ConfigHash, "head", rec.Head,
 		"resumed", len(rec.InFlight), "suspended", len(rec.Suspended), "rebuilt", rec.Rebuilt)
 	return nil
 }
@@ -565,10 +566,13 @@ func (a *Agent) TaskTypes() []string {
 }
 
 // Tools returns every tool known now, in name order: the built-in ones,
-// Options.Tools (worker tools among them) and the Providers' tools now.
+// ask_user (offered to every type, never executed), Options.Tools (worker
+// tools among them) and the Providers' tools now.
 func (a *Agent) Tools() []tools.Tool {
 	all, _ := a.catalog.current(&a.opts)
-	return all.Tools()
+	ts := all.Tools()
+	i, _ := slices.BinarySearchFunc(ts, AskUserTool, func(t tools.Tool, name string) int { return strings.Compare(t.Name(), name) })
+	return slices.Insert(ts, i, tools.Tool(askUser{}))
 }
 
 // Types returns each task type resolved now (its tools and version), in

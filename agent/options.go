@@ -106,6 +106,11 @@ type Options struct {
 	// value owns every task.
 	Owns func(task string) bool
 
+	// ConfigHash is recorded in SYSTEM_STARTED: the hash of the
+	// configuration the agent runs under (pegasusd --config), so that the
+	// log says what a daemon ran with. The default value is none.
+	ConfigHash string
+
 	// Now is the clock of the current_time tool and of reported latencies.
 	// Event times come from the log, never from here. The default value is
 	// time.Now.

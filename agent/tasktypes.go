@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -88,6 +89,18 @@ var askUserSpec = llm.ToolSpec{
 	Name:        AskUserTool,
 	Description: "Ask the user a clarifying question when the request is ambiguous or missing information you need. The task waits for the answer.",
 	Parameters:  json.RawMessage(`{"type":"object","properties":{"question":{"type":"string"}},"required":["question"],"additionalProperties":false}`),
+}
+
+// askUser is ask_user as a tool, for the lists of tools (Agent.Tools):
+// the agent never calls it, a call to it ends reasoning instead.
+type askUser struct{}
+
+func (askUser) Name() string                { return AskUserTool }
+func (askUser) Description() string         { return askUserSpec.Description }
+func (askUser) Parameters() json.RawMessage { return askUserSpec.Parameters }
+func (askUser) Source() tools.Source        { return tools.Source{Kind: tools.SourceBuiltin} }
+func (askUser) Call(context.Context, tools.Call) (string, error) {
+	return "", fmt.Errorf("%s is never executed: a call to it asks the user and suspends the task", AskUserTool)
 }
 
 const commonPrompt = `You are Pegasus, a task agent. You work in a loop: each turn you either call tools or answer.

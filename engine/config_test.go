@@ -154,8 +154,8 @@ schedules:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "pegasus-offline-demo config=sha256:" + f.Hash(); b.Model != want {
-		t.Errorf("SYSTEM_STARTED model %q, want %q", b.Model, want)
+	if b.Model != "pegasus-offline-demo" || b.Config != "sha256:"+f.Hash() {
+		t.Errorf("SYSTEM_STARTED model %q config %q, want the offline model and sha256:%s", b.Model, b.Config, f.Hash())
 	}
 	if e.ModelName() != "pegasus-offline-demo" {
 		t.Errorf("ModelName %q", e.ModelName())

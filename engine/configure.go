@@ -72,15 +72,6 @@ type countingModel struct {
 	calls, failed atomic.Int64
 }
 
-// renamed is a model under another name: the agent's default model,
-// whose name SYSTEM_STARTED records, with the configuration's hash.
-type renamed struct {
-	llm.Model
-	name string
-}
-
-func (m renamed) Name() string { return m.name }
-
 func (m *countingModel) Complete(ctx context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
 	if m.sem != nil {
 		select {
@@ -218,10 +209,7 @@ func taskTypes(f *config.File, workers []tools.Tool) []agent.TaskType {
 func (s *setup) agentOptions(a *agent.Options) {
 	a.Model = s.def.model
 	if s.hash != "" {
-		// SYSTEM_STARTED records the default model's name: with a file,
-		// it carries the configuration's hash too, so that the log says
-		// what the daemon ran under.
-		a.Model = renamed{s.def.model, fmt.Sprintf("%s config=sha256:%s", s.def.model.Name(), s.hash)}
+		a.ConfigHash = "sha256:" + s.hash
 	}
 	a.Models = make(map[string]llm.Model, len(s.models))
 	for _, m := range s.models {

@@ -35,6 +35,10 @@ type SystemBody struct {
 	Kind fsm.EventType `msgpack:"-" json:"-"`
 	// Model is the model the daemon runs with.
 	Model string `msgpack:"model,omitempty" json:"model,omitempty"`
+	// Config is, on SYSTEM_STARTED, the hash of the configuration file the
+	// daemon runs under ("sha256:..."; secrets are not in it), empty
+	// without one.
+	Config string `msgpack:"config,omitempty" json:"config,omitempty"`
 	// Head is the log's head sequence when the event was written.
 	Head uint64 `msgpack:"head" json:"head"`
 	// Resumed and Suspended count, on SYSTEM_STARTED, the tasks resumed

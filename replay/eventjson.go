@@ -294,6 +294,9 @@ func Summarize(fe fsm.Event, decodeErr error) string {
 		if x.Model != "" {
 			s += " model=" + quoteText(x.Model)
 		}
+		if x.Config != "" {
+			s += " config=" + x.Config
+		}
 		if x.Resumed != 0 {
 			s += " resumed=" + strconv.Itoa(x.Resumed)
 		}

@@ -167,7 +167,11 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		defer context.AfterFunc(s.base, cancel)()
-		next.ServeHTTP(rec, r.WithContext(ctx))
+		rc := r.WithContext(ctx)
+		next.ServeHTTP(rec, rc)
+		// The mux names the route on the request it serves; the metrics
+		// around this middleware read it from theirs.
+		r.Pattern = rc.Pattern
 	})
 }
 

@@ -163,7 +163,7 @@ func TestConfigRefusedAtStart(t *testing.T) {
 	}
 }
 
-var agentStartedRE = regexp.MustCompile(`agent started.* model="?([^"]*?)"? head=`)
+var agentStartedRE = regexp.MustCompile(`agent started.* model="?([^" ]*)"? config=(\S*) head=`)
 
 // TestConfigServe: a daemon started with a file records the
 // configuration's hash (its start-up log, SYSTEM_STARTED's model) and
@@ -193,7 +193,7 @@ func TestConfigServe(t *testing.T) {
 	if !strings.Contains(logs, "configuration file="+good+" hash="+hash[1]) {
 		t.Errorf("no configuration line with the hash:\n%s", logs)
 	}
-	if m := agentStartedRE.FindStringSubmatch(logs); m == nil || m[1] != "small config=sha256:"+hash[1] {
+	if m := agentStartedRE.FindStringSubmatch(logs); m == nil || m[1] != "small" || m[2] != "sha256:"+hash[1] {
 		t.Errorf("agent started: %v, want the model with the hash:\n%s", m, logs)
 	}
 	if err := d.Stop(); err != nil {
@@ -209,7 +209,7 @@ func TestConfigServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Kill()
-	if m := agentStartedRE.FindStringSubmatch(d.Logs()); m == nil || m[1] != "other config=sha256:"+hash[1] {
+	if m := agentStartedRE.FindStringSubmatch(d.Logs()); m == nil || m[1] != "other" || m[2] != "sha256:"+hash[1] {
 		t.Errorf("agent started: %v, want the flag's model:\n%s", m, d.Logs())
 	}
 	if err := d.Stop(); err != nil {
