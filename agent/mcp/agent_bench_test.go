@@ -61,19 +61,28 @@ func (localEcho) Call(_ context.Context, c tools.Call) (string, error) {
 func BenchmarkMCPAgent(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, "everything__echo", "Echo: hello")
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, "everything__echo", "Echo: hello", benchConcurrency)
+}
+
+// BenchmarkMCPAgentDeep is BenchmarkMCPAgent with 128 tasks in flight
+// and still 16 tool slots: the calls to the server are as many at once,
+// the tasks' other stages (their synced appends) overlap more.
+func BenchmarkMCPAgentDeep(b *testing.B) {
+	m := start(b, testOptions(), everythingStdio(b, "everything"))
+	waitReady(b, m, "everything")
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, "everything__echo", "Echo: hello", 128)
 }
 
 // BenchmarkMCPAgentLocal runs the same tasks with an echo tool in the
 // process instead of the MCP server: the agent's own ceiling.
 func BenchmarkMCPAgentLocal(b *testing.B) {
-	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", "Echo: hello")
+	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", "Echo: hello", benchConcurrency)
 }
 
-// benchAgent runs b.N tasks whose model calls tool, benchConcurrency at
-// once, and reports calls/s and, from the events' commit times, the tool
+// benchAgent runs b.N tasks whose model calls tool, inflight at once
+// (with benchConcurrency tool slots), and reports calls/s and, from the events' commit times, the tool
 // stage's latency (TOOL_CALL_STARTED to TOOL_CALL_COMPLETED).
-func benchAgent(b *testing.B, opts agent.Options, tool, want string) {
+func benchAgent(b *testing.B, opts agent.Options, tool, want string, inflight int) {
 	l, err := eventlog.Open(b.TempDir(), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -81,7 +90,7 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string) {
 	defer l.Close()
 	opts.Model = callOnceModel{tool: tool}
 	opts.DisableReflection = true
-	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = benchConcurrency, benchConcurrency, benchConcurrency
+	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
 	a, err := agent.New(l, opts)
 	if err != nil {
 		b.Fatal(err)
@@ -102,7 +111,7 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string) {
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	begin := time.Now()
-	for range benchConcurrency {
+	for range inflight {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
@@ -135,6 +144,7 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string) {
 	b.ReportMetric(ms(quantile(calls, 0.99)), "call-p99-ms")
 	b.ReportMetric(ms(quantile(tasks, 0.50)), "task-p50-ms")
 	b.ReportMetric(ms(quantile(tasks, 0.99)), "task-p99-ms")
+	b.ReportMetric(float64(l.Head()-head0)/float64(b.N), "events/call")
 	b.ReportMetric(float64(l.Stats().Commits)/float64(b.N), "commits/call")
 }
 
@@ -190,7 +200,7 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 		f    func(*testing.B)
 	}{
 		{"direct", BenchmarkMCPDirect}, {"manager", BenchmarkMCPManager},
-		{"agent", BenchmarkMCPAgent}, {"agent, local tool", BenchmarkMCPAgentLocal},
+		{"agent", BenchmarkMCPAgent}, {"agent, local tool", BenchmarkMCPAgentLocal}, {"agent, 128 tasks", BenchmarkMCPAgentDeep},
 	} {
 		res := testing.Benchmark(r.f)
 		if res.N == 0 {
@@ -201,10 +211,11 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 	}
 	perSec := func(name string) float64 { return 1e9 / float64(results[name].NsPerOp()) }
 	direct := perSec("direct")
-	t.Logf("%d concurrent calls: direct %.0f calls/s, manager %.0f, agent %.0f, agent with a local tool %.0f",
-		benchConcurrency, direct, perSec("manager"), perSec("agent"), perSec("agent, local tool"))
+	t.Logf("%d concurrent calls: direct %.0f calls/s, manager %.0f, agent %.0f, agent with a local tool %.0f, agent with 128 tasks in flight %.0f",
+		benchConcurrency, direct, perSec("manager"), perSec("agent"), perSec("agent, local tool"), perSec("agent, 128 tasks"))
 	t.Logf("ratio manager/direct: %.3f", perSec("manager")/direct)
 	t.Logf("ratio agent/direct:   %.3f (the target: 0.9)", perSec("agent")/direct)
+	t.Logf("ratio agent with 128 tasks in flight/direct: %.3f", perSec("agent, 128 tasks")/direct)
 	a := results["agent"].Extra
 	l := results["agent, local tool"].Extra
 	t.Logf("tool stage (TOOL_CALL_STARTED to TOOL_CALL_COMPLETED, commit times): p50 %.2f ms, p99 %.2f ms; with the local tool p50 %.2f ms, p99 %.2f ms",
