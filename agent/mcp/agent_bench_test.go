@@ -61,7 +61,7 @@ func (localEcho) Call(_ context.Context, c tools.Call) (string, error) {
 func BenchmarkMCPAgent(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, "everything__echo", "Echo: hello", benchConcurrency)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency)
 }
 
 // BenchmarkMCPAgentDeep is BenchmarkMCPAgent with 128 tasks in flight
@@ -70,19 +70,21 @@ func BenchmarkMCPAgent(b *testing.B) {
 func BenchmarkMCPAgentDeep(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, "everything__echo", "Echo: hello", 128)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 128)
 }
 
 // BenchmarkMCPAgentLocal runs the same tasks with an echo tool in the
 // process instead of the MCP server: the agent's own ceiling.
 func BenchmarkMCPAgentLocal(b *testing.B) {
-	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", "Echo: hello", benchConcurrency)
+	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, 0, "local_echo", "Echo: hello", benchConcurrency)
 }
 
 // benchAgent runs b.N tasks whose model calls tool, inflight at once
-// (with benchConcurrency tool slots), and reports calls/s and, from the events' commit times, the tool
-// stage's latency (TOOL_CALL_STARTED to TOOL_CALL_COMPLETED).
-func benchAgent(b *testing.B, opts agent.Options, tool, want string, inflight int) {
+// with benchConcurrency tool slots, and reports calls/s, the tool stage's
+// latency from the events' commit times (TOOL_CALL_STARTED to
+// TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
+// the CPU this process and the server's (pid, if any) used.
+func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight int) {
 	l, err := eventlog.Open(b.TempDir(), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -104,13 +106,14 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string, inflight in
 			b.Error(err)
 		}
 	}()
-	head0 := l.Head()
+	head0, stats0 := l.Head(), l.Stats()
 	var mu sync.Mutex
 	tasks := make([]time.Duration, 0, b.N)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
 	begin := time.Now()
+	cpu := startCPU(b, pid)
 	for range inflight {
 		wg.Go(func() {
 			for next.Add(1) <= int64(b.N) {
@@ -134,6 +137,7 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string, inflight in
 	}
 	wg.Wait()
 	elapsed := time.Since(begin)
+	cpu.report()
 	b.StopTimer()
 	calls := toolStages(b, l, head0)
 	if len(calls) != b.N {
@@ -145,7 +149,9 @@ func benchAgent(b *testing.B, opts agent.Options, tool, want string, inflight in
 	b.ReportMetric(ms(quantile(tasks, 0.50)), "task-p50-ms")
 	b.ReportMetric(ms(quantile(tasks, 0.99)), "task-p99-ms")
 	b.ReportMetric(float64(l.Head()-head0)/float64(b.N), "events/call")
-	b.ReportMetric(float64(l.Stats().Commits)/float64(b.N), "commits/call")
+	stats := l.Stats()
+	b.ReportMetric(float64(stats.Appends-stats0.Appends)/float64(b.N), "appends/call")
+	b.ReportMetric(float64(stats.Commits-stats0.Commits)/float64(b.N), "fsyncs/call")
 }
 
 // toolStages returns, per tool call recorded after head0, the time from
