@@ -85,9 +85,39 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
 // the CPU this process and the server's (pid, if any) used.
 func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight int) {
-	l, err := eventlog.Open(b.TempDir(), nil)
+	r := runAgentTasks(b, opts, pid, tool, want, inflight, b.N, b.ResetTimer)
+	b.StopTimer()
+	n := float64(b.N)
+	b.ReportMetric(n/r.elapsed.Seconds(), "calls/s")
+	b.ReportMetric(ms(quantile(r.calls, 0.50)), "call-p50-ms")
+	b.ReportMetric(ms(quantile(r.calls, 0.99)), "call-p99-ms")
+	b.ReportMetric(ms(quantile(r.tasks, 0.50)), "task-p50-ms")
+	b.ReportMetric(ms(quantile(r.tasks, 0.99)), "task-p99-ms")
+	b.ReportMetric(float64(r.events)/n, "events/call")
+	b.ReportMetric(float64(r.appends)/n, "appends/call")
+	b.ReportMetric(float64(r.fsyncs)/n, "fsyncs/call")
+	b.ReportMetric(r.goCores, "go-cores")
+	if pid > 0 {
+		b.ReportMetric(r.serverCores, "server-cores")
+	}
+}
+
+// agentRun is what runAgentTasks measured.
+type agentRun struct {
+	elapsed              time.Duration
+	calls                []time.Duration // per call, TOOL_CALL_STARTED to TOOL_CALL_COMPLETED
+	tasks                []time.Duration // per task, Submit to WaitForTask's return
+	events, appends      uint64
+	fsyncs               uint64
+	goCores, serverCores float64
+}
+
+// runAgentTasks runs n tasks through an agent on a new log, inflight at
+// once; begin is called when the agent is ready, before the first task.
+func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, n int, begin func()) agentRun {
+	l, err := eventlog.Open(tb.TempDir(), nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer l.Close()
 	opts.Model = callOnceModel{tool: tool}
@@ -95,68 +125,61 @@ func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, in
 	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
 	a, err := agent.New(l, opts)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	ctx := context.Background()
 	if err := a.Start(ctx); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer func() {
 		if err := a.Stop(ctx); err != nil {
-			b.Error(err)
+			tb.Error(err)
 		}
 	}()
 	head0, stats0 := l.Head(), l.Stats()
+	r := agentRun{tasks: make([]time.Duration, 0, n)}
 	var mu sync.Mutex
-	tasks := make([]time.Duration, 0, b.N)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	b.ResetTimer()
-	begin := time.Now()
-	cpu := startCPU(b, pid)
+	begin()
+	t0 := time.Now()
+	cpu := startCPU(pid)
 	for range inflight {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
 				id, err := a.Submit(ctx, "say hello", "bench", "")
 				if err != nil {
-					b.Error(err)
+					tb.Error(err)
 					return
 				}
 				task, err := a.WaitForTask(ctx, id)
 				if err != nil || task.State != fsm.StateCompleted || task.Context.FinalResult != want {
-					b.Errorf("task %s: %v %s %q", id, err, task.State, task.Context.FinalResult)
+					tb.Errorf("task %s: %v %s %q", id, err, task.State, task.Context.FinalResult)
 					return
 				}
 				d := time.Since(t0)
 				mu.Lock()
-				tasks = append(tasks, d)
+				r.tasks = append(r.tasks, d)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(begin)
-	cpu.report()
-	b.StopTimer()
-	calls := toolStages(b, l, head0)
-	if len(calls) != b.N {
-		b.Fatalf("%d tool calls recorded for %d tasks", len(calls), b.N)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-	b.ReportMetric(ms(quantile(calls, 0.50)), "call-p50-ms")
-	b.ReportMetric(ms(quantile(calls, 0.99)), "call-p99-ms")
-	b.ReportMetric(ms(quantile(tasks, 0.50)), "task-p50-ms")
-	b.ReportMetric(ms(quantile(tasks, 0.99)), "task-p99-ms")
-	b.ReportMetric(float64(l.Head()-head0)/float64(b.N), "events/call")
+	r.elapsed = time.Since(t0)
+	r.goCores, r.serverCores = cpu.stop()
 	stats := l.Stats()
-	b.ReportMetric(float64(stats.Appends-stats0.Appends)/float64(b.N), "appends/call")
-	b.ReportMetric(float64(stats.Commits-stats0.Commits)/float64(b.N), "fsyncs/call")
+	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
+	r.calls = toolStages(tb, l, head0)
+	if len(r.calls) != n {
+		tb.Fatalf("%d tool calls recorded for %d tasks", len(r.calls), n)
+	}
+	return r
 }
 
 // toolStages returns, per tool call recorded after head0, the time from
 // its TOOL_CALL_STARTED's commit to its TOOL_CALL_COMPLETED's.
-func toolStages(b *testing.B, l *eventlog.Log, head0 uint64) []time.Duration {
+func toolStages(tb testing.TB, l *eventlog.Log, head0 uint64) []time.Duration {
 	started := map[string]time.Time{}
 	var out []time.Duration
 	it := l.Scan(head0+1, eventlog.Forward)
@@ -164,18 +187,50 @@ func toolStages(b *testing.B, l *eventlog.Log, head0 uint64) []time.Duration {
 	for it.Next() {
 		ev := it.Event()
 		switch ev.Type {
-		case "TOOL_CALL_STARTED":
+		case string(fsm.ToolCallStarted):
 			started[ev.Stream] = ev.Time
-		case "TOOL_CALL_COMPLETED":
+		case string(fsm.ToolCallCompleted):
 			out = append(out, ev.Time.Sub(started[ev.Stream]))
-		case "TOOL_CALL_FAILED":
-			b.Errorf("a tool call failed in %s", ev.Stream)
+		case string(fsm.ToolCallFailed):
+			tb.Errorf("a tool call failed in %s", ev.Stream)
 		}
 	}
 	if err := it.Err(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return out
+}
+
+// TestMCPAgentBenchWorkload runs the agent benchmarks' workload small, so
+// that it keeps working: every task completes with the server's echo (or
+// the local one), and its one call is recorded started, then completed.
+// It checks no time.
+func TestMCPAgentBenchWorkload(t *testing.T) {
+	m := start(t, testOptions(), everythingStdio(t, "everything"))
+	waitReady(t, m, "everything")
+	for _, c := range []struct {
+		name      string
+		opts      agent.Options
+		tool      string
+		inflight  int
+		serverPid int
+	}{
+		{"mcp", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, serverPid(m)},
+		{"local", agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", 4, 0},
+		{"deep", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 24, serverPid(m)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, 30, func() {})
+			if len(r.tasks) != 30 || r.events == 0 || r.appends == 0 {
+				t.Errorf("%d tasks, %d events, %d appends; want 30 tasks", len(r.tasks), r.events, r.appends)
+			}
+			for _, d := range r.calls {
+				if d < 0 {
+					t.Errorf("a call completed before it started: %s", d)
+				}
+			}
+		})
+	}
 }
 
 // quantile sorts ds and returns its q-quantile.

@@ -59,7 +59,7 @@ func BenchmarkMCPManager(b *testing.B) {
 func concurrently(b *testing.B, pid int, f func() error) {
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := startCPU(b, pid)
+	cpu := startCPU(pid)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range benchConcurrency {
@@ -73,29 +73,36 @@ func concurrently(b *testing.B, pid int, f func() error) {
 		})
 	}
 	wg.Wait()
-	cpu.report()
+	cpu.report(b)
 	b.StopTimer() // closing the server is not measured
 }
 
 // cpuMeter measures the CPU time this process and a server's used
-// between startCPU and report, as a fraction of one core over the wall
+// between startCPU and stop, as a fraction of one core over the wall
 // time: it says which side of a benchmark runs out of CPU.
 type cpuMeter struct {
-	b          *testing.B
 	pid        int
 	begin      time.Time
 	self, peer time.Duration
 }
 
-func startCPU(b *testing.B, pid int) *cpuMeter {
-	return &cpuMeter{b: b, pid: pid, begin: time.Now(), self: selfCPU(), peer: processCPU(pid)}
+func startCPU(pid int) *cpuMeter {
+	return &cpuMeter{pid: pid, begin: time.Now(), self: selfCPU(), peer: processCPU(pid)}
 }
 
-func (c *cpuMeter) report() {
+// stop returns the cores this process and the server used.
+func (c *cpuMeter) stop() (self, peer float64) {
 	wall := time.Since(c.begin).Seconds()
-	c.b.ReportMetric((selfCPU()-c.self).Seconds()/wall, "go-cores")
+	return (selfCPU() - c.self).Seconds() / wall, (processCPU(c.pid) - c.peer).Seconds() / wall
+}
+
+// report reports stop's figures as b's go-cores and server-cores (with
+// a server).
+func (c *cpuMeter) report(b *testing.B) {
+	self, peer := c.stop()
+	b.ReportMetric(self, "go-cores")
 	if c.pid > 0 {
-		c.b.ReportMetric((processCPU(c.pid)-c.peer).Seconds()/wall, "server-cores")
+		b.ReportMetric(peer, "server-cores")
 	}
 }
 
