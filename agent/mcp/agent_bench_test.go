@@ -85,8 +85,7 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
 // the CPU this process and the server's (pid, if any) used.
 func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight int) {
-	r := runAgentTasks(b, opts, pid, tool, want, inflight, b.N, b.ResetTimer)
-	b.StopTimer()
+	r := runAgentTasks(b, opts, pid, tool, want, inflight, b.N, b.ResetTimer, b.StopTimer)
 	n := float64(b.N)
 	b.ReportMetric(n/r.elapsed.Seconds(), "calls/s")
 	b.ReportMetric(ms(quantile(r.calls, 0.50)), "call-p50-ms")
@@ -113,8 +112,9 @@ type agentRun struct {
 }
 
 // runAgentTasks runs n tasks through an agent on a new log, inflight at
-// once; begin is called when the agent is ready, before the first task.
-func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, n int, begin func()) agentRun {
+// once; begin is called when the agent is ready, before the first task,
+// and end after the last task's end, before the teardown.
+func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, n int, begin, end func()) agentRun {
 	l, err := eventlog.Open(tb.TempDir(), nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -168,6 +168,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string
 	wg.Wait()
 	r.elapsed = time.Since(t0)
 	r.goCores, r.serverCores = cpu.stop()
+	end()
 	stats := l.Stats()
 	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
 	r.calls = toolStages(tb, l, head0)
@@ -220,7 +221,7 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 		{"deep", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 24, serverPid(m)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, 30, func() {})
+			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, 30, func() {}, func() {})
 			if len(r.tasks) != 30 || r.events == 0 || r.appends == 0 {
 				t.Errorf("%d tasks, %d events, %d appends; want 30 tasks", len(r.tasks), r.events, r.appends)
 			}

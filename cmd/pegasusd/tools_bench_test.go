@@ -63,22 +63,41 @@ const shoutConfig = `tools:
 //
 //	go test ./cmd/pegasusd -run '^$' -bench WorkerToolRoundTrip -benchtime 3000x
 func BenchmarkWorkerToolRoundTrip(b *testing.B) {
-	inflight := *benchToolCalls
+	rt, tasks, elapsed, events := runToolRoundTrips(b, b.N, *benchToolCalls, b.ResetTimer, b.StopTimer)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
+	b.ReportMetric(msOf(durationQuantile(rt.call, 0.50)), "call-p50-ms")
+	b.ReportMetric(msOf(durationQuantile(rt.call, 0.99)), "call-p99-ms")
+	b.ReportMetric(msOf(durationQuantile(tasks, 0.50)), "task-p50-ms")
+	b.ReportMetric(msOf(durationQuantile(tasks, 0.99)), "task-p99-ms")
+	b.ReportMetric(float64(events)/float64(b.N), "events/call")
+	for _, st := range roundTripStages {
+		b.ReportMetric(msOf(durationQuantile(rt.stage(st), 0.50)), st+"-p50-ms")
+	}
+}
+
+// runToolRoundTrips runs n agent tasks, inflight at once, against an
+// engine and a server started for them, with a worker on the worker SDK;
+// begin is called when all is ready, before the first task, and end
+// after the last task's end, before the teardown. It returns
+// the calls' parts, each task's time from submit to the end of its
+// wait, the time from begin to the last task's end, and the events
+// appended.
+func runToolRoundTrips(tb testing.TB, n, inflight int, begin, end func()) (rt *roundTrip, tasks []time.Duration, elapsed time.Duration, events uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	dir := b.TempDir()
+	dir := tb.TempDir()
 	cfgPath := filepath.Join(dir, "pegasus.yaml")
 	if err := os.WriteFile(cfgPath, []byte(shoutConfig), 0o600); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	f, err := cfgfile.Load(cfgPath, os.Getenv)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	e, err := engine.Start(ctx, &engine.Options{DataDir: filepath.Join(dir, "data"), Model: shoutModel{}, Config: f,
 		DisableReflection: true, MaxActiveTasks: inflight, MaxConcurrentLLM: inflight, MaxConcurrentTools: inflight})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	srv := server.New(server.Deps{Agent: e.Agent(), Store: e.Log(), View: e.View(), History: e.History(), Keys: e.Keys(),
 		Broker: e.Broker(), Metrics: e.Metrics(), Model: e.ModelName(), Base: e.Context(), Catalog: e.Catalog()},
@@ -90,7 +109,7 @@ func BenchmarkWorkerToolRoundTrip(b *testing.B) {
 		e.Cancel()
 		hs.Close()
 		if err := e.Stop(context.Background()); err != nil {
-			b.Error(err)
+			tb.Error(err)
 		}
 	}()
 	// One connection per caller, kept (http.DefaultTransport keeps 2 idle
@@ -98,15 +117,15 @@ func BenchmarkWorkerToolRoundTrip(b *testing.B) {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2 * inflight}}
 	users, err := pegasus.New(hs.URL, &pegasus.Options{HTTPClient: hc})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	wc, err := pegasus.New(hs.URL, &pegasus.Options{HTTPClient: hc, AgentID: "shouter"})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	w, err := pegasus.NewWorker(wc, &pegasus.WorkerOptions{Capabilities: []string{"shout"}, MaxTasks: inflight, PollWait: time.Second})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	worked := make(chan error, 1)
@@ -122,32 +141,32 @@ func BenchmarkWorkerToolRoundTrip(b *testing.B) {
 	defer func() {
 		stopWorker()
 		if err := <-worked; err != nil {
-			b.Error(err)
+			tb.Error(err)
 		}
 	}()
 
 	l := e.Log()
 	head0 := l.Head()
 	var (
-		mu    sync.Mutex
-		tasks = make([]time.Duration, 0, b.N)
-		next  atomic.Int64
-		wg    sync.WaitGroup
+		mu   sync.Mutex
+		next atomic.Int64
+		wg   sync.WaitGroup
 	)
-	b.ResetTimer()
-	begin := time.Now()
+	tasks = make([]time.Duration, 0, n)
+	begin()
+	t0 := time.Now()
 	for range inflight {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
 				c, err := users.Submit(ctx, api.CreateTask{Input: "shout hello"})
 				if err != nil {
-					b.Error(err)
+					tb.Error(err)
 					return
 				}
 				t, err := users.Wait(ctx, c.TaskID)
 				if err != nil || t.State != api.StateCompleted || !strings.Contains(t.Result, "HELLO") {
-					b.Errorf("task %s: %v %s %q %q", c.TaskID, err, t.State, t.Result, t.Error)
+					tb.Errorf("task %s: %v %s %q %q", c.TaskID, err, t.State, t.Result, t.Error)
 					return
 				}
 				d := time.Since(t0)
@@ -158,21 +177,14 @@ func BenchmarkWorkerToolRoundTrip(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(begin)
-	b.StopTimer()
-	rt := readRoundTrips(b, l, head0)
-	if len(rt.call) != b.N {
-		b.Fatalf("%d tool calls recorded for %d tasks", len(rt.call), b.N)
+	elapsed = time.Since(t0)
+	end()
+	events = l.Head() - head0
+	rt = readRoundTrips(tb, l, head0)
+	if len(rt.call) != n {
+		tb.Fatalf("%d tool calls recorded for %d tasks", len(rt.call), n)
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-	b.ReportMetric(msOf(durationQuantile(rt.call, 0.50)), "call-p50-ms")
-	b.ReportMetric(msOf(durationQuantile(rt.call, 0.99)), "call-p99-ms")
-	b.ReportMetric(msOf(durationQuantile(tasks, 0.50)), "task-p50-ms")
-	b.ReportMetric(msOf(durationQuantile(tasks, 0.99)), "task-p99-ms")
-	b.ReportMetric(float64(l.Head()-head0)/float64(b.N), "events/call")
-	for _, st := range roundTripStages {
-		b.ReportMetric(msOf(durationQuantile(rt.stage(st), 0.50)), st+"-p50-ms")
-	}
+	return rt, tasks, elapsed, events
 }
 
 // roundTrip is where the time of worker tool calls goes, per call, from
@@ -195,7 +207,7 @@ func (r *roundTrip) stage(name string) []time.Duration {
 }
 
 // readRoundTrips reads the events after head0.
-func readRoundTrips(b *testing.B, l *eventlog.Log, head0 uint64) *roundTrip {
+func readRoundTrips(tb testing.TB, l *eventlog.Log, head0 uint64) *roundTrip {
 	type call struct{ started, created, assigned, begun, done, completed time.Time }
 	calls := map[string]*call{}      // by agent task
 	startedBy := map[string]string{} // TOOL_CALL_STARTED's id: its agent task
@@ -211,11 +223,11 @@ func readRoundTrips(b *testing.B, l *eventlog.Log, head0 uint64) *roundTrip {
 		case string(fsm.ToolCallCompleted):
 			calls[ev.Stream].completed = ev.Time
 		case string(fsm.ToolCallFailed):
-			b.Errorf("a tool call failed in %s", ev.Stream)
+			tb.Errorf("a tool call failed in %s", ev.Stream)
 		case "DISPATCH_CREATED":
 			c := calls[startedBy[ev.Causation.String()]]
 			if c == nil {
-				b.Fatalf("broker task %s: no TOOL_CALL_STARTED caused it", ev.Stream)
+				tb.Fatalf("broker task %s: no TOOL_CALL_STARTED caused it", ev.Stream)
 			}
 			c.created = ev.Time
 			byDispatch[ev.Stream] = c
@@ -228,7 +240,7 @@ func readRoundTrips(b *testing.B, l *eventlog.Log, head0 uint64) *roundTrip {
 		}
 	}
 	if err := it.Err(); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	r := &roundTrip{}
 	for _, c := range calls {
@@ -252,6 +264,24 @@ func durationQuantile(ds []time.Duration, q float64) time.Duration {
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// TestWorkerToolBenchWorkload runs the round trip's workload small, so
+// that the benchmark keeps working: every task completes with the
+// worker's result, and each call's events come in their order. It checks
+// no time.
+func TestWorkerToolBenchWorkload(t *testing.T) {
+	rt, tasks, _, _ := runToolRoundTrips(t, 20, 10, func() {}, func() {})
+	if len(tasks) != 20 {
+		t.Fatalf("%d tasks ended, want 20", len(tasks))
+	}
+	for _, st := range roundTripStages {
+		for _, d := range rt.stage(st) {
+			if d < 0 {
+				t.Fatalf("%s: a call's events are out of order (%s)", st, d)
+			}
+		}
+	}
+}
 
 // TestWorkerToolRoundTrip prints the round trip's figures at 100
 // concurrent calls. It measures, it does not judge, so it runs only when
