@@ -4,17 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent"
-	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/toolbench"
 )
 
 // MCP calls through the agent: what a user of the daemon gets. Each task
@@ -24,19 +23,6 @@ import (
 // after), on a real log (Pebble on the file system, every append synced).
 // 16 tasks run at once, with 16 tool slots, so that 16 calls can be in
 // flight as in BenchmarkMCPDirect. One call per task: tasks/s is calls/s.
-
-// callOnceModel asks for tool once, then answers with the tool's result.
-type callOnceModel struct{ tool string }
-
-func (m callOnceModel) Name() string { return "bench" }
-func (m callOnceModel) Complete(ctx context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
-	r := llm.Response{Model: "bench", ToolCalls: []fsm.ToolCall{{ID: "c1", Name: m.tool, Arguments: `{"message":"hello"}`}}}
-	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
-		r = llm.Response{Model: "bench", Content: last.Content}
-	}
-	report(llm.Attempt{Number: 1, Model: "bench", Status: 200, Response: &r})
-	return r, nil
-}
 
 // localEcho answers like server-everything's echo, in the process.
 type localEcho struct{}
@@ -88,10 +74,10 @@ func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, in
 	r := runAgentTasks(b, opts, pid, tool, want, inflight, b.N, b.ResetTimer, b.StopTimer)
 	n := float64(b.N)
 	b.ReportMetric(n/r.elapsed.Seconds(), "calls/s")
-	b.ReportMetric(ms(quantile(r.calls, 0.50)), "call-p50-ms")
-	b.ReportMetric(ms(quantile(r.calls, 0.99)), "call-p99-ms")
-	b.ReportMetric(ms(quantile(r.tasks, 0.50)), "task-p50-ms")
-	b.ReportMetric(ms(quantile(r.tasks, 0.99)), "task-p99-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.calls, 0.50)), "call-p50-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.calls, 0.99)), "call-p99-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.tasks, 0.50)), "task-p50-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.tasks, 0.99)), "task-p99-ms")
 	b.ReportMetric(float64(r.events)/n, "events/call")
 	b.ReportMetric(float64(r.appends)/n, "appends/call")
 	b.ReportMetric(float64(r.fsyncs)/n, "fsyncs/call")
@@ -120,7 +106,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string
 		tb.Fatal(err)
 	}
 	defer l.Close()
-	opts.Model = callOnceModel{tool: tool}
+	opts.Model = toolbench.CallOnce{Tool: tool, Arguments: `{"message":"hello"}`}
 	opts.DisableReflection = true
 	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
 	a, err := agent.New(l, opts)
@@ -233,17 +219,6 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 		})
 	}
 }
-
-// quantile sorts ds and returns its q-quantile.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // TestMCPAgentOverheadRatio prints the agent's MCP calls/s as a fraction
 // of the SDK's, in one run (the target is at least 0.9 at 16 concurrent

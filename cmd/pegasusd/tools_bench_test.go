@@ -9,20 +9,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/api"
 	pegasus "github.com/pegasus-engine/pegasus/client"
 	cfgfile "github.com/pegasus-engine/pegasus/config"
 	"github.com/pegasus-engine/pegasus/engine"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/toolbench"
 	"github.com/pegasus-engine/pegasus/server"
 )
 
@@ -34,19 +33,6 @@ import (
 // HTTP with the client SDK, as a user's program would.
 
 var benchToolCalls = flag.Int("bench-tool-calls", 100, "concurrent calls (tasks in flight) in BenchmarkWorkerToolRoundTrip")
-
-// shoutModel asks for shout once, then answers with the tool's result.
-type shoutModel struct{}
-
-func (shoutModel) Name() string { return "bench" }
-func (shoutModel) Complete(ctx context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
-	r := llm.Response{Model: "bench", ToolCalls: []fsm.ToolCall{{ID: "c1", Name: "shout", Arguments: `{"text":"hello"}`}}}
-	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
-		r = llm.Response{Model: "bench", Content: last.Content}
-	}
-	report(llm.Attempt{Number: 1, Model: "bench", Status: 200, Response: &r})
-	return r, nil
-}
 
 const shoutConfig = `tools:
   - name: shout
@@ -65,13 +51,13 @@ const shoutConfig = `tools:
 func BenchmarkWorkerToolRoundTrip(b *testing.B) {
 	rt, tasks, elapsed, events := runToolRoundTrips(b, b.N, *benchToolCalls, b.ResetTimer, b.StopTimer)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "calls/s")
-	b.ReportMetric(msOf(durationQuantile(rt.call, 0.50)), "call-p50-ms")
-	b.ReportMetric(msOf(durationQuantile(rt.call, 0.99)), "call-p99-ms")
-	b.ReportMetric(msOf(durationQuantile(tasks, 0.50)), "task-p50-ms")
-	b.ReportMetric(msOf(durationQuantile(tasks, 0.99)), "task-p99-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(rt.call, 0.50)), "call-p50-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(rt.call, 0.99)), "call-p99-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(tasks, 0.50)), "task-p50-ms")
+	b.ReportMetric(toolbench.MS(toolbench.Quantile(tasks, 0.99)), "task-p99-ms")
 	b.ReportMetric(float64(events)/float64(b.N), "events/call")
 	for _, st := range roundTripStages {
-		b.ReportMetric(msOf(durationQuantile(rt.stage(st), 0.50)), st+"-p50-ms")
+		b.ReportMetric(toolbench.MS(toolbench.Quantile(rt.stage(st), 0.50)), st+"-p50-ms")
 	}
 }
 
@@ -94,7 +80,7 @@ func runToolRoundTrips(tb testing.TB, n, inflight int, begin, end func()) (rt *r
 	if err != nil {
 		tb.Fatal(err)
 	}
-	e, err := engine.Start(ctx, &engine.Options{DataDir: filepath.Join(dir, "data"), Model: shoutModel{}, Config: f,
+	e, err := engine.Start(ctx, &engine.Options{DataDir: filepath.Join(dir, "data"), Model: toolbench.CallOnce{Tool: "shout", Arguments: `{"text":"hello"}`}, Config: f,
 		DisableReflection: true, MaxActiveTasks: inflight, MaxConcurrentLLM: inflight, MaxConcurrentTools: inflight})
 	if err != nil {
 		tb.Fatal(err)
@@ -253,17 +239,6 @@ func readRoundTrips(tb testing.TB, l *eventlog.Log, head0 uint64) *roundTrip {
 	}
 	return r
 }
-
-// durationQuantile sorts ds and returns its q-quantile.
-func durationQuantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
-}
-
-func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // TestWorkerToolBenchWorkload runs the round trip's workload small, so
 // that the benchmark keeps working: every task completes with the
