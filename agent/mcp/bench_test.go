@@ -1,12 +1,17 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,12 +29,13 @@ func BenchmarkMCPDirect(b *testing.B) {
 	bin := npmBin(b, "mcp-server-everything")
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	ctx := context.Background()
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(bin, "stdio"), TerminateDuration: 500 * time.Millisecond}, nil)
+	cmd := exec.Command(bin, "stdio")
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 500 * time.Millisecond}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cs.Close()
-	concurrently(b, func() error {
+	concurrently(b, cmd.Process.Pid, func() error {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hello"},
 			Meta: mcp.Meta{MetaIdempotencyKey: "k"}})
 		return err
@@ -42,16 +48,18 @@ func BenchmarkMCPManager(b *testing.B) {
 	waitReady(b, m, "everything")
 	tl := findTool(b, m, "everything__echo")
 	args := json.RawMessage(`{"message":"hello"}`)
-	concurrently(b, func() error {
+	concurrently(b, serverPid(m), func() error {
 		_, err := tl.CallParts(context.Background(), tools.Call{IdempotencyKey: "k", Arguments: args})
 		return err
 	})
 }
 
-// concurrently runs b.N calls of f, benchConcurrency at a time.
-func concurrently(b *testing.B, f func() error) {
+// concurrently runs b.N calls of f, benchConcurrency at a time, and
+// reports the CPU this process and the server's (pid) used.
+func concurrently(b *testing.B, pid int, f func() error) {
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU(pid)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range benchConcurrency {
@@ -65,7 +73,76 @@ func concurrently(b *testing.B, f func() error) {
 		})
 	}
 	wg.Wait()
+	cpu.report(b)
 	b.StopTimer() // closing the server is not measured
+}
+
+// cpuMeter measures the CPU time this process and a server's used
+// between startCPU and stop, as a fraction of one core over the wall
+// time: it says which side of a benchmark runs out of CPU.
+type cpuMeter struct {
+	pid        int
+	begin      time.Time
+	self, peer time.Duration
+}
+
+func startCPU(pid int) *cpuMeter {
+	return &cpuMeter{pid: pid, begin: time.Now(), self: selfCPU(), peer: processCPU(pid)}
+}
+
+// stop returns the cores this process and the server used.
+func (c *cpuMeter) stop() (self, peer float64) {
+	wall := time.Since(c.begin).Seconds()
+	return (selfCPU() - c.self).Seconds() / wall, (processCPU(c.pid) - c.peer).Seconds() / wall
+}
+
+// report reports stop's figures as b's go-cores and server-cores (with
+// a server).
+func (c *cpuMeter) report(b *testing.B) {
+	self, peer := c.stop()
+	b.ReportMetric(self, "go-cores")
+	if c.pid > 0 {
+		b.ReportMetric(peer, "server-cores")
+	}
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU reads the user and system time of process pid from
+// /proc/PID/stat (in clock ticks of 10 ms); 0 when it cannot.
+func processCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's name, which is in parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// serverPid is the process of m's first server.
+func serverPid(m *Manager) int {
+	m.servers[0].mu.Lock()
+	defer m.servers[0].mu.Unlock()
+	return m.servers[0].pid
 }
 
 // TestMCPOverheadRatio prints the Manager's throughput as a fraction of
