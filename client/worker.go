@@ -188,14 +188,14 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 			case <-ctx.Done():
 				continue
 			}
-			task := &Task{DispatchTask: t, w: w, msg: "started"}
-			if !w.start(ctx, task) {
-				<-slots
-				continue
-			}
+			// Each task starts on its own goroutine: a poll that returns
+			// many tasks does not start them one round trip after another.
+			// The running set keeps a later poll, which may still see the
+			// task assigned, from taking it twice.
 			mu.Lock()
 			running[t.TaskID] = true
 			mu.Unlock()
+			task := &Task{DispatchTask: t, w: w, msg: "started"}
 			wg.Go(func() {
 				defer func() {
 					mu.Lock()
@@ -203,7 +203,9 @@ func (w *Worker) Run(ctx context.Context, h Handler) error {
 					mu.Unlock()
 					<-slots
 				}()
-				w.runTask(work, h, task)
+				if w.start(ctx, task) {
+					w.runTask(work, h, task)
+				}
 			})
 		}
 	}
