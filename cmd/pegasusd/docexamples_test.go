@@ -187,6 +187,13 @@ var docBin struct {
 
 // TestMain removes the binary buildReplay built, if any.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(e2eMCPServerEnv); mode != "" { // the MCP server of the tools' end-to-end tests
+		if err := runE2EMCPServer(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e mcp server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if docBin.dir != "" {
 		os.RemoveAll(docBin.dir)
