@@ -588,7 +588,7 @@ func TestToolsEndToEnd(t *testing.T) {
 
 	cases := []struct {
 		input, source, want string
-		worker             bool
+		worker              bool
 	}{
 		{`call everything__echo {"message":"hi"}`, "mcp:everything", "Echo: hi", false},
 		{`call web__echo {"message":"over http"}`, "mcp:web", "Echo: over http", false},
