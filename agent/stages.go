@@ -210,6 +210,11 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		return b
 	}
 
+	// A provider that has not listed its tools yet (an MCP server starting
+	// with the daemon) may have the tool: wait for it.
+	if !kind.registry.Has(name) && a.awaitTool(ctx, name) {
+		kind = a.kindOf(t)
+	}
 	// A tool outside the task's type fails the step without running.
 	if !kind.registry.Has(name) {
 		var err error
@@ -284,6 +289,27 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 	}
 	evs = append(evs, a.event(t.ID, cause, result(out, err, dur)))
 	a.appendTask(ctx, t, v, evs...)
+}
+
+// toolAwaiter is a tools.Provider that may not know all its tools yet
+// (agent/mcp's Manager while a server starts): AwaitTool returns once the
+// tool named name is listed, the provider knows it will not be soon, or
+// ctx ends.
+type toolAwaiter interface {
+	AwaitTool(ctx context.Context, name string)
+}
+
+// awaitTool waits for the providers that may still list the tool named
+// name, and reports whether any could; the caller looks it up again.
+func (a *Agent) awaitTool(ctx context.Context, name string) bool {
+	waited := false
+	for _, p := range a.opts.Providers {
+		if w, ok := p.(toolAwaiter); ok {
+			w.AwaitTool(ctx, name)
+			waited = true
+		}
+	}
+	return waited
 }
 
 // errHandleNotRecorded is what Call.RecordHandle returns when the task

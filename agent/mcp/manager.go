@@ -159,7 +159,7 @@ func Start(ctx context.Context, servers []ServerConfig, opts *Options) *Manager 
 	m := &Manager{opts: opts.EnsureDefaults(), cancel: cancel, changed: make(chan struct{})}
 	for _, c := range servers {
 		s := &server{m: m, cfg: c, log: m.opts.Logger.With("mcp_server", c.Name),
-			state: StateStarting, since: time.Now(), relist: make(chan struct{}, 1)}
+			state: StateStarting, since: time.Now(), relist: make(chan struct{}, 1), settled: make(chan struct{})}
 		s.stderr = &lineLogger{log: s.log}
 		m.servers = append(m.servers, s)
 	}
@@ -183,6 +183,24 @@ func (m *Manager) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
+}
+
+// AwaitTool returns once the tool named name is known, if it is one of a
+// server's (its name begins with "<server>__"): at once when the server
+// finished its first start (it listed its tools, or it went down), else
+// when it does or ctx ends. A call that a restarted daemon resumes asks
+// for its tool before the server listed it again; it waits for it
+// instead of failing as unknown.
+func (m *Manager) AwaitTool(ctx context.Context, name string) {
+	for _, s := range m.servers {
+		if !strings.HasPrefix(name, s.cfg.Name+"__") {
+			continue
+		}
+		select {
+		case <-s.settled:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // Servers returns each server's state, in the configured order.
@@ -244,6 +262,10 @@ type server struct {
 	log    *slog.Logger
 	relist chan struct{} // a tools/list_changed arrived
 	stderr *lineLogger   // a stdio server's standard error
+	// settled is closed when the server's first start ended: it listed its
+	// tools, or it went down (AwaitTool).
+	settled     chan struct{}
+	settledOnce sync.Once
 
 	calls, errs atomic.Int64
 
@@ -281,6 +303,9 @@ func (s *server) setState(state, errText string) {
 	s.mu.Unlock()
 	if changed {
 		s.log.Info("mcp server "+state, "error", errText)
+	}
+	if state != StateStarting {
+		s.settledOnce.Do(func() { close(s.settled) })
 	}
 }
 

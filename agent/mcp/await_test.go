@@ -1,0 +1,32 @@
+package mcp
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestAwaitTool: AwaitTool returns once a starting server listed its
+// tools (a call a restarted daemon resumes finds its tool instead of
+// failing as unknown), once a server that never answers initialize is
+// down, and at once for a name no server prefixes.
+func TestAwaitTool(t *testing.T) {
+	opts := testOptions()
+	opts.InitTimeout = 300 * time.Millisecond
+	m := start(t, opts, goServer("fast", modeTools, nil), goServer("mute", modeSilent, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	m.AwaitTool(ctx, "other__pid")
+	m.AwaitTool(ctx, "fast__pid")
+	if ctx.Err() != nil {
+		t.Fatal(ctx.Err())
+	}
+	if _, err := call(ctx, findTool(t, m, "fast__pid"), "k", `{}`); err != nil {
+		t.Fatal(err)
+	}
+	m.AwaitTool(ctx, "mute__anything")
+	if s := status(m, "mute"); ctx.Err() != nil || s.State != StateDown {
+		t.Fatalf("mute: %+v, %v", s, ctx.Err())
+	}
+}
