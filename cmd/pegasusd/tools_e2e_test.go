@@ -634,3 +634,112 @@ func TestToolsEndToEnd(t *testing.T) {
 	}
 	r.stopAndVerify()
 }
+
+// e2eServerConfig declares this test binary as the MCP server name, in
+// mode, with env added.
+func e2eServerConfig(t *testing.T, name, mode string, env map[string]string) string {
+	t.Helper()
+	self, err := filepath.Abs(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %s:\n    command: %q\n    env:\n      %s: %s\n", name, self, e2eMCPServerEnv, mode)
+	for k, v := range env {
+		fmt.Fprintf(&b, "      %s: %q\n", k, v)
+	}
+	return b.String()
+}
+
+// toolTasks are the broker tasks of worker tool calls whose parent is
+// the agent task parent.
+func (r *toolRig) toolTasks(parent string) []api.DispatchTask {
+	r.t.Helper()
+	page, err := r.c.ListDispatch(context.Background(), pclient.DispatchListOptions{Source: "tool", Limit: 1000})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []api.DispatchTask
+	for _, bt := range page.Tasks {
+		if bt.ParentTaskID == parent {
+			out = append(out, bt)
+		}
+	}
+	return out
+}
+
+// TestToolCallsSurviveKill9: the daemon is killed (SIGKILL) while an MCP
+// call and a worker tool call are in flight. After the restart the MCP
+// call is sent again with the same idempotency key, the worker's call is
+// not duplicated (its agent task has one broker task, which the worker
+// still holding it completes), both tasks end once, and verify is clean.
+func TestToolCallsSurviveKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	hold := startHolder(t)
+	model := startScriptedModel(t, "scripted-1", 0)
+	config := modelConfig(model) + "mcpServers:\n" + e2eServerConfig(t, "slow", "tools", map[string]string{"HOLD_URL": hold.URL}) + `tools:
+  - name: wait
+    description: Answers once the worker is let go.
+    capability: wait
+`
+	r := startRig(t, config)
+	r.waitServers(map[string]string{"slow": "ok"})
+	taken, letWorkerGo := make(chan string, 4), make(chan struct{})
+	goWorker(t, r.p.url, "go-waiter", "wait", func(ctx context.Context, task *pclient.Task) (any, error) {
+		taken <- task.TaskID
+		select {
+		case <-letWorkerGo:
+			return map[string]string{"text": "the worker let go"}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+
+	mcpTask := r.submit(`call slow__hold {}`)
+	workerTask := r.submit(`call wait {}`)
+	key := hold.nextKey(t, "before the kill")
+	var child string
+	select {
+	case child = <-taken:
+	case <-time.After(testTimeout):
+		t.Fatalf("the worker got no task\n%s", r.p.output())
+	}
+	r.p.kill(t)
+
+	r.restart()
+	select {
+	case again := <-hold.keys:
+		if again != key {
+			t.Errorf("the MCP call ran again with key %q, first with %q", again, key)
+		}
+	case <-time.After(testTimeout):
+		task, _ := r.c.Get(context.Background(), mcpTask)
+		var evs []string
+		for _, e := range r.events(mcpTask) {
+			evs = append(evs, e.Type+" "+string(e.Data))
+		}
+		t.Fatalf("no call of the hold tool after the restart: task %s\n%s\n%s", task.State, strings.Join(evs, "\n"), r.p.output())
+	}
+	hold.letGo()
+	close(letWorkerGo)
+
+	if task := r.wait(mcpTask); task.State != api.StateCompleted || task.Result != "held "+key {
+		t.Errorf("MCP task: %s %q, want held %s", task.State, task.Result, key)
+	}
+	if task := r.wait(workerTask); task.State != api.StateCompleted || !strings.Contains(task.Result, "the worker let go") {
+		t.Errorf("worker task: %s %q", task.State, task.Result)
+	}
+	if bts := r.toolTasks(workerTask); len(bts) != 1 || bts[0].TaskID != child || bts[0].Status != "completed" {
+		t.Errorf("the worker call's broker tasks: %+v, want one: %s, completed", bts, child)
+	}
+	select {
+	case again := <-taken:
+		t.Errorf("the worker was handed the call again: %s", again)
+	default:
+	}
+	r.p.stop(t)
+	checkLog(t, r.data, map[string]bool{mcpTask: true, workerTask: true})
+	r.replayCmd("--data-dir", r.data, "verify")
+}
