@@ -11,9 +11,9 @@ import (
 // failing as unknown), once a server that never answers initialize is
 // down, and at once for a name no server prefixes.
 func TestAwaitTool(t *testing.T) {
-	opts := testOptions()
-	opts.InitTimeout = 300 * time.Millisecond
-	m := start(t, opts, goServer("fast", modeTools, nil), goServer("mute", modeSilent, nil))
+	mute := goServer("mute", modeSilent, nil)
+	mute.InitTimeout = 300 * time.Millisecond // the server's own, not the manager's 20s
+	m := start(t, testOptions(), goServer("fast", modeTools, nil), mute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -26,7 +26,7 @@ func TestAwaitTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.AwaitTool(ctx, "mute__anything")
-	if s := status(m, "mute"); ctx.Err() != nil || s.State != StateDown {
+	if s := status(m, "mute"); ctx.Err() != nil || s.State != StateDown || s.Error != "no answer to initialize within 300ms" {
 		t.Fatalf("mute: %+v, %v", s, ctx.Err())
 	}
 }

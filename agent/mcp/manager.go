@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ type ServerConfig struct {
 	// every request (an Authorization header, for example).
 	URL     string
 	Headers map[string]string
+	// InitTimeout is this server's Options.InitTimeout; 0 is the
+	// manager's.
+	InitTimeout time.Duration
 }
 
 // Transport returns "stdio" or "http".
@@ -362,12 +366,13 @@ func (s *server) run(ctx context.Context) {
 // ready (zero if it never did) and why the session ended.
 func (s *server) serve(ctx context.Context) (readyAt time.Time, err error) {
 	opts := s.m.opts
-	initCtx, cancel := context.WithTimeout(ctx, opts.InitTimeout)
+	initTimeout := cmp.Or(s.cfg.InitTimeout, opts.InitTimeout)
+	initCtx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	sess, err := s.connect(initCtx)
 	if err != nil {
 		if initCtx.Err() != nil && ctx.Err() == nil {
-			return time.Time{}, fmt.Errorf("no answer to initialize within %s", opts.InitTimeout)
+			return time.Time{}, fmt.Errorf("no answer to initialize within %s", initTimeout)
 		}
 		return time.Time{}, fmt.Errorf("connect: %v", err)
 	}
@@ -400,7 +405,7 @@ func (s *server) serve(ctx context.Context) (readyAt time.Time, err error) {
 			}
 			return readyAt, errors.New("the session ended")
 		case <-s.relist:
-			lctx, cancel := context.WithTimeout(ctx, opts.InitTimeout)
+			lctx, cancel := context.WithTimeout(ctx, initTimeout)
 			err := s.list(lctx, sess)
 			cancel()
 			if err != nil {
@@ -416,7 +421,7 @@ func (s *server) list(ctx context.Context, sess *session) error {
 	for t, err := range sess.cs.Tools(ctx, nil) {
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("no answer to tools/list within %s", s.m.opts.InitTimeout)
+				return fmt.Errorf("no answer to tools/list within %s", cmp.Or(s.cfg.InitTimeout, s.m.opts.InitTimeout))
 			}
 			return fmt.Errorf("tools/list: %v", err)
 		}
