@@ -212,7 +212,9 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 
 	// A provider that has not listed its tools yet (an MCP server starting
 	// with the daemon) may have the tool: wait for it.
-	if !kind.registry.Has(name) && a.awaitTool(ctx, name) {
+	var down error // why the tool's provider cannot have it now
+	if !kind.registry.Has(name) {
+		down = a.awaitTool(ctx, name)
 		kind = a.kindOf(t)
 	}
 	// A tool outside the task's type fails the step without running.
@@ -220,6 +222,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		var err error
 		if all, _ := a.catalog.current(&a.opts); all.Has(name) {
 			err = fmt.Errorf("tool %q is not available to %s tasks (available: %s)", name, kind.Name, strings.Join(kind.registry.Names(), ", "))
+		} else if down != nil {
+			err = fmt.Errorf("tool %q is unknown: %w", name, down)
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
@@ -294,22 +298,22 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 // toolAwaiter is a tools.Provider that may not know all its tools yet
 // (agent/mcp's Manager while a server starts): AwaitTool returns once the
 // tool named name is listed, the provider knows it will not be soon, or
-// ctx ends.
+// ctx ends, with why the provider cannot offer it now, if it can say.
 type toolAwaiter interface {
-	AwaitTool(ctx context.Context, name string)
+	AwaitTool(ctx context.Context, name string) error
 }
 
 // awaitTool waits for the providers that may still list the tool named
-// name, and reports whether any could; the caller looks it up again.
-func (a *Agent) awaitTool(ctx context.Context, name string) bool {
-	waited := false
+// name, and returns why one cannot offer it now (nil: none said); the
+// caller looks the tool up again.
+func (a *Agent) awaitTool(ctx context.Context, name string) error {
+	var errs []error
 	for _, p := range a.opts.Providers {
 		if w, ok := p.(toolAwaiter); ok {
-			w.AwaitTool(ctx, name)
-			waited = true
+			errs = append(errs, w.AwaitTool(ctx, name))
 		}
 	}
-	return waited
+	return errors.Join(errs...)
 }
 
 // errHandleNotRecorded is what Call.RecordHandle returns when the task

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -17,16 +18,20 @@ func TestAwaitTool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	m.AwaitTool(ctx, "other__pid")
-	m.AwaitTool(ctx, "fast__pid")
-	if ctx.Err() != nil {
-		t.Fatal(ctx.Err())
+	if err := m.AwaitTool(ctx, "other__pid"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.AwaitTool(ctx, "fast__pid"); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := call(ctx, findTool(t, m, "fast__pid"), "k", `{}`); err != nil {
 		t.Fatal(err)
 	}
-	m.AwaitTool(ctx, "mute__anything")
+	err := m.AwaitTool(ctx, "mute__anything")
 	if s := status(m, "mute"); ctx.Err() != nil || s.State != StateDown || s.Error != "no answer to initialize within 300ms" {
 		t.Fatalf("mute: %+v, %v", s, ctx.Err())
+	}
+	if !errors.Is(err, ErrServerDown) || err.Error() != `mcp: server is not ready: server "mute" is down: no answer to initialize within 300ms` {
+		t.Errorf("AwaitTool: %v", err)
 	}
 }

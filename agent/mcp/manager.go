@@ -194,8 +194,10 @@ func (m *Manager) Changed() <-chan struct{} {
 // finished its first start (it listed its tools, or it went down), else
 // when it does or ctx ends. A call that a restarted daemon resumes asks
 // for its tool before the server listed it again; it waits for it
-// instead of failing as unknown.
-func (m *Manager) AwaitTool(ctx context.Context, name string) {
+// instead of failing as unknown. The error, wrapping ErrServerDown, says
+// why a server that is not ready is not (nil when it is, or when no
+// server has the name's prefix).
+func (m *Manager) AwaitTool(ctx context.Context, name string) error {
 	for _, s := range m.servers {
 		if !strings.HasPrefix(name, s.cfg.Name+"__") {
 			continue
@@ -204,7 +206,11 @@ func (m *Manager) AwaitTool(ctx context.Context, name string) {
 		case <-s.settled:
 		case <-ctx.Done():
 		}
+		if _, err := s.current(); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // Servers returns each server's state, in the configured order.
