@@ -743,3 +743,98 @@ func TestToolCallsSurviveKill9(t *testing.T) {
 	checkLog(t, r.data, map[string]bool{mcpTask: true, workerTask: true})
 	r.replayCmd("--data-dir", r.data, "verify")
 }
+
+// TestToolFailuresThroughTheDaemon: an MCP server that never answers
+// initialize, one that crashes mid-call and one that answers a malformed
+// result fail their calls with clear errors (TOOL_CALL_FAILED, which the
+// model reads), nothing is lost, and the daemon keeps serving: /readyz
+// shows the silent server down and the crashed one back, other tasks
+// complete. A task type whose model answers 500 falls back to the next
+// model, and the log has both calls.
+func TestToolFailuresThroughTheDaemon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	good := startScriptedModel(t, "scripted-1", 0)
+	broken := startScriptedModel(t, "broken-1", http.StatusInternalServerError)
+	config := modelConfig(good) + fmt.Sprintf(`  - {name: broken, baseUrl: %q, model: broken-1, maxAttempts: 1}
+taskTypes:
+  - name: resilient
+    systemPrompt: You answer.
+    model: broken
+    fallback: [scripted]
+mcpServers:
+`, broken.URL+"/v1") + e2eServerConfig(t, "mute", "silent", nil) + "    initTimeout: 500ms\n" + e2eServerConfig(t, "shaky", "tools", nil)
+	r := startRig(t, config)
+	r.waitServers(map[string]string{"mute": "down", "shaky": "ok"})
+	if s := r.readyz(); !strings.Contains(fmt.Sprint(s), "no answer to initialize within 500ms") {
+		t.Errorf("readyz: %+v", s)
+	}
+
+	acked := map[string]bool{}
+	failing := []struct{ input, want string }{
+		{`call shaky__malformed {}`, "mcp: malformed result"},
+		{`call shaky__crash {}`, "mcp: server went away during the call"},
+		{`call mute__anything {}`, `tool "mute__anything" is unknown: mcp: server is not ready: server "mute" is down: no answer to initialize within 500ms`},
+	}
+	for _, c := range failing {
+		id := r.submit(c.input)
+		acked[id] = true
+		task := r.wait(id)
+		failed := r.toolEvent(id, "TOOL_CALL_FAILED")
+		if !strings.Contains(failed.Error, c.want) {
+			t.Errorf("%s: TOOL_CALL_FAILED %q, want %q", c.input, failed.Error, c.want)
+		}
+		// The model read the error and answered with it.
+		if task.State != api.StateCompleted || !strings.Contains(task.Result, c.want) {
+			t.Errorf("%s: %s %q", c.input, task.State, task.Result)
+		}
+	}
+	// The crashed server is started again; other tasks go on meanwhile.
+	id := r.submit("hello")
+	acked[id] = true
+	if task := r.wait(id); task.State != api.StateCompleted || task.Result != "done: hello" {
+		t.Errorf("a plain task: %s %q", task.State, task.Result)
+	}
+	r.waitServers(map[string]string{"mute": "down", "shaky": "ok"})
+	for _, s := range r.readyz() {
+		if s.Name == "shaky" && s.Restarts < 1 {
+			t.Errorf("shaky was not restarted: %+v", s)
+		}
+	}
+
+	// Model fallback: broken answers 500, scripted answers.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	created, err := r.c.Submit(ctx, api.CreateTask{Input: "hello fallback", Type: "resilient"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked[created.TaskID] = true
+	if task := r.wait(created.TaskID); task.State != api.StateCompleted || task.Result != "done: hello fallback" {
+		t.Errorf("fallback task: %s %q", task.State, task.Result)
+	}
+	var calls []string
+	for _, e := range r.events(created.TaskID) {
+		if e.Type != "MODEL_CALLED" {
+			continue
+		}
+		var mc struct {
+			Model  string `json:"model"`
+			Status int    `json:"status"`
+		}
+		if err := json.Unmarshal(e.Data, &mc); err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, fmt.Sprintf("%s %d", mc.Model, mc.Status))
+	}
+	if want := []string{"broken-1 500", "scripted-1 200"}; strings.Join(calls, ",") != strings.Join(want, ",") {
+		t.Errorf("MODEL_CALLED: %q, want %q", calls, want)
+	}
+	if broken.completions() != 1 {
+		t.Errorf("the broken model was asked %d times, want 1", broken.completions())
+	}
+	r.p.stop(t)
+	checkLog(t, r.data, acked)
+	r.replayCmd("--data-dir", r.data, "verify")
+}
