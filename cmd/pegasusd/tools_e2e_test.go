@@ -22,6 +22,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/mcp"
 	"github.com/pegasus-engine/pegasus/api"
 	pclient "github.com/pegasus-engine/pegasus/client"
+	"github.com/pegasus-engine/pegasus/internal/mcptest"
 )
 
 // The end-to-end tests of tools (MCP servers and worker tools) run a real
@@ -168,8 +169,6 @@ func scriptedReply(msgs []chatMessage) (string, *chatToolCall) {
 // stdio (TestMain).
 const e2eMCPServerEnv = "PEGASUS_E2E_MCP_SERVER"
 
-const malformedText = "@@malformed@@"
-
 // runE2EMCPServer serves on stdio. In mode "silent" it never answers
 // initialize; otherwise its tools are:
 //
@@ -180,15 +179,7 @@ const malformedText = "@@malformed@@"
 func runE2EMCPServer(mode string) error {
 	s := sdk.NewServer(&sdk.Implementation{Name: "pegasus-e2e", Version: "1"}, nil)
 	if mode == "silent" {
-		s.AddReceivingMiddleware(func(next sdk.MethodHandler) sdk.MethodHandler {
-			return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
-				if method == "initialize" || method == "server/discover" {
-					<-ctx.Done()
-					return nil, ctx.Err()
-				}
-				return next(ctx, method, req)
-			}
-		})
+		mcptest.Silent(s)
 	}
 	text := func(s string) *sdk.CallToolResult {
 		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
@@ -216,24 +207,10 @@ func runE2EMCPServer(mode string) error {
 		})
 	s.AddTool(&sdk.Tool{Name: "malformed", Description: "Answers with a malformed result.", InputSchema: obj},
 		func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return text(malformedText), nil
+			return text(mcptest.MalformedText), nil
 		})
-	return s.Run(context.Background(), &sdk.IOTransport{Reader: os.Stdin, Writer: malformer{os.Stdout}})
+	return s.Run(context.Background(), &sdk.IOTransport{Reader: os.Stdin, Writer: mcptest.Malformer{W: os.Stdout}})
 }
-
-// malformer turns the malformed tool's content into a string, which no
-// client decodes as a list of content.
-type malformer struct{ w io.WriteCloser }
-
-func (m malformer) Write(p []byte) (int, error) {
-	q := bytes.Replace(p, []byte(`[{"type":"text","text":"`+malformedText+`"}]`), []byte(`"`+malformedText+`"`), 1)
-	if _, err := m.w.Write(q); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (m malformer) Close() error { return m.w.Close() }
 
 // holder is the endpoint the hold tool asks: it records each call's key
 // and answers once released (or when the caller goes away).
