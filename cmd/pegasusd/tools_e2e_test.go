@@ -295,10 +295,36 @@ type toolRig struct {
 	c      *pclient.Client
 }
 
+// rigBin is the pegasusd binary of the rigs, built once per test binary
+// beside pegasus-replay (in a directory of its own: the documentation's
+// examples have pegasus-replay's on their PATH).
+var rigBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func rigDaemon(t *testing.T) string {
+	t.Helper()
+	dir := buildReplay(t)
+	rigBin.once.Do(func() {
+		p := filepath.Join(dir, "daemon", "pegasusd")
+		out, err := exec.Command("go", "build", "-o", p, ".").CombinedOutput()
+		if err != nil {
+			rigBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		rigBin.path = p
+	})
+	if rigBin.err != nil {
+		t.Fatal(rigBin.err)
+	}
+	return rigBin.path
+}
+
 // startRig writes config into a file and starts a daemon with it.
 func startRig(t *testing.T, config string, extra ...string) *toolRig {
 	t.Helper()
-	r := &toolRig{t: t, bin: buildDaemon(t), replay: buildReplay(t), data: filepath.Join(t.TempDir(), "data"),
+	r := &toolRig{t: t, bin: rigDaemon(t), replay: buildReplay(t), data: filepath.Join(t.TempDir(), "data"),
 		cfg: filepath.Join(t.TempDir(), "pegasus.yaml")}
 	if err := os.WriteFile(r.cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
