@@ -635,6 +635,16 @@ func TestToolsEndToEnd(t *testing.T) {
 			t.Errorf("%s: broker task %+v", c.input, bt)
 		}
 	}
+
+	// A worker's final failure is the call's TOOL_CALL_FAILED, with the
+	// broker's reason, which the model reads.
+	id := r.submit(`call shout {"text":5}`)
+	task := r.wait(id)
+	failed := r.toolEvent(id, "TOOL_CALL_FAILED")
+	want := `tool shout failed: dead-lettered after 1 failure (retry_eligible=false): bad arguments: "text" is missing or not a string`
+	if failed.Error != want || failed.Source != "worker:shout" || task.State != api.StateCompleted || !strings.Contains(task.Result, want) {
+		t.Errorf("a worker's failure: %+v; task %s %q", failed, task.State, task.Result)
+	}
 	r.stopAndVerify()
 }
 
