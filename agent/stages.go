@@ -210,11 +210,20 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		return b
 	}
 
+	// A provider that has not listed its tools yet (an MCP server starting
+	// with the daemon) may have the tool: wait for it.
+	var down error // why the tool's provider cannot have it now
+	if !kind.registry.Has(name) {
+		down = a.awaitTool(ctx, name)
+		kind = a.kindOf(t)
+	}
 	// A tool outside the task's type fails the step without running.
 	if !kind.registry.Has(name) {
 		var err error
 		if all, _ := a.catalog.current(&a.opts); all.Has(name) {
 			err = fmt.Errorf("tool %q is not available to %s tasks (available: %s)", name, kind.Name, strings.Join(kind.registry.Names(), ", "))
+		} else if down != nil {
+			err = fmt.Errorf("tool %q is unknown: %w", name, down)
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
@@ -284,6 +293,27 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 	}
 	evs = append(evs, a.event(t.ID, cause, result(out, err, dur)))
 	a.appendTask(ctx, t, v, evs...)
+}
+
+// toolAwaiter is a tools.Provider that may not know all its tools yet
+// (agent/mcp's Manager while a server starts): AwaitTool returns once the
+// tool named name is listed, the provider knows it will not be soon, or
+// ctx ends, with why the provider cannot offer it now, if it can say.
+type toolAwaiter interface {
+	AwaitTool(ctx context.Context, name string) error
+}
+
+// awaitTool waits for the providers that may still list the tool named
+// name, and returns why one cannot offer it now (nil: none said); the
+// caller looks the tool up again.
+func (a *Agent) awaitTool(ctx context.Context, name string) error {
+	var errs []error
+	for _, p := range a.opts.Providers {
+		if w, ok := p.(toolAwaiter); ok {
+			errs = append(errs, w.AwaitTool(ctx, name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // errHandleNotRecorded is what Call.RecordHandle returns when the task

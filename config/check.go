@@ -283,6 +283,13 @@ func (c *checker) servers(f *File, ss map[string]rawServer) error {
 		if s.Headers, err = c.expandMap(key+".headers", r.Headers); err != nil {
 			return err
 		}
+		if r.InitTimeout != "" {
+			d, err := time.ParseDuration(r.InitTimeout)
+			if err != nil || d <= 0 {
+				return c.errorf(key+".initTimeout", "%q: want a positive duration such as 10s or 2m", r.InitTimeout)
+			}
+			s.InitTimeout = d
+		}
 		f.MCPServers = append(f.MCPServers, s)
 	}
 	return nil

@@ -101,6 +101,9 @@ type MCPServer struct {
 	Cwd     string // relative to the configuration file; "" is the daemon's directory
 	URL     string
 	Headers map[string]string
+	// InitTimeout bounds the server's start (connecting, initialize, the
+	// first tools/list); 0 is the daemon's default (30s).
+	InitTimeout time.Duration
 }
 
 // Tool is a tool run by a broker worker with Capability.
@@ -162,6 +165,8 @@ type rawServer struct {
 	Cwd     string            `yaml:"cwd,omitempty" json:"cwd,omitempty"`
 	URL     string            `yaml:"url,omitempty" json:"url,omitempty"`
 	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
+	// InitTimeout is a duration ("10s").
+	InitTimeout string `yaml:"initTimeout,omitempty" json:"initTimeout,omitempty"`
 }
 
 type rawTool struct {

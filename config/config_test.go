@@ -54,6 +54,7 @@ mcpServers:
     command: npx
     args: ["-y", "@modelcontextprotocol/server-everything", "stdio"]
     env: {LOG_LEVEL: warn}
+    initTimeout: 2m
   search:
     url: http://127.0.0.1:9000/mcp
     headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
@@ -95,7 +96,8 @@ func TestLoadFull(t *testing.T) {
 		!f.Models[0].Default || f.DefaultModel().Name != "gpt" {
 		t.Errorf("models: %+v", f.Models)
 	}
-	if len(f.MCPServers) != 2 || f.MCPServers[0].Name != "everything" || f.MCPServers[1].Headers["Authorization"] != "Bearer canary-token-456" {
+	if len(f.MCPServers) != 2 || f.MCPServers[0].Name != "everything" || f.MCPServers[1].Headers["Authorization"] != "Bearer canary-token-456" ||
+		f.MCPServers[0].InitTimeout != 2*time.Minute || f.MCPServers[1].InitTimeout != 0 {
 		t.Errorf("servers: %+v", f.MCPServers)
 	}
 	var params map[string]any
@@ -181,7 +183,7 @@ func TestJSONEqualsYAML(t *testing.T) {
   "models": [{"name": "gpt", "baseUrl": "https://api.openai.com/v1", "model": "gpt-4o-mini", "apiKeyEnv": "OPENAI_API_KEY", "timeout": "90s", "maxAttempts": 3, "concurrency": 4, "default": true},
              {"name": "local", "baseUrl": "http://127.0.0.1:11434/v1", "model": "llama3.2"}],
   "mcpServers": {
-    "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything", "stdio"], "env": {"LOG_LEVEL": "warn"}},
+    "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything", "stdio"], "env": {"LOG_LEVEL": "warn"}, "initTimeout": "2m"},
     "search": {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ${SEARCH_TOKEN}"}}
   },
   "tools": [{"name": "shout", "description": "Upper-cases a text.", "capability": "shout", "timeoutSeconds": 30, "maxRetries": 2, "heartbeatSeconds": 10,
@@ -255,6 +257,7 @@ func TestBad(t *testing.T) {
 		{"command and url", "mcpServers:\n  x:\n    command: a\n    url: http://h/mcp\n", 4, "mcpServers.x.url", "both command and url"},
 		{"sse", "mcpServers:\n  x:\n    type: sse\n    url: http://h/sse\n", 3, "mcpServers.x.type", "SSE"},
 		{"bad server name", "mcpServers:\n  a__b:\n    command: x\n", 2, "mcpServers.a__b", "server's name"},
+		{"bad init timeout", "mcpServers:\n  x:\n    command: a\n    initTimeout: 0s\n", 4, "mcpServers.x.initTimeout", "positive duration"},
 		{"bad url", "mcpServers:\n  x:\n    url: ftp://h\n", 3, "mcpServers.x.url", "http:// or https://"},
 		{"missing variable", "mcpServers:\n  x:\n    url: http://h/mcp\n    headers: {Authorization: \"Bearer ${NOPE}\"}\n", 4,
 			"mcpServers.x.headers.Authorization", "environment variable NOPE is not set"},

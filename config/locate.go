@@ -157,7 +157,7 @@ func knownKeys(key string) string {
 	case strings.HasPrefix(key, "taskTypes["):
 		known = "name, description, systemPrompt, systemPromptFile, tools, model, fallback, maxIterations, reflection"
 	case strings.HasPrefix(key, "mcpServers.") && depth == 2:
-		known = "command, args, env, cwd (stdio), url, headers (Streamable HTTP), type"
+		known = "command, args, env, cwd (stdio), url, headers (Streamable HTTP), type, initTimeout"
 	case strings.HasPrefix(key, "tools["):
 		known = "name, description, parameters, capability, timeoutSeconds, maxRetries, heartbeatSeconds"
 	case strings.HasPrefix(key, "schedules["):

@@ -305,7 +305,7 @@ func mcpServers(f *config.File) []mcp.ServerConfig {
 	out := make([]mcp.ServerConfig, len(f.MCPServers))
 	for i, sv := range f.MCPServers {
 		out[i] = mcp.ServerConfig{Name: sv.Name, Command: sv.Command, Args: sv.Args, Env: sv.Env, Dir: sv.Cwd,
-			URL: sv.URL, Headers: sv.Headers}
+			URL: sv.URL, Headers: sv.Headers, InitTimeout: sv.InitTimeout}
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/mcptest"
 )
 
 // The tests run real MCP servers: the npm packages pinned in testdata/npm
@@ -165,15 +165,7 @@ func runTestServer(mode string) error {
 		addTaskTools(s)
 	}
 	if mode == modeSilent {
-		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
-			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-				if method == "initialize" || method == "server/discover" {
-					<-ctx.Done()
-					return nil, ctx.Err()
-				}
-				return next(ctx, method, req)
-			}
-		})
+		mcptest.Silent(s)
 	}
 	text := func(s string) *mcp.CallToolResult {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
@@ -216,29 +208,18 @@ func runTestServer(mode string) error {
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return text(strconv.Itoa(os.Getpid())), nil
 		})
-	t := &mcp.IOTransport{Reader: os.Stdin, Writer: malformer{os.Stdout}}
-	return s.Run(context.Background(), t)
+	// Two answers the SDK cannot make: the malformed tool's content
+	// becomes a string, and a result whose _meta has testTaskMeta becomes
+	// the task answer of the 2026-07-28 tasks extension.
+	w := mcptest.Malformer{W: os.Stdout, Rewrite: func(q []byte) []byte {
+		if bytes.Contains(q, []byte(testTaskMeta)) {
+			return taskAnswerOnWire(q)
+		}
+		return q
+	}}
+	return s.Run(context.Background(), &mcp.IOTransport{Reader: os.Stdin, Writer: w})
 }
 
-const malformedMarker = "@@malformed@@"
-
-// malformer rewrites two answers the SDK cannot make: the malformed tool's
-// content becomes a string, which no client can decode as a list of
-// content; and a result whose _meta has testTaskMeta becomes the task
-// answer of the 2026-07-28 tasks extension.
-type malformer struct{ w io.WriteCloser }
-
-func (m malformer) Write(p []byte) (int, error) {
-	q := bytes.Replace(p, []byte(`[{"type":"text","text":"`+malformedMarker+`"}]`), []byte(`"`+malformedMarker+`"`), 1)
-	if bytes.Contains(q, []byte(testTaskMeta)) {
-		q = taskAnswerOnWire(q)
-	}
-	if _, err := m.w.Write(q); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (m malformer) Close() error { return m.w.Close() }
+const malformedMarker = mcptest.MalformedText
 
 type fsmPart = fsm.ToolPart

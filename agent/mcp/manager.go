@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,6 +36,9 @@ type ServerConfig struct {
 	// every request (an Authorization header, for example).
 	URL     string
 	Headers map[string]string
+	// InitTimeout is this server's Options.InitTimeout; 0 is the
+	// manager's.
+	InitTimeout time.Duration
 }
 
 // Transport returns "stdio" or "http".
@@ -159,7 +163,7 @@ func Start(ctx context.Context, servers []ServerConfig, opts *Options) *Manager 
 	m := &Manager{opts: opts.EnsureDefaults(), cancel: cancel, changed: make(chan struct{})}
 	for _, c := range servers {
 		s := &server{m: m, cfg: c, log: m.opts.Logger.With("mcp_server", c.Name),
-			state: StateStarting, since: time.Now(), relist: make(chan struct{}, 1)}
+			state: StateStarting, since: time.Now(), relist: make(chan struct{}, 1), settled: make(chan struct{})}
 		s.stderr = &lineLogger{log: s.log}
 		m.servers = append(m.servers, s)
 	}
@@ -183,6 +187,30 @@ func (m *Manager) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
+}
+
+// AwaitTool returns once the tool named name is known, if it is one of a
+// server's (its name begins with "<server>__"): at once when the server
+// finished its first start (it listed its tools, or it went down), else
+// when it does or ctx ends. A call that a restarted daemon resumes asks
+// for its tool before the server listed it again; it waits for it
+// instead of failing as unknown. The error, wrapping ErrServerDown, says
+// why a server that is not ready is not (nil when it is, or when no
+// server has the name's prefix).
+func (m *Manager) AwaitTool(ctx context.Context, name string) error {
+	for _, s := range m.servers {
+		if !strings.HasPrefix(name, s.cfg.Name+"__") {
+			continue
+		}
+		select {
+		case <-s.settled:
+		case <-ctx.Done():
+		}
+		if _, err := s.current(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Servers returns each server's state, in the configured order.
@@ -244,6 +272,10 @@ type server struct {
 	log    *slog.Logger
 	relist chan struct{} // a tools/list_changed arrived
 	stderr *lineLogger   // a stdio server's standard error
+	// settled is closed when the server's first start ended: it listed its
+	// tools, or it went down (AwaitTool).
+	settled     chan struct{}
+	settledOnce sync.Once
 
 	calls, errs atomic.Int64
 
@@ -281,6 +313,9 @@ func (s *server) setState(state, errText string) {
 	s.mu.Unlock()
 	if changed {
 		s.log.Info("mcp server "+state, "error", errText)
+	}
+	if state != StateStarting {
+		s.settledOnce.Do(func() { close(s.settled) })
 	}
 }
 
@@ -337,12 +372,13 @@ func (s *server) run(ctx context.Context) {
 // ready (zero if it never did) and why the session ended.
 func (s *server) serve(ctx context.Context) (readyAt time.Time, err error) {
 	opts := s.m.opts
-	initCtx, cancel := context.WithTimeout(ctx, opts.InitTimeout)
+	initTimeout := cmp.Or(s.cfg.InitTimeout, opts.InitTimeout)
+	initCtx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	sess, err := s.connect(initCtx)
 	if err != nil {
 		if initCtx.Err() != nil && ctx.Err() == nil {
-			return time.Time{}, fmt.Errorf("no answer to initialize within %s", opts.InitTimeout)
+			return time.Time{}, fmt.Errorf("no answer to initialize within %s", initTimeout)
 		}
 		return time.Time{}, fmt.Errorf("connect: %v", err)
 	}
@@ -375,7 +411,7 @@ func (s *server) serve(ctx context.Context) (readyAt time.Time, err error) {
 			}
 			return readyAt, errors.New("the session ended")
 		case <-s.relist:
-			lctx, cancel := context.WithTimeout(ctx, opts.InitTimeout)
+			lctx, cancel := context.WithTimeout(ctx, initTimeout)
 			err := s.list(lctx, sess)
 			cancel()
 			if err != nil {
@@ -391,7 +427,7 @@ func (s *server) list(ctx context.Context, sess *session) error {
 	for t, err := range sess.cs.Tools(ctx, nil) {
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("no answer to tools/list within %s", s.m.opts.InitTimeout)
+				return fmt.Errorf("no answer to tools/list within %s", cmp.Or(s.cfg.InitTimeout, s.m.opts.InitTimeout))
 			}
 			return fmt.Errorf("tools/list: %v", err)
 		}

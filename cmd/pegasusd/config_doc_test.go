@@ -13,7 +13,7 @@ import (
 )
 
 // configDocs are the documents whose configuration files are checked.
-var configDocs = []string{"../../docs/config.md", "../../README.md"}
+var configDocs = []string{"../../docs/config.md", "../../docs/tools.md", "../../README.md"}
 
 // docBlock is a fenced block of a document: its language, text, and the
 // file name a "<!-- config-file: NAME -->" line just before it gives it.
@@ -110,35 +110,5 @@ func TestConfigDocFiles(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no configuration in the documents")
-	}
-}
-
-// TestConfigDocExamples runs the examples of docs/config.md as
-// TestDocExamples runs the other documents', in a directory holding the
-// files the document shows: pegasusd's commands, which run in-process,
-// read them from the working directory, and the variables the document
-// exports are the process's.
-func TestConfigDocExamples(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a daemon")
-	}
-	doc, err := filepath.Abs("../../docs/config.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := buildReplay(t)
-	dir := t.TempDir()
-	files := writeDocFiles(t, doc, dir)
-	for _, it := range readDocExamples(t, doc) {
-		if w := splitWords(it.cmd); len(w) > 1 && w[0] == "export" {
-			for _, kv := range w[1:] {
-				k, v, _ := strings.Cut(kv, "=")
-				t.Setenv(k, v)
-			}
-		}
-	}
-	t.Chdir(dir)
-	if n := runDocFile(t, docFile{path: doc, files: files}, bin); n == 0 {
-		t.Fatal("no examples in docs/config.md")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/pegasus-engine/pegasus/engine"
 	"io"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	cfgfile "github.com/pegasus-engine/pegasus/config"
+	"github.com/pegasus-engine/pegasus/engine"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/cliconv"
@@ -35,6 +36,14 @@ type docFile struct {
 	// directory; "pegasus-data" unless the document uses that name for
 	// something else.
 	daemonDir string
+	// configFiles: the document's named blocks ("<!-- config-file: NAME
+	// -->" before a fence) are files of the working directory, which is
+	// the test's too (pegasusd's commands run in-process and read them
+	// there), and the variables the document exports are the process's.
+	configFiles bool
+	// config, if set, is the named block the daemon starts with, as
+	// --config (configFiles must be set).
+	config string
 }
 
 // docExampleFiles are the documents whose examples TestDocExamples runs:
@@ -48,6 +57,8 @@ var docExampleFiles = []docFile{
 	{path: "../../docs/metrics.md"},
 	{path: "../../docs/broker.md"},
 	{path: "../../docs/retention.md"},
+	{path: "../../docs/config.md", configFiles: true},
+	{path: "../../docs/tools.md", configFiles: true, config: "weather.yaml"},
 	{path: "../../docs/replay.md", daemonDir: "live-data", files: map[string]string{
 		"bundle.ndjson":  "../pegasus-replay/testdata/history.ndjson",
 		"corrupt.ndjson": "../pegasus-replay/testdata/corrupt.ndjson",
@@ -187,6 +198,13 @@ var docBin struct {
 
 // TestMain removes the binary buildReplay built, if any.
 func TestMain(m *testing.M) {
+	if mode := os.Getenv(e2eMCPServerEnv); mode != "" { // the MCP server of the tools' end-to-end tests
+		if err := runE2EMCPServer(mode); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e mcp server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if docBin.dir != "" {
 		os.RemoveAll(docBin.dir)
@@ -274,6 +292,11 @@ func TestDocExamples(t *testing.T) {
 // directory, as its reader would, and returns how many it ran.
 func runDocFile(t *testing.T, df docFile, bin string) int {
 	dir := t.TempDir()
+	abs, err := filepath.Abs(df.path) // the working directory may change (configFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df.path = abs
 	for name, src := range df.files {
 		data, err := os.ReadFile(src)
 		if err != nil {
@@ -295,6 +318,9 @@ func runDocFile(t *testing.T, df docFile, bin string) int {
 		daemonDir = "pegasus-data"
 	}
 	cfg := testConfig(t)
+	if df.configFiles {
+		docConfigFiles(t, df, dir, cfg)
+	}
 	cfg.engine.DataDir = filepath.Join(dir, daemonDir)
 	cfg.server.CheckpointDir = cfg.engine.DataDir + "-checkpoints"
 	r := &docRun{t: t, dir: dir, bin: bin, cfg: cfg, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
@@ -610,4 +636,33 @@ func quiet(t *fsm.Task) bool {
 		}
 	}
 	return true
+}
+
+// docConfigFiles writes a document's named blocks into dir, its working
+// directory, makes it the test's, sets the variables the document exports
+// and, with df.config, has the daemon start with that file.
+func docConfigFiles(t *testing.T, df docFile, dir string, cfg *config) {
+	t.Helper()
+	files := writeDocFiles(t, df.path, dir)
+	for _, it := range readDocExamples(t, df.path) {
+		if w := splitWords(it.cmd); len(w) > 1 && w[0] == "export" {
+			for _, kv := range w[1:] {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+		}
+	}
+	t.Chdir(dir)
+	if df.config == "" {
+		return
+	}
+	p, ok := files[df.config]
+	if !ok {
+		t.Fatalf("%s has no block named %s", df.path, df.config)
+	}
+	f, err := cfgfile.Load(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.engine.Config = f
 }
