@@ -22,7 +22,11 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 )
 
-var clusterBench = flag.Int("cluster-bench", 0, "tasks per setup of TestClusterBench (0: skip)")
+var (
+	clusterBench        = flag.Int("cluster-bench", 0, "tasks per setup of TestClusterBench (0: skip)")
+	clusterBenchProfile = flag.String("cluster-bench-cpuprofile", "", "TestClusterBench: write the one R3 daemon's CPU profile to this file")
+	clusterBenchR3      = flag.Bool("cluster-bench-r3", false, "TestClusterBench: measure embedded, raw JetStream and one R3 daemon only")
+)
 
 // runTasks submits n tasks over HTTP from 8 clients, spread over the
 // daemons' urls, each client waiting for its task to finish before the
@@ -91,14 +95,20 @@ func TestClusterBench(t *testing.T) {
 		t.Logf("%-32s %7.0f tasks/s  %.2f of embedded", name, v, v/base)
 	}
 	report("embedded", base)
-	n1 := natstest.Start(t, 1)
-	report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
+	if !*clusterBenchR3 {
+		n1 := natstest.Start(t, 1)
+		report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
+	}
 	n3 := natstest.Start(t, 3)
 	// The same servers' limit: 8 publishers of synced JetStream messages
 	// of an event's size, each waiting for its acknowledgement.
 	raw := rawPublishRate(t, n3, 8, 3*time.Second)
 	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
-	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL(), "--cluster-node", "a")
+	r3flags := []string{"--cluster", n3.URL(), "--cluster-node", "a"}
+	if *clusterBenchProfile != "" {
+		r3flags = append(r3flags, "--cpuprofile", *clusterBenchProfile)
+	}
+	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), r3flags...)
 	waitLeases(t, n3.JetStream(), "a", 16) // its appends go through the committers from the first task
 	info0 := streamInfo(t, n3, "PEGASUS_LOG")
 	c0 := scrapeCounters(t, p3.url, "pegasus_cluster_")
@@ -117,6 +127,10 @@ func TestClusterBench(t *testing.T) {
 	requests := batches + (msgs - inBatches)
 	t.Logf("%-32s %7.0f messages/s  %.2f of raw; %.0f requests/s  %.2f of raw; %.1f appends a batch; %.2f%% of batches refused",
 		"clustered R3, JetStream side", msgs/el, msgs/el/raw, requests/el, requests/el/raw, appends/max(batches, 1), 100*refused/max(batches, 1))
+	p3.stop(t) // writes its profile
+	if *clusterBenchR3 {
+		return
+	}
 	// k daemons on three servers, measured once they share the 16
 	// partitions (8 and 8; 6, 6 and 4), with clients on every daemon.
 	shared := func(name string, k int, publish bool) {
