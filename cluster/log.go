@@ -1124,7 +1124,7 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 				data = wire[k-1]
 			} else {
 				var err error
-				if data, err = replay.MarshalEvent(onWire(ev)); err != nil {
+				if data, err = replay.MarshalStored(onWire(ev)); err != nil {
 					return 0, err
 				}
 			}

@@ -11,8 +11,10 @@ import (
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// A stream message is the JSON form of its event (replay.MarshalEvent),
-// built once per append by prepare, whatever the attempts. The follower
+// A stream message is the stored part of its event's JSON form
+// (replay.MarshalStored: without data, decode_error and summary, which
+// the follower does not read), built once per append by prepare, whatever
+// the attempts. The follower
 // parses every message back (decodeEvent), except the messages of this
 // node's own appends in flight: sending holds each one's bytes and event,
 // and a message whose body and schema are those bytes is that event,
@@ -25,7 +27,7 @@ func wireOf(parts []eventlog.StreamAppend) ([][]byte, error) {
 	var wire [][]byte
 	for _, p := range parts {
 		for _, ev := range p.Events {
-			data, err := replay.MarshalEvent(onWire(ev))
+			data, err := replay.MarshalStored(onWire(ev))
 			if err != nil {
 				return nil, err
 			}

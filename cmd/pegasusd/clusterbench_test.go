@@ -132,8 +132,8 @@ func TestClusterBench(t *testing.T) {
 	requests := batches + (msgs - inBatches)
 	t.Logf("%-32s %7.0f messages/s  %.2f of raw; %.0f requests/s  %.2f of raw; %.1f appends a batch; %.2f%% of batches refused",
 		"clustered R3, JetStream side", msgs/el, msgs/el/raw, requests/el, requests/el/raw, appends/max(batches, 1), 100*refused/max(batches, 1))
-	t.Logf("%-32s per task: %.1f messages, %.1f batches of the committers (%.1f messages), %.1f appends outside them",
-		"clustered R3", msgs/float64(n), batches/float64(n), inBatches/float64(n), (msgs-inBatches)/float64(n))
+	t.Logf("%-32s per task: %.1f messages (%.0f bytes each, as JetStream counts them), %.1f batches of the committers (%.1f messages), %.1f appends outside them",
+		"clustered R3", msgs/float64(n), float64(info1.State.Bytes-info0.State.Bytes)/max(msgs, 1), batches/float64(n), inBatches/float64(n), (msgs-inBatches)/float64(n))
 	costs(t, "clustered R3", n, c0, c1, u0)
 	p3.stop(t) // writes its profile
 	if *clusterBenchR3 {
