@@ -798,7 +798,7 @@ func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.Stre
 
 // prepare copies the appends, gives each event an id and a time if it has
 // none, checks them all before anything is published and builds each
-// event's message (its JSON form), once for every attempt. It returns the
+// event's message (wireOf), once for every attempt. It returns the
 // messages, in order, the number of events, and whether every id was
 // given here (then no earlier append can hold them).
 func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire [][]byte, n int, fresh bool, err error) {

@@ -216,7 +216,8 @@ type groupState struct {
 // commitLoop is the single committer. It owns sequence assignment, the
 // expected-version and idempotency checks and the stream version cache, so
 // none of them need locks, and it publishes the head only after a synced
-// commit, so readers never see a position before every lower one is durable.
+// commit, so readers never see a position before every lower one is durable
+// (with Options.Unsynced, after a commit that is not synced).
 //
 // Group formation. The committer takes whatever queued while the previous
 // group was syncing. Left at that, a closed loop of W appenders splits into

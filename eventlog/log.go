@@ -27,7 +27,8 @@ type Log struct {
 	readOnly bool
 
 	// head is the highest committed and visible sequence. It only moves
-	// forward, and only after every lower sequence is durable.
+	// forward, and only after every lower sequence is durable (with
+	// Options.Unsynced: committed, see synced).
 	head atomic.Uint64
 	// synced is, with Options.Unsynced, the highest sequence a synced
 	// write covered (durableHead).
