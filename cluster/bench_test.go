@@ -13,7 +13,9 @@ import (
 // BenchmarkAppend compares synced appends of one small event: the
 // embedded log alone, and the replicated log on one server (R1) and on
 // three (R3), each server fsyncing every write, and R3 with JetStream's
-// default fsync policy (R3-nosync: durability by the quorum). "serial" is one appender;
+// default fsync policy (R3-nosync: durability by the quorum), and R3 with
+// the local copy unsynced, as pegasusd --cluster opens it (R3-copy-unsynced).
+// "serial" is one appender;
 // "parallel" is GOMAXPROCS*16 appenders on distinct streams (group commit
 // in the embedded log, concurrent proposals in JetStream). docs/cluster.md
 // has the figures:
@@ -22,10 +24,11 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	type appender func(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error)
 	setups := []struct {
-		name    string
-		servers int
-		sync    bool
-	}{{"embedded", 0, true}, {"R1", 1, true}, {"R3", 3, true}, {"R3-nosync", 3, false}}
+		name     string
+		servers  int
+		sync     bool
+		unsynced bool // the local copy
+	}{{"embedded", 0, true, false}, {"R1", 1, true, false}, {"R3", 3, true, false}, {"R3-nosync", 3, false, false}, {"R3-copy-unsynced", 3, true, true}}
 	for _, s := range setups {
 		for _, parallel := range []bool{false, true} {
 			mode := "serial"
@@ -33,7 +36,7 @@ func BenchmarkAppend(b *testing.B) {
 				mode = "parallel"
 			}
 			b.Run(s.name+"/"+mode, func(b *testing.B) {
-				l, err := eventlog.Open(b.TempDir(), nil)
+				l, err := eventlog.Open(b.TempDir(), &eventlog.Options{Unsynced: s.unsynced})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -52,6 +52,7 @@ type commitReq struct {
 	ctx   context.Context
 	parts []eventlog.StreamAppend
 	n     int                // messages
+	wire  [][]byte           // the messages' bodies (prepare)
 	done  chan commitOutcome // buffered: the committer never blocks on it
 	// release, for a hold, receives the stream sequence of the last
 	// message the holder stored in the partition (0: none; unknownLast:
@@ -124,8 +125,8 @@ func (r *ReplicatedLog) committerFor(p int) *committer {
 
 // commit sends an append through partition p's committer and waits for
 // its outcome.
-func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, n int) commitOutcome {
-	req := &commitReq{ctx: ctx, parts: parts, n: n, done: make(chan commitOutcome, 1)}
+func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire [][]byte, n int) commitOutcome {
+	req := &commitReq{ctx: ctx, parts: parts, wire: wire, n: n, done: make(chan commitOutcome, 1)}
 	c := r.committerFor(p)
 	select {
 	case c.reqs <- req:
@@ -300,6 +301,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	}
 	v := &batchVersions{r: r, after: map[string]uint64{}}
 	var parts []eventlog.StreamAppend
+	var wire [][]byte
 	n := 0
 	sent := batch[:0]
 	for _, req := range batch {
@@ -319,6 +321,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 		}
 		sent = append(sent, req)
 		parts = append(parts, req.parts...)
+		wire = append(wire, req.wire...)
 		n += req.n
 	}
 	if len(sent) == 0 {
@@ -332,7 +335,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	if h := r.beforeBatch; h != nil {
 		h(c.p, len(sent))
 	}
-	seq, err := r.publish(ctx, parts, checks, n)
+	seq, err := r.publish(ctx, parts, wire, checks, n)
 	return sent, seq, err
 }
 

@@ -139,7 +139,7 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	a, _, _ := ownerOfAll(t, nc, "A", 3*time.Second)
 	streams := streamsIn(1, testParts, 6)
 	createStreams(ctx, t, a, streams...)
-	before := a.rl.CommitStats()
+	before, commits := a.rl.CommitStats(), a.local.Stats().Commits
 	g := gateBatches(a)
 	first := make(chan error, 1)
 	go func() {
@@ -170,6 +170,12 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	}
 	if st.Refused != before.Refused {
 		t.Errorf("%d batches refused: the owner raced itself", st.Refused-before.Refused)
+	}
+	// The follower writes a batch in one local commit (two batches: two
+	// commits, or a few more if something else appended meanwhile), not
+	// one per append (six).
+	if got := a.local.Stats().Commits - commits; got >= 6 {
+		t.Errorf("the local copy took %d commits for 2 batches of 6 appends", got)
 	}
 	want := map[string]uint64{}
 	for _, s := range streams {

@@ -158,6 +158,9 @@ type ReplicatedLog struct {
 	// beforeBatch, if set (tests), is called before a committer
 	// publishes a batch of n appends to partition p.
 	beforeBatch func(p, n int)
+	// sending holds the messages of this node's appends in flight, by
+	// event id (wire.go).
+	sending sync.Map
 	// ctx ends when the log closes: the committers stop.
 	ctx    context.Context
 	held   map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
@@ -417,7 +420,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		moved := map[int]uint64{} // partition -> its last stream sequence in what is read
 		owned := map[int]Owner{}  // partition -> its last PARTITION_OWNED in what is read
 		for ok {
-			ev, i, n, sseq, err := decodeMessage(m)
+			ev, i, n, sseq, err := r.decodeMessage(m)
 			if err == nil && i != len(group)+1 {
 				err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
 			}
@@ -588,11 +591,15 @@ func (r *ReplicatedLog) catchUp(ctx context.Context) error {
 }
 
 // decodeMessage returns the event a stream message holds, its part i of
-// n, and its stream sequence.
-func decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, err error) {
+// n, and its stream sequence. A message this node is appending, byte for
+// byte as it sent it, is not parsed again: its event is the one it sent.
+func (r *ReplicatedLog) decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, err error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return ev, 0, 0, 0, err
+	}
+	if ev, i, n, ok := r.ownMessage(m.Headers(), m.Data(), md.Sequence.Stream); ok {
+		return ev, i, n, md.Sequence.Stream, nil
 	}
 	ev, i, n, err = decodeEvent(m.Headers(), m.Data(), md.Sequence.Stream)
 	return ev, i, n, md.Sequence.Stream, err
@@ -601,7 +608,8 @@ func decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, e
 // decodeEvent returns the event the stream message at sseq holds, with
 // its stream sequence in its metadata, and its part i of n.
 func decodeEvent(h nats.Header, data []byte, sseq uint64) (ev eventlog.Event, i, n int, err error) {
-	if _, err := fmt.Sscanf(h.Get(HeaderBatch), "%d/%d", &i, &n); err != nil || i < 1 || i > n {
+	var ok bool
+	if i, n, ok = batchPart(h); !ok {
 		return ev, 0, 0, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, h.Get(HeaderBatch))
 	}
 	if ev, err = replay.ParseDraft(data); err != nil {
@@ -644,14 +652,18 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	if ferr != nil {
 		return nil, ferr
 	}
-	parts, n, err := r.prepare(appends)
+	parts, wire, n, fresh, err := r.prepare(appends)
 	if err != nil {
 		return nil, err
 	}
-	if res, ok, err := r.storedAll(parts); ok || err != nil {
-		return res, err
+	if !fresh {
+		// Ids the caller chose may be a retry's.
+		if res, ok, err := r.storedAll(parts); ok || err != nil {
+			return res, err
+		}
 	}
-	res, err := r.appendNew(ctx, parts, n)
+	defer r.noteSent(parts, wire)()
+	res, err := r.appendNew(ctx, parts, wire, n)
 	var conflict *eventlog.ConflictError
 	if errors.As(err, &conflict) {
 		// A retry racing its own first attempt (on this node or another:
@@ -669,9 +681,9 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 // appendNew stores parts, which the local copy does not hold (yet):
 // through the partition's committer if this node holds the partition of
 // every part, else as one publish checked by JetStream.
-func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, n int) ([]eventlog.AppendResult, error) {
+func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, n int) ([]eventlog.AppendResult, error) {
 	if p, ok := r.ownedPartition(parts); ok {
-		o := r.commit(ctx, p, parts, n)
+		o := r.commit(ctx, p, parts, wire, n)
 		if o.err != nil || o.res != nil {
 			return o.res, o.err
 		}
@@ -687,7 +699,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			return nil, err
 		}
 	}
-	last, err := r.publishChecked(ctx, parts, n)
+	last, err := r.publishChecked(ctx, parts, wire, n)
 	if release != nil {
 		switch {
 		case err == nil:
@@ -709,7 +721,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 // while JetStream refuses it as busy or no leader answers, until
 // AckTimeout. It returns the stream sequence of its last message, or 0
 // when the events turned out to be stored already.
-func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, n int) (uint64, error) {
+func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, n int) (uint64, error) {
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -725,7 +737,7 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 			}
 			fenced = fenced || checks[i].subj != ""
 		}
-		last, err = r.publish(actx, parts, checks, n)
+		last, err = r.publish(actx, parts, wire, checks, n)
 		if isWrongLastSeq(err) {
 			// A real conflict, or a busy subject: on a replicated
 			// stream JetStream also refuses an expected-version check
@@ -785,34 +797,39 @@ func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.Stre
 }
 
 // prepare copies the appends, gives each event an id and a time if it has
-// none, and checks them all before anything is published. It returns the
-// number of events.
-func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) ([]eventlog.StreamAppend, int, error) {
+// none, checks them all before anything is published and builds each
+// event's message (wireOf), once for every attempt. It returns the
+// messages, in order, the number of events, and whether every id was
+// given here (then no earlier append can hold them).
+func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire [][]byte, n int, fresh bool, err error) {
 	if len(appends) == 0 {
-		return nil, 0, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
+		return nil, nil, 0, false, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
 	}
-	parts := make([]eventlog.StreamAppend, len(appends))
+	parts = make([]eventlog.StreamAppend, len(appends))
 	now := time.Now().UTC()
-	ids, streams, n := map[ulid.ULID]bool{}, map[string]bool{}, 0
+	ids, streams := map[ulid.ULID]bool{}, map[string]bool{}
+	fresh = true
 	for i, sa := range appends {
 		if len(sa.Events) == 0 || sa.Stream == "" || streams[sa.Stream] {
-			return nil, 0, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
+			return nil, nil, 0, false, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
 		}
 		streams[sa.Stream] = true
 		evs := append([]eventlog.Event(nil), sa.Events...)
 		for j := range evs {
 			if evs[j].ID == (ulid.ULID{}) {
 				evs[j].ID = r.local.NewID()
+			} else {
+				fresh = false
 			}
 			if evs[j].Time.IsZero() {
 				evs[j].Time = now
 			}
 			evs[j].Stream = sa.Stream
 			if err := validate(evs[j]); err != nil {
-				return nil, 0, err
+				return nil, nil, 0, false, err
 			}
 			if ids[evs[j].ID] {
-				return nil, 0, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
+				return nil, nil, 0, false, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
 			}
 			ids[evs[j].ID] = true
 		}
@@ -820,9 +837,12 @@ func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) ([]eventlog.Str
 		parts[i] = eventlog.StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
 	}
 	if n > maxBatch {
-		return nil, 0, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
+		return nil, nil, 0, false, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
 	}
-	return parts, n, nil
+	if wire, err = wireOf(parts); err != nil {
+		return nil, nil, 0, false, err
+	}
+	return parts, wire, n, fresh, nil
 }
 
 // storedAll is stored for every part: ok if the local copy holds them all.
@@ -1091,7 +1111,7 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 // subject, the first of each part with its expected subject sequence;
 // several go as one atomic batch. It returns the stream sequence of the
 // last.
-func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, checks []check, n int) (uint64, error) {
+func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, checks []check, n int) (uint64, error) {
 	batchID := ulid.Make().String()
 	var ack pubAck
 	k := 0
@@ -1099,11 +1119,14 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 		subj := subjectOf(p.Stream, r.parts)
 		for j, ev := range p.Events {
 			k++
-			wire := ev
-			wire.Seq, wire.Version = 0, 0
-			data, err := replay.MarshalEvent(wire)
-			if err != nil {
-				return 0, err
+			var data []byte
+			if wire != nil {
+				data = wire[k-1]
+			} else {
+				var err error
+				if data, err = replay.MarshalStored(onWire(ev)); err != nil {
+					return 0, err
+				}
 			}
 			m := nats.NewMsg(subj)
 			m.Data = data

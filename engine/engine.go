@@ -359,6 +359,10 @@ func openDataDir(dir string) error {
 // AcceptDataLoss opens it anyway, loudly.
 func openLog(o *Options, logger *slog.Logger) (*eventlog.Log, error) {
 	lo := o.Log
+	// With --cluster the directory holds a copy of the stream, which is
+	// the durable log: the copy commits without an fsync and reads a lost
+	// tail again from the stream at start (docs/cluster.md).
+	lo.Unsynced = o.Cluster.URL != ""
 	if lo.AcceptDataLoss {
 		logger.Warn("starting with --accept-data-loss: a damaged log will be cut at its last good point and the loss recorded on $system")
 	}

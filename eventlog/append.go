@@ -216,7 +216,8 @@ type groupState struct {
 // commitLoop is the single committer. It owns sequence assignment, the
 // expected-version and idempotency checks and the stream version cache, so
 // none of them need locks, and it publishes the head only after a synced
-// commit, so readers never see a position before every lower one is durable.
+// commit, so readers never see a position before every lower one is durable
+// (with Options.Unsynced, after a commit that is not synced).
 //
 // Group formation. The committer takes whatever queued while the previous
 // group was syncing. Left at that, a closed loop of W appenders splits into
@@ -310,6 +311,12 @@ func (l *Log) refreshMarker(now time.Time) {
 	if head <= m.head || now.Sub(at) < l.markEvery || l.failure() != nil {
 		return
 	}
+	// With Options.Unsynced the marker records the head once synced.
+	head, err := l.syncHead()
+	if err != nil {
+		l.poison(fmt.Errorf("sync the head: %w", err))
+		return
+	}
 	if err := l.updateMarker(func(m *marker) {
 		m.head = max(m.head, head)
 		m.reserved = max(m.reserved, m.head)
@@ -361,7 +368,7 @@ func (l *Log) commitGroup(group []*appendReq) {
 		return
 	}
 	reserved := l.reserve(g.nextSeq - 1)
-	err := l.applyBatch(g.batch)
+	err := l.applyGroup(g.batch)
 	if merr := reserved(); merr != nil && err == nil {
 		// The group may be durable, but nothing bounds its sequences
 		// on disk: its outcome is unknown, as after a failed commit.
@@ -407,7 +414,7 @@ func (l *Log) reserve(last uint64) (wait func() error) {
 	if m, _ := l.marked(); last <= m.reserved {
 		return func() error { return nil }
 	}
-	head := l.head.Load()
+	head := l.durableHead()
 	done := make(chan error, 1)
 	go func() {
 		done <- l.updateMarker(func(m *marker) {

@@ -27,8 +27,12 @@ type Log struct {
 	readOnly bool
 
 	// head is the highest committed and visible sequence. It only moves
-	// forward, and only after every lower sequence is durable.
+	// forward, and only after every lower sequence is durable (with
+	// Options.Unsynced: committed, see synced).
 	head atomic.Uint64
+	// synced is, with Options.Unsynced, the highest sequence a synced
+	// write covered (durableHead).
+	synced atomic.Uint64
 
 	idMu     sync.Mutex
 	idLastMs uint64
@@ -233,6 +237,7 @@ func (l *Log) open() error {
 		return err
 	}
 	l.head.Store(head)
+	l.synced.Store(head) // pebble.Open flushed what it replayed
 	expected, err := l.hasMarkerKey()
 	if err != nil {
 		return err
@@ -623,6 +628,44 @@ func (l *Log) applyBatch(b *pebble.Batch) (err error) {
 	return b.Commit(pebble.Sync)
 }
 
+// applyGroup commits a group of appends: synced, or not with
+// Options.Unsynced.
+func (l *Log) applyGroup(b *pebble.Batch) (err error) {
+	if !l.opts.Unsynced {
+		return l.applyBatch(b)
+	}
+	defer recoverFatal(&err)
+	return b.Commit(pebble.NoSync)
+}
+
+// durableHead is the head a marker may record: every sequence up to it
+// is on disk. It is the head, except with Options.Unsynced, where it is
+// the head the last sync covered.
+func (l *Log) durableHead() uint64 {
+	if l.opts.Unsynced {
+		return l.synced.Load()
+	}
+	return l.head.Load()
+}
+
+// syncHead makes every committed append durable, with Options.Unsynced
+// (a synced empty write flushes the WAL up to it), and returns
+// durableHead.
+func (l *Log) syncHead() (head uint64, err error) {
+	if !l.opts.Unsynced {
+		return l.head.Load(), nil
+	}
+	head = l.head.Load()
+	defer recoverFatal(&err)
+	if err := l.db.LogData(nil, pebble.Sync); err != nil {
+		return l.synced.Load(), err
+	}
+	if head > l.synced.Load() {
+		l.synced.Store(head)
+	}
+	return head, nil
+}
+
 // recoverFatal turns the panic of pebbleLogger.Fatalf in a commit into an
 // error in *err. Other panics go on.
 func recoverFatal(err *error) {
@@ -808,14 +851,18 @@ func (l *Log) Close() error {
 	l.dbClosed = true
 	var merr error
 	if !l.readOnly && l.failure() == nil {
-		// Every acknowledged append is synced: the head is exact (unless
-		// an accepted loss could not be recorded, whose head stays).
-		head := l.Head()
-		merr = l.updateMarker(func(m *marker) {
-			m.clean = head >= m.head
-			m.head = max(m.head, head)
-			m.reserved = max(m.reserved, m.head)
-		})
+		// Every acknowledged append is synced (with Options.Unsynced,
+		// now): the head is exact (unless an accepted loss could not be
+		// recorded, whose head stays).
+		if head, serr := l.syncHead(); serr != nil {
+			merr = serr
+		} else {
+			merr = l.updateMarker(func(m *marker) {
+				m.clean = head >= m.head
+				m.head = max(m.head, head)
+				m.reserved = max(m.reserved, m.head)
+			})
+		}
 	}
 	err := l.closeDB()
 	if err == nil && merr != nil {

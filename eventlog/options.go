@@ -123,6 +123,20 @@ type Options struct {
 	//
 	// The default value is false: Open refuses.
 	AcceptDataLoss bool
+
+	// Unsynced commits appends without an fsync. It is for a log that is
+	// a copy of one kept durably elsewhere, which its owner can read
+	// again from there (the clustered mode's local copy, docs/cluster.md):
+	// a crash of the machine, or of the process before Pebble wrote its
+	// buffer, may lose the copy's last appends, acknowledged or not.
+	// Everything else holds: the appends that survive are a prefix, and
+	// the head marker records only heads that a synced write covered
+	// (Open never reports such a loss as data loss). The log syncs at
+	// most once a second (when it records the head) and at Close.
+	//
+	// The default value is false: every append is synced before it is
+	// acknowledged.
+	Unsynced bool
 }
 
 // EnsureDefaults fills zero fields with their default values and returns o.

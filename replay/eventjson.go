@@ -60,6 +60,22 @@ type EventJSON struct {
 // stored bytes, and the body decoded by Decode (the decoder the fold uses)
 // with its summary, or the decode error.
 func NewEventJSON(ev eventlog.Event) EventJSON {
+	j := storedJSON(ev)
+	fe, err := Decode(ev)
+	if err != nil {
+		j.DecodeError = err.Error()
+	} else if fe.Body != nil {
+		if data, merr := marshalJSON(fe.Body); merr == nil {
+			j.Data = data
+		}
+	}
+	j.Summary = Summarize(fe, err)
+	return j
+}
+
+// storedJSON is the JSON form's stored fields: everything but data,
+// decode_error and summary.
+func storedJSON(ev eventlog.Event) EventJSON {
 	j := EventJSON{
 		ID: idText(ev.ID), Seq: ev.Seq, Stream: ev.Stream, Version: ev.Version, Type: ev.Type,
 		Schema: ev.Schema, Time: ev.Time.UTC(), Causation: idText(ev.Causation),
@@ -71,16 +87,17 @@ func NewEventJSON(ev eventlog.Event) EventJSON {
 	if j.Body == nil {
 		j.Body = []byte{}
 	}
-	fe, err := Decode(ev)
-	if err != nil {
-		j.DecodeError = err.Error()
-	} else if fe.Body != nil {
-		if data, merr := marshalJSON(fe.Body); merr == nil {
-			j.Data = data
-		}
-	}
-	j.Summary = Summarize(fe, err)
 	return j
+}
+
+// MarshalStored returns the JSON form of ev without the fields derived
+// from its body (data, decode_error, summary), which ParseEvent and
+// ParseDraft do not read, on one line: the event as stored, without
+// decoding its body. The clustered log's stream carries it
+// (docs/cluster.md).
+func MarshalStored(ev eventlog.Event) ([]byte, error) {
+	j := storedJSON(ev)
+	return marshalJSON(&j)
 }
 
 // MarshalEvent returns the JSON form of ev on one line, without a trailing

@@ -237,3 +237,38 @@ func TestDecodeSystemBodies(t *testing.T) {
 		t.Fatalf("a bad system body folds as %+v, %v; want one refusal", res, err)
 	}
 }
+
+// TestMarshalStored: the form without its derived fields parses, through
+// ParseEvent and ParseDraft, to exactly what the whole form parses to, and
+// carries no data, decode_error or summary.
+func TestMarshalStored(t *testing.T) {
+	for _, ev := range formCases() {
+		whole, err := MarshalEvent(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := MarshalStored(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(b, &fields); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"data", "decode_error", "summary"} {
+			if _, ok := fields[k]; ok {
+				t.Fatalf("seq %d: %q in the stored form: %s", ev.Seq, k, b)
+			}
+		}
+		for name, parse := range map[string]func([]byte) (eventlog.Event, error){"ParseEvent": ParseEvent, "ParseDraft": ParseDraft} {
+			want, err := parse(whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := parse(b)
+			if err != nil || !reflect.DeepEqual(got, want) {
+				t.Fatalf("seq %d %s, %s:\n got %+v (%v)\nwant %+v", ev.Seq, ev.Type, name, got, err, want)
+			}
+		}
+	}
+}

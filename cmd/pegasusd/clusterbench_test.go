@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,11 @@ import (
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 )
 
-var clusterBench = flag.Int("cluster-bench", 0, "tasks per setup of TestClusterBench (0: skip)")
+var (
+	clusterBench        = flag.Int("cluster-bench", 0, "tasks per setup of TestClusterBench (0: skip)")
+	clusterBenchProfile = flag.String("cluster-bench-cpuprofile", "", "TestClusterBench: write the one R3 daemon's CPU profile to this file")
+	clusterBenchR3      = flag.Bool("cluster-bench-r3", false, "TestClusterBench: measure embedded, raw JetStream and one R3 daemon only")
+)
 
 // runTasks submits n tasks over HTTP from 8 clients, spread over the
 // daemons' urls, each client waiting for its task to finish before the
@@ -86,27 +91,37 @@ func TestClusterBench(t *testing.T) {
 	}
 	n := *clusterBench
 	bin := buildDaemon(t)
-	base := runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d")).url)
+	pe := startProc(t, bin, filepath.Join(t.TempDir(), "d"))
+	e0, u0 := scrapeCounters(t, pe.url, ""), testCPU()
+	base := runTasks(t, n, pe.url)
 	report := func(name string, v float64) {
 		t.Logf("%-32s %7.0f tasks/s  %.2f of embedded", name, v, v/base)
 	}
 	report("embedded", base)
-	n1 := natstest.Start(t, 1)
-	report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
+	costs(t, "embedded", n, e0, scrapeCounters(t, pe.url, ""), u0)
+	pe.stop(t)
+	if !*clusterBenchR3 {
+		n1 := natstest.Start(t, 1)
+		report("clustered, 1 server (R1)", runTasks(t, n, startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n1.URL()).url))
+	}
 	n3 := natstest.Start(t, 3)
 	// The same servers' limit: 8 publishers of synced JetStream messages
 	// of an event's size, each waiting for its acknowledgement.
 	raw := rawPublishRate(t, n3, 8, 3*time.Second)
 	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
-	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), "--cluster", n3.URL(), "--cluster-node", "a")
+	r3flags := []string{"--cluster", n3.URL(), "--cluster-node", "a"}
+	if *clusterBenchProfile != "" {
+		r3flags = append(r3flags, "--cpuprofile", *clusterBenchProfile)
+	}
+	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), r3flags...)
 	waitLeases(t, n3.JetStream(), "a", 16) // its appends go through the committers from the first task
 	info0 := streamInfo(t, n3, "PEGASUS_LOG")
-	c0 := scrapeCounters(t, p3.url, "pegasus_cluster_")
+	c0, u0 := scrapeCounters(t, p3.url, ""), testCPU()
 	start := time.Now()
 	report("clustered, 3 servers (R3)", runTasks(t, n, p3.url))
 	el := time.Since(start).Seconds()
 	info1 := streamInfo(t, n3, "PEGASUS_LOG")
-	c1 := scrapeCounters(t, p3.url, "pegasus_cluster_")
+	c1 := scrapeCounters(t, p3.url, "")
 	msgs := float64(info1.State.Msgs - info0.State.Msgs)
 	batches := c1["pegasus_cluster_batches_total"] - c0["pegasus_cluster_batches_total"]
 	appends := c1["pegasus_cluster_appends_total"] - c0["pegasus_cluster_appends_total"]
@@ -117,6 +132,13 @@ func TestClusterBench(t *testing.T) {
 	requests := batches + (msgs - inBatches)
 	t.Logf("%-32s %7.0f messages/s  %.2f of raw; %.0f requests/s  %.2f of raw; %.1f appends a batch; %.2f%% of batches refused",
 		"clustered R3, JetStream side", msgs/el, msgs/el/raw, requests/el, requests/el/raw, appends/max(batches, 1), 100*refused/max(batches, 1))
+	t.Logf("%-32s per task: %.1f messages (%.0f bytes each, as JetStream counts them), %.1f batches of the committers (%.1f messages), %.1f appends outside them",
+		"clustered R3", msgs/float64(n), float64(info1.State.Bytes-info0.State.Bytes)/max(msgs, 1), batches/float64(n), inBatches/float64(n), (msgs-inBatches)/float64(n))
+	costs(t, "clustered R3", n, c0, c1, u0)
+	p3.stop(t) // writes its profile
+	if *clusterBenchR3 {
+		return
+	}
 	// k daemons on three servers, measured once they share the 16
 	// partitions (8 and 8; 6, 6 and 4), with clients on every daemon.
 	shared := func(name string, k int, publish bool) {
@@ -198,8 +220,32 @@ func streamInfo(t *testing.T, nats *natstest.Cluster, name string) *jetstream.St
 	return info
 }
 
+// costs logs, for n tasks between two scrapes of a daemon's metrics, a
+// task's mean duration, the mean time from an event's time (taken by its
+// appender) to the daemon's delivery of it to subscribers (a replicated
+// append's whole path with --cluster), and the CPU the daemon and this
+// process (the JetStream servers and the clients) spent per task.
+func costs(t *testing.T, name string, n int, m0, m1 map[string]float64, cpu0 float64) {
+	t.Helper()
+	d := func(k string) float64 { return m1[k] - m0[k] }
+	t.Logf("%-32s task %.1f ms; event to delivery %.2f ms (%.0f commits); CPU per task: daemon %.2f ms, test process %.2f ms",
+		name, 1000*d(`pegasus_task_duration_seconds_sum{outcome="completed"}`)/float64(n),
+		1000*d("pegasus_eventlog_commit_latency_seconds_sum")/max(d("pegasus_eventlog_commit_latency_seconds_count"), 1),
+		d("pegasus_eventlog_commit_latency_seconds_count"),
+		1000*d("process_cpu_seconds_total")/float64(n), 1000*(testCPU()-cpu0)/float64(n))
+}
+
+// testCPU is the CPU time this process used so far, in seconds.
+func testCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 // scrapeCounters reads the daemon's /metrics series whose names start
-// with prefix (without labels).
+// with prefix (with their labels, as written).
 func scrapeCounters(t *testing.T, url, prefix string) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
@@ -210,7 +256,7 @@ func scrapeCounters(t *testing.T, url, prefix string) map[string]float64 {
 	body, _ := io.ReadAll(resp.Body)
 	out := map[string]float64{}
 	for _, line := range strings.Split(string(body), "\n") {
-		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, prefix) {
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, prefix) && !strings.HasPrefix(name, "#") {
 			f, err := strconv.ParseFloat(v, 64)
 			if err == nil {
 				out[name] = f
