@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,11 +200,45 @@ func TestConfigServe(t *testing.T) {
 	if m := agentStartedRE.FindStringSubmatch(logs); m == nil || m[1] != "small" || m[2] != "sha256:"+hash[1] {
 		t.Errorf("agent started: %v, want the model with the hash:\n%s", m, logs)
 	}
+	// No answer of the API holds a secret: the catalog, readiness, the
+	// metrics, the events.
+	for _, path := range []string{"/v1/tools", "/v1/models", "/v1/task-types", "/readyz", "/metrics", "/v1/events?limit=100"} {
+		resp, err := http.Get(d.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK && path != "/readyz" {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+		if strings.Contains(string(body), "canary") {
+			t.Errorf("GET %s holds a secret: %s", path, body)
+		}
+	}
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(d.Logs(), "canary") {
 		t.Errorf("the log holds a secret:\n%s", d.Logs())
+	}
+	// Nor does any file of the data directory (the event log's tables and
+	// its write-ahead log, the checkpoints).
+	err = filepath.WalkDir(d.DataDir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(b, []byte("canary")) {
+			t.Errorf("%s holds a secret", path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// A flag overrides the file's default model.
