@@ -78,6 +78,11 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		return
 	}
 	callCtx, cancel := context.WithCancel(ctx)
+	// The reply's text goes to the task's stream as it arrives (deltas.go);
+	// the call stays live until its outcome is in the log.
+	live := a.deltas.begin(t.ID, cause.String())
+	defer live.end()
+	req.Deltas = live.text
 	var (
 		last     *llm.Attempt
 		attempts int
@@ -91,6 +96,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 			return
 		}
 		// Recorded now: a retry waits, and the log should show why.
+		live.restart(att.Number+1, att.Err)
 		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled(purpose, att)))
 		if !ok {
 			dropped = true
