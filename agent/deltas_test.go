@@ -54,6 +54,7 @@ func TestDeltasStreamLiveAndRestartAfterABrokenAttempt(t *testing.T) {
 	})
 	fake.gate = make(chan struct{})
 	h := newHarness(t, Options{Model: fake.client(t, nil), DisableReflection: true})
+	t.Cleanup(func() { close(fake.gate) }) // before the agent stops, after a failure
 	id := h.submit("hi")
 	first := h.a.SubscribeDeltas(id)
 	defer first.Close()
@@ -67,6 +68,7 @@ func TestDeltasStreamLiveAndRestartAfterABrokenAttempt(t *testing.T) {
 	step(first, "1:Hel")
 	fake.gate <- struct{}{}
 	step(first, "1:lo")
+	fake.gate <- struct{}{}
 	step(first, "restart 2") // the connection dropped after two pieces
 	fake.gate <- struct{}{}
 	step(first, "2:Hel")

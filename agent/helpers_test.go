@@ -221,7 +221,7 @@ type fakeModel struct {
 	calls    int
 	arrived  chan int // inflight count at each arrival, if not nil
 	// gate, if not nil, is received from before each piece of a
-	// streamed reply's content is sent.
+	// streamed reply's content is sent (and before a break).
 	gate chan struct{}
 }
 
@@ -315,11 +315,11 @@ func (f *fakeModel) stream(w http.ResponseWriter, req *chatReq, rep reply, msg m
 	gate := f.gate
 	f.mu.Unlock()
 	for i, p := range pieces {
-		if rep.breakAfter > 0 && i == rep.breakAfter {
-			panic(http.ErrAbortHandler) // the connection drops mid-stream
-		}
 		if gate != nil {
 			<-gate
+		}
+		if rep.breakAfter > 0 && i == rep.breakAfter {
+			panic(http.ErrAbortHandler) // the connection drops mid-stream
 		}
 		send(delta(map[string]any{"content": p}, nil))
 	}
