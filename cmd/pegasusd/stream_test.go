@@ -151,7 +151,7 @@ func TestTaskStreamSendsDeltasAndRestarts(t *testing.T) {
 	m.gate <- struct{}{}
 	step(first, "delta 2 Hel")
 	late := follow(t, api, id)
-	step(late, "delta 2 Hel")         // the attempt so far, first
+	step(late, "delta 2 Hel")        // the attempt so far, first
 	step(late, "event MODEL_CALLED") // then the log from the start
 	m.gate <- struct{}{}
 	step(first, "delta 2 lo")
