@@ -178,3 +178,96 @@ func TestTaskStreamSendsDeltasAndRestarts(t *testing.T) {
 		t.Fatalf("unknown task: %v", err)
 	}
 }
+
+// chanWriter hands every write over on a channel.
+type chanWriter chan string
+
+func (w chanWriter) Write(p []byte) (int, error) { w <- string(p); return len(p), nil }
+
+// lockedBuffer is a strings.Builder safe for two goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSubmitPrintsTheAnswerAsItStreams: on a terminal, submit prints
+// each piece of the answer as it arrives; when an attempt breaks, it
+// ends the line and says on stderr that the model starts over; the
+// answer is not printed a second time at the end. With --no-stream it
+// prints the answer once, as before.
+func TestSubmitPrintsTheAnswerAsItStreams(t *testing.T) {
+	m := &streamingModel{gate: make(chan struct{}), replies: [][]string{{"Hel", "lo", "!"}, {"Hel", "lo", " there"}}}
+	fake := httptest.NewServer(m)
+	defer fake.Close()
+	defer close(m.gate)
+	cfg := testConfig(t)
+	cfg.llmBaseURL, cfg.llmModel, cfg.llmAttempts = fake.URL+"/v1", "fake-s", 2
+	cfg.engine.DisableReflection = true
+	td := startDaemon(t, cfg)
+
+	out := make(chanWriter)
+	var errb lockedBuffer
+	yes := true
+	c := &client{stdin: strings.NewReader(""), stdout: out, stderr: &errb, interactive: new(bool), streamOut: &yes}
+	code := make(chan int, 1)
+	go func() {
+		app := newApp(c)
+		code <- exitCode(app.Run([]string{"pegasusd", "submit", "--server", td.url, "hi"}), &errb)
+	}()
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-out:
+			if got != want {
+				t.Fatalf("stdout got %q, want %q (stderr %q)", got, want, errb.String())
+			}
+		case <-testCtx(t).Done():
+			t.Fatalf("stdout: nothing; stderr %q", errb.String())
+		}
+	}
+	gate := func() {
+		t.Helper()
+		select {
+		case m.gate <- struct{}{}:
+		case <-testCtx(t).Done():
+			t.Fatal("the model was not asked")
+		}
+	}
+	// The third piece of the first attempt drops the connection: the
+	// line ends. The answer ends its line once the task completed.
+	for _, want := range []string{"Hel", "lo", "\n", "Hel", "lo", " there"} {
+		gate()
+		expect(want)
+	}
+	expect("\n")
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, stderr %q", c, errb.String())
+	}
+	if !strings.Contains(errb.String(), "attempt 2 starts over") {
+		t.Fatalf("stderr %q", errb.String())
+	}
+
+	go func() {
+		app := newApp(c)
+		code <- exitCode(app.Run([]string{"pegasusd", "submit", "--server", td.url, "--no-stream", "hi"}), &errb)
+	}()
+	for range 3 {
+		gate()
+	}
+	expect("Hello there\n")
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d, stderr %q", c, errb.String())
+	}
+}
