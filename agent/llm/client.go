@@ -510,18 +510,8 @@ func (w *wireResponse) response() (Response, error) {
 // argumentsText turns the arguments field into the JSON object text: a JSON
 // string is unquoted, an object is kept as it is, null becomes "{}".
 func argumentsText(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "{}"
+	if s := argumentsPiece(raw); strings.TrimSpace(s) != "" {
+		return s
 	}
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			if strings.TrimSpace(s) == "" {
-				return "{}"
-			}
-			return s
-		}
-	}
-	return string(raw)
+	return "{}"
 }

@@ -28,14 +28,7 @@ func TestDashboardShowsLiveText(t *testing.T) {
 	b := newBrowser(t, exe)
 	b.do("open the task", chromedp.Navigate(p.url+"/#/tasks/"+id))
 	b.until("the page", `document.getElementById("live-card") !== null && document.getElementById("live").classList.contains("on")`)
-	gate := func() {
-		t.Helper()
-		select {
-		case m.gate <- struct{}{}:
-		case <-testCtx(t).Done():
-			t.Fatal("the model was not asked")
-		}
-	}
+	gate := func() { m.release(t) }
 	gate()
 	b.until("the first piece", `!document.getElementById("live-card").hidden && document.getElementById("live-text").textContent === "Hel"`)
 	gate()

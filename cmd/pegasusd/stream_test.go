@@ -12,6 +12,7 @@ import (
 
 	papi "github.com/pegasus-engine/pegasus/api"
 	pclient "github.com/pegasus-engine/pegasus/client"
+	"github.com/pegasus-engine/pegasus/internal/syncbuf"
 )
 
 // streamingModel is a fake OpenAI-compatible server that streams each
@@ -50,6 +51,16 @@ func (m *streamingModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "data: {\"model\":\"fake-s\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
 	fmt.Fprint(w, "data: {\"model\":\"fake-s\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3}}\n\n")
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// release lets the model send its next piece (or drop the connection).
+func (m *streamingModel) release(t *testing.T) {
+	t.Helper()
+	select {
+	case m.gate <- struct{}{}:
+	case <-testCtx(t).Done():
+		t.Fatal("the model was not asked")
+	}
 }
 
 // follower reads a task's stream on its own goroutine and hands each
@@ -141,22 +152,22 @@ func TestTaskStreamSendsDeltasAndRestarts(t *testing.T) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
 	}
-	m.gate <- struct{}{}
+	m.release(t)
 	step(first, "delta 1 Hel")
-	m.gate <- struct{}{}
+	m.release(t)
 	step(first, "delta 1 lo")
-	m.gate <- struct{}{} // the connection drops
+	m.release(t) // the connection drops
 	step(first, "restart 2")
 	step(first, "event MODEL_CALLED") // the failed attempt, committed
-	m.gate <- struct{}{}
+	m.release(t)
 	step(first, "delta 2 Hel")
 	late := follow(t, api, id)
 	step(late, "delta 2 Hel")        // the attempt so far, first
 	step(late, "event MODEL_CALLED") // then the log from the start
-	m.gate <- struct{}{}
+	m.release(t)
 	step(first, "delta 2 lo")
 	step(late, "delta 2 lo")
-	m.gate <- struct{}{}
+	m.release(t)
 	step(first, "delta 2  there")
 	step(late, "delta 2  there")
 	step(first, "event MODEL_CALLED")
@@ -184,24 +195,6 @@ type chanWriter chan string
 
 func (w chanWriter) Write(p []byte) (int, error) { w <- string(p); return len(p), nil }
 
-// lockedBuffer is a strings.Builder safe for two goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestSubmitPrintsTheAnswerAsItStreams: on a terminal, submit prints
 // each piece of the answer as it arrives; when an attempt breaks, it
 // ends the line and says on stderr that the model starts over; the
@@ -218,7 +211,7 @@ func TestSubmitPrintsTheAnswerAsItStreams(t *testing.T) {
 	td := startDaemon(t, cfg)
 
 	out := make(chanWriter)
-	var errb lockedBuffer
+	var errb syncbuf.Buffer
 	yes := true
 	c := &client{stdin: strings.NewReader(""), stdout: out, stderr: &errb, interactive: new(bool), streamOut: &yes}
 	code := make(chan int, 1)
@@ -237,14 +230,7 @@ func TestSubmitPrintsTheAnswerAsItStreams(t *testing.T) {
 			t.Fatalf("stdout: nothing; stderr %q", errb.String())
 		}
 	}
-	gate := func() {
-		t.Helper()
-		select {
-		case m.gate <- struct{}{}:
-		case <-testCtx(t).Done():
-			t.Fatal("the model was not asked")
-		}
-	}
+	gate := func() { m.release(t) }
 	// The third piece of the first attempt drops the connection: the
 	// line ends. The answer ends its line once the task completed.
 	for _, want := range []string{"Hel", "lo", "\n", "Hel", "lo", " there"} {
