@@ -105,7 +105,7 @@ func (l *liveAnswer) finish(result string) bool {
 	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	printed := l.text.String() == result && result != ""
+	printed := strings.TrimSpace(l.text.String()) == strings.TrimSpace(result) && result != ""
 	l.endLine()
 	return printed
 }
