@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	papi "github.com/pegasus-engine/pegasus/api"
 	pclient "github.com/pegasus-engine/pegasus/client"
@@ -255,5 +260,39 @@ func TestSubmitPrintsTheAnswerAsItStreams(t *testing.T) {
 	expect("Hello there\n")
 	if c := <-code; c != 0 {
 		t.Fatalf("exit %d, stderr %q", c, errb.String())
+	}
+}
+
+// TestLLMStreamFlagAndConfig: the --llm-* model streams unless
+// --llm-stream=false; the configuration's default model's stream: false
+// applies unless the flag is given.
+func TestLLMStreamFlagAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pegasus.yaml")
+	if err := os.WriteFile(file, []byte("models:\n  - name: local\n    baseUrl: http://127.0.0.1:1/v1\n    model: m\n    default: true\n    stream: false\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args     []string
+		noStream bool
+	}{
+		{[]string{"--llm-base-url", "http://127.0.0.1:1/v1", "--llm-model", "m"}, false},
+		{[]string{"--llm-base-url", "http://127.0.0.1:1/v1", "--llm-model", "m", "--llm-stream=false"}, true},
+		{[]string{"--config", file}, true},
+		{[]string{"--config", file, "--llm-stream"}, false},
+	} {
+		var cfg *config
+		app := newApp(&client{stdout: io.Discard, stderr: io.Discard})
+		app.Commands = nil
+		app.Action = func(cc *cli.Context) (err error) {
+			cfg, err = configFrom(cc)
+			return err
+		}
+		if err := app.Run(append([]string{"pegasusd", "--data-dir", t.TempDir()}, c.args...)); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := cfg.llmOptions().NoStream; got != c.noStream {
+			t.Errorf("%v: NoStream = %v, want %v", c.args, got, c.noStream)
+		}
 	}
 }
