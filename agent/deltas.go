@@ -126,7 +126,8 @@ func (c *liveModelCall) restart(n int, cause error) {
 	}
 }
 
-// end closes the call: from now on its text is read from the log.
+// end closes the call, before its outcome is appended: a subscriber that
+// comes later reads its text from the log.
 func (c *liveModelCall) end() {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()

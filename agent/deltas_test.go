@@ -95,6 +95,12 @@ func TestDeltasStreamLiveAndRestartAfterABrokenAttempt(t *testing.T) {
 	if want := []string{`1 "" err=true tokens=0+0`, `2 "Hello there" err=false tokens=10+2`}; fmt.Sprint(called) != fmt.Sprint(want) {
 		t.Fatalf("MODEL_CALLED: %q, want %q", called, want)
 	}
+	// The call is in the log: a new subscriber gets nothing of it.
+	after := h.a.SubscribeDeltas(id)
+	defer after.Close()
+	if fs := after.Take(); len(fs) != 0 {
+		t.Fatalf("frames after the call: %+v", fs)
+	}
 }
 
 // TestDeltasWithoutStreaming: a model that does not stream still runs

@@ -78,10 +78,8 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		return
 	}
 	callCtx, cancel := context.WithCancel(ctx)
-	// The reply's text goes to the task's stream as it arrives (deltas.go);
-	// the call stays live until its outcome is in the log.
+	// The reply's text goes to the task's stream as it arrives (deltas.go).
 	live := a.deltas.begin(t.ID, cause.String())
-	defer live.end()
 	req.Deltas = live.text
 	var (
 		last     *llm.Attempt
@@ -105,6 +103,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		}
 		v = res.Version
 	})
+	// The call leaves the hub before its outcome is appended: a reader
+	// that comes now reads its text from the log (everything streamed so
+	// far is with the readers already there).
+	live.end()
 	cancel()
 	a.llmSem.release()
 	if dropped || ctx.Err() != nil {
