@@ -65,8 +65,9 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
-	sched *scheduler // admission slots, stage goroutines, timers (own lock)
-	watch *watchers  // waiters, listeners, the hook's progress (own lock)
+	sched  *scheduler // admission slots, stage goroutines, timers (own lock)
+	deltas *deltaHub  // the live text of model calls (own lock; deltas.go)
+	watch  *watchers  // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
@@ -107,6 +108,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
 		toolSem: newSemaphore(opts.MaxConcurrentTools),
 		watch:   newWatchers(),
+		deltas:  newDeltaHub(),
 	}
 	if a.app == nil {
 		a.app = l

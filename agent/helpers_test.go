@@ -148,6 +148,7 @@ func path(task fsm.Task) string {
 
 type chatReq struct {
 	Model    string `json:"model"`
+	Stream   bool   `json:"stream"`
 	Messages []struct {
 		Role       string `json:"role"`
 		Content    *string
@@ -190,6 +191,11 @@ type reply struct {
 	status  int
 	content string
 	calls   [][2]string // name, arguments
+	// pieces, when set, are the chunks a streamed reply's content is
+	// sent in (else one chunk per word); with breakAfter > 0 the stream
+	// drops after that many pieces, before its end.
+	pieces     []string
+	breakAfter int
 }
 
 func text(s string) reply { return reply{content: s} }
@@ -214,6 +220,9 @@ type fakeModel struct {
 	maxIn    int
 	calls    int
 	arrived  chan int // inflight count at each arrival, if not nil
+	// gate, if not nil, is received from before each piece of a
+	// streamed reply's content is sent (and before a break).
+	gate chan struct{}
 }
 
 func newFakeModel(t *testing.T, script func(r *chatReq) reply) *fakeModel {
@@ -272,12 +281,65 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		msg["content"] = nil
 		finish = "tool_calls"
 	}
+	if req.Stream {
+		f.stream(w, &req, rep, msg, finish)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{
 		"model":   req.Model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
 		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 2},
 	})
+}
+
+// stream sends a reply as OpenAI chat.completion.chunk events: the
+// content in pieces, each tool call in two (its name, then its
+// arguments), the finish reason, the usage and [DONE].
+func (f *fakeModel) stream(w http.ResponseWriter, req *chatReq, rep reply, msg map[string]any, finish string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(200)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		w.(http.Flusher).Flush()
+	}
+	delta := func(d map[string]any, finish any) map[string]any {
+		return map[string]any{"model": req.Model, "choices": []any{map[string]any{"index": 0, "delta": d, "finish_reason": finish}}}
+	}
+	pieces := rep.pieces
+	if pieces == nil && rep.content != "" && len(rep.calls) == 0 {
+		pieces = strings.SplitAfter(rep.content, " ")
+	}
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	for i, p := range pieces {
+		if gate != nil {
+			<-gate
+		}
+		if rep.breakAfter > 0 && i == rep.breakAfter {
+			panic(http.ErrAbortHandler) // the connection drops mid-stream
+		}
+		send(delta(map[string]any{"content": p}, nil))
+	}
+	if tcs, ok := msg["tool_calls"]; ok {
+		b, _ := json.Marshal(tcs)
+		var calls []struct {
+			ID       string `json:"id"`
+			Function struct{ Name, Arguments string }
+		}
+		_ = json.Unmarshal(b, &calls)
+		for i, c := range calls {
+			send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": c.ID, "type": "function",
+				"function": map[string]any{"name": c.Function.Name, "arguments": ""}}}}, nil))
+			send(delta(map[string]any{"tool_calls": []any{map[string]any{"index": i,
+				"function": map[string]any{"arguments": c.Function.Arguments}}}}, nil))
+		}
+	}
+	send(delta(map[string]any{}, finish))
+	send(map[string]any{"model": req.Model, "choices": []any{}, "usage": map[string]int{"prompt_tokens": 10, "completion_tokens": 2}})
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
 func (f *fakeModel) setScript(s func(r *chatReq) reply) {

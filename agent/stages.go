@@ -78,6 +78,9 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		return
 	}
 	callCtx, cancel := context.WithCancel(ctx)
+	// The reply's text goes to the task's stream as it arrives (deltas.go).
+	live := a.deltas.begin(t.ID, cause.String())
+	req.Deltas = live.text
 	var (
 		last     *llm.Attempt
 		attempts int
@@ -91,6 +94,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 			return
 		}
 		// Recorded now: a retry waits, and the log should show why.
+		live.restart(att.Number+1, att.Err)
 		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled(purpose, att)))
 		if !ok {
 			dropped = true
@@ -99,6 +103,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		}
 		v = res.Version
 	})
+	// The call leaves the hub before its outcome is appended: a reader
+	// that comes now reads its text from the log (everything streamed so
+	// far is with the readers already there).
+	live.end()
 	cancel()
 	a.llmSem.release()
 	if dropped || ctx.Err() != nil {

@@ -161,7 +161,7 @@ func (c *checker) models(f *File, ms []rawModel) error {
 			return err
 		}
 		m := Model{Name: r.Name, BaseURL: r.BaseURL, Model: r.Model, APIKeyEnv: r.APIKeyEnv, MaxAttempts: r.MaxAttempts,
-			Concurrency: r.Concurrency, Default: r.Default}
+			Concurrency: r.Concurrency, Default: r.Default, NoStream: r.Stream != nil && !*r.Stream}
 		switch {
 		case !nameRE.MatchString(m.Name):
 			return c.errorf(key+".name", "%q: a model's name is letters, digits, '_', '.', '-' (at most 64)", m.Name)

@@ -73,6 +73,9 @@ type Model struct {
 	Concurrency int
 	// Default makes it the model of every task type that names none.
 	Default bool
+	// NoStream is "stream: false": the model's calls ask for one JSON
+	// body instead of streaming the reply (the default streams).
+	NoStream bool
 }
 
 // TaskType is a kind of task: its prompt, tools, model and limits.
@@ -141,6 +144,7 @@ type rawModel struct {
 	MaxAttempts int    `yaml:"maxAttempts,omitempty" json:"maxAttempts,omitempty"`
 	Concurrency int    `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 	Default     bool   `yaml:"default,omitempty" json:"default,omitempty"`
+	Stream      *bool  `yaml:"stream,omitempty" json:"stream,omitempty"`
 }
 
 type rawTaskType struct {

@@ -153,7 +153,7 @@ func knownKeys(key string) string {
 	case depth == 0:
 		known = "models, taskTypes, mcpServers, tools, schedules"
 	case strings.HasPrefix(key, "models["):
-		known = "name, baseUrl, model, apiKeyEnv, timeout, maxAttempts, concurrency, default"
+		known = "name, baseUrl, model, apiKeyEnv, timeout, maxAttempts, concurrency, default, stream"
 	case strings.HasPrefix(key, "taskTypes["):
 		known = "name, description, systemPrompt, systemPromptFile, tools, model, fallback, maxIterations, reflection"
 	case strings.HasPrefix(key, "mcpServers.") && depth == 2:

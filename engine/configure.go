@@ -92,7 +92,8 @@ func (m *countingModel) Complete(ctx context.Context, req llm.Request, report fu
 // modelOptions is the client's options of a configured model; maxConns is
 // the daemon's model-call concurrency, for a model that sets none.
 func modelOptions(m *config.Model, maxConns int) llm.Options {
-	o := llm.Options{BaseURL: m.BaseURL, Model: m.Model, APIKey: m.APIKey, Timeout: m.Timeout, MaxAttempts: m.MaxAttempts, MaxConns: maxConns}
+	o := llm.Options{BaseURL: m.BaseURL, Model: m.Model, APIKey: m.APIKey, Timeout: m.Timeout, MaxAttempts: m.MaxAttempts, MaxConns: maxConns,
+		NoStream: m.NoStream}
 	if m.Concurrency > 0 {
 		o.MaxConns = m.Concurrency
 	}

@@ -35,6 +35,8 @@ type Agent interface {
 	Suspend(ctx context.Context, id, reason string) (fsm.Task, error)
 	Resume(ctx context.Context, id, reason string) (fsm.Task, error)
 	Cancel(ctx context.Context, id, why string) (fsm.Task, error)
+	// SubscribeDeltas follows the live text of a task's model calls.
+	SubscribeDeltas(id string) *agent.DeltaSub
 }
 
 // EventStore is the part of the event log the handlers use: reading and

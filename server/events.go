@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/replay"
 )
@@ -82,6 +84,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	return s.serveEvents(w, r, q, q.Get("stream"), nil)
+}
+
+// serveEvents serves the log from ?after_seq= (or Last-Event-ID) as
+// Server-Sent Events, only stream's events when stream is not "". With
+// live set (a task's stream), the frames of its model calls in progress
+// go out too (taskstream.go), each before any event that follows it.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, q url.Values, only string, live *agent.DeltaSub) *apiError {
 	from := q.Get("after_seq")
 	name := "after_seq"
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
@@ -99,7 +109,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.checkResume(name, after); e != nil {
 		return e
 	}
-	only := q.Get("stream")
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
@@ -140,6 +149,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 	tick := time.NewTicker(sseHeartbeat)
 	defer tick.Stop()
 	var buf bytes.Buffer
+	var ready <-chan struct{}
+	if live != nil {
+		ready = live.Ready()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -148,12 +161,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) *apiError {
 			if !write([]byte(": ping\n\n")) {
 				return nil
 			}
+		case <-ready:
+			if !write(deltaFrames(&buf, live.Take())) {
+				return nil
+			}
 		case n := <-evs:
 			if n.err != nil {
 				return nil
 			}
 			if only != "" && n.ev.Stream != only {
 				continue
+			}
+			// The frames pushed before this event was appended are
+			// waiting: they go first.
+			if live != nil && !write(deltaFrames(&buf, live.Take())) {
+				return nil
 			}
 			data, err := replay.MarshalEvent(n.ev)
 			if err != nil {

@@ -105,6 +105,7 @@ func (s *Server) routes() http.Handler {
 	route("/v1/tasks", map[string]handler{"POST": s.createTask, "GET": s.listTasks})
 	route("/v1/tasks/{id}", map[string]handler{"GET": s.getTask})
 	route("/v1/tasks/{id}/events", map[string]handler{"GET": s.taskEvents})
+	route("/v1/tasks/{id}/stream", map[string]handler{"GET": s.taskStream})
 	route("/v1/tasks/{id}/progress", map[string]handler{"GET": s.taskProgress})
 	route("/v1/tasks/{id}/state", map[string]handler{"GET": s.taskState})
 	route("/v1/tasks/{id}/why", map[string]handler{"GET": s.taskWhy})

@@ -80,6 +80,13 @@ type Options struct {
 	// Temperature is sent when not nil. The default value is nil (the
 	// server's default).
 	Temperature *float64
+	// NoStream asks for the whole reply in one JSON body instead of a
+	// stream of Server-Sent Events, for a server that cannot stream. The
+	// default value (false) streams: "stream": true with
+	// "stream_options": {"include_usage": true}, the text given to
+	// Request.Deltas as it arrives. Either way Complete returns the same
+	// assembled Response.
+	NoStream bool
 	// Sleep waits between attempts; tests replace it. It returns early with
 	// ctx's error. The default value waits on a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -195,7 +202,7 @@ func (c *Client) Complete(ctx context.Context, req Request, report func(Attempt)
 	}
 	var lastErr error
 	for n := 1; n <= c.opts.MaxAttempts; n++ {
-		resp, status, retryAfter, err := c.attempt(ctx, body)
+		resp, status, retryAfter, err := c.attempt(ctx, body, req.Deltas)
 		att := Attempt{Number: n, Model: c.opts.Model, Status: status, Latency: resp.latency, Err: err}
 		if err == nil {
 			r := resp.Response
@@ -265,7 +272,7 @@ type attemptResult struct {
 	latency time.Duration
 }
 
-func (c *Client) attempt(ctx context.Context, body []byte) (attemptResult, int, time.Duration, error) {
+func (c *Client) attempt(ctx context.Context, body []byte, deltas func(string)) (attemptResult, int, time.Duration, error) {
 	actx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
 	defer cancel()
 	start := c.opts.Now()
@@ -275,7 +282,11 @@ func (c *Client) attempt(ctx context.Context, body []byte) (attemptResult, int, 
 		return res, 0, 0, fmt.Errorf("llm: %s", c.opts.APIKey.scrub(err.Error()))
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "application/json")
+	if c.opts.NoStream {
+		hreq.Header.Set("Accept", "application/json")
+	} else {
+		hreq.Header.Set("Accept", "text/event-stream, application/json")
+	}
 	if c.opts.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.opts.APIKey.Reveal())
 	}
@@ -286,6 +297,12 @@ func (c *Client) attempt(ctx context.Context, body []byte) (attemptResult, int, 
 		return res, 0, 0, errors.New("llm: " + c.opts.APIKey.scrub(err.Error()))
 	}
 	defer hresp.Body.Close()
+	if hresp.StatusCode >= 200 && hresp.StatusCode <= 299 && isEventStream(hresp.Header.Get("Content-Type")) {
+		r, err := c.readStream(actx, hresp.Body, deltas)
+		res.latency = c.opts.Now().Sub(start)
+		res.Response = r
+		return res, hresp.StatusCode, 0, err
+	}
 	data, err := io.ReadAll(io.LimitReader(hresp.Body, c.opts.MaxResponseBytes+1))
 	res.latency = c.opts.Now().Sub(start)
 	if err != nil {
@@ -306,6 +323,9 @@ func (c *Client) attempt(ctx context.Context, body []byte) (attemptResult, int, 
 		return res, hresp.StatusCode, 0, &decodeError{err}
 	}
 	res.Response = r
+	if deltas != nil && r.Content != "" {
+		deltas(r.Content) // a server that does not stream: the whole text at once
+	}
 	return res, hresp.StatusCode, 0, nil
 }
 
@@ -350,10 +370,16 @@ func errorMessage(data []byte) string {
 // ---- wire format (OpenAI Chat Completions)
 
 type wireRequest struct {
-	Model       string        `json:"model"`
-	Messages    []wireMessage `json:"messages"`
-	Tools       []wireTool    `json:"tools,omitempty"`
-	Temperature *float64      `json:"temperature,omitempty"`
+	Model         string             `json:"model"`
+	Messages      []wireMessage      `json:"messages"`
+	Tools         []wireTool         `json:"tools,omitempty"`
+	Temperature   *float64           `json:"temperature,omitempty"`
+	Stream        bool               `json:"stream,omitempty"`
+	StreamOptions *wireStreamOptions `json:"stream_options,omitempty"`
+}
+
+type wireStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 type wireMessage struct {
@@ -391,25 +417,34 @@ type wireFunctionDef struct {
 }
 
 type wireResponse struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Message struct {
-			Role      string         `json:"role"`
-			Content   *string        `json:"content"`
-			ToolCalls []wireToolCall `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Model   string       `json:"model"`
+	Choices []wireChoice `json:"choices"`
+	Usage   wireUsage    `json:"usage"`
+}
+
+type wireChoice struct {
+	Message      wireReply `json:"message"`
+	FinishReason string    `json:"finish_reason"`
+}
+
+type wireReply struct {
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []wireToolCall `json:"tool_calls"`
+}
+
+type wireUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
 }
 
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 func (c *Client) wireRequest(req Request) wireRequest {
 	w := wireRequest{Model: c.opts.Model, Temperature: c.opts.Temperature, Messages: make([]wireMessage, 0, len(req.Messages))}
+	if !c.opts.NoStream {
+		w.Stream, w.StreamOptions = true, &wireStreamOptions{IncludeUsage: true}
+	}
 	for _, m := range req.Messages {
 		wm := wireMessage{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID}
 		if m.Content != "" || len(m.ToolCalls) == 0 {
@@ -441,6 +476,12 @@ func decodeResponse(data []byte) (Response, error) {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return Response{}, err
 	}
+	return w.response()
+}
+
+// response is the Response of a decoded (or, for a stream, assembled)
+// completion.
+func (w *wireResponse) response() (Response, error) {
 	if len(w.Choices) == 0 {
 		return Response{}, ErrNoChoices
 	}
@@ -469,18 +510,8 @@ func decodeResponse(data []byte) (Response, error) {
 // argumentsText turns the arguments field into the JSON object text: a JSON
 // string is unquoted, an object is kept as it is, null becomes "{}".
 func argumentsText(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "{}"
+	if s := argumentsPiece(raw); strings.TrimSpace(s) != "" {
+		return s
 	}
-	if raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			if strings.TrimSpace(s) == "" {
-				return "{}"
-			}
-			return s
-		}
-	}
-	return string(raw)
+	return "{}"
 }

@@ -27,6 +27,15 @@ type Request struct {
 	// Purpose says what the call is for ("reason" or "reflect"). It is not
 	// sent to the server; the offline model uses it to pick its behaviour.
 	Purpose string
+	// Deltas, when not nil, receives the reply's text as it arrives, piece
+	// by piece, on the goroutine that called Complete: a streaming client
+	// calls it for every piece of content a chunk carries, a model that
+	// does not stream once with the whole text. The pieces of one attempt
+	// are in order; an attempt that fails after some of them is reported
+	// (with WillRetry when another follows) before the next attempt's
+	// first piece, so the caller knows where an attempt ends. Tool calls
+	// are not delivered here; they are in the Response.
+	Deltas func(text string)
 }
 
 // ToolSpec describes one tool to the model (an OpenAI "function" tool).

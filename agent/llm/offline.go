@@ -45,6 +45,9 @@ func (o Offline) Complete(ctx context.Context, req Request, report func(Attempt)
 		return Response{}, err
 	}
 	r := o.answer(req)
+	if req.Deltas != nil && r.Content != "" {
+		req.Deltas(r.Content)
+	}
 	if report != nil {
 		rr := r
 		report(Attempt{Number: 1, Model: OfflineModelName, Status: 200, Response: &rr})

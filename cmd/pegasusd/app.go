@@ -108,6 +108,7 @@ func newApp(c *client) *cli.App {
 					&cli.StringFlag{Name: "source", Value: "cli", EnvVars: env("submit", "source"), Usage: "where the input comes from"},
 					&cli.StringFlag{Name: "machine", EnvVars: env("submit", "machine"), Usage: "task machine NAME@VERSION, for example pegasus.task@0 (default: the current one)"},
 					&cli.BoolFlag{Name: "no-wait", EnvVars: env("submit", "no-wait"), Usage: "print the task id and return at once"},
+					&cli.BoolFlag{Name: "no-stream", EnvVars: env("submit", "no-stream"), Usage: "on a terminal, print the answer once it is complete instead of as the model streams it"},
 					&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: env("submit", "timeout"), Usage: "give up waiting after this long"},
 				),
 				Action: c.submit,

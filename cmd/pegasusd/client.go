@@ -28,6 +28,9 @@ type client struct {
 	stdout, stderr io.Writer
 	// interactive overrides the terminal check (tests).
 	interactive *bool
+	// streamOut overrides the check that stdout is a terminal, where
+	// submit prints the answer as it streams (tests).
+	streamOut *bool
 }
 
 // apiClient is the daemon a command talks to, through package client,
@@ -129,6 +132,11 @@ func (c *client) submit(cc *cli.Context) error {
 	if !cc.Bool("json") {
 		fmt.Fprintf(c.stderr, "task %s submitted\n", created.TaskID)
 	}
+	var live *liveAnswer
+	if !cc.Bool("json") && !cc.Bool("no-stream") && c.streamsOut() {
+		live = c.streamAnswer(ctx, api, created.TaskID)
+		defer live.stop()
+	}
 	asked := ""
 	for {
 		t, err := api.Wait(ctx, created.TaskID) // finished or suspended
@@ -142,6 +150,9 @@ func (c *client) submit(cc *cli.Context) error {
 		case t.State == papi.StateCompleted:
 			if cc.Bool("json") {
 				return c.printJSON(t)
+			}
+			if live != nil && live.finish(t.Result) {
+				return nil
 			}
 			fmt.Fprintln(c.stdout, t.Result)
 			return nil
@@ -161,6 +172,9 @@ func (c *client) submit(cc *cli.Context) error {
 					_ = c.printJSON(t)
 				}
 				return cliconv.Kind(cliconv.ErrNeedsInput, fmt.Errorf("task %s asks: %s; answer with: pegasusd reply %s \"...\"", t.TaskID, t.Question, t.TaskID))
+			}
+			if live != nil {
+				live.breakLine()
 			}
 			answer, err := c.ask(t.Question)
 			if err != nil {

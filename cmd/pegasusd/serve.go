@@ -44,6 +44,7 @@ func serveFlags() []cli.Flag {
 		&cli.StringFlag{Name: "llm-api-key", EnvVars: env("LLM_API_KEY"), Usage: "API key (never logged, never recorded)"},
 		&cli.DurationFlag{Name: "llm-timeout", Value: 120 * time.Second, EnvVars: env("LLM_TIMEOUT"), Usage: "timeout of one model call attempt"},
 		&cli.BoolFlag{Name: "llm-strict", EnvVars: env("LLM_STRICT"), Usage: "refuse to start when the model endpoint does not answer GET /models (default: warn)"},
+		&cli.BoolFlag{Name: "llm-stream", Value: true, EnvVars: env("LLM_STREAM"), Usage: "stream the model's replies (--llm-stream=false for a server that cannot)"},
 		&cli.IntFlag{Name: "llm-max-attempts", Value: 4, EnvVars: env("LLM_MAX_ATTEMPTS"), Usage: "attempts per model call (retries on 429, 5xx and network errors)"},
 		&cli.IntFlag{Name: "max-active-tasks", Value: 5, EnvVars: env("MAX_ACTIVE_TASKS"), Usage: "tasks reasoning or acting at once; others wait, by priority then age"},
 		&cli.IntFlag{Name: "max-concurrent-llm", Value: 3, EnvVars: env("MAX_CONCURRENT_LLM"), Usage: "concurrent model calls"},
@@ -78,6 +79,7 @@ type config struct {
 	llmKey               llm.Secret
 	llmTimeout           time.Duration
 	llmAttempts          int
+	llmNoStream          bool
 	llmStrict            bool
 	llmHints             llm.ProbeHints // where the default model is configured, for the probe's messages
 	shutdownTimeout      time.Duration
@@ -95,7 +97,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 	c := &config{
 		addr:       cc.String("addr"),
 		llmBaseURL: cc.String("llm-base-url"), llmModel: cc.String("llm-model"), llmKey: llm.Secret(cc.String("llm-api-key")),
-		llmTimeout: cc.Duration("llm-timeout"), llmAttempts: cc.Int("llm-max-attempts"), llmStrict: cc.Bool("llm-strict"),
+		llmTimeout: cc.Duration("llm-timeout"), llmAttempts: cc.Int("llm-max-attempts"), llmNoStream: !cc.Bool("llm-stream"), llmStrict: cc.Bool("llm-strict"),
 		shutdownTimeout: cc.Duration("shutdown-timeout"),
 		logLevel:        cc.String("log-level"), logFormat: cc.String("log-format"), metricsAddr: cc.String("metrics-addr"),
 		engine: engine.Options{DataDir: cc.String("data-dir"),
@@ -296,7 +298,7 @@ type daemon struct {
 // offline demo model.
 func (cfg *config) llmOptions() llm.Options {
 	return llm.Options{BaseURL: cfg.llmBaseURL, Model: cfg.llmModel, APIKey: cfg.llmKey,
-		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts, MaxConns: cfg.engine.MaxConcurrentLLM}
+		Timeout: cfg.llmTimeout, MaxAttempts: cfg.llmAttempts, MaxConns: cfg.engine.MaxConcurrentLLM, NoStream: cfg.llmNoStream}
 }
 
 // loadConfig reads --config (PEGASUS_CONFIG), if given: a bad file is a
@@ -330,6 +332,7 @@ func (c *config) loadConfig(cc *cli.Context) error {
 	if m.MaxAttempts > 0 {
 		set("llm-max-attempts", func() { c.llmAttempts = m.MaxAttempts })
 	}
+	set("llm-stream", func() { c.llmNoStream = m.NoStream })
 	// The probe's messages name where each part is set.
 	c.llmHints = engine.ModelHints(m)
 	for _, o := range []struct {

@@ -168,8 +168,10 @@ async function brokerAPI(method, path, body) {
 }
 
 // stream reads the daemon's Server-Sent Events with fetch (EventSource
-// cannot send the Authorization header) and calls onEvent for each event,
-// reconnecting after the last one seen until signal aborts.
+// cannot send the Authorization header) and calls onEvent for each event
+// with its data and its name (a task's stream also sends "delta" and
+// "attempt_restarted" frames, without an id), reconnecting after the
+// last event seen until signal aborts.
 async function stream(path, after, onEvent, signal) {
   let last = after;
   while (!signal.aborted) {
@@ -194,13 +196,14 @@ async function stream(path, after, onEvent, signal) {
         while ((i = buf.indexOf("\n\n")) >= 0) {
           const block = buf.slice(0, i);
           buf = buf.slice(i + 2);
-          let data = "", id = null;
+          let data = "", id = null, name = "message";
           for (const line of block.split("\n")) {
             if (line.startsWith("data: ")) data += line.slice(6);
             else if (line.startsWith("id: ")) id = line.slice(4);
+            else if (line.startsWith("event: ")) name = line.slice(7);
           }
           if (id !== null) last = Number(id);
-          if (data) onEvent(JSON.parse(data));
+          if (data) onEvent(JSON.parse(data), name);
         }
       }
     } catch (e) {
@@ -476,7 +479,8 @@ views.task = async function (signal, params, id) {
   const timeline = h("section", { class: "card wide", id: "timeline-card", "aria-labelledby": "tl-h" });
   const tree = h("section", { class: "card wide", id: "tree-card", "aria-labelledby": "tree-h" });
   const at = h("section", { class: "card wide", id: "at-card", "aria-labelledby": "at-h" });
-  set(main, h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head,
+  const live = liveCard();
+  set(main, h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head, live.el,
     h("div", { class: "grid" }, plan, hist), at, timeline, tree);
 
   let events = [];
@@ -591,11 +595,49 @@ views.task = async function (signal, params, id) {
     if (!t) return;
     const st = await api("GET", "/v1/stats");
     const again = debounce(() => refresh().catch(() => {}), 150);
-    stream("/v1/events/stream?stream=" + encodeURIComponent(id), st.log.head, () => again(), signal);
+    stream(`/v1/tasks/${encodeURIComponent(id)}/stream`, st.log.head, (d, name) => {
+      if (live.frame(d, name)) return;
+      again();
+    }, signal);
   } catch (e) {
     showError(main, e);
   }
 };
+
+// liveCard shows the text of the task's model call in progress as the
+// model streams it (the task stream's "delta" frames), and says so when
+// an attempt failed and the model starts over ("attempt_restarted").
+// Once the call's outcome is in the log, the card hides: its text is in
+// the timeline (MODEL_CALLED) and, for an answer, in the result.
+function liveCard() {
+  const text = h("p", { class: "result", id: "live-text" });
+  const note = h("p", { class: "muted", id: "live-note" });
+  const el = h("section", { class: "card wide", id: "live-card", "aria-labelledby": "live-h", hidden: true },
+    h("h2", { id: "live-h" }, "Model output (live)"), note, text);
+  let call = null;
+  return {
+    el,
+    // frame takes a frame of the stream; false: a committed event.
+    frame(d, name) {
+      if (name === "delta" || name === "attempt_restarted") {
+        if (d.call !== call) { call = d.call; text.textContent = ""; note.textContent = ""; }
+        if (name === "attempt_restarted") {
+          text.textContent = "";
+          note.textContent = `Attempt ${d.attempt - 1} failed${d.error ? " (" + d.error + ")" : ""}; attempt ${d.attempt} starts over.`;
+        } else {
+          text.textContent += d.text;
+        }
+        el.hidden = false;
+        return true;
+      }
+      if (d.type === "MODEL_CALLED" && d.causation === call && !(d.data && d.data.error)) {
+        el.hidden = true;
+        call = null;
+      }
+      return false;
+    },
+  };
+}
 
 function renderPlan(el, t, prog) {
   const steps = (t.plan && t.plan.steps) || [];
