@@ -309,7 +309,7 @@ func TestAgentWorkerCancelsStaleChild(t *testing.T) {
 	first := h.waitChildren(h.b, task.ID, 1)[0]
 	h.childEvents(first.ID, childCreated(&first)) // the agent admitted it: it reasons
 	h.waitTask(task.ID, "started", func(t *fsm.Task) bool { return t.State == fsm.StateInProgress })
-	h.clk.Advance(60 * time.Second)
+	h.advance(60 * time.Second)
 	children := h.waitChildren(h.b, task.ID, 2)
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()

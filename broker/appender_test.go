@@ -123,6 +123,6 @@ func TestDecisionRetriedSoon(t *testing.T) {
 		t.Fatalf("the refused assignment was recorded: %s", got.State)
 	}
 	app.failing.Store(false) // the stream is back; nothing else happens
-	h.clk.Advance(decisionRetry)
+	h.advance(decisionRetry)
 	h.waitTask(task.ID, "assigned a second later", assignedTo("w1"))
 }

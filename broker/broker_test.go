@@ -72,6 +72,18 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.timers = keep
 }
 
+// advance moves the clock by d and wakes the broker's loop. The wake
+// covers a step that read the clock just before it moved and would sleep
+// until a time computed from the old one: the loop's timer is a duration
+// from its own reading of the clock (as time.After is), so a move between
+// that reading and the timer's arming would leave it late. A step does
+// what is due at the clock's time whenever it runs, so the wake changes
+// nothing but when.
+func (h *harness) advance(d time.Duration) {
+	h.clk.Advance(d)
+	h.b.wake()
+}
+
 // settle waits until the loop has done everything due now: with the view
 // caught up with the log, two full steps after a kick that append nothing.
 func (h *harness) settle() {
@@ -261,13 +273,13 @@ func TestTimeoutWatcher(t *testing.T) {
 	task := h.createBody(fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "silent", TimeoutSeconds: 60, MaxRetries: 1, RetryEligible: true}))
 	h.waitTask(task.ID, "assigned", assignedTo("w1"))
 	h.settle()
-	h.clk.Advance(59 * time.Second) // the 30 s check fires: nothing is due yet
+	h.advance(59 * time.Second) // the 30 s check fires: nothing is due yet
 	h.settle()
 	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned {
 		t.Fatalf("timed out before its deadline: %s", got.State)
 	}
 	h.b.Seen("w1") // still alive, still silent about the task
-	h.clk.Advance(time.Second)
+	h.advance(time.Second)
 	got := h.waitTask(task.ID, "retried and assigned again", func(t *fsm.Task) bool {
 		return t.Dispatch.RetryCount == 1 && t.State == fsm.StateAssigned
 	})
@@ -276,7 +288,7 @@ func TestTimeoutWatcher(t *testing.T) {
 	}
 	h.settle()
 	h.b.Seen("w1")
-	h.clk.Advance(60 * time.Second)
+	h.advance(60 * time.Second)
 	got = h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
 	if got.State != fsm.StateTimedOut || got.Dispatch.DeadLetterReason != fsm.DeadLetterExhausted {
 		t.Fatalf("dead letter: %s %s", got.State, got.Dispatch.DeadLetterReason)
@@ -349,7 +361,7 @@ func TestDelayedTask(t *testing.T) {
 		t.Fatalf("assigned before run_at: %s", got.State)
 	}
 	h.b.Seen("w1")
-	h.clk.Advance(10 * time.Second)
+	h.advance(10 * time.Second)
 	got := h.waitTask(task.ID, "assigned at run_at", assignedTo("w1"))
 	if !got.Dispatch.AssignedAt.Equal(at) {
 		t.Fatalf("assigned at %s, want %s", got.Dispatch.AssignedAt, at)
@@ -372,7 +384,7 @@ func TestReturningWorkerWakesTheLoop(t *testing.T) {
 	}
 	h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
 	h.settle()
-	h.clk.Advance(2 * time.Minute) // w1 is silent beyond the 90 s WorkerTTL
+	h.advance(2 * time.Minute) // w1 is silent beyond the 90 s WorkerTTL
 	h.settle()
 	if _, err := h.b.Requeue(h.ctx, task.ID, "mike", "fixed"); err != nil {
 		t.Fatal(err)
@@ -433,7 +445,7 @@ func TestOneCommitPerStep(t *testing.T) {
 	}
 	h.settle()
 	before := h.log.Stats().Commits
-	h.clk.Advance(60 * time.Second)
+	h.advance(60 * time.Second)
 	for _, id := range ids {
 		h.waitTask(id, "dead-lettered", (*fsm.Task).IsDeadLetter)
 	}
@@ -495,7 +507,7 @@ func TestOwnsDecides(t *testing.T) {
 	h.waitTask(task.ID, "assigned by its owner", assignedTo("w1"))
 	owned.Store(false)
 	h.settle()
-	h.clk.Advance(2 * time.Minute) // past the deadline and a full check
+	h.advance(2 * time.Minute) // past the deadline and a full check
 	h.settle()
 	if got, _ := h.b.Task(task.ID); got.State != fsm.StateAssigned {
 		t.Fatalf("timed out by a broker that does not own it: %s", got.State)
@@ -527,9 +539,9 @@ func TestSharedLiveness(t *testing.T) {
 	if got := <-shared; got.worker != "w1" || !got.at.Equal(h.clk.Now()) {
 		t.Fatalf("shared %+v, want w1 at registration", got)
 	}
-	h.clk.Advance(20 * time.Second) // under WorkerTTL/4 (22.5s)
+	h.advance(20 * time.Second) // under WorkerTTL/4 (22.5s)
 	h.b.Seen("w1")
-	h.clk.Advance(5 * time.Second)
+	h.advance(5 * time.Second)
 	h.b.Seen("w1")
 	if got := <-shared; got.worker != "w1" || !got.at.Equal(h.clk.Now()) {
 		t.Fatalf("shared %+v, want w1 25s after its registration", got)
@@ -555,7 +567,7 @@ func TestSharedLiveness(t *testing.T) {
 	if err := h.b.Wait(ctx, func() bool { _, err := h.b.Worker("w2"); return err == nil }); err != nil {
 		t.Fatal("a worker registered through another daemon never reached this broker's registry")
 	}
-	h.clk.Advance(2 * time.Minute) // w2 is silent here beyond WorkerTTL
+	h.advance(2 * time.Minute) // w2 is silent here beyond WorkerTTL
 	h.settle()
 	task := h.create("render", 0, "gpu")
 	h.settle()

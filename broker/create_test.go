@@ -100,7 +100,7 @@ func TestKeyedCreateSameRunAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.clk.Advance(time.Hour)
+	h.advance(time.Hour)
 	again, err := h.b.Create(h.ctx, id, req)
 	if err != nil || again.ID != first.ID || !again.Dispatch.RunAt.Equal(first.Dispatch.RunAt) || again.Version != 1 {
 		t.Fatalf("sent again: %v %+v (first %+v)", err, again.Dispatch, first.Dispatch)
