@@ -189,6 +189,13 @@ func (s *Server) fromError(err error) *apiError {
 		return errNotFound("no such task")
 	case errors.As(err, &reused):
 		return &apiError{status: http.StatusConflict, Code: codeKeyReused, Message: reused.Error()}
+	case errors.Is(err, cluster.ErrFenced):
+		// --cluster: this node lost the task's partition to another while
+		// the request ran; nothing was written, and a retry (with the same
+		// Idempotency-Key) reaches the partition's new owner's log.
+		s.log.Warn("request failed: this node lost the task's partition", "err", err)
+		return &apiError{status: http.StatusServiceUnavailable, Code: codeClusterBusy,
+			Message: "this daemon lost the task's partition to another while it ran the request; nothing was written: retry (with the same Idempotency-Key for a submission)"}
 	case errors.Is(err, eventlog.ErrConflict):
 		return errConflict("the task changed meanwhile: read it again and retry")
 	case errors.Is(err, eventlog.ErrBeyondHead):
