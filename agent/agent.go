@@ -113,6 +113,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	}
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
+	a.sched.limits = opts.Concurrency
 	a.memory = &logMemory{a: a}
 	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
 	var err error
@@ -210,7 +211,7 @@ func (a *Agent) resume(lists ...[]fsm.Task) {
 	for _, ts := range lists {
 		for _, t := range ts {
 			if a.owns(t.ID) {
-				a.sched.schedule(t.ID, t.Priority)
+				a.sched.schedule(t.ID, t.Priority, t.ConcurrencyKey)
 			}
 		}
 	}
@@ -429,7 +430,7 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 	case !a.owns(t.ID):
 		// Another daemon runs it (pegasusd --cluster).
 	case act.Kind.NeedsSlot():
-		a.sched.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority, t.ConcurrencyKey)
 	case act.Kind == fsm.ActReflect:
 		a.sched.release(t.ID, false)
 		a.maybeReflect(t)
@@ -439,7 +440,7 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 		a.releaseWaiting(t, act.Task)
 	case act.Kind == fsm.ActWaitUntil:
 		a.sched.release(t.ID, false)
-		a.sched.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.wakeAt(t.ID, t.Priority, t.ConcurrencyKey, act.At)
 	default: // wait for input, or nothing
 		a.sched.release(t.ID, true)
 	}
@@ -453,7 +454,7 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 		return
 	}
 	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID && a.owns(p.ID) {
-		a.sched.schedule(p.ID, p.Priority)
+		a.sched.schedule(p.ID, p.Priority, p.ConcurrencyKey)
 	}
 }
 

@@ -54,6 +54,11 @@ type Options struct {
 	// first) then age. The default value is 5.
 	MaxActiveTasks int
 
+	// Concurrency limits the tasks of each concurrency key that hold a
+	// slot at once; admission takes the keys with tasks waiting in turn.
+	// The default value is no limit per key.
+	Concurrency ConcurrencyLimits
+
 	// MaxConcurrentLLM bounds concurrent model calls (reasoning and
 	// reflection). The default value is 3.
 	MaxConcurrentLLM int

@@ -46,7 +46,7 @@ func (a *Agent) admission(t *fsm.Task) eventlog.Event {
 	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
-		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName,
+		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName, ConcurrencyKey: t.ConcurrencyKey,
 	})
 }
 
@@ -178,7 +178,7 @@ func (a *Agent) wakeUp(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		a.sched.release(t.ID, false) // nothing to record: something else moves the task
 	case a.opts.Now().Before(act.At):
 		a.sched.release(t.ID, false)
-		a.sched.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.wakeAt(t.ID, t.Priority, t.ConcurrencyKey, act.At)
 	default:
 		a.outcome(ctx, t, t.Version, t.LastEvent, b)
 	}

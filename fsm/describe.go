@@ -178,6 +178,9 @@ func DescribeSummary(t Task) string {
 	if t.ParentID != "" {
 		fmt.Fprintf(&b, " parent=%s", t.ParentID)
 	}
+	if t.ConcurrencyKey != "" {
+		fmt.Fprintf(&b, " key=%s", t.ConcurrencyKey)
+	}
 	b.WriteByte('\n')
 	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
 	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {

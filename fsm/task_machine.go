@@ -282,6 +282,9 @@ func createIdle(v int, n *Task, ev *Event) error {
 		CreatedAt: ev.Time.UTC(),
 		Priority:  b.Priority,
 		ParentID:  b.ParentTaskID,
+		// The key of a task is its input's: admission reads it while the
+		// task waits in idle.
+		ConcurrencyKey: b.ConcurrencyKey,
 		Context: Context{
 			InputText:     b.Text,
 			InputMetadata: b.Metadata,
@@ -304,6 +307,7 @@ func start(v int, n *Task, ev *Event) error {
 	n.Priority = b.Priority
 	n.Metadata = b.Metadata
 	n.ParentID = b.ParentTaskID
+	n.ConcurrencyKey = b.ConcurrencyKey
 	n.Context.InputText = b.InputText
 	n.Context.InputMetadata = b.InputMetadata
 	n.Context.Source = b.Source
@@ -321,14 +325,15 @@ func create(v int, n *Task, ev *Event) error {
 	}
 	first := firstState(v)
 	*n = Task{
-		ID:        ev.Stream,
-		Machine:   machineRef(v),
-		Type:      b.TaskType,
-		State:     first,
-		CreatedAt: ev.Time.UTC(),
-		Priority:  b.Priority,
-		Metadata:  b.Metadata,
-		ParentID:  b.ParentTaskID,
+		ID:             ev.Stream,
+		Machine:        machineRef(v),
+		Type:           b.TaskType,
+		State:          first,
+		CreatedAt:      ev.Time.UTC(),
+		Priority:       b.Priority,
+		Metadata:       b.Metadata,
+		ParentID:       b.ParentTaskID,
+		ConcurrencyKey: b.ConcurrencyKey,
 		Context: Context{
 			InputText:     b.InputText,
 			InputMetadata: b.InputMetadata,

@@ -204,6 +204,10 @@ type Task struct {
 	LastEvent ulid.ULID         `msgpack:"last_event" json:"last_event"`
 	// ParentID is the task whose sub_task step created this one, or "".
 	ParentID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// ConcurrencyKey groups tasks for admission (a tenant, a user): the
+	// configuration limits how many of a key's tasks run at once, and
+	// admission takes keys in turn. "" is the default key.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 	// Dispatch holds the broker's fields of a dispatch.task task; nil for
 	// the tasks of every other machine.
 	Dispatch *Dispatch `msgpack:"dispatch" json:"dispatch,omitempty"`
@@ -381,6 +385,8 @@ type Input struct {
 	Machine *MachineRef `msgpack:"machine" json:"machine,omitempty"`
 	// ParentTaskID is the task whose sub_task step this input comes from.
 	ParentTaskID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// ConcurrencyKey is the task's concurrency key, "" for the default.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 }
 
 // TaskCreatedBody starts the machine: idle -(TASK_CREATED)-> reasoning.
@@ -399,6 +405,8 @@ type TaskCreatedBody struct {
 	// Model is the name of the model the task type runs with, "" when
 	// unknown.
 	Model string `msgpack:"model" json:"model,omitempty"`
+	// ConcurrencyKey is the task's concurrency key, copied from the input.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 }
 
 // ReasonDoneBody carries the reasoning, the plan and the new messages:
