@@ -1,6 +1,9 @@
 package agent
 
-import "github.com/pegasus-engine/pegasus/internal/usererr"
+import (
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/usererr"
+)
 
 // ConcurrencyLimits bounds how many tasks of one concurrency key hold an
 // admission slot at once, within Options.MaxActiveTasks for all keys.
@@ -30,7 +33,7 @@ func keyName(key string) string {
 }
 
 // MaxConcurrencyKey bounds the length of a concurrency key.
-const MaxConcurrencyKey = 128
+const MaxConcurrencyKey = fsm.MaxConcurrencyKey
 
 // CheckConcurrencyKey refuses a concurrency key that is too long or holds
 // a control character.

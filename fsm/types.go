@@ -186,6 +186,9 @@ type Body interface {
 	EventType() EventType
 }
 
+// MaxConcurrencyKey bounds the length of a concurrency key, in bytes.
+const MaxConcurrencyKey = 128
+
 // Task is a task as the fold of its events: the TaskFSM of the spec. It is
 // never stored as mutable state; the log is the truth and a Task is derived.
 type Task struct {
