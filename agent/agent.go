@@ -65,8 +65,9 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
-	sched *scheduler // admission slots, stage goroutines, timers (own lock)
-	watch *watchers  // waiters, listeners, the hook's progress (own lock)
+	sched *scheduler  // admission slots, stage goroutines, timers (own lock)
+	rates *rateLimits // the named models' rate limits (own locks)
+	watch *watchers   // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
@@ -99,7 +100,9 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	rates := limitModels(&opts)
 	a := &Agent{
+		rates:   rates,
 		opts:    opts,
 		log:     l,
 		app:     opts.Appender,

@@ -56,3 +56,7 @@ func (a *Agent) AdmissionWait(id string) (string, bool) { return a.sched.waitRea
 // SetConcurrency replaces the limits of the concurrency keys (a
 // configuration reload); tasks a raised limit lets in start at once.
 func (a *Agent) SetConcurrency(l ConcurrencyLimits) { a.sched.setLimits(l) }
+
+// RateLimits returns the state of each rate-limited model, by name: the
+// calls waiting and the requests and tokens of the current minute.
+func (a *Agent) RateLimits() []RateStats { return a.rates.stats() }

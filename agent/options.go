@@ -59,6 +59,12 @@ type Options struct {
 	// The default value is no limit per key.
 	Concurrency ConcurrencyLimits
 
+	// RateLimits bound the calls of named models (by their name in
+	// Models; "default" for Model when it is none of them): calls wait,
+	// in order, until they fit the model's requests and tokens per
+	// minute. The default value is none.
+	RateLimits map[string]RateLimit
+
 	// MaxConcurrentLLM bounds concurrent model calls (reasoning and
 	// reflection). The default value is 3.
 	MaxConcurrentLLM int

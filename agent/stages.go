@@ -74,10 +74,15 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if a.testLLMWait != nil {
 		a.testLLMWait()
 	}
+	rateCtx, unreserve, err := a.reserveRate(ctx, kind, req)
+	if err != nil {
+		return
+	}
+	defer unreserve()
 	if err := a.llmSem.acquire(ctx); err != nil {
 		return
 	}
-	callCtx, cancel := context.WithCancel(ctx)
+	callCtx, cancel := context.WithCancel(rateCtx)
 	var (
 		last     *llm.Attempt
 		attempts int

@@ -11,6 +11,15 @@ type Limits struct {
 	// Concurrency bounds how many tasks of one concurrency key run at
 	// once.
 	Concurrency Concurrency
+	// Models are the rate limits of named models (a name of models, or
+	// "default" for the --llm-* flags' model), by name.
+	Models map[string]RateLimit
+}
+
+// RateLimit is `limits.models.NAME`: a model's requests and tokens per
+// minute, and the completion tokens a call reserves.
+type RateLimit struct {
+	RequestsPerMinute, TokensPerMinute, MaxTokens int
 }
 
 // Concurrency is `limits.concurrency`: a limit per concurrency key and
@@ -21,7 +30,14 @@ type Concurrency struct {
 }
 
 type rawLimits struct {
-	Concurrency *rawConcurrency `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	Concurrency *rawConcurrency         `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	Models      map[string]rawRateLimit `yaml:"models,omitempty" json:"models,omitempty"`
+}
+
+type rawRateLimit struct {
+	RequestsPerMinute int `yaml:"requestsPerMinute,omitempty" json:"requestsPerMinute,omitempty"`
+	TokensPerMinute   int `yaml:"tokensPerMinute,omitempty" json:"tokensPerMinute,omitempty"`
+	MaxTokens         int `yaml:"maxTokens,omitempty" json:"maxTokens,omitempty"`
 }
 
 type rawConcurrency struct {
@@ -41,7 +57,13 @@ func keyOK(k string) bool {
 }
 
 func (c *checker) limits(f *File, r *rawLimits) error {
-	if r == nil || r.Concurrency == nil {
+	if r == nil {
+		return nil
+	}
+	if err := c.rateLimits(f, r.Models); err != nil {
+		return err
+	}
+	if r.Concurrency == nil {
 		return nil
 	}
 	rc := r.Concurrency
@@ -63,5 +85,35 @@ func (c *checker) limits(f *File, r *rawLimits) error {
 		out.Keys[k] = rc.Keys[k]
 	}
 	f.Limits.Concurrency = out
+	return nil
+}
+
+// maxRate bounds a rate limit's figures.
+const maxRate = 1 << 30
+
+func (c *checker) rateLimits(f *File, ms map[string]rawRateLimit) error {
+	names := map[string]bool{DefaultModelName: true}
+	for _, m := range f.Models {
+		names[m.Name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(ms)) {
+		key := "limits.models." + name
+		if !names[name] {
+			return c.errorf(key, "unknown model %q%s", name, known(names))
+		}
+		r := ms[name]
+		for _, v := range []struct {
+			k string
+			n int
+		}{{"requestsPerMinute", r.RequestsPerMinute}, {"tokensPerMinute", r.TokensPerMinute}, {"maxTokens", r.MaxTokens}} {
+			if v.n < 0 || v.n > maxRate {
+				return c.errorf(key+"."+v.k, "%d: want 0 (none) to %d", v.n, maxRate)
+			}
+		}
+		if f.Limits.Models == nil {
+			f.Limits.Models = map[string]RateLimit{}
+		}
+		f.Limits.Models[name] = RateLimit(r)
+	}
 	return nil
 }

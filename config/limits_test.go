@@ -16,6 +16,8 @@ limits:
     keys:
       acme: 4
       beta: 1
+  models:
+    default: {requestsPerMinute: 60, tokensPerMinute: 90000, maxTokens: 2048}
 `
 
 func TestLoadLimits(t *testing.T) {
@@ -26,6 +28,9 @@ func TestLoadLimits(t *testing.T) {
 	want := Concurrency{Default: 2, Keys: map[string]int{"acme": 4, "beta": 1}}
 	if !reflect.DeepEqual(f.Limits.Concurrency, want) {
 		t.Errorf("concurrency: %+v", f.Limits.Concurrency)
+	}
+	if r := f.Limits.Models["default"]; r != (RateLimit{RequestsPerMinute: 60, TokensPerMinute: 90000, MaxTokens: 2048}) {
+		t.Errorf("rate limit: %+v", r)
 	}
 	if f.Schedules[0].ConcurrencyKey != "acme" {
 		t.Errorf("schedule: %+v", f.Schedules[0])
@@ -41,6 +46,8 @@ func TestBadLimits(t *testing.T) {
 		{"negative default", "limits:\n  concurrency:\n    default: -1\n", 3, "limits.concurrency.default", "-1: a limit is 0 (none)"},
 		{"key limit", "limits:\n  concurrency:\n    keys:\n      acme: 200000\n", 4, "limits.concurrency.keys.acme", "200000"},
 		{"not a number", "limits:\n  concurrency:\n    keys:\n      acme: four\n", 4, "limits.concurrency.keys.acme", "a whole number"},
+		{"unknown model", "limits:\n  models:\n    gpt: {tokensPerMinute: 5}\n", 3, "limits.models.gpt", "unknown model \"gpt\""},
+		{"negative rate", "limits:\n  models:\n    default:\n      tokensPerMinute: -5\n", 4, "limits.models.default.tokensPerMinute", "-5"},
 		{"unknown key", "limits:\n  concurency: {}\n", 2, "limits.concurency", ""},
 		{"schedule key", "schedules:\n  - {name: s, cron: \"@hourly\", input: x, concurrencyKey: \"a\\tb\"}\n", 2, "schedules[0].concurrencyKey", "control characters"},
 	} {
