@@ -67,6 +67,7 @@ type Agent struct {
 
 	sched *scheduler  // admission slots, stage goroutines, timers (own lock)
 	rates *rateLimits // the named models' rate limits (own locks)
+	spend *spendBook  // the spend projection and the budgets (own lock)
 	watch *watchers   // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
@@ -103,6 +104,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	rates := limitModels(&opts)
 	a := &Agent{
 		rates:   rates,
+		spend:   newSpendBook(opts.Prices, opts.Budgets),
 		opts:    opts,
 		log:     l,
 		app:     opts.Appender,
@@ -166,6 +168,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recovery: %w", err)
 	}
 	a.view, a.recovery = view, rec
+	if err := a.spend.rebuild(a.log, rec.Head); err != nil {
+		a.opts.Logger.Error("rebuilding the spend projection", "err", err)
+	}
 	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
 	a.lines = startLifecycleLines(a.opts.Logger.Handler())
@@ -392,6 +397,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	a.logLifecycle(ch)
+	a.spend.apply(&ch.Event)
 	ev, after := &ch.Event, &ch.After
 	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {

@@ -11,6 +11,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -64,6 +65,16 @@ type Options struct {
 	// in order, until they fit the model's requests and tokens per
 	// minute. The default value is none.
 	RateLimits map[string]RateLimit
+
+	// Prices price the model calls (by a model's name in Models, or the
+	// model identifiers a MODEL_CALLED records; see
+	// projection.Prices.Lookup), for the spend projection and the
+	// budgets. The default value is none: every call costs 0.
+	Prices projection.Prices
+
+	// Budgets bound what tasks and concurrency keys spend (docs/limits.md).
+	// The default value is none.
+	Budgets Budgets
 
 	// MaxConcurrentLLM bounds concurrent model calls (reasoning and
 	// reflection). The default value is 3.

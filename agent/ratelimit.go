@@ -263,10 +263,7 @@ func takeReserved(ctx context.Context, l *rateLimiter) *rateCall {
 // and a function to call once the call is over, which gives back a
 // reservation the call never took.
 func (a *Agent) reserveRate(ctx context.Context, kind *taskKind, req llm.Request) (context.Context, func(), error) {
-	l := a.rates.byName[kind.modelName]
-	if l == nil && kind.modelName == a.model.Name() {
-		l = a.rates.def
-	}
+	l := a.kindLimiter(kind)
 	if l == nil {
 		return ctx, func() {}, nil
 	}
@@ -280,6 +277,17 @@ func (a *Agent) reserveRate(ctx context.Context, kind *taskKind, req llm.Request
 			l.used(c, 0)
 		}
 	}, nil
+}
+
+// kindLimiter is the rate limiter of a task type's model, nil for none.
+func (a *Agent) kindLimiter(kind *taskKind) *rateLimiter {
+	if l := a.rates.byName[kind.modelName]; l != nil {
+		return l
+	}
+	if kind.modelName == a.model.Name() {
+		return a.rates.def
+	}
+	return nil
 }
 
 // estimateTokens is a prompt's size in tokens, roughly: a token for every

@@ -74,6 +74,12 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if a.testLLMWait != nil {
 		a.testLLMWait()
 	}
+	over, release := a.checkBudget(t, kind, req)
+	if over != nil {
+		a.outcome(ctx, t, v, cause, over, fsm.BudgetOutcome(over))
+		return
+	}
+	defer release(ctx)
 	rateCtx, unreserve, err := a.reserveRate(ctx, kind, req)
 	if err != nil {
 		return

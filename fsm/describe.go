@@ -317,6 +317,8 @@ func DescribeEvent(ev Event) string {
 		}
 	case *TaskNotifyBody:
 		w("message=%s", text(x.Message))
+	case *BudgetExceededBody:
+		w("budget=%s policy=%s %s", orDash(x.Budget), orDash(x.Policy), text(BudgetText(x)))
 	case *ModelCalledBody:
 		w("purpose=%s attempt=%d model=%s tokens=%d+%d %dms", orDash(x.Purpose), x.Attempt, orDash(x.Model),
 			x.PromptTokens, x.CompletionTokens, x.LatencyMS)

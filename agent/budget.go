@@ -1,0 +1,204 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// TaskBudget is the budget of each task of a type: the tokens and the
+// cost (US dollars, by Options.Prices) its model calls may use, 0 for no
+// bound; Policy says what happens to a task that would exceed it or its
+// key's budget: fsm.BudgetSuspend (the default) or fsm.BudgetFail.
+type TaskBudget struct {
+	MaxTokens int64
+	MaxCost   float64
+	Policy    string
+}
+
+// KeyBudget is the budget of a concurrency key per day (UTC): the tokens
+// and the cost all its tasks' model calls may use, 0 for no bound.
+type KeyBudget struct {
+	MaxTokens int64
+	MaxCost   float64
+}
+
+// Budgets are the spend budgets: per task type (by name) and per
+// concurrency key (by key; Default for a key not named, nil for none).
+type Budgets struct {
+	Types      map[string]TaskBudget
+	Keys       map[string]KeyBudget
+	DefaultKey *KeyBudget
+}
+
+// defaultReserveOut is the completion tokens a budget check reserves for a
+// model without a rate limit that says (RateLimit.MaxTokens).
+const defaultReserveOut = 1024
+
+// spendBook is the agent's spend: the ledger (the projection of every
+// MODEL_CALLED) and the reservations of the calls running, which the
+// budget checks count with it so that concurrent calls cannot overspend
+// by more than one reservation.
+type spendBook struct {
+	mu       sync.Mutex
+	ledger   *projection.SpendLedger
+	budgets  Budgets
+	reserved map[string]reservation // by task: its running call's
+}
+
+type reservation struct {
+	key, day string
+	tokens   int64
+	cost     float64
+}
+
+func newSpendBook(prices projection.Prices, b Budgets) *spendBook {
+	return &spendBook{ledger: projection.NewSpendLedger(prices), budgets: b, reserved: map[string]reservation{}}
+}
+
+// apply folds an event into the ledger.
+func (s *spendBook) apply(ev *fsm.Event) {
+	s.mu.Lock()
+	s.ledger.Apply(ev)
+	s.mu.Unlock()
+}
+
+// rebuild folds the log's events up to head: the ledger of a restart.
+func (s *spendBook) rebuild(l *eventlog.Log, head uint64) error {
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		raw := it.Event()
+		if raw.Seq > head {
+			break
+		}
+		switch fsm.EventType(raw.Type) {
+		case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.ModelCalled, fsm.DispatchCreated:
+		default:
+			continue
+		}
+		body, err := fsm.Decode(fsm.EventType(raw.Type), raw.Schema, raw.Body)
+		if err != nil {
+			continue // the fold reports it
+		}
+		s.apply(&fsm.Event{Type: fsm.EventType(raw.Type), Stream: raw.Stream, Time: raw.Time, Seq: raw.Seq, Body: body})
+	}
+	return it.Err()
+}
+
+// check is the budget check before a model call of t: the call reserves
+// tokens (its prompt's estimate plus the output it may use) at price. It
+// returns nil and records the reservation when every budget has room, or
+// the BUDGET_EXCEEDED body of the first that has none.
+func (s *spendBook) check(t *fsm.Task, model string, price projection.Price, prompt, output int64, now time.Time) *fsm.BudgetExceededBody {
+	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
+		cost: price.Cost(prompt, output)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tb := s.budgets.Types[t.Type]
+	policy := tb.Policy
+	if policy != fsm.BudgetFail {
+		policy = fsm.BudgetSuspend
+	}
+	over := func(budget string, maxTokens int64, maxCost float64, spent projection.Spend, tokens int64, cost float64) *fsm.BudgetExceededBody {
+		if (maxTokens > 0 && spent.Tokens+tokens+r.tokens > maxTokens) || (maxCost > 0 && spent.Cost+cost+r.cost > maxCost) {
+			return &fsm.BudgetExceededBody{Budget: budget, Model: model, MaxTokens: maxTokens, MaxCost: maxCost,
+				SpentTokens: spent.Tokens + tokens, SpentCost: spent.Cost + cost, ReservedTokens: r.tokens, ReservedCost: r.cost, Policy: policy}
+		}
+		return nil
+	}
+	if b := over(fsm.BudgetTask, tb.MaxTokens, tb.MaxCost, s.ledger.Task(t.ID), 0, 0); b != nil {
+		return b
+	}
+	if kb, ok := s.keyBudget(t.ConcurrencyKey); ok {
+		var tokens int64
+		var cost float64
+		for id, o := range s.reserved {
+			if id != t.ID && o.key == r.key && o.day == r.day {
+				tokens += o.tokens
+				cost += o.cost
+			}
+		}
+		if b := over(fsm.BudgetKey, kb.MaxTokens, kb.MaxCost, s.ledger.KeyDay(r.key, r.day), tokens, cost); b != nil {
+			b.Key, b.Window = t.ConcurrencyKey, r.day
+			return b
+		}
+	}
+	s.reserved[t.ID] = r
+	return nil
+}
+
+func (s *spendBook) keyBudget(key string) (KeyBudget, bool) {
+	if b, ok := s.budgets.Keys[key]; ok {
+		return b, true
+	}
+	if s.budgets.DefaultKey != nil {
+		return *s.budgets.DefaultKey, true
+	}
+	return KeyBudget{}, false
+}
+
+// release drops task id's reservation: its usage is in the ledger.
+func (s *spendBook) release(id string) {
+	s.mu.Lock()
+	delete(s.reserved, id)
+	s.mu.Unlock()
+}
+
+// limited reports whether any budget is set: without, no check runs.
+func (s *spendBook) limited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.budgets.Types) > 0 || len(s.budgets.Keys) > 0 || s.budgets.DefaultKey != nil
+}
+
+// checkBudget runs the budget check before t's model call of req: nil
+// and a release function when it may run (the release drops the
+// reservation once the call's events are folded into the ledger), or
+// the body of the BUDGET_EXCEEDED to record instead.
+func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.BudgetExceededBody, func(context.Context)) {
+	if !a.spend.limited() {
+		return nil, func(context.Context) {}
+	}
+	output := int64(defaultReserveOut)
+	if l := a.kindLimiter(kind); l != nil {
+		output = int64(l.limit.MaxTokens)
+	}
+	price, _ := a.opts.Prices.Lookup(kind.modelName, kind.modelName)
+	if b := a.spend.check(t, kind.modelName, price, int64(estimateTokens(req)), output, a.opts.Now()); b != nil {
+		return b, nil
+	}
+	return nil, func(ctx context.Context) {
+		// The call's events are committed: once folded, the ledger holds
+		// its usage and the reservation can go.
+		_ = a.watch.waitHooked(ctx, a.log.Head())
+		a.spend.release(t.ID)
+	}
+}
+
+// Spend returns the spend projection: per task, key, model and day.
+func (a *Agent) Spend() projection.SpendReport {
+	a.spend.mu.Lock()
+	defer a.spend.mu.Unlock()
+	return a.spend.ledger.Report()
+}
+
+// TaskSpend returns what task id's model calls spent.
+func (a *Agent) TaskSpend(id string) projection.Spend {
+	a.spend.mu.Lock()
+	defer a.spend.mu.Unlock()
+	return a.spend.ledger.Task(id)
+}
+
+// SetBudgets replaces the spend budgets (an operator raised one): a task
+// suspended for its budget runs again once resumed.
+func (a *Agent) SetBudgets(b Budgets) {
+	a.spend.mu.Lock()
+	a.spend.budgets = b
+	a.spend.mu.Unlock()
+}
