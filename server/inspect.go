@@ -88,6 +88,7 @@ func (s *Server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 			out["waiting"] = reason // "waiting: key acme has 4 of 4 running"
 		}
 	}
+	s.budgetWhy(&t, out)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
