@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -48,17 +47,21 @@ type spendBook struct {
 	mu       sync.Mutex
 	ledger   *projection.SpendLedger
 	budgets  Budgets
-	reserved map[string]reservation // by task: its running call's
+	reserved map[string]reservation    // by task: its running call's
+	byKey    map[[2]string]reservation // their sums by key and day
+	gen      uint64                    // the last reservation's
 }
 
 type reservation struct {
 	key, day string
 	tokens   int64
 	cost     float64
+	gen      uint64 // which check made it (release drops only its own)
 }
 
 func newSpendBook(prices projection.Prices, b Budgets) *spendBook {
-	return &spendBook{ledger: projection.NewSpendLedger(prices), budgets: b, reserved: map[string]reservation{}}
+	return &spendBook{ledger: projection.NewSpendLedger(prices), budgets: b, reserved: map[string]reservation{},
+		byKey: map[[2]string]reservation{}}
 }
 
 // apply folds an event into the ledger.
@@ -95,7 +98,7 @@ func (s *spendBook) rebuild(l *eventlog.Log, head uint64) error {
 // tokens (its prompt's estimate plus the output it may use) at price. It
 // returns nil and records the reservation when every budget has room, or
 // the BUDGET_EXCEEDED body of the first that has none.
-func (s *spendBook) check(t *fsm.Task, model string, price projection.Price, prompt, output int64, now time.Time) *fsm.BudgetExceededBody {
+func (s *spendBook) check(t *fsm.Task, model string, price projection.Price, prompt, output int64, now time.Time) (*fsm.BudgetExceededBody, uint64) {
 	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
 		cost: price.Cost(prompt, output)}
 	s.mu.Lock()
@@ -113,24 +116,45 @@ func (s *spendBook) check(t *fsm.Task, model string, price projection.Price, pro
 		return nil
 	}
 	if b := over(fsm.BudgetTask, tb.MaxTokens, tb.MaxCost, s.ledger.Task(t.ID), 0, 0); b != nil {
-		return b
+		return b, 0
 	}
 	if kb, ok := s.keyBudget(t.ConcurrencyKey); ok {
-		var tokens int64
-		var cost float64
-		for id, o := range s.reserved {
-			if id != t.ID && o.key == r.key && o.day == r.day {
-				tokens += o.tokens
-				cost += o.cost
-			}
+		sum := s.byKey[[2]string{r.key, r.day}]
+		tokens, cost := sum.tokens, sum.cost
+		if o, ok := s.reserved[t.ID]; ok && o.key == r.key && o.day == r.day {
+			tokens, cost = tokens-o.tokens, cost-o.cost
 		}
 		if b := over(fsm.BudgetKey, kb.MaxTokens, kb.MaxCost, s.ledger.KeyDay(r.key, r.day), tokens, cost); b != nil {
 			b.Key, b.Window = t.ConcurrencyKey, r.day
-			return b
+			return b, 0
 		}
 	}
+	s.unreserveLocked(t.ID)
+	s.gen++
+	r.gen = s.gen
 	s.reserved[t.ID] = r
-	return nil
+	k := [2]string{r.key, r.day}
+	sum := s.byKey[k]
+	sum.tokens, sum.cost = sum.tokens+r.tokens, sum.cost+r.cost
+	s.byKey[k] = sum
+	return nil, r.gen
+}
+
+// unreserveLocked drops task id's reservation, if any.
+func (s *spendBook) unreserveLocked(id string) {
+	r, ok := s.reserved[id]
+	if !ok {
+		return
+	}
+	delete(s.reserved, id)
+	k := [2]string{r.key, r.day}
+	sum := s.byKey[k]
+	sum.tokens, sum.cost = sum.tokens-r.tokens, sum.cost-r.cost
+	if sum.tokens <= 0 { // every reservation holds a token at least
+		delete(s.byKey, k)
+	} else {
+		s.byKey[k] = sum
+	}
 }
 
 func (s *spendBook) keyBudget(key string) (KeyBudget, bool) {
@@ -143,10 +167,12 @@ func (s *spendBook) keyBudget(key string) (KeyBudget, bool) {
 	return KeyBudget{}, false
 }
 
-// release drops task id's reservation: its usage is in the ledger.
-func (s *spendBook) release(id string) {
+// release drops task id's reservation gen: its usage is in the ledger.
+func (s *spendBook) release(id string, gen uint64) {
 	s.mu.Lock()
-	delete(s.reserved, id)
+	if r, ok := s.reserved[id]; ok && r.gen == gen {
+		s.unreserveLocked(id)
+	}
 	s.mu.Unlock()
 }
 
@@ -161,23 +187,28 @@ func (s *spendBook) limited() bool {
 // and a release function when it may run (the release drops the
 // reservation once the call's events are folded into the ledger), or
 // the body of the BUDGET_EXCEEDED to record instead.
-func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.BudgetExceededBody, func(context.Context)) {
+func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.BudgetExceededBody, func()) {
 	if !a.spend.limited() {
-		return nil, func(context.Context) {}
+		return nil, func() {}
 	}
 	output := int64(defaultReserveOut)
 	if l := a.kindLimiter(kind); l != nil {
 		output = int64(l.limit.MaxTokens)
 	}
 	price, _ := a.opts.Prices.Lookup(kind.modelName, kind.modelName)
-	if b := a.spend.check(t, kind.modelName, price, int64(estimateTokens(req)), output, a.opts.Now()); b != nil {
+	b, gen := a.spend.check(t, kind.modelName, price, int64(estimateTokens(req)), output, a.opts.Now())
+	if b != nil {
 		return b, nil
 	}
-	return nil, func(ctx context.Context) {
-		// The call's events are committed: once folded, the ledger holds
-		// its usage and the reservation can go.
-		_ = a.watch.waitHooked(ctx, a.log.Head())
-		a.spend.release(t.ID)
+	return nil, func() {
+		// The call's events are committed: once they are folded, the
+		// ledger holds its usage and the reservation can go. The stage
+		// does not wait for that.
+		head := a.log.Head()
+		go func() {
+			_ = a.watch.waitHooked(a.runCtx, head) // not the stage's: it ends first
+			a.spend.release(t.ID, gen)
+		}()
 	}
 }
 

@@ -41,6 +41,7 @@ type rateLimiter struct {
 
 	mu     sync.Mutex
 	calls  []*rateCall     // started within the window, oldest first
+	tokens int             // the sum of their tokens
 	queue  []chan struct{} // waiting calls, first in line first; each is woken to look again
 	paused time.Time       // a 429's Retry-After: nothing starts before
 }
@@ -50,6 +51,7 @@ type rateLimiter struct {
 type rateCall struct {
 	at     time.Time
 	tokens int
+	gone   bool // left the window: its tokens no longer count
 }
 
 // wait blocks until a call reserving tokens may start, and counts it.
@@ -64,6 +66,7 @@ func (l *rateLimiter) wait(ctx context.Context, tokens int) (*rateCall, error) {
 			if d = l.delayLocked(now, tokens); d <= 0 {
 				c := &rateCall{at: now, tokens: tokens}
 				l.calls = append(l.calls, c)
+				l.tokens += tokens
 				l.queue = l.queue[1:]
 				l.wakeLocked()
 				l.mu.Unlock()
@@ -113,10 +116,7 @@ func (l *rateLimiter) delayLocked(now time.Time, tokens int) time.Duration {
 		return l.calls[len(l.calls)-n].at.Add(rateWindow).Sub(now)
 	}
 	if n := l.limit.TokensPerMinute; n > 0 {
-		sum := 0
-		for _, c := range l.calls {
-			sum += c.tokens
-		}
+		sum := l.tokens
 		// Room frees as the oldest calls leave the window.
 		for i := 0; sum > 0 && sum+tokens > n; i++ {
 			if i == len(l.calls) {
@@ -135,6 +135,8 @@ func (l *rateLimiter) delayLocked(now time.Time, tokens int) time.Duration {
 func (l *rateLimiter) pruneLocked(now time.Time) {
 	i := 0
 	for i < len(l.calls) && !l.calls[i].at.Add(rateWindow).After(now) {
+		l.tokens -= l.calls[i].tokens
+		l.calls[i].gone = true
 		i++
 	}
 	l.calls = l.calls[i:]
@@ -153,6 +155,9 @@ func (l *rateLimiter) wakeLocked() {
 // used replaces c's reservation with the tokens the server reported.
 func (l *rateLimiter) used(c *rateCall, tokens int) {
 	l.mu.Lock()
+	if !c.gone {
+		l.tokens += tokens - c.tokens
+	}
 	c.tokens = tokens
 	l.wakeLocked()
 	l.mu.Unlock()
@@ -184,12 +189,8 @@ func (l *rateLimiter) stats() RateStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pruneLocked(time.Now())
-	s := RateStats{Model: l.name, Waiting: len(l.queue), Requests: len(l.calls),
+	return RateStats{Model: l.name, Waiting: len(l.queue), Requests: len(l.calls), Tokens: l.tokens,
 		RequestsPerMinute: l.limit.RequestsPerMinute, TokensPerMinute: l.limit.TokensPerMinute}
-	for _, c := range l.calls {
-		s.Tokens += c.tokens
-	}
-	return s
 }
 
 // limitedModel is a named model whose calls wait for its rate limits.

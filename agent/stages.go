@@ -79,7 +79,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		a.outcome(ctx, t, v, cause, over, fsm.BudgetOutcome(over))
 		return
 	}
-	defer release(ctx)
+	defer release()
 	rateCtx, unreserve, err := a.reserveRate(ctx, kind, req)
 	if err != nil {
 		return
