@@ -150,7 +150,11 @@ func TestRateLimit429(t *testing.T) {
 		opts := Options{Model: model, RateLimits: map[string]RateLimit{"default": {RequestsPerMinute: 100}}}
 		rates := limitModels(&opts)
 		t0 := time.Now()
-		go opts.Model.Complete(t.Context(), request("first"), nil)
+		first := make(chan struct{})
+		go func() {
+			defer close(first)
+			opts.Model.Complete(t.Context(), request("first"), nil)
+		}()
 		synctest.Wait()
 		ctx, cancel := context.WithCancel(t.Context())
 		gone := make(chan error)
@@ -166,6 +170,7 @@ func TestRateLimit429(t *testing.T) {
 		if _, err := opts.Model.Complete(t.Context(), request("second"), nil); err != nil {
 			t.Fatal(err)
 		}
+		<-first
 		for _, c := range model.calls {
 			if c.text == "second" && c.at.Sub(t0) < 30*time.Second {
 				t.Fatalf("second started %s after the 429, within its Retry-After", c.at.Sub(t0))
