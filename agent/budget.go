@@ -95,14 +95,16 @@ func (s *spendBook) rebuild(l *eventlog.Log, head uint64) error {
 }
 
 // check is the budget check before a model call of t: the call reserves
-// tokens (its prompt's estimate plus the output it may use) at price. It
+// tokens (its prompt's estimate plus the output it may use) at model's
+// price. It
 // returns nil and records the reservation when every budget has room, or
 // the BUDGET_EXCEEDED body of the first that has none.
-func (s *spendBook) check(t *fsm.Task, model string, price projection.Price, prompt, output int64, now time.Time) (*fsm.BudgetExceededBody, uint64) {
-	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
-		cost: price.Cost(prompt, output)}
+func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now time.Time) (*fsm.BudgetExceededBody, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	price, _ := s.ledger.Price(model, model)
+	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
+		cost: price.Cost(prompt, output)}
 	tb := s.budgets.Types[t.Type]
 	policy := tb.Policy
 	if policy != fsm.BudgetFail {
@@ -195,8 +197,7 @@ func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.
 	if l := a.kindLimiter(kind); l != nil {
 		output = int64(l.limit.MaxTokens)
 	}
-	price, _ := a.opts.Prices.Lookup(kind.modelName, kind.modelName)
-	b, gen := a.spend.check(t, kind.modelName, price, int64(estimateTokens(req)), output, a.opts.Now())
+	b, gen := a.spend.check(t, kind.modelName, int64(estimateTokens(req)), output, a.opts.Now())
 	if b != nil {
 		return b, nil
 	}
@@ -231,5 +232,13 @@ func (a *Agent) TaskSpend(id string) projection.Spend {
 func (a *Agent) SetBudgets(b Budgets) {
 	a.spend.mu.Lock()
 	a.spend.budgets = b
+	a.spend.mu.Unlock()
+}
+
+// SetPrices replaces the price table for the model calls folded from now
+// on (a configuration reload); what was spent keeps its cost.
+func (a *Agent) SetPrices(p projection.Prices) {
+	a.spend.mu.Lock()
+	a.spend.ledger.SetPrices(p)
 	a.spend.mu.Unlock()
 }

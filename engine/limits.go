@@ -69,3 +69,17 @@ func limitBudgets(b config.Budgets) agent.Budgets {
 	}
 	return out
 }
+
+// ReloadLimits applies the limits of f, a configuration read again (an
+// operator raised a budget): the concurrency limits per key, the prices
+// and the budgets take effect at once; a task suspended for its budget
+// runs again once resumed. The model rate limits stay as the daemon
+// started with them.
+func (e *Engine) ReloadLimits(f *config.File) {
+	var a agent.Options
+	a.Model = e.opts.Model
+	limitOptions(f, &a)
+	e.agent.SetConcurrency(a.Concurrency)
+	e.agent.SetPrices(a.Prices)
+	e.agent.SetBudgets(a.Budgets)
+}

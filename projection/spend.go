@@ -192,5 +192,10 @@ func (l *SpendLedger) Report() SpendReport {
 	return r
 }
 
+// Price is the ledger's price of model (Prices.Lookup).
+func (l *SpendLedger) Price(model, fallback string) (Price, bool) {
+	return l.prices.Lookup(model, fallback)
+}
+
 // SetPrices replaces the price table for the calls folded from now on.
 func (l *SpendLedger) SetPrices(p Prices) { l.prices = p }

@@ -52,6 +52,22 @@ func TestBudgetWhy(t *testing.T) {
 		t.Fatalf("why: %+v", why.Budget)
 	}
 
+	// The operator raises the budget, reloads the configuration and
+	// resumes the task: it completes.
+	if err := os.WriteFile(path, []byte(strings.Replace(yaml, "maxTokens: 1}", "maxTokens: 1000000}", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.file = f
+	if err := td.d.reloadLimits(); err != nil {
+		t.Fatal(err)
+	}
+	if r := td.do("POST", "/v1/tasks/"+created.TaskID+"/resume", `{"reason":"budget raised"}`); r.status != 200 {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	if task := td.waitTask(created.TaskID); task.State != fsm.StateCompleted {
+		t.Fatalf("after the budget was raised: %s %q", task.State, task.Question)
+	}
+
 	other := td.submit("what time is it?")
 	if task := td.waitTask(other); task.State != fsm.StateCompleted {
 		t.Fatalf("other key: %s", task.State)
