@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -213,11 +215,26 @@ func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.
 	}
 }
 
-// Spend returns the spend projection: per task, key, model and day.
+// Spend returns the spend projection: per task, key, model and day, with
+// the keys whose spend went past their budget on a day (Overruns).
 func (a *Agent) Spend() projection.SpendReport {
 	a.spend.mu.Lock()
 	defer a.spend.mu.Unlock()
-	return a.spend.ledger.Report()
+	r := a.spend.ledger.Report()
+	for _, key := range slices.Sorted(maps.Keys(r.ByKeyDay)) {
+		kb, ok := a.spend.keyBudget(key)
+		if !ok {
+			continue
+		}
+		for _, day := range slices.Sorted(maps.Keys(r.ByKeyDay[key])) {
+			s := r.ByKeyDay[key][day]
+			if (kb.MaxTokens > 0 && s.Tokens > kb.MaxTokens) || (kb.MaxCost > 0 && s.Cost > kb.MaxCost) {
+				r.Overruns = append(r.Overruns, projection.Overrun{Key: key, Day: day, MaxTokens: kb.MaxTokens, MaxCost: kb.MaxCost,
+					Tokens: s.Tokens, Cost: s.Cost})
+			}
+		}
+	}
+	return r
 }
 
 // TaskSpend returns what task id's model calls spent.

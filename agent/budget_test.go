@@ -2,9 +2,11 @@ package agent
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -143,5 +145,19 @@ func TestTaskBudgetFails(t *testing.T) {
 	// 10 prompt and 2 completion tokens at $1000 and $2000 per million.
 	if got := h.a.TaskSpend(id); got.Cost != (10*1000+2*2000)/1e6 {
 		t.Fatalf("spent %+v", got)
+	}
+}
+
+// TestSpendOverrun: a key whose spend on a day went past its budget (a
+// reply used more than it reserved) is listed with the figures.
+func TestSpendOverrun(t *testing.T) {
+	a := &Agent{spend: newSpendBook(nil, Budgets{Keys: map[string]KeyBudget{"acme": {MaxTokens: 100}}})}
+	day := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	a.spend.apply(&fsm.Event{Type: fsm.MessageReceived, Stream: "t1", Time: day, Body: &fsm.Input{Kind: fsm.MessageReceived, ConcurrencyKey: "acme"}})
+	a.spend.apply(&fsm.Event{Type: fsm.ModelCalled, Stream: "t1", Time: day, Body: &fsm.ModelCalledBody{Model: "m", PromptTokens: 90, CompletionTokens: 30}})
+	got := a.Spend().Overruns
+	want := []projection.Overrun{{Key: "acme", Day: "2026-11-26", MaxTokens: 100, Tokens: 120}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("overruns %+v", got)
 	}
 }

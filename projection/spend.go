@@ -167,6 +167,20 @@ type SpendReport struct {
 	// ByKeyDay is by key, then day.
 	ByKeyDay map[string]map[string]Spend `json:"by_key_day"`
 	Prices   Prices                      `json:"prices"`
+	// Overruns are the keys whose spend on a day went past their budget
+	// (by at most one call's reservation, when a reply used more than it
+	// reserved): filled in by whoever knows the budgets.
+	Overruns []Overrun `json:"overruns,omitempty"`
+}
+
+// Overrun is a key's spend on a day beyond its budget.
+type Overrun struct {
+	Key       string  `json:"key"`
+	Day       string  `json:"day"`
+	MaxTokens int64   `json:"max_tokens,omitempty"`
+	MaxCost   float64 `json:"max_cost,omitempty"`
+	Tokens    int64   `json:"tokens"`
+	Cost      float64 `json:"cost"`
 }
 
 // Report copies the ledger's figures.
