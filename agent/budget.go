@@ -66,10 +66,24 @@ func newSpendBook(prices projection.Prices, b Budgets) *spendBook {
 		byKey: map[[2]string]reservation{}}
 }
 
-// apply folds an event into the ledger.
+// apply folds an event into the ledger. The usage of a task's call is
+// then in the ledger once its successful MODEL_CALLED, or any event of
+// the stage's outcome after it, is folded: the task's reservation goes.
+// (A failed attempt that is retried keeps it.)
 func (s *spendBook) apply(ev *fsm.Event) {
 	s.mu.Lock()
 	s.ledger.Apply(ev)
+	if len(s.reserved) > 0 {
+		switch b := ev.Body.(type) {
+		case *fsm.ModelCalledBody:
+			if b.Error == "" {
+				s.unreserveLocked(ev.Stream)
+			}
+		case *fsm.BudgetExceededBody:
+		default:
+			s.unreserveLocked(ev.Stream)
+		}
+	}
 	s.mu.Unlock()
 }
 
@@ -188,8 +202,8 @@ func (s *spendBook) limited() bool {
 }
 
 // checkBudget runs the budget check before t's model call of req: nil
-// and a release function when it may run (the release drops the
-// reservation once the call's events are folded into the ledger), or
+// and a release function when it may run (for a stage that records no
+// outcome: the fold of the outcome drops the reservation, apply), or
 // the body of the BUDGET_EXCEEDED to record instead.
 func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.BudgetExceededBody, func()) {
 	if !a.spend.limited() {
@@ -203,16 +217,9 @@ func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.
 	if b != nil {
 		return b, nil
 	}
-	return nil, func() {
-		// The call's events are committed: once they are folded, the
-		// ledger holds its usage and the reservation can go. The stage
-		// does not wait for that.
-		head := a.log.Head()
-		go func() {
-			_ = a.watch.waitHooked(a.runCtx, head) // not the stage's: it ends first
-			a.spend.release(t.ID, gen)
-		}()
-	}
+	// Called when the stage recorded no outcome; otherwise the hook drops
+	// the reservation as it folds the outcome (apply).
+	return nil, func() { a.spend.release(t.ID, gen) }
 }
 
 // Spend returns the spend projection: per task, key, model and day, with

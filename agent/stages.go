@@ -79,7 +79,12 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		a.outcome(ctx, t, v, cause, over, fsm.BudgetOutcome(over))
 		return
 	}
-	defer release()
+	committed := false // the outcome is in the log: the hook drops the reservation once it folds it
+	defer func() {
+		if !committed {
+			release()
+		}
+	}()
 	rateCtx, unreserve, err := a.reserveRate(ctx, kind, req)
 	if err != nil {
 		return
@@ -122,10 +127,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if err != nil {
 		bodies = append(bodies, &fsm.TaskFailedBody{Reason: "model_error",
 			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err)})
-		a.outcome(ctx, t, v, cause, bodies...)
+		_, committed = a.outcome(ctx, t, v, cause, bodies...)
 		return
 	}
-	a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
 }
 
 // stageRequest builds the model request of a model-call stage and the
