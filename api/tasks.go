@@ -46,24 +46,22 @@ type Created struct {
 // Task is one task of the agent: GET /v1/tasks/{id} and the answer of
 // every command (messages, suspend, resume, cancel, without Context).
 type Task struct {
-	TaskID   string `json:"task_id"`
-	Type     string `json:"type"`
-	State    string `json:"state"`
-	Machine  string `json:"machine"` // NAME@VERSION, for the task's whole life
-	Queued   bool   `json:"queued"`  // idle, waiting for an admission slot
-	Priority int    `json:"priority"`
-	// ConcurrencyKey is the task's concurrency key, "" for the default.
-	ConcurrencyKey string            `json:"concurrency_key,omitempty"`
-	Source         string            `json:"source"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	Iteration      int               `json:"iteration"`
-	Version        uint64            `json:"version"` // events folded into the task
-	Input          string            `json:"input"`
-	Result         string            `json:"result,omitempty"`
-	Error          string            `json:"error,omitempty"`
-	Question       string            `json:"question,omitempty"` // suspended: the model's question, or the suspend reason
-	Metadata       map[string]string `json:"metadata,omitempty"`
+	TaskID    string            `json:"task_id"`
+	Type      string            `json:"type"`
+	State     string            `json:"state"`
+	Machine   string            `json:"machine"` // NAME@VERSION, for the task's whole life
+	Queued    bool              `json:"queued"`  // idle, waiting for an admission slot
+	Priority  int               `json:"priority"`
+	Source    string            `json:"source"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Iteration int               `json:"iteration"`
+	Version   uint64            `json:"version"` // events folded into the task
+	Input     string            `json:"input"`
+	Result    string            `json:"result,omitempty"`
+	Error     string            `json:"error,omitempty"`
+	Question  string            `json:"question,omitempty"` // suspended: the model's question, or the suspend reason
+	Metadata  map[string]string `json:"metadata,omitempty"`
 	// TimeoutReason and DeadLetterReason are a broker task's, shown in
 	// the agent's API too (dispatch.task).
 	TimeoutReason    string `json:"timeout_reason,omitempty"`
@@ -74,6 +72,9 @@ type Task struct {
 	// Plan is the current plan (fsm.Plan), null when there is none.
 	Plan    json.RawMessage `json:"plan"`
 	History []Transition    `json:"history"`
+
+	// ConcurrencyKey is the task's concurrency key, "" for the default.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Finished reports whether the task has ended, completed or failed.

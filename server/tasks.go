@@ -21,33 +21,34 @@ import (
 
 // TaskJSON is a task as the API shows it.
 type TaskJSON struct {
-	TaskID   string    `json:"task_id"`
-	Type     string    `json:"type"`
-	State    fsm.State `json:"state"`
-	Machine  string    `json:"machine"` // NAME@VERSION, for the task's whole life
-	Queued   bool      `json:"queued"`  // reasoning or acting, waiting for an admission slot
-	Priority int       `json:"priority"`
-	// ConcurrencyKey groups the task for admission; "" (omitted): the
-	// default key.
-	ConcurrencyKey string            `json:"concurrency_key,omitempty"`
-	Source         string            `json:"source"`
-	CreatedAt      time.Time         `json:"created_at"`
-	UpdatedAt      time.Time         `json:"updated_at"`
-	Iteration      int               `json:"iteration"`
-	Version        uint64            `json:"version"`
-	Input          string            `json:"input"`
-	Result         string            `json:"result"`             // "" until completed
-	Error          string            `json:"error"`              // "" unless failed
-	Question       string            `json:"question,omitempty"` // suspended: why (the model's question, or the suspend reason)
-	Metadata       map[string]string `json:"metadata"`           // {} when none, as on /api/v1
-	Context        *fsm.Context      `json:"context,omitempty"`
-	Plan           *fsm.Plan         `json:"plan"`
-	History        []fsm.Transition  `json:"history"`
+	TaskID    string            `json:"task_id"`
+	Type      string            `json:"type"`
+	State     fsm.State         `json:"state"`
+	Machine   string            `json:"machine"` // NAME@VERSION, for the task's whole life
+	Queued    bool              `json:"queued"`  // reasoning or acting, waiting for an admission slot
+	Priority  int               `json:"priority"`
+	Source    string            `json:"source"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Iteration int               `json:"iteration"`
+	Version   uint64            `json:"version"`
+	Input     string            `json:"input"`
+	Result    string            `json:"result"`             // "" until completed
+	Error     string            `json:"error"`              // "" unless failed
+	Question  string            `json:"question,omitempty"` // suspended: why (the model's question, or the suspend reason)
+	Metadata  map[string]string `json:"metadata"`           // {} when none, as on /api/v1
+	Context   *fsm.Context      `json:"context,omitempty"`
+	Plan      *fsm.Plan         `json:"plan"`
+	History   []fsm.Transition  `json:"history"`
 
 	// A broker task's reasons (dispatch.task): why it timed out, why it
 	// is a dead letter.
 	TimeoutReason    string `json:"timeout_reason,omitempty"`
 	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
+
+	// ConcurrencyKey groups the task for admission; "" (omitted): the
+	// default key.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 func (s *Server) taskJSON(t *fsm.Task, full bool) TaskJSON {
