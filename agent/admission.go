@@ -3,6 +3,7 @@ package agent
 import (
 	"container/heap"
 	"context"
+	"slices"
 )
 
 // semaphore bounds concurrent model or tool calls. Waiters queue on the
@@ -26,12 +27,13 @@ func (s semaphore) release() { <-s }
 type waiting struct {
 	id       string // the task id: a ULID, so id order is creation order
 	priority int
+	key      string // the task's concurrency key
 	index    int
 }
 
-// admissionQueue orders waiting tasks by priority (lower value first), then
-// age (older first): the spec's "lower = higher" priority with the broker's
-// oldest-first tie break.
+// admissionQueue orders the waiting tasks of one key by priority (lower
+// value first), then age (older first): the spec's "lower = higher"
+// priority with the broker's oldest-first tie break.
 type admissionQueue []*waiting
 
 func (q admissionQueue) Len() int { return len(q) }
@@ -61,10 +63,78 @@ func (q *admissionQueue) Pop() any {
 	return w
 }
 
-func (q *admissionQueue) push(w *waiting) { heap.Push(q, w) }
-func (q *admissionQueue) pop() *waiting   { return heap.Pop(q).(*waiting) }
-func (q *admissionQueue) remove(w *waiting) {
-	if w.index >= 0 && w.index < len(*q) && (*q)[w.index] == w {
-		heap.Remove(q, w.index)
+// fairQueue holds the waiting tasks of every concurrency key: one
+// admissionQueue per key, and the keys with tasks waiting in a ring taken
+// in turn, so that a key with many tasks waiting cannot starve a key with
+// few. Within a key, priority then age.
+type fairQueue struct {
+	byKey map[string]*admissionQueue
+	ring  []string // the keys with tasks waiting, in turn order
+	next  int      // the index in ring of the key whose turn is next
+	n     int      // tasks waiting, all keys
+}
+
+func (f *fairQueue) Len() int { return f.n }
+
+func (f *fairQueue) push(w *waiting) {
+	if f.byKey == nil {
+		f.byKey = map[string]*admissionQueue{}
+	}
+	q := f.byKey[w.key]
+	if q == nil {
+		q = &admissionQueue{}
+		f.byKey[w.key] = q
+		f.ring = append(f.ring, w.key)
+	}
+	heap.Push(q, w)
+	f.n++
+}
+
+// pop takes the next waiting task whose key may run one more (may
+// reports it): the first such key from the one whose turn it is, then
+// that key's first task by priority and age. Nil when no key may.
+func (f *fairQueue) pop(may func(key string) bool) *waiting {
+	for i := range len(f.ring) {
+		at := (f.next + i) % len(f.ring)
+		key := f.ring[at]
+		if !may(key) {
+			continue
+		}
+		q := f.byKey[key]
+		w := heap.Pop(q).(*waiting)
+		f.n--
+		f.next = at + 1
+		if q.Len() == 0 {
+			f.dropKey(at)
+		}
+		if f.next >= len(f.ring) {
+			f.next = 0
+		}
+		return w
+	}
+	return nil
+}
+
+// dropKey removes the key at ring index at, whose queue is empty.
+func (f *fairQueue) dropKey(at int) {
+	delete(f.byKey, f.ring[at])
+	f.ring = append(f.ring[:at], f.ring[at+1:]...)
+	if f.next > at {
+		f.next--
+	}
+}
+
+func (f *fairQueue) remove(w *waiting) {
+	q := f.byKey[w.key]
+	if q == nil || w.index < 0 || w.index >= q.Len() || (*q)[w.index] != w {
+		return
+	}
+	heap.Remove(q, w.index)
+	f.n--
+	if q.Len() == 0 {
+		f.dropKey(slices.Index(f.ring, w.key))
+		if f.next >= len(f.ring) {
+			f.next = 0
+		}
 	}
 }

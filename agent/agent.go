@@ -65,9 +65,11 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
-	sched  *scheduler // admission slots, stage goroutines, timers (own lock)
-	deltas *deltaHub  // the live text of model calls (own lock; deltas.go)
-	watch  *watchers  // waiters, listeners, the hook's progress (own lock)
+	sched  *scheduler  // admission slots, stage goroutines, timers (own lock)
+	deltas *deltaHub   // the live text of model calls (own lock; deltas.go)
+	rates  *rateLimits // the named models' rate limits (own locks)
+	spend  *spendBook  // the spend projection and the budgets (own lock)
+	watch  *watchers   // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
@@ -100,7 +102,10 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	rates := limitModels(&opts)
 	a := &Agent{
+		rates:   rates,
+		spend:   newSpendBook(opts.Prices, opts.Budgets),
 		opts:    opts,
 		log:     l,
 		app:     opts.Appender,
@@ -115,6 +120,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	}
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
+	a.sched.limits = opts.Concurrency
 	a.memory = &logMemory{a: a}
 	builtins := append(tools.MemoryTools(a.memory), tools.NotifyTool(), tools.CurrentTimeTool(opts.Now))
 	var err error
@@ -164,6 +170,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recovery: %w", err)
 	}
 	a.view, a.recovery = view, rec
+	if err := a.spend.rebuild(a.log, rec.Head); err != nil {
+		a.opts.Logger.Error("rebuilding the spend projection", "err", err)
+	}
 	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
 
 	a.lines = startLifecycleLines(a.opts.Logger.Handler())
@@ -212,7 +221,7 @@ func (a *Agent) resume(lists ...[]fsm.Task) {
 	for _, ts := range lists {
 		for _, t := range ts {
 			if a.owns(t.ID) {
-				a.sched.schedule(t.ID, t.Priority)
+				a.sched.schedule(t.ID, t.Priority, t.ConcurrencyKey)
 			}
 		}
 	}
@@ -390,6 +399,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	a.logLifecycle(ch)
+	a.spend.apply(&ch.Event)
 	ev, after := &ch.Event, &ch.After
 	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {
@@ -431,7 +441,7 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 	case !a.owns(t.ID):
 		// Another daemon runs it (pegasusd --cluster).
 	case act.Kind.NeedsSlot():
-		a.sched.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority, t.ConcurrencyKey)
 	case act.Kind == fsm.ActReflect:
 		a.sched.release(t.ID, false)
 		a.maybeReflect(t)
@@ -441,7 +451,7 @@ func (a *Agent) dispatch(t *fsm.Task, act fsm.Action) {
 		a.releaseWaiting(t, act.Task)
 	case act.Kind == fsm.ActWaitUntil:
 		a.sched.release(t.ID, false)
-		a.sched.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.wakeAt(t.ID, t.Priority, t.ConcurrencyKey, act.At)
 	default: // wait for input, or nothing
 		a.sched.release(t.ID, true)
 	}
@@ -455,7 +465,7 @@ func (a *Agent) wakeParent(child *fsm.Task) {
 		return
 	}
 	if act := fsm.Next(&p); act.Kind == fsm.ActWaitTask && act.Task == child.ID && a.owns(p.ID) {
-		a.sched.schedule(p.ID, p.Priority)
+		a.sched.schedule(p.ID, p.Priority, p.ConcurrencyKey)
 	}
 }
 

@@ -45,14 +45,41 @@ func (instantModel) Complete(ctx context.Context, req llm.Request, report func(l
 //	go test ./agent -run '^$' -bench TasksEndToEnd -benchtime 20000x
 func BenchmarkTasksEndToEnd(b *testing.B) {
 	inflight := *benchInFlight
+	r := runEndToEnd(b, Options{Model: instantModel{}}, b.N, inflight)
+	b.StopTimer()
+	q := r.quantile
+	b.ReportMetric(float64(b.N)/r.elapsed.Seconds(), "tasks/s")
+	b.ReportMetric(float64(r.events)/r.elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(r.events)/float64(b.N), "events/task")
+	b.ReportMetric(float64(q(0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(q(0.99).Microseconds())/1000, "p99-ms")
+	if testing.Verbose() {
+		fmt.Printf("%d tasks, %d in flight: %.0f tasks/s, p50 %s, p99 %s\n", b.N, inflight, float64(b.N)/r.elapsed.Seconds(), q(0.5), q(0.99))
+	}
+}
+
+// endToEnd is what a run of runEndToEnd measured.
+type endToEnd struct {
+	elapsed   time.Duration
+	events    uint64
+	latencies []time.Duration // sorted
+}
+
+func (r endToEnd) quantile(p float64) time.Duration {
+	return r.latencies[min(len(r.latencies)-1, int(p*float64(len(r.latencies))))]
+}
+
+// runEndToEnd runs n whole tasks through a new agent with opts (its
+// concurrency set to inflight), inflight at a time, on a log in a new
+// directory, and resets the benchmark's timer before the first.
+func runEndToEnd(b *testing.B, opts Options, n, inflight int) endToEnd {
 	l, err := eventlog.Open(b.TempDir(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	a, err := New(l, Options{
-		Model: instantModel{}, DisableReflection: true,
-		MaxActiveTasks: inflight, MaxConcurrentLLM: inflight, MaxConcurrentTools: inflight,
-	})
+	opts.DisableReflection = true
+	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, inflight
+	a, err := New(l, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,7 +96,7 @@ func BenchmarkTasksEndToEnd(b *testing.B) {
 	var (
 		next      atomic.Int64
 		mu        sync.Mutex
-		latencies = make([]time.Duration, 0, b.N)
+		latencies = make([]time.Duration, 0, n)
 		wg        sync.WaitGroup
 	)
 	head0 := l.Head()
@@ -79,7 +106,7 @@ func BenchmarkTasksEndToEnd(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
 				id, err := a.Submit(ctx, "what time is it?", "bench", "")
 				if err != nil {
@@ -100,16 +127,6 @@ func BenchmarkTasksEndToEnd(b *testing.B) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	b.StopTimer()
 	slices.Sort(latencies)
-	q := func(p float64) time.Duration { return latencies[min(len(latencies)-1, int(p*float64(len(latencies))))] }
-	events := l.Head() - head0
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "tasks/s")
-	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
-	b.ReportMetric(float64(events)/float64(b.N), "events/task")
-	b.ReportMetric(float64(q(0.50).Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(q(0.99).Microseconds())/1000, "p99-ms")
-	if testing.Verbose() {
-		fmt.Printf("%d tasks, %d in flight: %.0f tasks/s, p50 %s, p99 %s\n", b.N, inflight, float64(b.N)/elapsed.Seconds(), q(0.5), q(0.99))
-	}
+	return endToEnd{elapsed: elapsed, events: l.Head() - head0, latencies: latencies}
 }

@@ -122,17 +122,20 @@ func (s *scheduler) handOff(id string) (handed bool, next string) {
 	if r == nil || !r.holding {
 		return false, ""
 	}
-	r.holding = false
+	s.unholdLocked(r)
 	for !s.closed && s.queue.Len() > 0 {
-		w := s.queue.pop()
+		w := s.queue.pop(s.keyFree)
+		if w == nil {
+			break
+		}
 		nr := s.runs[w.id]
 		if nr == nil || nr.wait != w {
 			continue
 		}
-		nr.wait, nr.holding = nil, true
+		nr.wait = nil
+		s.holdLocked(nr)
 		return true, w.id
 	}
-	s.active--
 	return true, ""
 }
 

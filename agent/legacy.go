@@ -227,7 +227,8 @@ func (a *Agent) createChild(ctx context.Context, parent *fsm.Task, b *fsm.SubTas
 	}
 	m := parent.Machine
 	data, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: b.Input, Source: "task:" + parent.ID,
-		TaskType: parent.Type, Priority: parent.Priority, Machine: &m, ParentTaskID: parent.ID})
+		TaskType: parent.Type, Priority: parent.Priority, Machine: &m, ParentTaskID: parent.ID,
+		ConcurrencyKey: parent.ConcurrencyKey})
 	if err != nil {
 		return err
 	}
@@ -244,7 +245,7 @@ func (a *Agent) createChild(ctx context.Context, parent *fsm.Task, b *fsm.SubTas
 func (a *Agent) releaseWaiting(t *fsm.Task, child string) {
 	a.sched.release(t.ID, false)
 	if c, err := a.view.Task(child); err == nil && Done(&c) {
-		a.sched.schedule(t.ID, t.Priority)
+		a.sched.schedule(t.ID, t.Priority, t.ConcurrencyKey)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -53,6 +54,27 @@ type Options struct {
 	// further tasks wait their turn, admitted by priority (lower value
 	// first) then age. The default value is 5.
 	MaxActiveTasks int
+
+	// Concurrency limits the tasks of each concurrency key that hold a
+	// slot at once; admission takes the keys with tasks waiting in turn.
+	// The default value is no limit per key.
+	Concurrency ConcurrencyLimits
+
+	// RateLimits bound the calls of named models (by their name in
+	// Models; "default" for Model when it is none of them): calls wait,
+	// in order, until they fit the model's requests and tokens per
+	// minute. The default value is none.
+	RateLimits map[string]RateLimit
+
+	// Prices price the model calls (by a model's name in Models, or the
+	// model identifiers a MODEL_CALLED records; see
+	// projection.Prices.Lookup), for the spend projection and the
+	// budgets. The default value is none: every call costs 0.
+	Prices projection.Prices
+
+	// Budgets bound what tasks and concurrency keys spend (docs/limits.md).
+	// The default value is none.
+	Budgets Budgets
 
 	// MaxConcurrentLLM bounds concurrent model calls (reasoning and
 	// reflection). The default value is 3.

@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
 
 // scheduler decides when a task's stages run, with its own lock: at most
-// max tasks hold an admission slot, the others wait by priority then age;
+// max tasks hold an admission slot, and at most the limit of its
+// concurrency key of one key's tasks; the others wait, admitted one key
+// at a time in turn, then by priority and age within a key;
 // one stage goroutine per task; a timer for a task that waits until a
 // time. It holds no task state: the agent tells it, from fsm.Next, which
 // tasks have work due (schedule) and which have none (release).
@@ -22,7 +25,9 @@ type scheduler struct {
 	closed bool                   // the agent is stopping: nothing new starts
 	runs   map[string]*taskRun    // tasks holding a slot, queued, or with a running stage
 	active int                    // admission slots held
-	queue  admissionQueue         // tasks waiting for a slot
+	queue  fairQueue              // tasks waiting for a slot
+	limits ConcurrencyLimits      // per concurrency key
+	byKey  map[string]int         // admission slots held, per concurrency key
 	timers map[string]*time.Timer // tasks waiting until a time the machine named
 }
 
@@ -31,6 +36,7 @@ type scheduler struct {
 // holds an admission slot.
 type taskRun struct {
 	holding bool
+	key     string // the task's concurrency key
 	running bool
 	rerun   bool
 	wait    *waiting
@@ -40,13 +46,44 @@ type taskRun struct {
 
 func newScheduler(max int, base context.Context, now func() time.Time, stages *sync.WaitGroup, run func(context.Context, string)) *scheduler {
 	return &scheduler{max: max, base: base, now: now, stages: stages, run: run,
-		runs: map[string]*taskRun{}, timers: map[string]*time.Timer{}}
+		runs: map[string]*taskRun{}, timers: map[string]*time.Timer{}, byKey: map[string]int{}}
+}
+
+// setLimits replaces the limits of the concurrency keys; tasks a raised
+// limit lets in are admitted at once.
+func (s *scheduler) setLimits(l ConcurrencyLimits) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits = l
+	s.admitLocked()
+}
+
+// keyFree reports whether a task of key may take a slot, as far as its
+// key's limit goes.
+func (s *scheduler) keyFree(key string) bool {
+	n := s.limits.For(key)
+	return n <= 0 || s.byKey[key] < n
+}
+
+// holdLocked gives r a slot; unholdLocked takes it back.
+func (s *scheduler) holdLocked(r *taskRun) {
+	r.holding = true
+	s.active++
+	s.byKey[r.key]++
+}
+
+func (s *scheduler) unholdLocked(r *taskRun) {
+	r.holding = false
+	s.active--
+	if s.byKey[r.key]--; s.byKey[r.key] <= 0 {
+		delete(s.byKey, r.key)
+	}
 }
 
 // schedule makes sure a stage runs for task id, which has work due: at
-// once if it holds a slot or one is free, else it waits in the admission
-// queue.
-func (s *scheduler) schedule(id string, priority int) {
+// once if it holds a slot or one is free (for its concurrency key too),
+// else it waits in the admission queue.
+func (s *scheduler) schedule(id string, priority int, key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -54,7 +91,7 @@ func (s *scheduler) schedule(id string, priority int) {
 	}
 	r := s.runs[id]
 	if r == nil {
-		r = &taskRun{}
+		r = &taskRun{key: key}
 		s.runs[id] = r
 	}
 	switch {
@@ -62,12 +99,11 @@ func (s *scheduler) schedule(id string, priority int) {
 		s.startLocked(id, r)
 	case r.wait != nil:
 		// Already waiting its turn.
-	case s.active < s.max:
-		r.holding = true
-		s.active++
+	case s.active < s.max && s.keyFree(r.key):
+		s.holdLocked(r)
 		s.startLocked(id, r)
 	default:
-		r.wait = &waiting{id: id, priority: priority}
+		r.wait = &waiting{id: id, priority: priority, key: r.key}
 		s.queue.push(r.wait)
 	}
 }
@@ -95,8 +131,7 @@ func (s *scheduler) releaseLocked(id string, r *taskRun, cancel bool) (freed boo
 		r.cancel()
 	}
 	if r.holding {
-		r.holding = false
-		s.active--
+		s.unholdLocked(r)
 		freed = true
 	}
 	if !r.running {
@@ -107,14 +142,16 @@ func (s *scheduler) releaseLocked(id string, r *taskRun, cancel bool) (freed boo
 
 func (s *scheduler) admitLocked() {
 	for !s.closed && s.active < s.max && s.queue.Len() > 0 {
-		w := s.queue.pop()
+		w := s.queue.pop(s.keyFree)
+		if w == nil {
+			return // every key waiting is at its limit
+		}
 		r := s.runs[w.id]
 		if r == nil || r.wait != w {
 			continue
 		}
 		r.wait = nil
-		r.holding = true
-		s.active++
+		s.holdLocked(r)
 		s.startLocked(w.id, r)
 	}
 }
@@ -167,7 +204,7 @@ func (s *scheduler) loop(id string) {
 
 // wakeAt schedules task id at time at (by the agent's clock): the machine
 // said nothing is due before. A later wake for the same task replaces it.
-func (s *scheduler) wakeAt(id string, priority int, at time.Time) {
+func (s *scheduler) wakeAt(id string, priority int, key string, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -180,7 +217,7 @@ func (s *scheduler) wakeAt(id string, priority int, at time.Time) {
 		s.mu.Lock()
 		delete(s.timers, id)
 		s.mu.Unlock()
-		s.schedule(id, priority)
+		s.schedule(id, priority, key)
 	})
 }
 
@@ -237,4 +274,19 @@ func (s *scheduler) drop(match func(id string) bool, cancel bool) []<-chan struc
 	}
 	s.admitLocked()
 	return running
+}
+
+// waitReason says why task id waits for an admission slot, and false
+// when it does not wait: its key at its limit, or every slot taken.
+func (s *scheduler) waitReason(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[id]
+	if r == nil || r.wait == nil {
+		return "", false
+	}
+	if n := s.limits.For(r.key); n > 0 && s.byKey[r.key] >= n {
+		return fmt.Sprintf("waiting: key %s has %d of %d running", keyName(r.key), s.byKey[r.key], n), true
+	}
+	return fmt.Sprintf("waiting: %d of %d admission slots are taken", s.active, s.max), true
 }

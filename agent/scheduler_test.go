@@ -21,11 +21,11 @@ func TestSchedulerAdmitsAndWakes(t *testing.T) {
 			<-release
 		}
 	})
-	s.schedule("a", 0)
+	s.schedule("a", 0, "")
 	if got := <-ran; got != "a" {
 		t.Fatalf("ran %s first", got)
 	}
-	s.schedule("b", 0)
+	s.schedule("b", 0, "")
 	if !s.queued("b") {
 		t.Fatal("b is not waiting for the slot a holds")
 	}
@@ -39,14 +39,14 @@ func TestSchedulerAdmitsAndWakes(t *testing.T) {
 		t.Fatalf("active %d queued %d", active, queued)
 	}
 
-	s.wakeAt("c", 0, now.Add(-time.Second)) // already due: at once
+	s.wakeAt("c", 0, "", now.Add(-time.Second)) // already due: at once
 	if got := <-ran; got != "c" {
 		t.Fatalf("ran %s, want c", got)
 	}
 	s.release("c", false)
 	s.close()
-	s.schedule("d", 0) // closed: nothing new starts
-	s.wakeAt("d", 0, now)
+	s.schedule("d", 0, "") // closed: nothing new starts
+	s.wakeAt("d", 0, "", now)
 	stages.Wait()
 	select {
 	case id := <-ran:

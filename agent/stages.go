@@ -46,7 +46,7 @@ func (a *Agent) admission(t *fsm.Task) eventlog.Event {
 	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
-		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName,
+		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName, ConcurrencyKey: t.ConcurrencyKey,
 	})
 }
 
@@ -74,10 +74,26 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if a.testLLMWait != nil {
 		a.testLLMWait()
 	}
+	over, release := a.checkBudget(t, kind, req)
+	if over != nil {
+		a.outcome(ctx, t, v, cause, over, fsm.BudgetOutcome(over))
+		return
+	}
+	committed := false // the outcome is in the log: the hook drops the reservation once it folds it
+	defer func() {
+		if !committed {
+			release()
+		}
+	}()
+	rateCtx, unreserve, err := a.reserveRate(ctx, kind, req)
+	if err != nil {
+		return
+	}
+	defer unreserve()
 	if err := a.llmSem.acquire(ctx); err != nil {
 		return
 	}
-	callCtx, cancel := context.WithCancel(ctx)
+	callCtx, cancel := context.WithCancel(rateCtx)
 	// The reply's text goes to the task's stream as it arrives (deltas.go).
 	live := a.deltas.begin(t.ID, cause.String())
 	req.Deltas = live.text
@@ -119,10 +135,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if err != nil {
 		bodies = append(bodies, &fsm.TaskFailedBody{Reason: "model_error",
 			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err)})
-		a.outcome(ctx, t, v, cause, bodies...)
+		_, committed = a.outcome(ctx, t, v, cause, bodies...)
 		return
 	}
-	a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
 }
 
 // stageRequest builds the model request of a model-call stage and the
@@ -186,7 +202,7 @@ func (a *Agent) wakeUp(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		a.sched.release(t.ID, false) // nothing to record: something else moves the task
 	case a.opts.Now().Before(act.At):
 		a.sched.release(t.ID, false)
-		a.sched.wakeAt(t.ID, t.Priority, act.At)
+		a.sched.wakeAt(t.ID, t.Priority, t.ConcurrencyKey, act.At)
 	default:
 		a.outcome(ctx, t, t.Version, t.LastEvent, b)
 	}

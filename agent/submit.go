@@ -41,6 +41,11 @@ type Input struct {
 	Metadata map[string]string
 	// Name is the webhook's or the schedule's name.
 	Name string
+	// ConcurrencyKey groups the task with others for admission (a tenant,
+	// a user): Options.Concurrency limits how many of one key's tasks run
+	// at once, and the keys with tasks waiting are admitted in turn. The
+	// default value, "", is the default key.
+	ConcurrencyKey string
 	// Machine is the task machine the task runs under, for its whole life
 	// (fsm.ParseMachineRef reads "pegasus.task@0"). The default value, the
 	// zero MachineRef, is fsm.CurrentMachine.
@@ -90,7 +95,7 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 		inputID = a.log.NewID()
 	}
 	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
-		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name}
+		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name, ConcurrencyKey: in.ConcurrencyKey}
 	if in.Machine != (fsm.MachineRef{}) {
 		body.Machine = &in.Machine
 	}
@@ -131,6 +136,9 @@ func (a *Agent) checkInput(in *Input) error {
 		if _, err := fsm.MachineFor(in.Machine); err != nil {
 			return usererr.Errorf(ErrInvalidInput, "machine %s: not a machine this build runs", in.Machine)
 		}
+	}
+	if err := CheckConcurrencyKey(in.ConcurrencyKey); err != nil {
+		return err
 	}
 	if in.Priority < -1000000 || in.Priority > 1000000 {
 		return usererr.Errorf(ErrInvalidInput, "priority %d is out of range (-1000000 to 1000000)", in.Priority)

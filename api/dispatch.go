@@ -50,6 +50,7 @@ type DispatchTask struct {
 	RunAt               time.Time `json:"run_at,omitzero"`
 	HeartbeatSeconds    int       `json:"heartbeat_seconds"` // 0: no heartbeat deadline
 	RetryBackoffSeconds int       `json:"retry_backoff_seconds"`
+	ConcurrencyKey      string    `json:"concurrency_key,omitempty"`
 	Deadline            time.Time `json:"deadline,omitzero"` // when it times out unless a report comes
 	Progress            string    `json:"progress,omitempty"`
 	Version             uint64    `json:"version"`
@@ -76,6 +77,7 @@ type CreateDispatch struct {
 	DelaySeconds         int                        `json:"delay_seconds,omitempty"`
 	HeartbeatSeconds     int                        `json:"heartbeat_seconds,omitempty"`
 	RetryBackoffSeconds  int                        `json:"retry_backoff_seconds,omitempty"`
+	ConcurrencyKey       string                     `json:"concurrency_key,omitempty"` // the agent task's, for an agent worker
 }
 
 // DispatchPage is a page of GET /api/v1/tasks, oldest id first;

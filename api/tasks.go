@@ -30,6 +30,9 @@ type CreateTask struct {
 	Priority int               `json:"priority,omitempty"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Machine  string            `json:"machine,omitempty"` // NAME@VERSION, e.g. pegasus.task@1
+	// ConcurrencyKey groups the task for admission (a tenant, a user):
+	// the configuration limits each key, and keys are admitted in turn.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Created is the answer to POST /v1/tasks and POST /v1/webhooks/{name}
@@ -69,6 +72,9 @@ type Task struct {
 	// Plan is the current plan (fsm.Plan), null when there is none.
 	Plan    json.RawMessage `json:"plan"`
 	History []Transition    `json:"history"`
+
+	// ConcurrencyKey is the task's concurrency key, "" for the default.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Finished reports whether the task has ended, completed or failed.

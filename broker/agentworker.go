@@ -344,7 +344,7 @@ func (b *Broker) createAgentChild(ctx context.Context, t *fsm.Task, child ulid.U
 		text += "\n\n" + d.Description
 	}
 	data, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: AgentSource, TaskType: agentTaskType(d.RequiredCapabilities),
-		Priority: -t.Priority, Metadata: t.Metadata, ParentTaskID: t.ID})
+		Priority: -t.Priority, Metadata: t.Metadata, ParentTaskID: t.ID, ConcurrencyKey: t.ConcurrencyKey})
 	if err != nil {
 		return err
 	}

@@ -65,6 +65,9 @@ type CreateRequest struct {
 	// RetryBackoffSeconds delays retry n+1 by this times 2^n, plus a
 	// jitter. The default value is 0: the seed's immediate retry.
 	RetryBackoffSeconds int `json:"retry_backoff_seconds"`
+	// ConcurrencyKey is the concurrency key of the agent task an agent
+	// worker runs for it (docs/limits.md). The default value is none.
+	ConcurrencyKey string `json:"concurrency_key"`
 }
 
 // Create appends DISPATCH_CREATED for a new task with id and returns the
@@ -108,7 +111,7 @@ func createdBody(id ulid.ULID, req *CreateRequest) (fsm.DispatchCreatedBody, err
 		RequiredCapabilities: req.RequiredCapabilities, Priority: req.Priority, TimeoutSeconds: fsm.DefaultTimeoutSeconds,
 		MaxRetries: fsm.DefaultMaxRetries, RetryEligible: true, Source: req.Source, ParentTaskID: req.ParentTaskID,
 		Metadata: meta, MetadataJSON: metaJSON, RunAt: req.RunAt, HeartbeatSeconds: req.HeartbeatSeconds,
-		RetryBackoffSeconds: req.RetryBackoffSeconds,
+		RetryBackoffSeconds: req.RetryBackoffSeconds, ConcurrencyKey: req.ConcurrencyKey,
 	}
 	if req.TimeoutSeconds != nil {
 		body.TimeoutSeconds = *req.TimeoutSeconds

@@ -143,6 +143,7 @@ func (c *checker) build(f *File) error {
 		func() error { return c.tools(f, d.Tools) },
 		func() error { return c.taskTypes(f, d.TaskTypes) },
 		func() error { return c.schedules(f, d.Schedules) },
+		func() error { return c.limits(f, d.Limits) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -508,7 +509,7 @@ func (c *checker) schedules(f *File, ss []rawSchedule) error {
 	seen := map[string]bool{}
 	for i, r := range ss {
 		key := fmt.Sprintf("schedules[%d]", i)
-		if err := c.strs(key, map[string]*string{"name": &r.Name, "cron": &r.Cron, "input": &r.Input, "type": &r.Type}); err != nil {
+		if err := c.strs(key, map[string]*string{"name": &r.Name, "cron": &r.Cron, "input": &r.Input, "type": &r.Type, "concurrencyKey": &r.ConcurrencyKey}); err != nil {
 			return err
 		}
 		switch {
@@ -518,6 +519,8 @@ func (c *checker) schedules(f *File, ss []rawSchedule) error {
 			return c.errorf(key+".name", "two schedules are named %q", r.Name)
 		case r.Type != "" && !types[r.Type]:
 			return c.errorf(key+".type", "unknown task type %q%s", r.Type, knownTypes(types))
+		case !keyOK(r.ConcurrencyKey):
+			return c.errorf(key+".concurrencyKey", "%q: %s", r.ConcurrencyKey, keyRule)
 		}
 		if _, err := cronParser.Parse(r.Cron); err != nil {
 			return c.errorf(key+".cron", "%q: %v", r.Cron, err)

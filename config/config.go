@@ -50,6 +50,8 @@ type File struct {
 	MCPServers []MCPServer // by name
 	Tools      []Tool
 	Schedules  []Schedule
+	// Limits are the concurrency limits per key (limits.go).
+	Limits Limits
 
 	doc     document          // the file as written (references, not secrets), for Hash and Redacted
 	prompts map[string]string // a task type's prompt file's text, by type name, for Hash
@@ -123,6 +125,7 @@ type Tool struct {
 type Schedule struct {
 	Name, Cron, Input, Type string
 	Priority                int
+	ConcurrencyKey          string
 }
 
 // The file as written: what YAML decodes into, and what Hash and
@@ -133,6 +136,7 @@ type document struct {
 	MCPServers map[string]rawServer `yaml:"mcpServers,omitempty" json:"mcpServers,omitempty"`
 	Tools      []rawTool            `yaml:"tools,omitempty" json:"tools,omitempty"`
 	Schedules  []rawSchedule        `yaml:"schedules,omitempty" json:"schedules,omitempty"`
+	Limits     *rawLimits           `yaml:"limits,omitempty" json:"limits,omitempty"`
 }
 
 type rawModel struct {
@@ -189,6 +193,8 @@ type rawSchedule struct {
 	Input    string `yaml:"input" json:"input"`
 	Type     string `yaml:"type,omitempty" json:"type,omitempty"`
 	Priority int    `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// ConcurrencyKey is the concurrency key of the tasks it creates.
+	ConcurrencyKey string `yaml:"concurrencyKey,omitempty" json:"concurrencyKey,omitempty"`
 }
 
 // Load reads and checks the configuration file at path; getenv (nil:

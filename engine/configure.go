@@ -295,7 +295,8 @@ func (e *Engine) MCPServers() []mcp.ServerStatus {
 func configSchedules(f *config.File) []Schedule {
 	out := make([]Schedule, len(f.Schedules))
 	for i, s := range f.Schedules {
-		out[i] = Schedule{Name: s.Name, Cron: s.Cron, Input: s.Input, Type: s.Type, Priority: s.Priority}
+		out[i] = Schedule{Name: s.Name, Cron: s.Cron, Input: s.Input, Type: s.Type, Priority: s.Priority,
+			ConcurrencyKey: s.ConcurrencyKey}
 	}
 	return out
 }

@@ -113,6 +113,7 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
 	}
 	set.agentOptions(&ao)
+	limitOptions(o.Config, &ao)
 	defer func() {
 		if err != nil {
 			set.delegate.set(nil) // a waiting delegation ends
@@ -247,7 +248,8 @@ func (e *Engine) Fire(s Schedule) {
 	ctx, cancel := context.WithTimeout(e.base, 30*time.Second)
 	defer cancel()
 	id, err := e.agent.SubmitInput(ctx, agent.Input{Kind: fsm.ScheduleFired, Name: s.Name, Text: s.Input,
-		Source: "schedule:" + s.Name, TaskType: s.Type, Priority: s.Priority})
+		Source: "schedule:" + s.Name, TaskType: s.Type, Priority: s.Priority,
+		ConcurrencyKey: s.ConcurrencyKey})
 	if err != nil {
 		e.log.Warn("schedule did not fire", "schedule", s.Name, "err", err)
 		return

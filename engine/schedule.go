@@ -18,6 +18,8 @@ type Schedule struct {
 	Input    string `json:"input"` // the task's input text
 	Type     string `json:"type,omitempty"`
 	Priority int    `json:"priority,omitempty"`
+	// ConcurrencyKey is the concurrency key of the tasks it creates.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 
 	sched cron.Schedule
 }

@@ -308,6 +308,8 @@ func (r *bodyReader) input(v *Input) error {
 			return true, r.machineRef(v.Machine)
 		case "parent_task_id":
 			return true, r.str(&v.ParentTaskID)
+		case "concurrency_key":
+			return true, r.str(&v.ConcurrencyKey)
 		}
 		return false, nil
 	})
@@ -348,6 +350,8 @@ func (r *bodyReader) taskCreated(v *TaskCreatedBody) error {
 			return true, r.str(&v.TypeVersion)
 		case "model":
 			return true, r.str(&v.Model)
+		case "concurrency_key":
+			return true, r.str(&v.ConcurrencyKey)
 		}
 		return false, nil
 	})

@@ -116,6 +116,8 @@ func newBody(et EventType) (Body, bool) {
 		return &TaskNotifyBody{}, true
 	case ModelCalled:
 		return &ModelCalledBody{}, true
+	case BudgetExceeded:
+		return &BudgetExceededBody{}, true
 	case PerceiveDone:
 		return &PerceiveDoneBody{}, true
 	case ThinkDone:
@@ -138,7 +140,7 @@ var EventTypes = []EventType{
 	MessageReceived, WebhookTriggered, ScheduleFired,
 	TaskCreated, ReasonDone, NeedMoreInfo, ToolCallCompleted, ToolCallFailed, StepCompleted,
 	TaskSuspended, TaskResumed, TaskFailed,
-	ToolCallStarted, ModelCalled, TaskNotify, TaskCompleted, ReflectionComplete,
+	ToolCallStarted, ModelCalled, TaskNotify, TaskCompleted, ReflectionComplete, BudgetExceeded,
 	PerceiveDone, ThinkDone, PlanDone, ActDone, ReflectDone, SubTaskCreated,
 	DispatchCreated, DispatchAssigned, DispatchStarted, DispatchProgress, DispatchCompleted, DispatchFailed,
 	DispatchTimedOut, DispatchRetried, DispatchDeadLettered, DispatchRequeued, DispatchUpdated,

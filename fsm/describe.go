@@ -178,6 +178,9 @@ func DescribeSummary(t Task) string {
 	if t.ParentID != "" {
 		fmt.Fprintf(&b, " parent=%s", t.ParentID)
 	}
+	if t.ConcurrencyKey != "" {
+		fmt.Fprintf(&b, " key=%s", t.ConcurrencyKey)
+	}
 	b.WriteByte('\n')
 	fmt.Fprintf(&b, "state=%s iteration=%d version=%d seq=%d\n", state, c.Iteration, t.Version, t.Seq)
 	if !t.CreatedAt.IsZero() || !t.UpdatedAt.IsZero() {
@@ -314,6 +317,8 @@ func DescribeEvent(ev Event) string {
 		}
 	case *TaskNotifyBody:
 		w("message=%s", text(x.Message))
+	case *BudgetExceededBody:
+		w("budget=%s policy=%s %s", orDash(x.Budget), orDash(x.Policy), text(BudgetText(x)))
 	case *ModelCalledBody:
 		w("purpose=%s attempt=%d model=%s tokens=%d+%d %dms", orDash(x.Purpose), x.Attempt, orDash(x.Model),
 			x.PromptTokens, x.CompletionTokens, x.LatencyMS)

@@ -135,6 +135,9 @@ type DispatchCreatedBody struct {
 	RunAt                time.Time         `msgpack:"run_at" json:"run_at"`
 	HeartbeatSeconds     int               `msgpack:"heartbeat_seconds" json:"heartbeat_seconds,omitempty"`
 	RetryBackoffSeconds  int               `msgpack:"retry_backoff_seconds" json:"retry_backoff_seconds,omitempty"`
+	// ConcurrencyKey is the task's concurrency key (Task.ConcurrencyKey):
+	// an agent worker's task for it runs under that key.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 	// MetadataJSON lists the keys of Metadata whose values are JSON text
 	// (any JSON value but a string: {"n": 5} is recorded as "n" -> "5"
 	// with "n" listed), so that a reader gives each value back as it was
@@ -295,6 +298,8 @@ func CheckDispatchCreated(b *DispatchCreatedBody) string {
 		return sprintf("heartbeat_seconds %d: want at least 0", b.HeartbeatSeconds)
 	case b.RetryBackoffSeconds < 0:
 		return sprintf("retry_backoff_seconds %d: want at least 0", b.RetryBackoffSeconds)
+	case len(b.ConcurrencyKey) > MaxConcurrencyKey:
+		return sprintf("concurrency_key is %d bytes, more than %d", len(b.ConcurrencyKey), MaxConcurrencyKey)
 	}
 	for _, c := range b.RequiredCapabilities {
 		if strings.TrimSpace(c) == "" {
@@ -541,8 +546,11 @@ func dispatchCreate(n *Task, ev *Event) error {
 		Priority:  b.Priority,
 		Metadata:  b.Metadata,
 		ParentID:  b.ParentTaskID,
-		Context:   Context{InputText: b.Title, Source: b.Source},
-		History:   []Transition{transition(StateNone, StatePending, ev)},
+		// The broker assigns by priority; the key is the agent's, for
+		// the agent task a worker runs for it.
+		ConcurrencyKey: b.ConcurrencyKey,
+		Context:        Context{InputText: b.Title, Source: b.Source},
+		History:        []Transition{transition(StateNone, StatePending, ev)},
 		Dispatch: &Dispatch{
 			Title: b.Title, Description: b.Description, Owner: b.Owner,
 			RequiredCapabilities: b.RequiredCapabilities,

@@ -45,6 +45,7 @@ TASK_FAILED          -          failed     failed     failed     failed     -   
 TOOL_CALL_STARTED    -          -          -          fact-tool  -          -            -
 MODEL_CALLED         -          -          fact       -          -          fact         -
 TASK_NOTIFY          -          -          fact       fact       -          -            -
+BUDGET_EXCEEDED      -          -          fact       -          -          -            -
 TASK_COMPLETED       -          -          -          -          -          once-result  -
 REFLECTION_COMPLETE  -          -          -          -          -          once-refl    -
 NOT_AN_EVENT         -          -          -          -          -          -            -
@@ -83,6 +84,7 @@ TOOL_CALL_STARTED    -           -           -           -           -          
 SUB_TASK_CREATED     -           -           -           -           -           fact-sub    -           -           -            -
 MODEL_CALLED         -           -           fact        fact        fact        -           fact        -           -            -
 TASK_NOTIFY          -           -           fact        fact        fact        fact        fact        -           -            -
+BUDGET_EXCEEDED      -           -           fact        fact        fact        -           fact        -           -            -
 TASK_COMPLETED       -           -           -           -           -           -           -           -           once-result  -
 REASON_DONE          -           -           -           -           -           -           -           -           -            -
 STEP_COMPLETED       -           -           -           -           -           -           -           -           -            -

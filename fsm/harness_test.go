@@ -288,6 +288,9 @@ func scriptBody(t Task, a *args) (Body, error) {
 		return &ReflectionCompleteBody{Reflection: r}, nil
 	case TaskNotify:
 		return &TaskNotifyBody{Message: a.str("message", "working on it")}, nil
+	case BudgetExceeded:
+		return &BudgetExceededBody{Budget: a.str("budget", BudgetKey), Key: a.str("key", "acme"), Window: "2026-11-26", Model: "test-model",
+			MaxCost: 0.5, SpentCost: 0.49, SpentTokens: 4900, ReservedCost: 0.02, ReservedTokens: 200, Policy: a.str("policy", BudgetSuspend)}, nil
 	case ModelCalled:
 		return &ModelCalledBody{Purpose: a.str("purpose", "reason"), Attempt: 1, Model: "test-model", LatencyMS: int64(ms), PromptTokens: 100, CompletionTokens: 20, Status: 200, FinishReason: "stop"}, nil
 

@@ -175,11 +175,11 @@ func (a Action) String() string {
 // interim messages (TASK_NOTIFY). Never modified.
 var (
 	answersStart    = []EventType{TaskCreated}
-	answersReason   = []EventType{ModelCalled, ReasonDone, NeedMoreInfo, TaskNotify}
-	answersPerceive = []EventType{ModelCalled, PerceiveDone, TaskNotify}
-	answersThink    = []EventType{ModelCalled, ThinkDone, NeedMoreInfo, TaskNotify}
-	answersPlan     = []EventType{ModelCalled, PlanDone, TaskNotify}
-	answersReflect  = []EventType{ModelCalled, ReflectDone, TaskNotify}
+	answersReason   = []EventType{ModelCalled, ReasonDone, NeedMoreInfo, TaskNotify, BudgetExceeded}
+	answersPerceive = []EventType{ModelCalled, PerceiveDone, TaskNotify, BudgetExceeded}
+	answersThink    = []EventType{ModelCalled, ThinkDone, NeedMoreInfo, TaskNotify, BudgetExceeded}
+	answersPlan     = []EventType{ModelCalled, PlanDone, TaskNotify, BudgetExceeded}
+	answersReflect  = []EventType{ModelCalled, ReflectDone, TaskNotify, BudgetExceeded}
 	answersTool     = []EventType{ToolCallStarted, TaskNotify, ToolCallCompleted, ToolCallFailed}
 	answersStep     = []EventType{StepCompleted, TaskNotify}
 	answersActDone  = []EventType{ActDone, TaskNotify}

@@ -25,7 +25,7 @@ import (
 // Facts, which never move the state nor add to History:
 //
 //	acting:    TOOL_CALL_STARTED (current tool_call step), TASK_NOTIFY
-//	reasoning: MODEL_CALLED, TASK_NOTIFY
+//	reasoning: MODEL_CALLED, TASK_NOTIFY, BUDGET_EXCEEDED
 //	completed: MODEL_CALLED, TASK_COMPLETED (once), REFLECTION_COMPLETE (once)
 //	failed:    nothing
 type taskMachineV1 struct{}
@@ -35,7 +35,7 @@ type taskMachineV1 struct{}
 var (
 	legalNone      = []EventType{TaskCreated, MessageReceived, WebhookTriggered, ScheduleFired}
 	legalIdle      = []EventType{TaskCreated, TaskFailed}
-	legalReasoning = []EventType{ReasonDone, NeedMoreInfo, TaskSuspended, TaskFailed, ModelCalled, TaskNotify}
+	legalReasoning = []EventType{ReasonDone, NeedMoreInfo, TaskSuspended, TaskFailed, ModelCalled, TaskNotify, BudgetExceeded}
 	legalActing    = []EventType{ToolCallCompleted, ToolCallFailed, StepCompleted, TaskSuspended, TaskFailed, ToolCallStarted, TaskNotify}
 	legalSuspended = []EventType{MessageReceived, TaskResumed, TaskFailed}
 	legalCompleted = []EventType{ModelCalled, TaskCompleted, ReflectionComplete}
@@ -282,6 +282,9 @@ func createIdle(v int, n *Task, ev *Event) error {
 		CreatedAt: ev.Time.UTC(),
 		Priority:  b.Priority,
 		ParentID:  b.ParentTaskID,
+		// The key of a task is its input's: admission reads it while the
+		// task waits in idle.
+		ConcurrencyKey: b.ConcurrencyKey,
 		Context: Context{
 			InputText:     b.Text,
 			InputMetadata: b.Metadata,
@@ -304,6 +307,7 @@ func start(v int, n *Task, ev *Event) error {
 	n.Priority = b.Priority
 	n.Metadata = b.Metadata
 	n.ParentID = b.ParentTaskID
+	n.ConcurrencyKey = b.ConcurrencyKey
 	n.Context.InputText = b.InputText
 	n.Context.InputMetadata = b.InputMetadata
 	n.Context.Source = b.Source
@@ -321,14 +325,15 @@ func create(v int, n *Task, ev *Event) error {
 	}
 	first := firstState(v)
 	*n = Task{
-		ID:        ev.Stream,
-		Machine:   machineRef(v),
-		Type:      b.TaskType,
-		State:     first,
-		CreatedAt: ev.Time.UTC(),
-		Priority:  b.Priority,
-		Metadata:  b.Metadata,
-		ParentID:  b.ParentTaskID,
+		ID:             ev.Stream,
+		Machine:        machineRef(v),
+		Type:           b.TaskType,
+		State:          first,
+		CreatedAt:      ev.Time.UTC(),
+		Priority:       b.Priority,
+		Metadata:       b.Metadata,
+		ParentID:       b.ParentTaskID,
+		ConcurrencyKey: b.ConcurrencyKey,
 		Context: Context{
 			InputText:     b.InputText,
 			InputMetadata: b.InputMetadata,
@@ -531,6 +536,16 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 	case ModelCalled:
 		_, err := bodyAs[ModelCalledBody](from, ev)
 		return err
+
+	case BudgetExceeded:
+		b, err := bodyAs[BudgetExceededBody](from, ev)
+		if err != nil {
+			return err
+		}
+		if b.Policy != BudgetSuspend && b.Policy != BudgetFail {
+			return eventErr(from, ev.Type, "policy %q: want suspend or fail", b.Policy)
+		}
+		return nil
 
 	case TaskNotify:
 		_, err := bodyAs[TaskNotifyBody](from, ev)

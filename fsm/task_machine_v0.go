@@ -34,11 +34,11 @@ type taskMachineV0 struct{}
 // then facts. Never modified.
 var (
 	legalV0Idle       = []EventType{TaskCreated, TaskFailed}
-	legalV0Perceiving = []EventType{PerceiveDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify}
-	legalV0Thinking   = []EventType{ThinkDone, NeedMoreInfo, TaskSuspended, TaskFailed, ModelCalled, TaskNotify}
-	legalV0Planning   = []EventType{PlanDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify}
+	legalV0Perceiving = []EventType{PerceiveDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify, BudgetExceeded}
+	legalV0Thinking   = []EventType{ThinkDone, NeedMoreInfo, TaskSuspended, TaskFailed, ModelCalled, TaskNotify, BudgetExceeded}
+	legalV0Planning   = []EventType{PlanDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify, BudgetExceeded}
 	legalV0Acting     = []EventType{ActDone, ToolCallCompleted, ToolCallFailed, TaskSuspended, TaskFailed, ToolCallStarted, SubTaskCreated, TaskNotify}
-	legalV0Reflecting = []EventType{ReflectDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify}
+	legalV0Reflecting = []EventType{ReflectDone, TaskSuspended, TaskFailed, ModelCalled, TaskNotify, BudgetExceeded}
 	legalV0Suspended  = []EventType{MessageReceived, TaskResumed, TaskFailed}
 	legalV0Completed  = []EventType{TaskCompleted}
 

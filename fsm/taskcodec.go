@@ -282,6 +282,7 @@ func encTask(e *taskEncoder, t *Task) {
 	e.fUint64(&f, "seq", t.Seq)
 	e.fULID(&f, "last_event", t.LastEvent)
 	e.fStr(&f, "parent_task_id", t.ParentID)
+	e.fStr(&f, "concurrency_key", t.ConcurrencyKey)
 	fPtr(e, &f, "dispatch", t.Dispatch, encDispatch)
 	e.close(f)
 }

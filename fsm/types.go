@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -125,6 +126,7 @@ const (
 	TaskNotify         EventType = "TASK_NOTIFY"         // reasoning, acting: an interim message from the notify tool
 	TaskCompleted      EventType = "TASK_COMPLETED"      // completed, once: the compiled final result
 	ReflectionComplete EventType = "REFLECTION_COMPLETE" // completed, once: post-task reflection finished
+	BudgetExceeded     EventType = "BUDGET_EXCEEDED"     // reasoning (and version 0's model-call states): a model call would exceed a budget
 )
 
 // Events of the legacy machine (pegasus.task version 0). It also uses
@@ -186,6 +188,9 @@ type Body interface {
 	EventType() EventType
 }
 
+// MaxConcurrencyKey bounds the length of a concurrency key, in bytes.
+const MaxConcurrencyKey = 128
+
 // Task is a task as the fold of its events: the TaskFSM of the spec. It is
 // never stored as mutable state; the log is the truth and a Task is derived.
 type Task struct {
@@ -204,6 +209,10 @@ type Task struct {
 	LastEvent ulid.ULID         `msgpack:"last_event" json:"last_event"`
 	// ParentID is the task whose sub_task step created this one, or "".
 	ParentID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// ConcurrencyKey groups tasks for admission (a tenant, a user): the
+	// configuration limits how many of a key's tasks run at once, and
+	// admission takes keys in turn. "" is the default key.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 	// Dispatch holds the broker's fields of a dispatch.task task; nil for
 	// the tasks of every other machine.
 	Dispatch *Dispatch `msgpack:"dispatch" json:"dispatch,omitempty"`
@@ -381,6 +390,8 @@ type Input struct {
 	Machine *MachineRef `msgpack:"machine" json:"machine,omitempty"`
 	// ParentTaskID is the task whose sub_task step this input comes from.
 	ParentTaskID string `msgpack:"parent_task_id" json:"parent_task_id,omitempty"`
+	// ConcurrencyKey is the task's concurrency key, "" for the default.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 }
 
 // TaskCreatedBody starts the machine: idle -(TASK_CREATED)-> reasoning.
@@ -399,6 +410,8 @@ type TaskCreatedBody struct {
 	// Model is the name of the model the task type runs with, "" when
 	// unknown.
 	Model string `msgpack:"model" json:"model,omitempty"`
+	// ConcurrencyKey is the task's concurrency key, copied from the input.
+	ConcurrencyKey string `msgpack:"concurrency_key" json:"concurrency_key,omitempty"`
 }
 
 // ReasonDoneBody carries the reasoning, the plan and the new messages:
@@ -532,6 +545,79 @@ type ModelCalledBody struct {
 	FinishReason     string     `msgpack:"finish_reason" json:"finish_reason,omitempty"`
 }
 
+// The budget kinds of BudgetExceededBody.Budget and the policies of
+// BudgetExceededBody.Policy.
+//
+// Persisted: never change an existing value.
+const (
+	BudgetTask = "task" // the task's own budget (its type's max_tokens, max_cost)
+	BudgetKey  = "key"  // its concurrency key's budget per window
+
+	BudgetSuspend = "suspend" // suspend the task with reason budget_exhausted
+	BudgetFail    = "fail"    // fail the task with reason budget_exhausted
+)
+
+// BudgetExhausted is the reason of the TASK_SUSPENDED or TASK_FAILED that
+// follows a BUDGET_EXCEEDED (BudgetOutcome).
+const BudgetExhausted = "budget_exhausted"
+
+// BudgetExceededBody is a fact: the model call due would exceed a budget,
+// with the figures of the check. It never moves the state: BudgetOutcome
+// is the event that does, in the same commit.
+type BudgetExceededBody struct {
+	Budget string `msgpack:"budget" json:"budget"`           // task or key
+	Key    string `msgpack:"key" json:"key,omitempty"`       // the concurrency key (key budgets)
+	Window string `msgpack:"window" json:"window,omitempty"` // the key budget's window, "2026-11-26" for a day
+	Model  string `msgpack:"model" json:"model,omitempty"`   // the model of the call
+	// The limits (0: none), what was spent (usage recorded, and the
+	// reservations of calls running) and what the call reserved.
+	MaxTokens      int64   `msgpack:"max_tokens" json:"max_tokens,omitempty"`
+	MaxCost        float64 `msgpack:"max_cost" json:"max_cost,omitempty"`
+	SpentTokens    int64   `msgpack:"spent_tokens" json:"spent_tokens"`
+	SpentCost      float64 `msgpack:"spent_cost" json:"spent_cost"`
+	ReservedTokens int64   `msgpack:"reserved_tokens" json:"reserved_tokens"`
+	ReservedCost   float64 `msgpack:"reserved_cost" json:"reserved_cost"`
+	Policy         string  `msgpack:"policy" json:"policy"` // suspend or fail
+}
+
+// BudgetOutcome is the decision a BUDGET_EXCEEDED calls for, by its
+// policy: TASK_FAILED, or TASK_SUSPENDED, both with reason
+// budget_exhausted and the figures in words.
+func BudgetOutcome(b *BudgetExceededBody) Body {
+	msg := BudgetText(b)
+	if b.Policy == BudgetFail {
+		return &TaskFailedBody{Reason: BudgetExhausted, Error: msg}
+	}
+	return &TaskSuspendedBody{Reason: BudgetExhausted + ": " + msg}
+}
+
+// BudgetText words a BUDGET_EXCEEDED's figures: "key acme's budget for
+// 2026-11-26: spent $0.0120 (1200 tokens) + this call's $0.0040 (400
+// tokens) > max $0.0150".
+func BudgetText(b *BudgetExceededBody) string {
+	var who string
+	switch b.Budget {
+	case BudgetKey:
+		who = "key " + orDash(b.Key) + "'s budget"
+		if b.Window != "" {
+			who += " for " + b.Window
+		}
+	default:
+		who = "the task's budget"
+	}
+	var over []string
+	if b.MaxCost > 0 {
+		over = append(over, sprintf("spent $%.4f + this call's $%.4f > max $%.4f", b.SpentCost, b.ReservedCost, b.MaxCost))
+	}
+	if b.MaxTokens > 0 {
+		over = append(over, sprintf("spent %d + this call's %d tokens > max %d", b.SpentTokens, b.ReservedTokens, b.MaxTokens))
+	}
+	if len(over) == 0 {
+		over = append(over, sprintf("spent $%.4f (%d tokens)", b.SpentCost, b.SpentTokens))
+	}
+	return who + ": " + strings.Join(over, "; ")
+}
+
 // ---- Bodies of the legacy machine (version 0).
 
 // PerceiveDoneBody: perceiving -(PERCEIVE_DONE)-> thinking.
@@ -597,6 +683,7 @@ func (*TaskCompletedBody) EventType() EventType      { return TaskCompleted }
 func (*ReflectionCompleteBody) EventType() EventType { return ReflectionComplete }
 func (*TaskNotifyBody) EventType() EventType         { return TaskNotify }
 func (*ModelCalledBody) EventType() EventType        { return ModelCalled }
+func (*BudgetExceededBody) EventType() EventType     { return BudgetExceeded }
 
 // EventType of an input is its Kind, MESSAGE_RECEIVED when unset.
 func (b *Input) EventType() EventType {

@@ -133,6 +133,7 @@ type DispatchJSON struct {
 	RunAt                time.Time       `json:"run_at,omitzero"`
 	HeartbeatSeconds     int             `json:"heartbeat_seconds"`
 	RetryBackoffSeconds  int             `json:"retry_backoff_seconds"`
+	ConcurrencyKey       string          `json:"concurrency_key,omitempty"`
 	Deadline             time.Time       `json:"deadline,omitzero"`
 	Progress             string          `json:"progress,omitempty"`
 	Version              uint64          `json:"version"`
@@ -148,6 +149,7 @@ func toDispatchJSON(t *fsm.Task) DispatchJSON {
 		TimeoutSeconds: d.TimeoutSeconds, Priority: t.Priority, Source: t.Context.Source, ParentTaskID: t.ParentID,
 		Metadata: broker.TaskMetadata(t), DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, TimeoutReason: d.TimeoutReason, RunAt: d.RunAt,
 		HeartbeatSeconds: d.HeartbeatSeconds, RetryBackoffSeconds: d.RetryBackoffSeconds, Progress: d.Progress, Version: t.Version,
+		ConcurrencyKey: t.ConcurrencyKey,
 	}
 	if j.RequiredCapabilities == nil {
 		j.RequiredCapabilities = []string{}

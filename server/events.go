@@ -198,13 +198,15 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) *apiError {
 	if issues == nil {
 		issues = []replay.Issue{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"tasks":   s.view.Stats(),
 		"runtime": s.a.Runtime(),
 		"log":     map[string]any{"head": s.store.Head(), "folded": s.view.Seq(), "refused": n, "issues": issues, "storage": StorageReason(s.store.Health())},
 		"memory":  s.view.MemoryUse(),
 		"model":   s.model,
-	})
+	}
+	addLimitStats(s.a, out)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

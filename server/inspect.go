@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/agent"
 	"github.com/pegasus-engine/pegasus/replay"
 )
 
@@ -81,6 +83,20 @@ func (s *Server) taskWhy(w http.ResponseWriter, r *http.Request) *apiError {
 	if why.Decisions != nil {
 		out["decisions"] = why.Decisions // a broker task's decisions, worded
 	}
+	if w, ok := s.a.(admissionWaiter); ok {
+		if reason, waits := w.AdmissionWait(t.ID); waits {
+			out["waiting"] = reason // "waiting: key acme has 4 of 4 running"
+		}
+	}
+	s.budgetWhy(&t, out)
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
+
+// admissionWaiter is an Agent that says why a task waits for an admission
+// slot (*agent.Agent does).
+type admissionWaiter interface {
+	AdmissionWait(id string) (string, bool)
+}
+
+var _ admissionWaiter = (*agent.Agent)(nil)

@@ -117,6 +117,7 @@ func (s *Server) routes() http.Handler {
 	route("/v1/events", map[string]handler{"GET": s.events})
 	route("/v1/events/stream", map[string]handler{"GET": s.stream})
 	route("/v1/stats", map[string]handler{"GET": s.stats})
+	route("/v1/spend", map[string]handler{"GET": s.spend})
 	route("/v1/admin/checkpoint", map[string]handler{"POST": s.checkpoint})
 	route("/v1/tools", map[string]handler{"GET": s.tools})
 	route("/v1/models", map[string]handler{"GET": s.models})

@@ -45,6 +45,10 @@ type TaskJSON struct {
 	// is a dead letter.
 	TimeoutReason    string `json:"timeout_reason,omitempty"`
 	DeadLetterReason string `json:"dead_letter_reason,omitempty"`
+
+	// ConcurrencyKey groups the task for admission; "" (omitted): the
+	// default key.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 func (s *Server) taskJSON(t *fsm.Task, full bool) TaskJSON {
@@ -52,7 +56,7 @@ func (s *Server) taskJSON(t *fsm.Task, full bool) TaskJSON {
 		TaskID: t.ID, Type: t.Type, State: t.State, Machine: t.Machine.String(), Queued: s.a.Queued(t.ID), Priority: t.Priority,
 		Source: t.Context.Source, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Iteration: t.Context.Iteration,
 		Version: t.Version, Input: t.Context.InputText, Result: t.Context.FinalResult, Error: t.Context.Error,
-		Metadata: t.Context.InputMetadata, Plan: t.Context.Plan, History: t.History,
+		Metadata: t.Context.InputMetadata, Plan: t.Context.Plan, History: t.History, ConcurrencyKey: t.ConcurrencyKey,
 	}
 	if t.State == fsm.StateSuspended {
 		j.Question = t.Context.SuspendReason
@@ -80,6 +84,8 @@ type createRequest struct {
 	Priority int               `json:"priority"`
 	Metadata map[string]string `json:"metadata"`
 	Machine  string            `json:"machine"` // NAME@VERSION; empty: the current machine
+	// ConcurrencyKey groups the task for admission (a tenant, a user).
+	ConcurrencyKey string `json:"concurrency_key"`
 }
 
 // CreatedJSON is the answer to POST /v1/tasks: the new task's id, the
@@ -101,7 +107,8 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if req.Input == nil {
 		return errBadRequest(`"input" is required`)
 	}
-	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata}
+	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata,
+		ConcurrencyKey: req.ConcurrencyKey}
 	if req.Machine != "" {
 		ref, err := fsm.ParseMachineRef(req.Machine)
 		if err != nil {
@@ -450,7 +457,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.mutating(); e != nil {
 		return e
 	}
-	q, e := query(r, "type", "priority")
+	q, e := query(r, "type", "priority", "concurrency_key")
 	if e != nil {
 		return e
 	}
@@ -467,7 +474,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) *apiError {
 		return bodyReadError(err)
 	}
 	in := agent.Input{Kind: fsm.WebhookTriggered, Name: name, Text: string(data), Source: "webhook:" + name,
-		TaskType: q.Get("type"), Priority: prio}
+		TaskType: q.Get("type"), Priority: prio, ConcurrencyKey: q.Get("concurrency_key")}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		in.Metadata = map[string]string{"content_type": truncateASCII(ct, 200)}
 	}

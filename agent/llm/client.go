@@ -203,7 +203,7 @@ func (c *Client) Complete(ctx context.Context, req Request, report func(Attempt)
 	var lastErr error
 	for n := 1; n <= c.opts.MaxAttempts; n++ {
 		resp, status, retryAfter, err := c.attempt(ctx, body, req.Deltas)
-		att := Attempt{Number: n, Model: c.opts.Model, Status: status, Latency: resp.latency, Err: err}
+		att := Attempt{Number: n, Model: c.opts.Model, Status: status, Latency: resp.latency, Err: err, RetryAfter: retryAfter}
 		if err == nil {
 			r := resp.Response
 			att.Response = &r

@@ -75,4 +75,7 @@ type Attempt struct {
 	Response *Response
 	// WillRetry reports whether another attempt follows this failed one.
 	WillRetry bool
+	// RetryAfter is the wait the server asked for (a 429's or a 503's
+	// Retry-After), 0 when it asked for none.
+	RetryAfter time.Duration
 }

@@ -105,6 +105,7 @@ func newApp(c *client) *cli.App {
 				Flags: with("submit",
 					&cli.StringFlag{Name: "type", Value: "general", EnvVars: env("submit", "type"), Usage: "task type: general, explore, plan or one of --config's"},
 					&cli.IntFlag{Name: "priority", EnvVars: env("submit", "priority"), Usage: "admission priority, lower first"},
+					&cli.StringFlag{Name: "concurrency-key", EnvVars: env("submit", "concurrency-key"), Usage: "concurrency key (a tenant, a user): admission takes keys in turn, each within its limit"},
 					&cli.StringFlag{Name: "source", Value: "cli", EnvVars: env("submit", "source"), Usage: "where the input comes from"},
 					&cli.StringFlag{Name: "machine", EnvVars: env("submit", "machine"), Usage: "task machine NAME@VERSION, for example pegasus.task@0 (default: the current one)"},
 					&cli.BoolFlag{Name: "no-wait", EnvVars: env("submit", "no-wait"), Usage: "print the task id and return at once"},

@@ -118,7 +118,7 @@ func (c *client) submit(cc *cli.Context) error {
 	defer cancel()
 	text := strings.Join(cc.Args().Slice(), " ")
 	created, err := api.Submit(ctx, papi.CreateTask{Input: text, Type: cc.String("type"), Priority: cc.Int("priority"),
-		Source: cc.String("source"), Machine: cc.String("machine")})
+		Source: cc.String("source"), Machine: cc.String("machine"), ConcurrencyKey: cc.String("concurrency-key")})
 	if err != nil {
 		return api.cliError(ctx, err)
 	}

@@ -530,6 +530,7 @@ func serve(ctx context.Context, stopSignals func(), cfg *config, logger *slog.Lo
 	abs, _ := filepath.Abs(cfg.engine.DataDir)
 	logger.Info("pegasusd listening", "url", "http://"+d.ln.Addr().String(), "data_dir", abs, "model", model,
 		"auth", authNote(cfg.server.Token))
+	d.reloadLimitsOnHUP(ctx)
 	if err := d.wait(ctx, stopSignals); err != nil {
 		return err
 	}

@@ -377,8 +377,38 @@ function renderCharts(el, st, oldest) {
     Object.keys(m || {}).length ? h("table", {}, h("tbody", {}, Object.entries(m).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, 10)
       .map(([k, n]) => h("tr", {}, h("td", { class: "mono" }, k === "(other)" ? k : k === "" ? h("span", { class: "muted" }, "(none)") : h("a", { href: `#/tasks?${filter}=${encodeURIComponent(k)}` }, k)),
         h("td", { class: "num", "data-key": k }, n))))) : h("p", { class: "muted" }, "none yet"));
-  set(el, thr, lat, fail, runtime, table("Tasks by machine", t.by_machine, "machine"),
+  set(el, thr, lat, fail, runtime, rateLimitsCard(st.rate_limits), spendCard(st.spend), table("Tasks by machine", t.by_machine, "machine"),
     table("Tasks by type", t.by_type, "type"), table("Tasks by source", t.by_source, "source"));
+}
+
+// rateLimitsCard shows each rate-limited model's calls waiting and the
+// requests and tokens of its current minute (docs/limits.md); nothing
+// when no model has a limit.
+function rateLimitsCard(rates) {
+  if (!rates || !rates.length) return null;
+  const of = (n, lim) => lim ? `${n} of ${lim}` : `${n}`;
+  return h("section", { class: "card", id: "rate-limits", "aria-labelledby": "rl-h" }, h("h2", { id: "rl-h" }, "Model rate limits (last minute)"),
+    h("div", { class: "tablewrap" }, h("table", {},
+      h("thead", {}, h("tr", {}, h("th", {}, "model"), h("th", {}, "waiting calls"), h("th", {}, "requests"), h("th", {}, "tokens"))),
+      h("tbody", {}, rates.map(r => h("tr", { "data-model": r.model }, h("th", { class: "mono" }, r.model),
+        h("td", { class: "num" }, r.waiting), h("td", { class: "num" }, of(r.requests, r.requests_per_minute)),
+        h("td", { class: "num" }, of(r.tokens, r.tokens_per_minute))))))));
+}
+
+// spendCard shows what model calls used and cost (the spend projection;
+// docs/limits.md): by model, and by concurrency key on the last day with
+// spend. Nothing before the first model call.
+function spendCard(sp) {
+  if (!sp || !sp.total || !sp.total.calls) return null;
+  const money = c => "$" + (c || 0).toFixed(4);
+  const rows = m => Object.entries(m || {}).sort((a, b) => b[1].cost - a[1].cost || b[1].tokens - a[1].tokens).slice(0, 10)
+    .map(([k, v]) => h("tr", { "data-key": k }, h("th", { class: "mono" }, k === "" ? h("span", { class: "muted" }, "(none)") : k),
+      h("td", { class: "num" }, v.tokens), h("td", { class: "num" }, money(v.cost))));
+  const part = (title, m) => h("div", { class: "tablewrap" }, h("table", {}, h("caption", {}, title),
+    h("thead", {}, h("tr", {}, h("th", {}, "name"), h("th", {}, "tokens"), h("th", {}, "cost"))), h("tbody", {}, rows(m))));
+  return h("section", { class: "card", id: "spend", "aria-labelledby": "sp-h" }, h("h2", { id: "sp-h" }, "Spend"),
+    h("p", {}, `${sp.total.tokens} tokens, ${money(sp.total.cost)}, in ${sp.total.calls} model calls`),
+    part("by model", sp.by_model), part("by key, last day", sp.by_key_last_day));
 }
 
 function taskRow(t) {

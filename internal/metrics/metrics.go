@@ -132,7 +132,7 @@ func New(a *agent.Agent, l *eventlog.Log, o Options) *Metrics {
 	}
 	m.reg.MustRegister(m.events, m.commits, m.commitLatency, m.modelCalls, m.modelLatency, m.modelRetries,
 		m.tokens, m.toolCalls, m.toolDuration, m.taskDuration, m.httpRequests, m.httpDuration,
-		(*stateCollector)(m), (*storageCollector)(m))
+		(*stateCollector)(m), (*storageCollector)(m), (*limitsCollector)(m))
 	if o.GoCollectors {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

@@ -125,6 +125,9 @@ func TestLint(t *testing.T) {
 	// Series that need HTTP requests or a failed task to appear.
 	later := map[string]bool{"pegasus_http_requests_total": true, "pegasus_http_request_duration_seconds": true,
 		"pegasus_task_failures_total": true,
+		// Rate-limited models only (docs/limits.md).
+		"pegasus_model_rate_waiting_calls": true, "pegasus_model_rate_window_tokens": true,
+		"pegasus_model_rate_window_requests": true,
 		// --cluster only.
 		"pegasus_cluster_appends_total": true, "pegasus_cluster_batches_total": true,
 		"pegasus_cluster_batches_refused_total": true, "pegasus_cluster_messages_total": true}

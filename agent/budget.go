@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/agent/llm"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// TaskBudget is the budget of each task of a type: the tokens and the
+// cost (US dollars, by Options.Prices) its model calls may use, 0 for no
+// bound; Policy says what happens to a task that would exceed it or its
+// key's budget: fsm.BudgetSuspend (the default) or fsm.BudgetFail.
+type TaskBudget struct {
+	MaxTokens int64
+	MaxCost   float64
+	Policy    string
+}
+
+// KeyBudget is the budget of a concurrency key per day (UTC): the tokens
+// and the cost all its tasks' model calls may use, 0 for no bound.
+type KeyBudget struct {
+	MaxTokens int64
+	MaxCost   float64
+}
+
+// Budgets are the spend budgets: per task type (by name) and per
+// concurrency key (by key; Default for a key not named, nil for none).
+type Budgets struct {
+	Types      map[string]TaskBudget
+	Keys       map[string]KeyBudget
+	DefaultKey *KeyBudget
+}
+
+// defaultReserveOut is the completion tokens a budget check reserves for a
+// model without a rate limit that says (RateLimit.MaxTokens).
+const defaultReserveOut = 1024
+
+// spendBook is the agent's spend: the ledger (the projection of every
+// MODEL_CALLED) and the reservations of the calls running, which the
+// budget checks count with it so that concurrent calls cannot overspend
+// by more than one reservation.
+type spendBook struct {
+	mu       sync.Mutex
+	ledger   *projection.SpendLedger
+	budgets  Budgets
+	reserved map[string]reservation    // by task: its running call's
+	byKey    map[[2]string]reservation // their sums by key and day
+	gen      uint64                    // the last reservation's
+}
+
+type reservation struct {
+	key, day string
+	tokens   int64
+	cost     float64
+	gen      uint64 // which check made it (release drops only its own)
+}
+
+func newSpendBook(prices projection.Prices, b Budgets) *spendBook {
+	return &spendBook{ledger: projection.NewSpendLedger(prices), budgets: b, reserved: map[string]reservation{},
+		byKey: map[[2]string]reservation{}}
+}
+
+// apply folds an event into the ledger. The usage of a task's call is
+// then in the ledger once its successful MODEL_CALLED, or any event of
+// the stage's outcome after it, is folded: the task's reservation goes.
+// (A failed attempt that is retried keeps it.)
+func (s *spendBook) apply(ev *fsm.Event) {
+	s.mu.Lock()
+	s.ledger.Apply(ev)
+	if len(s.reserved) > 0 {
+		switch b := ev.Body.(type) {
+		case *fsm.ModelCalledBody:
+			if b.Error == "" {
+				s.unreserveLocked(ev.Stream)
+			}
+		case *fsm.BudgetExceededBody:
+		default:
+			s.unreserveLocked(ev.Stream)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// rebuild folds the log's events up to head: the ledger of a restart.
+func (s *spendBook) rebuild(l *eventlog.Log, head uint64) error {
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		raw := it.Event()
+		if raw.Seq > head {
+			break
+		}
+		switch fsm.EventType(raw.Type) {
+		case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.ModelCalled, fsm.DispatchCreated:
+		default:
+			continue
+		}
+		body, err := fsm.Decode(fsm.EventType(raw.Type), raw.Schema, raw.Body)
+		if err != nil {
+			continue // the fold reports it
+		}
+		s.apply(&fsm.Event{Type: fsm.EventType(raw.Type), Stream: raw.Stream, Time: raw.Time, Seq: raw.Seq, Body: body})
+	}
+	return it.Err()
+}
+
+// check is the budget check before a model call of t: the call reserves
+// tokens (its prompt's estimate plus the output it may use) at model's
+// price. It
+// returns nil and records the reservation when every budget has room, or
+// the BUDGET_EXCEEDED body of the first that has none.
+func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now time.Time) (*fsm.BudgetExceededBody, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	price, _ := s.ledger.Price(model, model)
+	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
+		cost: price.Cost(prompt, output)}
+	tb := s.budgets.Types[t.Type]
+	policy := tb.Policy
+	if policy != fsm.BudgetFail {
+		policy = fsm.BudgetSuspend
+	}
+	over := func(budget string, maxTokens int64, maxCost float64, spent projection.Spend, tokens int64, cost float64) *fsm.BudgetExceededBody {
+		if (maxTokens > 0 && spent.Tokens+tokens+r.tokens > maxTokens) || (maxCost > 0 && spent.Cost+cost+r.cost > maxCost) {
+			return &fsm.BudgetExceededBody{Budget: budget, Model: model, MaxTokens: maxTokens, MaxCost: maxCost,
+				SpentTokens: spent.Tokens + tokens, SpentCost: spent.Cost + cost, ReservedTokens: r.tokens, ReservedCost: r.cost, Policy: policy}
+		}
+		return nil
+	}
+	if b := over(fsm.BudgetTask, tb.MaxTokens, tb.MaxCost, s.ledger.Task(t.ID), 0, 0); b != nil {
+		return b, 0
+	}
+	if kb, ok := s.keyBudget(t.ConcurrencyKey); ok {
+		sum := s.byKey[[2]string{r.key, r.day}]
+		tokens, cost := sum.tokens, sum.cost
+		if o, ok := s.reserved[t.ID]; ok && o.key == r.key && o.day == r.day {
+			tokens, cost = tokens-o.tokens, cost-o.cost
+		}
+		if b := over(fsm.BudgetKey, kb.MaxTokens, kb.MaxCost, s.ledger.KeyDay(r.key, r.day), tokens, cost); b != nil {
+			b.Key, b.Window = t.ConcurrencyKey, r.day
+			return b, 0
+		}
+	}
+	s.unreserveLocked(t.ID)
+	s.gen++
+	r.gen = s.gen
+	s.reserved[t.ID] = r
+	k := [2]string{r.key, r.day}
+	sum := s.byKey[k]
+	sum.tokens, sum.cost = sum.tokens+r.tokens, sum.cost+r.cost
+	s.byKey[k] = sum
+	return nil, r.gen
+}
+
+// unreserveLocked drops task id's reservation, if any.
+func (s *spendBook) unreserveLocked(id string) {
+	r, ok := s.reserved[id]
+	if !ok {
+		return
+	}
+	delete(s.reserved, id)
+	k := [2]string{r.key, r.day}
+	sum := s.byKey[k]
+	sum.tokens, sum.cost = sum.tokens-r.tokens, sum.cost-r.cost
+	if sum.tokens <= 0 { // every reservation holds a token at least
+		delete(s.byKey, k)
+	} else {
+		s.byKey[k] = sum
+	}
+}
+
+func (s *spendBook) keyBudget(key string) (KeyBudget, bool) {
+	if b, ok := s.budgets.Keys[key]; ok {
+		return b, true
+	}
+	if s.budgets.DefaultKey != nil {
+		return *s.budgets.DefaultKey, true
+	}
+	return KeyBudget{}, false
+}
+
+// release drops task id's reservation gen: its usage is in the ledger.
+func (s *spendBook) release(id string, gen uint64) {
+	s.mu.Lock()
+	if r, ok := s.reserved[id]; ok && r.gen == gen {
+		s.unreserveLocked(id)
+	}
+	s.mu.Unlock()
+}
+
+// limited reports whether any budget is set: without, no check runs.
+func (s *spendBook) limited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.budgets.Types) > 0 || len(s.budgets.Keys) > 0 || s.budgets.DefaultKey != nil
+}
+
+// checkBudget runs the budget check before t's model call of req: nil
+// and a release function when it may run (for a stage that records no
+// outcome: the fold of the outcome drops the reservation, apply), or
+// the body of the BUDGET_EXCEEDED to record instead.
+func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.BudgetExceededBody, func()) {
+	if !a.spend.limited() {
+		return nil, func() {}
+	}
+	output := int64(defaultReserveOut)
+	if l := a.kindLimiter(kind); l != nil {
+		output = int64(l.limit.MaxTokens)
+	}
+	b, gen := a.spend.check(t, kind.modelName, int64(estimateTokens(req)), output, a.opts.Now())
+	if b != nil {
+		return b, nil
+	}
+	// Called when the stage recorded no outcome; otherwise the hook drops
+	// the reservation as it folds the outcome (apply).
+	return nil, func() { a.spend.release(t.ID, gen) }
+}
+
+// Spend returns the spend projection: per task, key, model and day, with
+// the keys whose spend went past their budget on a day (Overruns).
+func (a *Agent) Spend() projection.SpendReport {
+	a.spend.mu.Lock()
+	defer a.spend.mu.Unlock()
+	r := a.spend.ledger.Report()
+	for _, key := range slices.Sorted(maps.Keys(r.ByKeyDay)) {
+		kb, ok := a.spend.keyBudget(key)
+		if !ok {
+			continue
+		}
+		for _, day := range slices.Sorted(maps.Keys(r.ByKeyDay[key])) {
+			s := r.ByKeyDay[key][day]
+			if (kb.MaxTokens > 0 && s.Tokens > kb.MaxTokens) || (kb.MaxCost > 0 && s.Cost > kb.MaxCost) {
+				r.Overruns = append(r.Overruns, projection.Overrun{Key: key, Day: day, MaxTokens: kb.MaxTokens, MaxCost: kb.MaxCost,
+					Tokens: s.Tokens, Cost: s.Cost})
+			}
+		}
+	}
+	return r
+}
+
+// TaskSpend returns what task id's model calls spent.
+func (a *Agent) TaskSpend(id string) projection.Spend {
+	a.spend.mu.Lock()
+	defer a.spend.mu.Unlock()
+	return a.spend.ledger.Task(id)
+}
+
+// SetBudgets replaces the spend budgets (an operator raised one): a task
+// suspended for its budget runs again once resumed.
+func (a *Agent) SetBudgets(b Budgets) {
+	a.spend.mu.Lock()
+	a.spend.budgets = b
+	a.spend.mu.Unlock()
+}
+
+// SetPrices replaces the price table for the model calls folded from now
+// on (a configuration reload); what was spent keeps its cost.
+func (a *Agent) SetPrices(p projection.Prices) {
+	a.spend.mu.Lock()
+	a.spend.ledger.SetPrices(p)
+	a.spend.mu.Unlock()
+}

@@ -1,0 +1,215 @@
+package projection
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Price is what a model's tokens cost, in US dollars per million tokens.
+type Price struct {
+	Input  float64 `json:"input"`
+	Output float64 `json:"output"`
+}
+
+// Cost is the price of prompt input and completion output tokens.
+func (p Price) Cost(input, output int64) float64 {
+	return (float64(input)*p.Input + float64(output)*p.Output) / 1e6
+}
+
+// Prices is a price table: by a model's configured name, and by the
+// model identifiers its server is asked for (Prices.Lookup).
+type Prices map[string]Price
+
+// Lookup returns the price of model, as a MODEL_CALLED records it (the
+// name the server reported, or the one asked for): an exact entry, else
+// the longest entry model starts with ("gpt-4o-2024-08-06" is priced as
+// "gpt-4o"), else the task's model (its configured name, fallback).
+func (p Prices) Lookup(model, fallback string) (Price, bool) {
+	if pr, ok := p[model]; ok {
+		return pr, true
+	}
+	best := ""
+	for name := range p {
+		if len(name) > len(best) && strings.HasPrefix(model, name) {
+			best = name
+		}
+	}
+	if best != "" {
+		return p[best], true
+	}
+	pr, ok := p[fallback]
+	return pr, ok
+}
+
+// Spend is what model calls used: tokens, their cost by the price table
+// (0 for a model without a price), and the attempts.
+type Spend struct {
+	Calls            int64   `json:"calls"`
+	PromptTokens     int64   `json:"prompt_tokens"`
+	CompletionTokens int64   `json:"completion_tokens"`
+	Tokens           int64   `json:"tokens"`
+	Cost             float64 `json:"cost"`
+}
+
+func (s *Spend) add(o Spend) {
+	s.Calls += o.Calls
+	s.PromptTokens += o.PromptTokens
+	s.CompletionTokens += o.CompletionTokens
+	s.Tokens += o.Tokens
+	s.Cost += o.Cost
+}
+
+// SpendLedger is the spend projection: MODEL_CALLED events folded into
+// what was spent per task, per concurrency key, per model and per day
+// (UTC, by the event's time), and per key and day (the window of a key's
+// budget). It is pure: events in, figures out. Not safe for concurrent
+// use.
+type SpendLedger struct {
+	prices  Prices
+	tasks   map[string]*taskSpend
+	byKey   map[string]*Spend
+	byModel map[string]*Spend
+	byDay   map[string]*Spend
+	keyDay  map[[2]string]*Spend
+	total   Spend
+}
+
+type taskSpend struct {
+	key, model string // the task's concurrency key and configured model
+	spend      Spend
+}
+
+// NewSpendLedger returns an empty ledger pricing calls by prices.
+func NewSpendLedger(prices Prices) *SpendLedger {
+	return &SpendLedger{prices: prices, tasks: map[string]*taskSpend{}, byKey: map[string]*Spend{},
+		byModel: map[string]*Spend{}, byDay: map[string]*Spend{}, keyDay: map[[2]string]*Spend{}}
+}
+
+// SpendDay is the day, as the ledger names it, of an event's time.
+func SpendDay(ev *fsm.Event) string { return ev.Time.UTC().Format("2006-01-02") }
+
+// Apply folds one event: a task's input or TASK_CREATED names its key
+// and model; MODEL_CALLED adds its usage. Other events change nothing.
+func (l *SpendLedger) Apply(ev *fsm.Event) {
+	switch b := ev.Body.(type) {
+	case *fsm.Input:
+		if ev.Type != fsm.MessageReceived || l.tasks[ev.Stream] == nil {
+			l.task(ev.Stream).key = b.ConcurrencyKey
+		}
+	case *fsm.TaskCreatedBody:
+		ts := l.task(ev.Stream)
+		ts.key, ts.model = b.ConcurrencyKey, b.Model
+	case *fsm.DispatchCreatedBody:
+		l.task(ev.Stream).key = b.ConcurrencyKey
+	case *fsm.ModelCalledBody:
+		ts := l.task(ev.Stream)
+		s := Spend{Calls: 1, PromptTokens: int64(b.PromptTokens), CompletionTokens: int64(b.CompletionTokens),
+			Tokens: int64(b.PromptTokens + b.CompletionTokens)}
+		if p, ok := l.prices.Lookup(b.Model, ts.model); ok {
+			s.Cost = p.Cost(s.PromptTokens, s.CompletionTokens)
+		}
+		model := b.Model
+		if ts.model != "" {
+			model = ts.model
+		}
+		day := SpendDay(ev)
+		ts.spend.add(s)
+		l.total.add(s)
+		for _, sp := range []*Spend{at(l.byKey, ts.key), at(l.byModel, model), at(l.byDay, day), at(l.keyDay, [2]string{ts.key, day})} {
+			sp.add(s)
+		}
+	}
+}
+
+func (l *SpendLedger) task(id string) *taskSpend {
+	ts := l.tasks[id]
+	if ts == nil {
+		ts = &taskSpend{}
+		l.tasks[id] = ts
+	}
+	return ts
+}
+
+func at[K comparable](m map[K]*Spend, k K) *Spend {
+	s := m[k]
+	if s == nil {
+		s = &Spend{}
+		m[k] = s
+	}
+	return s
+}
+
+// Task returns what task id spent.
+func (l *SpendLedger) Task(id string) Spend {
+	if ts := l.tasks[id]; ts != nil {
+		return ts.spend
+	}
+	return Spend{}
+}
+
+// KeyDay returns what the tasks of key spent on day (SpendDay).
+func (l *SpendLedger) KeyDay(key, day string) Spend {
+	if s := l.keyDay[[2]string{key, day}]; s != nil {
+		return *s
+	}
+	return Spend{}
+}
+
+// SpendReport is the ledger as the API shows it.
+type SpendReport struct {
+	Total   Spend            `json:"total"`
+	ByKey   map[string]Spend `json:"by_key"`
+	ByModel map[string]Spend `json:"by_model"`
+	ByDay   map[string]Spend `json:"by_day"`
+	// ByKeyDay is by key, then day.
+	ByKeyDay map[string]map[string]Spend `json:"by_key_day"`
+	Prices   Prices                      `json:"prices"`
+	// Overruns are the keys whose spend on a day went past their budget
+	// (by at most one call's reservation, when a reply used more than it
+	// reserved): filled in by whoever knows the budgets.
+	Overruns []Overrun `json:"overruns,omitempty"`
+}
+
+// Overrun is a key's spend on a day beyond its budget.
+type Overrun struct {
+	Key       string  `json:"key"`
+	Day       string  `json:"day"`
+	MaxTokens int64   `json:"max_tokens,omitempty"`
+	MaxCost   float64 `json:"max_cost,omitempty"`
+	Tokens    int64   `json:"tokens"`
+	Cost      float64 `json:"cost"`
+}
+
+// Report copies the ledger's figures.
+func (l *SpendLedger) Report() SpendReport {
+	flat := func(m map[string]*Spend) map[string]Spend {
+		out := make(map[string]Spend, len(m))
+		for k, v := range m {
+			out[k] = *v
+		}
+		return out
+	}
+	r := SpendReport{Total: l.total, ByKey: flat(l.byKey), ByModel: flat(l.byModel), ByDay: flat(l.byDay),
+		ByKeyDay: map[string]map[string]Spend{}, Prices: maps.Clone(l.prices)}
+	for _, k := range slices.Collect(maps.Keys(l.keyDay)) {
+		if r.ByKeyDay[k[0]] == nil {
+			r.ByKeyDay[k[0]] = map[string]Spend{}
+		}
+		r.ByKeyDay[k[0]][k[1]] = *l.keyDay[k]
+	}
+	if r.Prices == nil {
+		r.Prices = Prices{}
+	}
+	return r
+}
+
+// Price is the ledger's price of model (Prices.Lookup).
+func (l *SpendLedger) Price(model, fallback string) (Price, bool) {
+	return l.prices.Lookup(model, fallback)
+}
+
+// SetPrices replaces the price table for the calls folded from now on.
+func (l *SpendLedger) SetPrices(p Prices) { l.prices = p }
