@@ -21,8 +21,10 @@ type RateLimit struct {
 	// calls started within a minute; 0: no bound.
 	TokensPerMinute int
 	// MaxTokens is the completion tokens a call reserves before it
-	// runs, with its prompt's estimate; the usage the server reports
-	// replaces the reservation. The default value is 1024.
+	// runs, with its prompt's estimate, and the bound it sends the
+	// server (max_tokens), so that no reply outgrows its reservation; the
+	// usage the server reports replaces the reservation. The default
+	// value is 1024.
 	MaxTokens int
 }
 
@@ -210,6 +212,9 @@ func (m *limitedModel) Complete(ctx context.Context, req llm.Request, report fun
 		if call, err = m.limiter.wait(ctx, m.limiter.reservation(req)); err != nil {
 			return llm.Response{}, err
 		}
+	}
+	if req.MaxTokens <= 0 || req.MaxTokens > m.limiter.limit.MaxTokens {
+		req.MaxTokens = m.limiter.limit.MaxTokens // the reply stays within what the call reserved
 	}
 	used := 0
 	resp, err := m.Model.Complete(ctx, req, func(att llm.Attempt) {

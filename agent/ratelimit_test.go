@@ -25,9 +25,10 @@ type scriptedModel struct {
 }
 
 type modelCall struct {
-	at     time.Time
-	tokens int
-	text   string
+	at        time.Time
+	tokens    int
+	text      string
+	maxTokens int
 }
 
 func (m *scriptedModel) Name() string { return "scripted" }
@@ -41,7 +42,8 @@ func (m *scriptedModel) Complete(ctx context.Context, req llm.Request, report fu
 	}
 	u := m.usage(req)
 	m.mu.Lock()
-	m.calls = append(m.calls, modelCall{at: time.Now(), tokens: u.PromptTokens + u.CompletionTokens, text: req.Messages[0].Content})
+	m.calls = append(m.calls, modelCall{at: time.Now(), tokens: u.PromptTokens + u.CompletionTokens, text: req.Messages[0].Content,
+		maxTokens: req.MaxTokens})
 	m.mu.Unlock()
 	time.Sleep(m.latency)
 	r := llm.Response{Content: "ok", Usage: u}
@@ -178,6 +180,27 @@ func TestRateLimit429(t *testing.T) {
 			if c.text == "cancelled" {
 				t.Fatal("the cancelled call ran")
 			}
+		}
+	})
+}
+
+// TestRateLimitBoundsTheReply: a call under a rate limit asks the server
+// for no more completion tokens than it reserved (max_tokens), so that
+// no reply outgrows its reservation; a request's own smaller bound stays.
+func TestRateLimitBoundsTheReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		model := &scriptedModel{usage: func(llm.Request) llm.Usage { return llm.Usage{PromptTokens: 1} }}
+		opts := Options{Model: model, RateLimits: map[string]RateLimit{"default": {TokensPerMinute: 100000, MaxTokens: 300}}}
+		limitModels(&opts)
+		small := request("small")
+		small.MaxTokens = 50
+		for _, req := range []llm.Request{request("default"), small} {
+			if _, err := opts.Model.Complete(t.Context(), req, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(model.calls) != 2 || model.calls[0].maxTokens != 300 || model.calls[1].maxTokens != 50 {
+			t.Fatalf("max_tokens sent: %+v, want 300 then 50", model.calls)
 		}
 	})
 }

@@ -374,6 +374,7 @@ type wireRequest struct {
 	Messages      []wireMessage      `json:"messages"`
 	Tools         []wireTool         `json:"tools,omitempty"`
 	Temperature   *float64           `json:"temperature,omitempty"`
+	MaxTokens     int                `json:"max_tokens,omitempty"`
 	Stream        bool               `json:"stream,omitempty"`
 	StreamOptions *wireStreamOptions `json:"stream_options,omitempty"`
 }
@@ -441,7 +442,8 @@ type wireUsage struct {
 var emptyObjectSchema = json.RawMessage(`{"type":"object","properties":{}}`)
 
 func (c *Client) wireRequest(req Request) wireRequest {
-	w := wireRequest{Model: c.opts.Model, Temperature: c.opts.Temperature, Messages: make([]wireMessage, 0, len(req.Messages))}
+	w := wireRequest{Model: c.opts.Model, Temperature: c.opts.Temperature, MaxTokens: req.MaxTokens,
+		Messages: make([]wireMessage, 0, len(req.Messages))}
 	if !c.opts.NoStream {
 		w.Stream, w.StreamOptions = true, &wireStreamOptions{IncludeUsage: true}
 	}

@@ -118,6 +118,7 @@ func TestCompleteSpeaksChatCompletions(t *testing.T) {
 			{Name: "current_time", Description: "now"},
 			{Name: "memory_read", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)},
 		},
+		MaxTokens: 256,
 	}
 	var atts []Attempt
 	resp, err := c.Complete(context.Background(), req, func(a Attempt) { atts = append(atts, a) })
@@ -144,6 +145,7 @@ func TestCompleteSpeaksChatCompletions(t *testing.T) {
 		`{"content":"12:00","role":"tool","tool_call_id":"c1"}`,
 		`{"function":{"description":"now","name":"current_time","parameters":{"properties":{},"type":"object"}},"type":"function"}`,
 		`"required":["path"]`,
+		`"max_tokens":256`,
 	} {
 		if !strings.Contains(string(enc), frag) {
 			t.Errorf("request %s\nlacks %s", enc, frag)

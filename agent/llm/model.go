@@ -24,6 +24,10 @@ type Request struct {
 	Messages []fsm.Message
 	// Tools are the tools the model may call.
 	Tools []ToolSpec
+	// MaxTokens bounds the reply's tokens (the request's max_tokens); 0
+	// leaves it to the server. A model's rate limit sets it to what a
+	// call reserves, so that no reply outgrows its reservation.
+	MaxTokens int
 	// Purpose says what the call is for ("reason" or "reflect"). It is not
 	// sent to the server; the offline model uses it to pick its behaviour.
 	Purpose string
