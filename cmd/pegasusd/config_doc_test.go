@@ -13,7 +13,7 @@ import (
 )
 
 // configDocs are the documents whose configuration files are checked.
-var configDocs = []string{"../../docs/config.md", "../../docs/tools.md", "../../README.md"}
+var configDocs = []string{"../../docs/config.md", "../../docs/tools.md", "../../docs/limits.md", "../../README.md"}
 
 // docBlock is a fenced block of a document: its language, text, and the
 // file name a "<!-- config-file: NAME -->" line just before it gives it.
