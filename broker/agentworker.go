@@ -45,14 +45,29 @@ const (
 	AgentSource = "broker"
 )
 
-// AgentCapabilities are the built-in agent's capabilities: "agent", and
-// its task types. A broker task must require at least one of them (and
-// nothing else) to be run by the agent; a task that requires nothing goes
-// to external workers only.
+// AgentCapabilities are the built-in agent's capabilities with the
+// default task types: "agent", and its task types. A broker task must
+// require at least one of them (and nothing else) to be run by the agent;
+// a task that requires nothing goes to external workers only. With
+// Options.AgentTaskTypes, the capabilities are "agent" and those types
+// (Broker.AgentCapabilities).
 var AgentCapabilities = []string{"agent", "general", "explore", "plan"}
 
-// agentTaskTypes are the capabilities that name the child's task type.
-var agentTaskTypes = []string{"general", "explore", "plan"}
+// defaultAgentTaskTypes are the agent's built-in task types, the
+// default of Options.AgentTaskTypes.
+var defaultAgentTaskTypes = []string{"general", "explore", "plan"}
+
+// AgentCapabilities are the capabilities the built-in worker registers:
+// "agent" and the agent's task types, in lower case.
+func (b *Broker) AgentCapabilities() []string {
+	caps := []string{"agent"}
+	for _, t := range b.opts.AgentTaskTypes {
+		if t = strings.ToLower(t); !slices.Contains(caps, t) {
+			caps = append(caps, t)
+		}
+	}
+	return caps
+}
 
 // RunAgentWorker runs the built-in agent as a worker until ctx ends: it
 // registers (when not registered as such already: a drain survives a
@@ -93,12 +108,13 @@ func (b *Broker) RegisterAgentWorker(ctx context.Context, maxTasks int) error {
 	maxTasks = max(maxTasks, 1)
 	b.mu.Lock()
 	w, ok := b.workers[AgentWorkerID]
-	same := ok && w.MaxTasks == maxTasks && slices.Equal(w.Capabilities, AgentCapabilities)
+	caps := b.AgentCapabilities()
+	same := ok && w.MaxTasks == maxTasks && slices.Equal(w.Capabilities, caps)
 	b.mu.Unlock()
 	if same {
 		return nil
 	}
-	_, err := b.Register(ctx, AgentWorkerID, AgentCapabilities, maxTasks)
+	_, err := b.Register(ctx, AgentWorkerID, caps, maxTasks)
 	return err
 }
 
@@ -343,7 +359,7 @@ func (b *Broker) createAgentChild(ctx context.Context, t *fsm.Task, child ulid.U
 	if d.Description != "" {
 		text += "\n\n" + d.Description
 	}
-	data, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: AgentSource, TaskType: agentTaskType(d.RequiredCapabilities),
+	data, err := fsm.Encode(&fsm.Input{Kind: fsm.MessageReceived, Text: text, Source: AgentSource, TaskType: b.agentTaskType(d.RequiredCapabilities),
 		Priority: -t.Priority, Metadata: t.Metadata, ParentTaskID: t.ID, ConcurrencyKey: t.ConcurrencyKey})
 	if err != nil {
 		return err
@@ -379,11 +395,13 @@ func agentChildID(t *fsm.Task) ulid.ULID {
 }
 
 // agentTaskType is the child's task type: the first required capability
-// that names one, else general.
-func agentTaskType(caps []string) string {
+// that names one of the agent's (in any case), else general.
+func (b *Broker) agentTaskType(caps []string) string {
 	for _, c := range caps {
-		if c = strings.ToLower(c); slices.Contains(agentTaskTypes, c) {
-			return c
+		for _, t := range b.opts.AgentTaskTypes {
+			if strings.EqualFold(c, t) {
+				return t
+			}
 		}
 	}
 	return "general"

@@ -371,3 +371,21 @@ func TestAgentWorkerOwns(t *testing.T) {
 	h.waitTask(task.ID, "started by its owner's worker", func(t *fsm.Task) bool { return t.State == fsm.StateInProgress })
 	h.waitChildren(h.b, task.ID, 1)
 }
+
+// TestAgentWorkerTypes: the built-in worker's capabilities are "agent" and
+// the agent's task types (a configuration's too), and a broker task that
+// requires one of them, in any case, runs as an agent task of that type.
+func TestAgentWorkerTypes(t *testing.T) {
+	b := &Broker{opts: Options{AgentTaskTypes: []string{"general", "explore", "plan", "Research"}}.EnsureDefaults()}
+	if got, want := b.AgentCapabilities(), []string{"agent", "general", "explore", "plan", "research"}; !slices.Equal(got, want) {
+		t.Fatalf("capabilities %v, want %v", got, want)
+	}
+	for caps, want := range map[string]string{"RESEARCH": "Research", "agent": "general", "gpu,plan": "plan"} {
+		if got := b.agentTaskType(strings.Split(caps, ",")); got != want {
+			t.Errorf("a task requiring %s runs as type %q, want %q", caps, got, want)
+		}
+	}
+	if d := (&Broker{opts: Options{}.EnsureDefaults()}).AgentCapabilities(); !slices.Equal(d, AgentCapabilities) {
+		t.Errorf("default capabilities %v, want %v", d, AgentCapabilities)
+	}
+}

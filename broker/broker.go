@@ -134,6 +134,12 @@ type Options struct {
 	// is not called with the broker's lock held. The default value is
 	// nil: liveness stays in this broker.
 	Share func(worker string, at time.Time)
+	// AgentTaskTypes are the agent's task types: the built-in worker
+	// registers each as a capability besides "agent", and a broker task
+	// that requires one runs as an agent task of that type (pegasusd
+	// passes its configuration's types). The default value is general,
+	// explore and plan.
+	AgentTaskTypes []string
 }
 
 // EnsureDefaults returns o with its zero fields set to their defaults.
@@ -160,6 +166,9 @@ func (o Options) EnsureDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(o.AgentTaskTypes) == 0 {
+		o.AgentTaskTypes = defaultAgentTaskTypes
 	}
 	return o
 }

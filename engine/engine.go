@@ -297,6 +297,7 @@ func (e *Engine) startBroker() error {
 	b, err := broker.New(e.events, broker.FromView(e.agent.View()), broker.Options{
 		CheckInterval: o.Broker.CheckInterval, WorkerTTL: o.Broker.WorkerTTL, Logger: e.log.With("component", "broker"),
 		Appender: e.Appender(), Owns: e.own.ownsFunc(rl), Share: e.own.shareFunc(rl),
+		AgentTaskTypes: e.agent.TaskTypes(),
 	})
 	if err != nil {
 		return err

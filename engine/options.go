@@ -111,7 +111,7 @@ type BrokerOptions struct {
 	// The default value is 90s.
 	WorkerTTL time.Duration
 	// AgentWorker makes the built-in agent a broker worker ("pegasus":
-	// agent, general, explore, plan). The default value is false
+	// agent and the agent's task types). The default value is false
 	// (pegasusd's --agent-worker is true by default).
 	AgentWorker bool
 }
