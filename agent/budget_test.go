@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
 )
@@ -159,5 +160,34 @@ func TestSpendOverrun(t *testing.T) {
 	want := []projection.Overrun{{Key: "acme", Day: "2026-11-26", MaxTokens: 100, Tokens: 120}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("overruns %+v", got)
+	}
+}
+
+// TestReflectionWithinBudget: post-task reflection spends like any call,
+// so it runs only when the task's budget has room: a task whose answer
+// used up its budget ends its reflection before the first call, with
+// REFLECTION_COMPLETE saying why, and the model is not called again.
+func TestReflectionWithinBudget(t *testing.T) {
+	model := &scriptedModel{usage: func(req llm.Request) llm.Usage {
+		if req.Purpose == "reflect" {
+			return llm.Usage{PromptTokens: 1}
+		}
+		return llm.Usage{PromptTokens: 100, CompletionTokens: 5000}
+	}}
+	h := newHarness(t, Options{Model: model, ShouldReflect: func(*fsm.Task) bool { return true },
+		Budgets: Budgets{Types: map[string]TaskBudget{TypeGeneral: {MaxTokens: 4000}}}})
+	id := h.submit("hi")
+	task, err := h.a.WaitUntil(testCtx(t), id, func(t *fsm.Task) bool { return t.Context.PostReflection != nil })
+	if err != nil {
+		t.Fatalf("no reflection recorded: %v (state %s)", err, task.State)
+	}
+	done := &fsm.ReflectionCompleteBody{Reflection: *task.Context.PostReflection}
+	if done == nil || !strings.Contains(done.Reflection.Assessment, "reflection stopped before round 1: the task's budget") {
+		t.Fatalf("reflection: %+v", done)
+	}
+	model.mu.Lock()
+	defer model.mu.Unlock()
+	if len(model.calls) != 1 {
+		t.Fatalf("the model was called %d times, want once (no reflection call)", len(model.calls))
 	}
 }

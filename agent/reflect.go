@@ -64,12 +64,31 @@ func (a *Agent) reflect(ctx context.Context, t *fsm.Task) error {
 	)
 	for round := 1; round <= a.opts.ReflectionRounds; round++ {
 		var atts []llm.Attempt
+		kind := a.kindOf(t)
+		req := llm.Request{Messages: msgs, Tools: specs, Purpose: "reflect"}
+		// Reflection spends like any call: it runs only if the task's and
+		// its key's budgets have room, with a reservation as a stage's
+		// call has; without room it ends here and says why.
+		over, release := a.checkBudget(t, kind, req)
+		if over != nil {
+			_, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, &fsm.ReflectionCompleteBody{Reflection: fsm.PostTaskReflection{
+				Facts: written, Episode: episode, ToolCallsCount: calls,
+				Assessment: fmt.Sprintf("reflection stopped before round %d: %s", round, fsm.BudgetText(over)),
+			}}))
+			if !ok {
+				return fmt.Errorf("recording the end of reflection at round %d failed", round)
+			}
+			return nil
+		}
 		if err := a.llmSem.acquire(ctx); err != nil {
+			release()
 			return err
 		}
-		resp, err := a.kindOf(t).model.Complete(ctx, llm.Request{Messages: msgs, Tools: specs, Purpose: "reflect"},
-			func(att llm.Attempt) { atts = append(atts, att) })
+		resp, err := kind.model.Complete(ctx, req, func(att llm.Attempt) { atts = append(atts, att) })
 		a.llmSem.release()
+		if err != nil {
+			release() // no successful MODEL_CALLED for the fold to drop the reservation with
+		}
 		var evs []eventlog.Event
 		for _, att := range atts {
 			evs = append(evs, a.event(t.ID, cause, modelCalled("reflect", att)))
@@ -87,6 +106,7 @@ func (a *Agent) reflect(ctx context.Context, t *fsm.Task) error {
 		if len(evs) > 0 {
 			res, ok := a.appendTask(ctx, t, v, evs...)
 			if !ok {
+				release()
 				return fmt.Errorf("recording reflection round %d failed", round)
 			}
 			v, cause = res.Version, res.Events[len(res.Events)-1].ID
