@@ -119,7 +119,7 @@ func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now t
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	price, _ := s.ledger.Price(model, model)
-	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
+	r := reservation{key: t.ConcurrencyKey, day: projection.SpendDay(now), tokens: prompt + output,
 		cost: price.Cost(prompt, output)}
 	tb := s.budgets.Types[t.Type]
 	policy := tb.Policy
