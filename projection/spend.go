@@ -2,7 +2,6 @@ package projection
 
 import (
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -196,11 +195,11 @@ func (l *SpendLedger) Report() SpendReport {
 	}
 	r := SpendReport{Total: l.total, ByKey: flat(l.byKey), ByModel: flat(l.byModel), ByDay: flat(l.byDay),
 		ByKeyDay: map[string]map[string]Spend{}, Prices: maps.Clone(l.prices)}
-	for _, k := range slices.Collect(maps.Keys(l.keyDay)) {
+	for k, s := range l.keyDay {
 		if r.ByKeyDay[k[0]] == nil {
 			r.ByKeyDay[k[0]] = map[string]Spend{}
 		}
-		r.ByKeyDay[k[0]][k[1]] = *l.keyDay[k]
+		r.ByKeyDay[k[0]][k[1]] = *s
 	}
 	if r.Prices == nil {
 		r.Prices = Prices{}
