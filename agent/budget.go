@@ -119,7 +119,7 @@ func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now t
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	price, _ := s.ledger.Price(model, model)
-	r := reservation{key: t.ConcurrencyKey, day: now.UTC().Format("2006-01-02"), tokens: prompt + output,
+	r := reservation{key: t.ConcurrencyKey, day: projection.SpendDay(now), tokens: prompt + output,
 		cost: price.Cost(prompt, output)}
 	tb := s.budgets.Types[t.Type]
 	policy := tb.Policy
@@ -127,7 +127,7 @@ func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now t
 		policy = fsm.BudgetSuspend
 	}
 	over := func(budget string, maxTokens int64, maxCost float64, spent projection.Spend, tokens int64, cost float64) *fsm.BudgetExceededBody {
-		if (maxTokens > 0 && spent.Tokens+tokens+r.tokens > maxTokens) || (maxCost > 0 && spent.Cost+cost+r.cost > maxCost) {
+		if overBudget(maxTokens, maxCost, spent.Tokens+tokens+r.tokens, spent.Cost+cost+r.cost) {
 			return &fsm.BudgetExceededBody{Budget: budget, Model: model, MaxTokens: maxTokens, MaxCost: maxCost,
 				SpentTokens: spent.Tokens + tokens, SpentCost: spent.Cost + cost, ReservedTokens: r.tokens, ReservedCost: r.cost, Policy: policy}
 		}
@@ -156,6 +156,12 @@ func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now t
 	sum.tokens, sum.cost = sum.tokens+r.tokens, sum.cost+r.cost
 	s.byKey[k] = sum
 	return nil, r.gen
+}
+
+// overBudget reports whether tokens and cost go past a budget of
+// maxTokens and maxCost (0: no bound).
+func overBudget(maxTokens int64, maxCost float64, tokens int64, cost float64) bool {
+	return (maxTokens > 0 && tokens > maxTokens) || (maxCost > 0 && cost > maxCost)
 }
 
 // unreserveLocked drops task id's reservation, if any.
@@ -235,7 +241,7 @@ func (a *Agent) Spend() projection.SpendReport {
 		}
 		for _, day := range slices.Sorted(maps.Keys(r.ByKeyDay[key])) {
 			s := r.ByKeyDay[key][day]
-			if (kb.MaxTokens > 0 && s.Tokens > kb.MaxTokens) || (kb.MaxCost > 0 && s.Cost > kb.MaxCost) {
+			if overBudget(kb.MaxTokens, kb.MaxCost, s.Tokens, s.Cost) {
 				r.Overruns = append(r.Overruns, projection.Overrun{Key: key, Day: day, MaxTokens: kb.MaxTokens, MaxCost: kb.MaxCost,
 					Tokens: s.Tokens, Cost: s.Cost})
 			}

@@ -499,13 +499,7 @@ func serverPrefixes(f *File) string {
 }
 
 func (c *checker) schedules(f *File, ss []rawSchedule) error {
-	types := map[string]bool{}
-	for _, t := range BuiltinTaskTypes {
-		types[t] = true
-	}
-	for _, t := range f.TaskTypes {
-		types[t.Name] = true
-	}
+	types := taskTypeNames(f)
 	seen := map[string]bool{}
 	for i, r := range ss {
 		key := fmt.Sprintf("schedules[%d]", i)
@@ -529,6 +523,19 @@ func (c *checker) schedules(f *File, ss []rawSchedule) error {
 		f.Schedules = append(f.Schedules, Schedule(r))
 	}
 	return nil
+}
+
+// taskTypeNames are the names of f's task types, the built-in ones
+// included.
+func taskTypeNames(f *File) map[string]bool {
+	types := map[string]bool{}
+	for _, t := range BuiltinTaskTypes {
+		types[t] = true
+	}
+	for _, t := range f.TaskTypes {
+		types[t.Name] = true
+	}
+	return types
 }
 
 func knownTypes(types map[string]bool) string {

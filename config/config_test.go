@@ -241,11 +241,7 @@ func TestExpand(t *testing.T) {
 // the line and the key.
 func TestBad(t *testing.T) {
 	const server = "mcpServers:\n  everything:\n    command: npx\n"
-	for _, c := range []struct {
-		name, text string
-		line       int
-		key, msg   string
-	}{
+	testBad(t, []badFile{
 		{"syntax", "models: [\n", 1, "", "not valid YAML"},
 		{"unknown top key", "model: []\n", 1, "model", "unknown key (known: models, taskTypes"},
 		{"unknown server key", "mcpServers:\n  x:\n    comand: npx\n", 3, "mcpServers.x.comand", "unknown key (known: command"},
@@ -290,7 +286,22 @@ func TestBad(t *testing.T) {
 		{"bad cron", "schedules:\n  - name: s\n    cron: every day\n    input: x\n", 3, "schedules[0].cron", "\"every day\""},
 		{"schedule type", "schedules:\n  - {name: s, cron: \"@hourly\", input: x, type: nope}\n", 2, "schedules[0].type", "unknown task type \"nope\""},
 		{"duplicate key", "tools: []\ntools: []\n", 2, "", "already defined"},
-	} {
+	})
+}
+
+// badFile is a file Load refuses: the line, the key and a part of the
+// message of its *Error.
+type badFile struct {
+	name, text string
+	line       int
+	key, msg   string
+}
+
+// testBad checks that Load refuses each file with one message naming
+// the file, the line and the key.
+func testBad(t *testing.T, cases []badFile) {
+	t.Helper()
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := write(t, "pegasus.yaml", c.text, nil)
 			_, err := Load(p, testEnv)

@@ -157,7 +157,7 @@ func (c *checker) limits(f *File, r *rawLimits) error {
 const maxRate = 1 << 30
 
 func (c *checker) rateLimits(f *File, ms map[string]rawRateLimit) error {
-	names := c.modelNames(f)
+	names := modelNames(f)
 	for _, name := range slices.Sorted(maps.Keys(ms)) {
 		key := "limits.models." + name
 		if !names[name] {
@@ -180,7 +180,8 @@ func (c *checker) rateLimits(f *File, ms map[string]rawRateLimit) error {
 	return nil
 }
 
-func (c *checker) modelNames(f *File) map[string]bool {
+// modelNames are the names of f's models, the default one included.
+func modelNames(f *File) map[string]bool {
 	names := map[string]bool{DefaultModelName: true}
 	for _, m := range f.Models {
 		names[m.Name] = true
@@ -189,7 +190,7 @@ func (c *checker) modelNames(f *File) map[string]bool {
 }
 
 func (c *checker) prices(f *File, ps map[string]rawPrice) error {
-	names := c.modelNames(f)
+	names := modelNames(f)
 	for _, name := range slices.Sorted(maps.Keys(ps)) {
 		key := "limits.prices." + name
 		p := ps[name]
@@ -213,13 +214,7 @@ func (c *checker) budgets(f *File, b *rawBudgets) error {
 	if b == nil {
 		return nil
 	}
-	types := map[string]bool{}
-	for _, t := range BuiltinTaskTypes {
-		types[t] = true
-	}
-	for _, t := range f.TaskTypes {
-		types[t.Name] = true
-	}
+	types := taskTypeNames(f)
 	amounts := func(key string, tokens int64, cost float64) error {
 		switch {
 		case tokens < 0:

@@ -1,9 +1,7 @@
 package config
 
 import (
-	"errors"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -54,11 +52,7 @@ func TestLoadLimits(t *testing.T) {
 }
 
 func TestBadLimits(t *testing.T) {
-	for _, c := range []struct {
-		name, text string
-		line       int
-		key, msg   string
-	}{
+	testBad(t, []badFile{
 		{"negative default", "limits:\n  concurrency:\n    default: -1\n", 3, "limits.concurrency.default", "-1: a limit is 0 (none)"},
 		{"key limit", "limits:\n  concurrency:\n    keys:\n      acme: 200000\n", 4, "limits.concurrency.keys.acme", "200000"},
 		{"not a number", "limits:\n  concurrency:\n    keys:\n      acme: four\n", 4, "limits.concurrency.keys.acme", "a whole number"},
@@ -71,16 +65,5 @@ func TestBadLimits(t *testing.T) {
 		{"budget window", "limits:\n  budgets:\n    keys:\n      acme:\n        window: week\n", 5, "limits.budgets.keys.acme.window", "day"},
 		{"unknown key", "limits:\n  concurency: {}\n", 2, "limits.concurency", ""},
 		{"schedule key", "schedules:\n  - {name: s, cron: \"@hourly\", input: x, concurrencyKey: \"a\\tb\"}\n", 2, "schedules[0].concurrencyKey", "control characters"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := Load(write(t, "pegasus.yaml", c.text, nil), testEnv)
-			var e *Error
-			if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("got %v, want an *Error", err)
-			}
-			if e.Line != c.line || e.Key != c.key || !strings.Contains(e.Msg, c.msg) {
-				t.Errorf("got line %d key %q msg %q (%v)", e.Line, e.Key, e.Msg, err)
-			}
-		})
-	}
+	})
 }

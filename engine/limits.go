@@ -13,12 +13,13 @@ func limitOptions(f *config.File, a *agent.Options) {
 		return
 	}
 	l := &f.Limits
-	a.Concurrency = agent.ConcurrencyLimits{Default: l.Concurrency.Default, Keys: l.Concurrency.Keys}
+	// The configuration's limit types are the agent's field for field
+	// (config does not import agent): a conversion is the mapping.
+	a.Concurrency = agent.ConcurrencyLimits(l.Concurrency)
 	if len(l.Models) > 0 {
 		a.RateLimits = make(map[string]agent.RateLimit, len(l.Models))
 		for name, r := range l.Models {
-			a.RateLimits[name] = agent.RateLimit{RequestsPerMinute: r.RequestsPerMinute, TokensPerMinute: r.TokensPerMinute,
-				MaxTokens: r.MaxTokens}
+			a.RateLimits[name] = agent.RateLimit(r)
 		}
 	}
 	a.Prices = limitPrices(f, a)
@@ -34,7 +35,7 @@ func limitPrices(f *config.File, a *agent.Options) projection.Prices {
 	}
 	out := projection.Prices{}
 	for name, p := range f.Limits.Prices {
-		pr := projection.Price{Input: p.Input, Output: p.Output}
+		pr := projection.Price(p)
 		out[name] = pr
 		if name == config.DefaultModelName && a.Model != nil {
 			out[a.Model.Name()] = pr
@@ -56,7 +57,7 @@ func limitBudgets(b config.Budgets) agent.Budgets {
 		if out.Types == nil {
 			out.Types = map[string]agent.TaskBudget{}
 		}
-		out.Types[name] = agent.TaskBudget{MaxTokens: t.MaxTokens, MaxCost: t.MaxCost, Policy: t.Policy}
+		out.Types[name] = agent.TaskBudget(t)
 	}
 	for k, kb := range b.Keys {
 		if out.Keys == nil {

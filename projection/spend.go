@@ -2,8 +2,8 @@ package projection
 
 import (
 	"maps"
-	"slices"
 	"strings"
+	"time"
 
 	"github.com/pegasus-engine/pegasus/fsm"
 )
@@ -88,8 +88,9 @@ func NewSpendLedger(prices Prices) *SpendLedger {
 		byModel: map[string]*Spend{}, byDay: map[string]*Spend{}, keyDay: map[[2]string]*Spend{}}
 }
 
-// SpendDay is the day, as the ledger names it, of an event's time.
-func SpendDay(ev *fsm.Event) string { return ev.Time.UTC().Format("2006-01-02") }
+// SpendDay is the day (UTC) of t as the ledger names it: the window of a
+// key's budget.
+func SpendDay(t time.Time) string { return t.UTC().Format("2006-01-02") }
 
 // Apply folds one event: a task's input or TASK_CREATED names its key
 // and model; MODEL_CALLED adds its usage. Other events change nothing.
@@ -115,7 +116,7 @@ func (l *SpendLedger) Apply(ev *fsm.Event) {
 		if ts.model != "" {
 			model = ts.model
 		}
-		day := SpendDay(ev)
+		day := SpendDay(ev.Time)
 		ts.spend.add(s)
 		l.total.add(s)
 		for _, sp := range []*Spend{at(l.byKey, ts.key), at(l.byModel, model), at(l.byDay, day), at(l.keyDay, [2]string{ts.key, day})} {
@@ -194,11 +195,11 @@ func (l *SpendLedger) Report() SpendReport {
 	}
 	r := SpendReport{Total: l.total, ByKey: flat(l.byKey), ByModel: flat(l.byModel), ByDay: flat(l.byDay),
 		ByKeyDay: map[string]map[string]Spend{}, Prices: maps.Clone(l.prices)}
-	for _, k := range slices.Collect(maps.Keys(l.keyDay)) {
+	for k, s := range l.keyDay {
 		if r.ByKeyDay[k[0]] == nil {
 			r.ByKeyDay[k[0]] = map[string]Spend{}
 		}
-		r.ByKeyDay[k[0]][k[1]] = *l.keyDay[k]
+		r.ByKeyDay[k[0]][k[1]] = *s
 	}
 	if r.Prices == nil {
 		r.Prices = Prices{}
