@@ -41,8 +41,7 @@ type Delegation = tools.WorkerCall
 func (a *Agent) delegateTool(ctx context.Context, t *fsm.Task, w *tools.WorkerTool, started *fsm.ToolCallStartedBody,
 	result func(tools.Result, error, time.Duration) *fsm.ToolCallResultBody) {
 	if a.opts.Delegate == nil {
-		err := fmt.Errorf("tool %s runs on a broker worker (capability %s), and this agent has no broker to hand it to", w.Name(), w.Capability)
-		a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, result(tools.Result{}, err, 0)))
+		a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, result(tools.Result{}, noBroker(w), 0)))
 		return
 	}
 	started.Task = a.log.NewID().String()
@@ -51,6 +50,12 @@ func (a *Agent) delegateTool(ctx context.Context, t *fsm.Task, w *tools.WorkerTo
 		return
 	}
 	a.delegate(ctx, t.ID, started, res.Events[0].ID)
+}
+
+// noBroker is the error of a call of worker tool w when the agent has no
+// Options.Delegate.
+func noBroker(w *tools.WorkerTool) error {
+	return fmt.Errorf("tool %s runs on a broker worker (capability %s), and this agent has no broker to hand it to", w.Name(), w.Capability)
 }
 
 // delegate asks Options.Delegate for the broker task of pending call pc
@@ -66,7 +71,7 @@ func (a *Agent) delegate(ctx context.Context, id string, pc *fsm.ToolCallStarted
 	case !ok:
 		err = fmt.Errorf("tool %s is no longer a worker tool of this agent", pc.Tool)
 	case a.opts.Delegate == nil:
-		err = fmt.Errorf("tool %s runs on a broker worker (capability %s), and this agent has no broker to hand it to", pc.Tool, w.Capability)
+		err = noBroker(w)
 	default:
 		args := json.RawMessage(pc.Arguments)
 		if len(strings.TrimSpace(pc.Arguments)) == 0 {

@@ -56,6 +56,7 @@ func (a *Agent) reflect(ctx context.Context, t *fsm.Task) error {
 		{Role: "user", Content: a.reflectionBrief(t)},
 	}
 	specs := a.reflectReg.Specs()
+	kind := a.kindOf(t)
 	var (
 		written    []fsm.Fact
 		episode    *fsm.Episode
@@ -64,7 +65,6 @@ func (a *Agent) reflect(ctx context.Context, t *fsm.Task) error {
 	)
 	for round := 1; round <= a.opts.ReflectionRounds; round++ {
 		var atts []llm.Attempt
-		kind := a.kindOf(t)
 		req := llm.Request{Messages: msgs, Tools: specs, Purpose: "reflect"}
 		// Reflection spends like any call: it runs only if the task's and
 		// its key's budgets have room, with a reservation as a stage's

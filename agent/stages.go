@@ -64,7 +64,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", kind.maxIterations))
 		return
 	}
-	req, decide, err := a.stageRequest(ctx, t, act.Stage)
+	req, decide, err := a.stageRequest(ctx, t, kind, act.Stage)
 	if err != nil {
 		a.fail(ctx, t, v, cause, "unknown_stage", err.Error())
 		return
@@ -142,9 +142,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 }
 
 // stageRequest builds the model request of a model-call stage and the
-// function that turns the reply into the stage's outcome body.
-func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, stage fsm.Stage) (llm.Request, func(llm.Response) fsm.Body, error) {
-	kind := a.kindOf(t)
+// function that turns the reply into the stage's outcome body, for t of
+// kind (resolved once per stage: the request, its budget and its model
+// are of one resolution).
+func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, stage fsm.Stage) (llm.Request, func(llm.Response) fsm.Body, error) {
 	if stage == fsm.StageReason {
 		var opening []fsm.Message
 		if firstReasoning(t) {

@@ -126,36 +126,13 @@ func (s *Subscription) connect(ctx context.Context) error {
 	if s.opts.Stream != "" {
 		q.Set("stream", s.opts.Stream)
 	}
-	u, err := s.c.url("/v1/events/stream", q)
-	if err != nil {
-		return err
-	}
 	sctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(sctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		cancel()
-		return fmt.Errorf("client: %w", err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set(api.HeaderLastEventID, strconv.FormatUint(s.last, 10))
-	s.c.headers(req, request{path: "/v1/events/stream"})
-	hc := *s.c.opts.HTTPClient
-	hc.Timeout = 0                         // a stream stays open as long as the caller reads it
 	stop := context.AfterFunc(ctx, cancel) // the dial and the header obey ctx
-	resp, err := hc.Do(req)
+	resp, err := s.c.openEventStream(sctx, ctx, "/v1/events/stream", q, strconv.FormatUint(s.last, 10))
 	stop()
 	if err != nil {
 		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		cancel()
-		return errorOf(resp.StatusCode, data)
+		return err
 	}
 	s.body, s.cancel = resp.Body, cancel
 	evs := make(chan sseResult)
@@ -178,6 +155,41 @@ func (s *Subscription) connect(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// openEventStream sends GET path?q asking for Server-Sent Events (with
+// Last-Event-ID lastID when not empty) and returns the response once the
+// server accepted it: rctx bounds the request and the body read after,
+// ctx's end while it waits for the response is returned as ctx's error.
+func (c *Client) openEventStream(rctx, ctx context.Context, path string, q url.Values, lastID string) (*http.Response, error) {
+	u, err := c.url(path, q)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set(api.HeaderLastEventID, lastID)
+	}
+	c.headers(req, request{path: path})
+	hc := *c.opts.HTTPClient
+	hc.Timeout = 0 // a stream stays open as long as the caller reads it
+	resp, err := hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, errorOf(resp.StatusCode, data)
+	}
+	return resp, nil
 }
 
 // drop closes the current connection.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"strconv"
 
@@ -32,30 +30,11 @@ type TextFrame struct {
 // (ErrStreamEnded); it does not reconnect.
 func (c *Client) FollowTask(ctx context.Context, id string, afterSeq uint64, onText func(TextFrame) error, onEvent func(api.Event) error) error {
 	path := "/v1/tasks/" + url.PathEscape(id) + "/stream"
-	u, err := c.url(path, url.Values{"after_seq": {strconv.FormatUint(afterSeq, 10)}})
+	resp, err := c.openEventStream(ctx, ctx, path, url.Values{"after_seq": {strconv.FormatUint(afterSeq, 10)}}, "")
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	req.Header.Set("Accept", "text/event-stream")
-	c.headers(req, request{path: path})
-	hc := *c.opts.HTTPClient
-	hc.Timeout = 0 // a stream stays open as long as the caller reads it
-	resp, err := hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%w: %w", ErrUnreachable, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return errorOf(resp.StatusCode, data)
-	}
 	err = sse.Read(ctx, resp.Body, maxEventLine, func(e sse.Event) error {
 		switch e.Event {
 		case "delta", "attempt_restarted":
