@@ -336,23 +336,24 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 		}
 		isWorker := ev.Stream == projection.WorkersStream
 		if !isWorker && !strings.HasPrefix(ev.Type, "DISPATCH_") {
-			if b.children.has(ev.Stream) {
+			kids := b.children.of(ev.Stream)
+			if len(kids) > 0 {
 				// A parent moved: its tool tasks may be unwanted now.
 				if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {
 					return err
 				}
 				b.mu.Lock()
-				for _, c := range b.children.of(ev.Stream) {
+				for _, c := range kids {
 					if _, ok := b.live[c]; ok {
 						b.dirty[c] = struct{}{}
 					}
 				}
 				b.mu.Unlock()
-				b.followed.Advance(ev.Seq)
-				b.wake()
-				continue
 			}
 			b.followed.Advance(ev.Seq)
+			if len(kids) > 0 {
+				b.wake()
+			}
 			continue
 		}
 		if err := b.tasks.WaitFor(ctx, ev.Seq); err != nil {

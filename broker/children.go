@@ -52,13 +52,6 @@ func (x *childIndex) of(parent string) []string {
 	return slices.Clone(x.children[parent])
 }
 
-// has reports whether parent has children indexed.
-func (x *childIndex) has(parent string) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return len(x.children[parent]) > 0
-}
-
 // parentOf returns the parent of child, "" if it has none indexed.
 func (x *childIndex) parentOf(child string) string {
 	x.mu.Lock()

@@ -46,9 +46,11 @@ func (b *Broker) CreateToolTask(ctx context.Context, d ToolCall) error {
 	if _, err := b.tasks.Task(d.Child); err == nil {
 		return nil
 	}
-	for _, c := range b.children.of(d.Parent) {
-		if t, err := b.tasks.Task(c); err == nil && d.Key != "" && t.Metadata[MetaIdempotencyKey] == d.Key {
-			return nil
+	if d.Key != "" {
+		for _, c := range b.children.of(d.Parent) {
+			if t, err := b.tasks.Task(c); err == nil && t.Metadata[MetaIdempotencyKey] == d.Key {
+				return nil
+			}
 		}
 	}
 	args := d.Arguments

@@ -51,8 +51,7 @@ type committer struct {
 type commitReq struct {
 	ctx   context.Context
 	parts []eventlog.StreamAppend
-	n     int                // messages
-	wire  [][]byte           // the messages' bodies (prepare)
+	wire  [][]byte           // the messages' bodies (prepare), one per message
 	done  chan commitOutcome // buffered: the committer never blocks on it
 	// release, for a hold, receives the stream sequence of the last
 	// message the holder stored in the partition (0: none; unknownLast:
@@ -125,8 +124,8 @@ func (r *ReplicatedLog) committerFor(p int) *committer {
 
 // commit sends an append through partition p's committer and waits for
 // its outcome.
-func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire [][]byte, n int) commitOutcome {
-	req := &commitReq{ctx: ctx, parts: parts, wire: wire, n: n, done: make(chan commitOutcome, 1)}
+func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire [][]byte) commitOutcome {
+	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
 	c := r.committerFor(p)
 	select {
 	case c.reqs <- req:
@@ -163,16 +162,16 @@ func (c *committer) run(ctx context.Context) {
 			c.hold(ctx, first)
 			continue
 		}
-		batch, msgs := []*commitReq{first}, first.n
+		batch, msgs := []*commitReq{first}, len(first.wire)
 	gather:
 		for {
 			select {
 			case req := <-c.reqs:
-				if req.release != nil || msgs+req.n > maxBatch {
+				if req.release != nil || msgs+len(req.wire) > maxBatch {
 					carry = req
 					break gather
 				}
-				batch, msgs = append(batch, req), msgs+req.n
+				batch, msgs = append(batch, req), msgs+len(req.wire)
 			default:
 				break gather
 			}
@@ -223,9 +222,9 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 			tail := last
 			for i := len(batch) - 1; i >= 0; i-- {
 				r.commits.appends.Add(1)
-				r.commits.messages.Add(uint64(batch[i].n))
+				r.commits.messages.Add(uint64(len(batch[i].wire)))
 				batch[i].reply(commitOutcome{last: tail})
-				tail -= uint64(batch[i].n)
+				tail -= uint64(len(batch[i].wire))
 			}
 			c.acked = last
 			return
@@ -302,7 +301,6 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	v := &batchVersions{r: r, after: map[string]uint64{}}
 	var parts []eventlog.StreamAppend
 	var wire [][]byte
-	n := 0
 	sent := batch[:0]
 	for _, req := range batch {
 		if err := req.ctx.Err(); err != nil {
@@ -322,7 +320,6 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 		sent = append(sent, req)
 		parts = append(parts, req.parts...)
 		wire = append(wire, req.wire...)
-		n += req.n
 	}
 	if len(sent) == 0 {
 		return nil, 0, nil
@@ -335,7 +332,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	if h := r.beforeBatch; h != nil {
 		h(c.p, len(sent))
 	}
-	seq, err := r.publish(ctx, parts, wire, checks, n)
+	seq, err := r.publish(ctx, parts, wire, checks)
 	return sent, seq, err
 }
 

@@ -652,7 +652,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 	if ferr != nil {
 		return nil, ferr
 	}
-	parts, wire, n, fresh, err := r.prepare(appends)
+	parts, wire, fresh, err := r.prepare(appends)
 	if err != nil {
 		return nil, err
 	}
@@ -663,7 +663,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 		}
 	}
 	defer r.noteSent(parts, wire)()
-	res, err := r.appendNew(ctx, parts, wire, n)
+	res, err := r.appendNew(ctx, parts, wire)
 	var conflict *eventlog.ConflictError
 	if errors.As(err, &conflict) {
 		// A retry racing its own first attempt (on this node or another:
@@ -681,9 +681,9 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 // appendNew stores parts, which the local copy does not hold (yet):
 // through the partition's committer if this node holds the partition of
 // every part, else as one publish checked by JetStream.
-func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, n int) ([]eventlog.AppendResult, error) {
+func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte) ([]eventlog.AppendResult, error) {
 	if p, ok := r.ownedPartition(parts); ok {
-		o := r.commit(ctx, p, parts, wire, n)
+		o := r.commit(ctx, p, parts, wire)
 		if o.err != nil || o.res != nil {
 			return o.res, o.err
 		}
@@ -699,7 +699,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			return nil, err
 		}
 	}
-	last, err := r.publishChecked(ctx, parts, wire, n)
+	last, err := r.publishChecked(ctx, parts, wire)
 	if release != nil {
 		switch {
 		case err == nil:
@@ -721,7 +721,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 // while JetStream refuses it as busy or no leader answers, until
 // AckTimeout. It returns the stream sequence of its last message, or 0
 // when the events turned out to be stored already.
-func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, n int) (uint64, error) {
+func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte) (uint64, error) {
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -737,7 +737,7 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 			}
 			fenced = fenced || checks[i].subj != ""
 		}
-		last, err = r.publish(actx, parts, wire, checks, n)
+		last, err = r.publish(actx, parts, wire, checks)
 		if isWrongLastSeq(err) {
 			// A real conflict, or a busy subject: on a replicated
 			// stream JetStream also refuses an expected-version check
@@ -799,19 +799,19 @@ func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.Stre
 // prepare copies the appends, gives each event an id and a time if it has
 // none, checks them all before anything is published and builds each
 // event's message (wireOf), once for every attempt. It returns the
-// messages, in order, the number of events, and whether every id was
+// messages, in order, and whether every id was
 // given here (then no earlier append can hold them).
-func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire [][]byte, n int, fresh bool, err error) {
+func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire [][]byte, fresh bool, err error) {
 	if len(appends) == 0 {
-		return nil, nil, 0, false, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
+		return nil, nil, false, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
 	}
 	parts = make([]eventlog.StreamAppend, len(appends))
 	now := time.Now().UTC()
-	ids, streams := map[ulid.ULID]bool{}, map[string]bool{}
+	ids, streams, n := map[ulid.ULID]bool{}, map[string]bool{}, 0
 	fresh = true
 	for i, sa := range appends {
 		if len(sa.Events) == 0 || sa.Stream == "" || streams[sa.Stream] {
-			return nil, nil, 0, false, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
+			return nil, nil, false, fmt.Errorf("%w: each part of an append needs its own stream and events", eventlog.ErrInvalid)
 		}
 		streams[sa.Stream] = true
 		evs := append([]eventlog.Event(nil), sa.Events...)
@@ -826,10 +826,10 @@ func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventl
 			}
 			evs[j].Stream = sa.Stream
 			if err := validate(evs[j]); err != nil {
-				return nil, nil, 0, false, err
+				return nil, nil, false, err
 			}
 			if ids[evs[j].ID] {
-				return nil, nil, 0, false, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
+				return nil, nil, false, fmt.Errorf("%w: event id %s twice in one append", eventlog.ErrInvalid, evs[j].ID)
 			}
 			ids[evs[j].ID] = true
 		}
@@ -837,12 +837,12 @@ func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventl
 		parts[i] = eventlog.StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
 	}
 	if n > maxBatch {
-		return nil, nil, 0, false, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
+		return nil, nil, false, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
 	}
 	if wire, err = wireOf(parts); err != nil {
-		return nil, nil, 0, false, err
+		return nil, nil, false, err
 	}
-	return parts, wire, n, fresh, nil
+	return parts, wire, fresh, nil
 }
 
 // storedAll is stored for every part: ok if the local copy holds them all.
@@ -1111,7 +1111,8 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 // subject, the first of each part with its expected subject sequence;
 // several go as one atomic batch. It returns the stream sequence of the
 // last.
-func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, checks []check, n int) (uint64, error) {
+func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, checks []check) (uint64, error) {
+	n := len(wire)
 	batchID := ulid.Make().String()
 	var ack pubAck
 	k := 0
@@ -1119,17 +1120,8 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 		subj := subjectOf(p.Stream, r.parts)
 		for j, ev := range p.Events {
 			k++
-			var data []byte
-			if wire != nil {
-				data = wire[k-1]
-			} else {
-				var err error
-				if data, err = replay.MarshalStored(onWire(ev)); err != nil {
-					return 0, err
-				}
-			}
 			m := nats.NewMsg(subj)
-			m.Data = data
+			m.Data = wire[k-1]
 			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
 			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
 			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))

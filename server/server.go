@@ -132,17 +132,22 @@ func (s *Server) routes() http.Handler {
 	return s.middleware(mux)
 }
 
-// wrap turns a handler's error into the JSON envelope.
+// wrap ends the request with the base context too, whatever server
+// serves it (a stream or a long poll does not hold a stop), and turns a
+// handler's error into the JSON envelope. It runs inside the mux, which
+// has named the route on the request by then.
 func (s *Server) wrap(h handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e := h(w, r); e != nil {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(s.base, cancel)()
+		if e := h(w, r.WithContext(ctx)); e != nil {
 			writeError(w, e)
 		}
 	})
 }
 
-// middleware authenticates, bounds the body, ends the request with the
-// base context, recovers panics and logs.
+// middleware authenticates, bounds the body, recovers panics and logs.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &metrics.StatusRecorder{ResponseWriter: w}
@@ -164,16 +169,7 @@ func (s *Server) middleware(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, s.maxBody)
-		// The request ends with the base context too, whatever server
-		// serves it: a stream or a long poll does not hold a stop.
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		defer context.AfterFunc(s.base, cancel)()
-		rc := r.WithContext(ctx)
-		next.ServeHTTP(rec, rc)
-		// The mux names the route on the request it serves; the metrics
-		// around this middleware read it from theirs.
-		r.Pattern = rc.Pattern
+		next.ServeHTTP(rec, r)
 	})
 }
 

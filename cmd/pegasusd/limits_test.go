@@ -57,7 +57,6 @@ func TestBudgetWhy(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(yaml, "maxTokens: 1}", "maxTokens: 1000000}", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg.file = f
 	if err := td.d.reloadLimits(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 // until ctx ends, and applies its limits (docs/limits.md): an operator
 // raises a budget, then resumes the tasks it suspended.
 func (d *daemon) reloadLimitsOnHUP(ctx context.Context) {
-	if d.cfg.file == nil {
+	if d.cfg.engine.Config == nil {
 		return
 	}
 	hup := make(chan os.Signal, 1)
@@ -34,7 +34,7 @@ func (d *daemon) reloadLimitsOnHUP(ctx context.Context) {
 // reloadLimits reads the configuration file again and applies its
 // limits; a file that no longer loads changes nothing and is logged.
 func (d *daemon) reloadLimits() error {
-	f, err := cfgfile.Load(d.cfg.file.Path, os.Getenv)
+	f, err := cfgfile.Load(d.cfg.engine.Config.Path, os.Getenv)
 	if err != nil {
 		d.log.Error("reloading the limits: the configuration does not load; the limits stay as they were", "err", err)
 		return err

@@ -87,9 +87,8 @@ type config struct {
 	metricsAddr          string
 	engine               engine.Options
 	server               server.Options
-	// file is --config's file, nil without one; warnings are logged once
-	// the logger exists (a deprecated flag).
-	file     *cfgfile.File
+	// warnings are logged once the logger exists (a deprecated flag).
+	// --config's file is engine.Config, nil without one.
 	warnings []string
 }
 
@@ -139,8 +138,8 @@ func configFrom(cc *cli.Context) (*config, error) {
 		return nil, err
 	}
 	if f := cc.String("schedules-file"); f != "" {
-		if c.file != nil && len(c.file.Schedules) > 0 {
-			return nil, usageError{fmt.Sprintf("--schedules-file %s and the schedules of --config %s: give the schedules in one place, the configuration file", f, c.file.Path)}
+		if c.engine.Config != nil && len(c.engine.Config.Schedules) > 0 {
+			return nil, usageError{fmt.Sprintf("--schedules-file %s and the schedules of --config %s: give the schedules in one place, the configuration file", f, c.engine.Config.Path)}
 		}
 		c.warnings = append(c.warnings, "--schedules-file (PEGASUS_SCHEDULES_FILE) is deprecated and will be removed: move its schedules into the configuration file's schedules (--config, docs/config.md)")
 		ss, err := engine.LoadSchedules(f)
@@ -313,7 +312,7 @@ func (c *config) loadConfig(cc *cli.Context) error {
 	if err != nil {
 		return cliconv.Kind(cliconv.ErrUsage, err)
 	}
-	c.file, c.engine.Config = f, f
+	c.engine.Config = f
 	m := f.DefaultModel()
 	if m == nil {
 		return nil
