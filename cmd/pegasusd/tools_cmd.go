@@ -104,8 +104,8 @@ func (c *client) printTools(shown []papi.Tool) error {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOOL\tSOURCE\tHEALTH\tTASK TYPES\tDESCRIPTION")
 	for _, t := range shown {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, toolSource(t), toolOrDash(t.Health), toolOrDash(strings.Join(t.TaskTypes, ",")),
-			toolOrDash(toolFirstLine(t.Description, 60)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, toolSource(t), cliconv.OrDash(t.Health), cliconv.OrDash(strings.Join(t.TaskTypes, ",")),
+			cliconv.OrDash(toolFirstLine(t.Description, 60)))
 	}
 	return tw.Flush()
 }
@@ -116,7 +116,7 @@ func (c *client) printTool(t papi.Tool) error {
 	if t.Health != "" {
 		fmt.Fprintf(c.stdout, "health: %s%s\n", t.Health, toolPrefixed(": ", t.Error))
 	}
-	fmt.Fprintf(c.stdout, "task types: %s\n", toolOrDash(strings.Join(t.TaskTypes, ", ")))
+	fmt.Fprintf(c.stdout, "task types: %s\n", cliconv.OrDash(strings.Join(t.TaskTypes, ", ")))
 	if t.Description != "" {
 		fmt.Fprintf(c.stdout, "description: %s\n", t.Description)
 	}
@@ -130,13 +130,6 @@ func (c *client) printTool(t papi.Tool) error {
 	}
 	fmt.Fprintf(c.stdout, "parameters:\n  %s\n", out)
 	return nil
-}
-
-func toolOrDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func toolPrefixed(prefix, s string) string {

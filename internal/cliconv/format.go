@@ -45,8 +45,8 @@ func TaskRow(s projection.Summary, queued bool, now time.Time) []string {
 	if queued {
 		state += " (queued)"
 	}
-	return []string{s.ID, state, orDash(s.Machine), orDash(s.Type), strconv.Itoa(s.Priority), Age(now, s.CreatedAt),
-		strconv.Itoa(s.Iteration), strconv.FormatUint(s.Events, 10), orDash(s.Source), input}
+	return []string{s.ID, state, OrDash(s.Machine), OrDash(s.Type), strconv.Itoa(s.Priority), Age(now, s.CreatedAt),
+		strconv.Itoa(s.Iteration), strconv.FormatUint(s.Events, 10), OrDash(s.Source), input}
 }
 
 // MoreLine is what a listing prints under a page that has a next one.
@@ -54,7 +54,8 @@ func MoreLine(cursor string) string {
 	return fmt.Sprintf("more: --cursor %s (or --all)", cursor)
 }
 
-func orDash(s string) string {
+// OrDash is s, or "-" for an empty cell of a table.
+func OrDash(s string) string {
 	if s == "" {
 		return "-"
 	}
