@@ -265,8 +265,8 @@ func (b *builder) event(ev eventlog.Event) {
 	}
 	ts, first := b.task(ev)
 	cur := ts.root
-	if ev.Time.After(b.spans[ts.root].End) {
-		b.spans[ts.root].End = ev.Time
+	if r := &b.spans[ts.root]; r.Open && ev.Time.After(r.End) {
+		r.End = ev.Time // an ended task keeps its end: a later reflection is a child after it
 	}
 	body, err := fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
 	if err != nil {

@@ -168,7 +168,38 @@ func tree(t testing.TB) []eventlog.Event {
 	s.wait(time.Millisecond)
 	s.add(task, ulid.ULID{}, &fsm.StepCompletedBody{StepIndex: 0, Result: "Sunny, 21 C"})
 	s.add(task, ulid.ULID{}, &fsm.TaskCompletedBody{Result: "Sunny, 21 C"})
+	// The post-task reflection: a model call after the task's end.
+	s.wait(300 * time.Millisecond)
+	s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reflect", Attempt: 1, Model: "gpt-a", LatencyMS: 280, Status: 200, PromptTokens: 300, CompletionTokens: 40, FinishReason: "stop"})
+	s.add(task, ulid.ULID{}, &fsm.ReflectionCompleteBody{})
 	return s.evs
+}
+
+// failing is a task a budget suspends, an operator resumes, and whose
+// model call then fails twice: it fails with model_error.
+func failing(t testing.TB) []eventlog.Event {
+	s := newScript(t)
+	in := s.add("", ulid.ULID{}, &fsm.Input{Kind: fsm.WebhookTriggered, Text: "nightly", Source: "webhook", Name: "nightly", TaskType: "general"})
+	task := in.Stream
+	s.wait(time.Second)
+	s.add(task, ulid.ULID{}, &fsm.TaskCreatedBody{TaskType: "general", Source: "webhook", ConcurrencyKey: "acme"})
+	s.add(task, ulid.ULID{}, &fsm.BudgetExceededBody{Budget: fsm.BudgetKey, Key: "acme", Model: "gpt-a", MaxTokens: 1000, SpentTokens: 1200, Policy: fsm.BudgetSuspend})
+	s.add(task, ulid.ULID{}, &fsm.TaskSuspendedBody{Reason: "budget_exhausted: over"})
+	s.wait(time.Hour)
+	s.add(task, ulid.ULID{}, &fsm.TaskResumedBody{Reason: "new day"})
+	s.wait(2 * time.Second)
+	s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "gpt-a", LatencyMS: 1500, Status: 500, Error: "server error"})
+	s.wait(2 * time.Second)
+	s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reason", Attempt: 2, Model: "gpt-a", LatencyMS: 1500, Status: 500, Error: "server error"})
+	s.add(task, ulid.ULID{}, &fsm.TaskFailedBody{Reason: "model_error", Error: "model call failed after 2 attempt(s): server error"})
+	return s.evs
+}
+
+func TestBuildGoldenFailing(t *testing.T) {
+	evs := failing(t)
+	golden(t, "failing.txt", render(traces.Build(evs, traces.Options{})))
+	// Before the second attempt: the call is open (a retry follows).
+	golden(t, "failing-retrying.txt", render(traces.Build(evs[:6], traces.Options{})))
 }
 
 // render is the spans as text a person reads: a tree, with times
