@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -56,14 +57,6 @@ func TraceEvents(ctx context.Context, r Reader, id string) ([]eventlog.Event, er
 			return nil, err
 		}
 	}
-	slices.SortStableFunc(evs, func(a, b eventlog.Event) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(evs, func(a, b eventlog.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	return evs, nil
 }

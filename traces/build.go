@@ -154,7 +154,8 @@ type attempt struct {
 
 // SpanIDFor is the id of a span an event opens besides the one SpanID
 // gives (a task's admission, a model call around its attempts): FNV-1a
-// over the event's ULID and part, never zero.
+// over the event's ULID and part, never zero. SpanIDFor(id, "") is
+// SpanID(id).
 func SpanIDFor(id ulid.ULID, part string) [8]byte {
 	h := fnv.New64a()
 	h.Write(id[:])
