@@ -23,6 +23,8 @@ type apiError struct {
 	status  int
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Items: a batch refused for some of its items, each by its index.
+	Items []batchItemError `json:"items,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -93,6 +95,11 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 		}
 		return errBadRequest("a JSON body is required")
 	}
+	return decodeJSON(data, v)
+}
+
+// decodeJSON is decodeBody's decoding of data, one JSON object, into v.
+func decodeJSON(data []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
