@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/api"
 	"github.com/pegasus-engine/pegasus/broker"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -28,7 +29,7 @@ import (
 // first request was, and not created again.
 
 // maxBatch is how many tasks one batch request may carry (docs/api.md).
-const maxBatch = 1000
+const maxBatch = api.MaxBatch
 
 // batchItemError is one refused item of a batch, in the error body's
 // "items".
