@@ -3,10 +3,10 @@ package client
 import (
 	"context"
 	crand "crypto/rand"
-	"slices"
 	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
