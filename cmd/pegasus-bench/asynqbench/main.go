@@ -64,9 +64,9 @@ type system struct {
 }
 
 type result struct {
-	jobs       int
-	elapsed    time.Duration
-	cpu        time.Duration
+	jobs        int
+	elapsed     time.Duration
+	cpu         time.Duration
 	load, load2 string
 }
 
