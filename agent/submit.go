@@ -192,7 +192,7 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			}
 			held, err := false, error(nil)
 			if !drawn[i] || attempt > 0 {
-				held, err = a.stored(&evs[i])
+				held, err = batcherr.Stored(a.log, &evs[i])
 			}
 			if err != nil {
 				bad.Add(i, err)
@@ -230,23 +230,6 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 		_ = a.watch.waitHooked(ctx, last)
 		return out, nil
 	}
-}
-
-// stored reports whether the log holds ev's id as this very input (a
-// retry); the id stored with other content is ErrIDReused.
-func (a *Agent) stored(ev *eventlog.Event) (bool, error) {
-	prev, err := a.log.Get(ev.ID)
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if prev.Stream != ev.ID.String() || prev.Type != ev.Type || prev.Schema != ev.Schema || string(prev.Body) != string(ev.Body) {
-		return false, fmt.Errorf("%w: %s is already event %d of stream %q with different content",
-			eventlog.ErrIDReused, ev.ID, prev.Seq, prev.Stream)
-	}
-	return true, nil
 }
 
 func (a *Agent) checkInput(in *Input) error {

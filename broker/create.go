@@ -151,7 +151,7 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 				continue
 			}
 			if !drawn[i] || attempt > 0 {
-				ok, err := b.stored(&evs[i])
+				ok, err := batcherr.Stored(b.log, &evs[i])
 				if err != nil {
 					bad.Add(i, err)
 					continue
@@ -194,23 +194,6 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 		}
 		return out, nil
 	}
-}
-
-// stored reports whether the log holds ev's id as this very event (a
-// retry); the id stored with other content is ErrIDReused.
-func (b *Broker) stored(ev *eventlog.Event) (bool, error) {
-	prev, err := b.log.Get(ev.ID)
-	if errors.Is(err, eventlog.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if prev.Stream != ev.ID.String() || prev.Type != ev.Type || prev.Schema != ev.Schema || string(prev.Body) != string(ev.Body) {
-		return false, fmt.Errorf("%w: %s is already event %d of stream %q with different content",
-			eventlog.ErrIDReused, ev.ID, prev.Seq, prev.Stream)
-	}
-	return true, nil
 }
 
 // checkCreated refuses a body the machine would not take, or whose parent
