@@ -12,6 +12,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/batcherr"
 	"github.com/pegasus-engine/pegasus/internal/usererr"
 )
 
@@ -72,6 +73,35 @@ func (a *Agent) Submit(ctx context.Context, text, source, taskType string) (stri
 // admission appends TASK_CREATED, caused by the input and correlated to it,
 // which starts the machine.
 func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
+	ev, err := a.inputEvent(&in)
+	if err != nil {
+		return "", err
+	}
+	done, err := a.intake()
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	if ev.ID == (ulid.ULID{}) {
+		ev.ID = a.log.NewID()
+		ev.Correlation = ev.ID
+	}
+	taskID := ev.ID.String()
+	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, ev)
+	if err != nil {
+		return "", fmt.Errorf("agent: submit: %w", err)
+	}
+	// Committed: the task exists and will run even if this wait ends
+	// early. Waiting for the hook means the task can be read, and is
+	// admitted or queued, when Submit returns.
+	_ = a.watch.waitHooked(ctx, res.LastSeq)
+	return taskID, nil
+}
+
+// inputEvent applies in's defaults, checks it and returns the event that
+// creates its task: with in.ID as its id and correlation, zero when the
+// caller chose none.
+func (a *Agent) inputEvent(in *Input) (eventlog.Event, error) {
 	if in.Kind == "" {
 		in.Kind = fsm.MessageReceived
 	}
@@ -81,18 +111,8 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	if in.TaskType == "" {
 		in.TaskType = TypeGeneral
 	}
-	if err := a.checkInput(&in); err != nil {
-		return "", err
-	}
-	done, err := a.intake()
-	if err != nil {
-		return "", err
-	}
-	defer done()
-
-	inputID := in.ID
-	if inputID == (ulid.ULID{}) {
-		inputID = a.log.NewID()
+	if err := a.checkInput(in); err != nil {
+		return eventlog.Event{}, err
 	}
 	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
 		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name, ConcurrencyKey: in.ConcurrencyKey}
@@ -101,20 +121,115 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	}
 	inData, err := fsm.Encode(body)
 	if err != nil {
-		return "", err
+		return eventlog.Event{}, err
 	}
-	taskID := inputID.String()
-	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, eventlog.Event{
-		ID: inputID, Type: string(in.Kind), Correlation: inputID, Schema: fsm.SchemaVersion, Body: inData,
-	})
+	return eventlog.Event{ID: in.ID, Type: string(in.Kind), Correlation: in.ID, Schema: fsm.SchemaVersion, Body: inData}, nil
+}
+
+// Submitted is one task of SubmitInputs: its id, and whether the log held
+// its input already (a retry under the same Input.ID).
+type Submitted struct {
+	ID       string
+	Replayed bool
+}
+
+// SubmitInputs creates a task from each input, all in one synced commit:
+// when it returns without error every task exists, and when it fails none
+// of the inputs it would have written is stored. Inputs are checked first:
+// any invalid one refuses the whole batch with a *batcherr.Error naming
+// each invalid input by its index. An input whose ID the log holds
+// already with the same content is a retry: it is answered (Replayed)
+// and not written again, so a batch sent again creates nothing twice,
+// also when some of its inputs were stored by an earlier request; the
+// same ID with other content is an item error wrapping
+// eventlog.ErrIDReused. Two inputs of one batch may not share an ID.
+func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, error) {
+	evs := make([]eventlog.Event, len(ins))
+	var bad batcherr.Error
+	first := make(map[ulid.ULID]int)
+	for i := range ins {
+		ev, err := a.inputEvent(&ins[i])
+		if err != nil {
+			bad.Add(i, err)
+			continue
+		}
+		if ev.ID != (ulid.ULID{}) {
+			if j, dup := first[ev.ID]; dup {
+				bad.Add(i, usererr.Errorf(ErrInvalidInput, "the same id (idempotency key) as tasks[%d]", j))
+				continue
+			}
+			first[ev.ID] = i
+		}
+		evs[i] = ev
+	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 {
+		return []Submitted{}, nil
+	}
+	done, err := a.intake()
 	if err != nil {
-		return "", fmt.Errorf("agent: submit: %w", err)
+		return nil, err
 	}
-	// Committed: the task exists and will run even if this wait ends
-	// early. Waiting for the hook means the task can be read, and is
-	// admitted or queued, when Submit returns.
-	_ = a.watch.waitHooked(ctx, res.LastSeq)
-	return taskID, nil
+	defer done()
+	drawn := make([]bool, len(evs)) // an id drawn here is in no log
+	for i := range evs {
+		if evs[i].ID == (ulid.ULID{}) {
+			evs[i].ID = a.log.NewID()
+			evs[i].Correlation = evs[i].ID
+			drawn[i] = true
+		}
+	}
+	out := make([]Submitted, len(evs))
+	for attempt := 0; ; attempt++ {
+		// What the log holds already is answered, not appended.
+		appends := make([]eventlog.StreamAppend, 0, len(evs))
+		idx := make([]int, 0, len(evs)) // appends[k] is evs[idx[k]]
+		for i := range evs {
+			if out[i].ID != "" {
+				continue
+			}
+			held, err := false, error(nil)
+			if !drawn[i] || attempt > 0 {
+				held, err = batcherr.Stored(a.log, &evs[i])
+			}
+			if err != nil {
+				bad.Add(i, err)
+				continue
+			}
+			if held {
+				out[i] = Submitted{ID: evs[i].ID.String(), Replayed: true}
+				continue
+			}
+			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
+			idx = append(idx, i)
+		}
+		if err := bad.Err(); err != nil {
+			return nil, err
+		}
+		if len(appends) == 0 {
+			return out, nil
+		}
+		res, err := a.app.AppendMulti(ctx, appends...)
+		if (errors.Is(err, eventlog.ErrIDReused) || errors.Is(err, eventlog.ErrConflict)) && attempt < 3 {
+			// Another request stored some of these inputs meanwhile (a
+			// retry racing its first attempt): look again.
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("agent: submit: %w", err)
+		}
+		var last uint64
+		for _, r := range res {
+			last = max(last, r.LastSeq)
+		}
+		for k, i := range idx {
+			out[i] = Submitted{ID: appends[k].Stream}
+		}
+		_ = a.watch.waitHooked(ctx, last)
+		return out, nil
+	}
 }
 
 func (a *Agent) checkInput(in *Input) error {

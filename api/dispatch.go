@@ -80,6 +80,25 @@ type CreateDispatch struct {
 	ConcurrencyKey       string                     `json:"concurrency_key,omitempty"` // the agent task's, for an agent worker
 }
 
+// CreateDispatchItem is an item of POST /api/v1/tasks:batch: the body of
+// POST /api/v1/tasks and the item's own Idempotency-Key, if any.
+type CreateDispatchItem struct {
+	CreateDispatch
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// CreateDispatches is the body of POST /api/v1/tasks:batch: 1 to
+// MaxBatch tasks, created together in one synced commit, all or none.
+type CreateDispatches struct {
+	Tasks []CreateDispatchItem `json:"tasks"`
+}
+
+// DispatchTasks is the answer to POST /api/v1/tasks:batch: each task as
+// created, in the request's order.
+type DispatchTasks struct {
+	Tasks []DispatchTask `json:"tasks"`
+}
+
 // DispatchPage is a page of GET /api/v1/tasks, oldest id first;
 // NextCursor, when not empty, continues it.
 type DispatchPage struct {

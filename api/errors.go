@@ -12,6 +12,17 @@ type ErrorBody struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Items lists the refused items of a batch (POST /v1/tasks:batch,
+	// /api/v1/tasks:batch), each by its index; omitted otherwise.
+	Items []ItemError `json:"items,omitempty"`
+}
+
+// ItemError is one refused item of a batch: nothing of the batch was
+// created.
+type ItemError struct {
+	Index   int    `json:"index"` // in the request's tasks, from 0
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // The error codes of the APIs (docs/api.md#errors). A client switches on

@@ -35,6 +35,29 @@ type CreateTask struct {
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
+// MaxBatch is how many tasks one batch (POST /v1/tasks:batch, POST
+// /api/v1/tasks:batch) may carry.
+const MaxBatch = 1000
+
+// CreateTaskItem is an item of POST /v1/tasks:batch: the body of POST
+// /v1/tasks and the item's own Idempotency-Key, if any.
+type CreateTaskItem struct {
+	CreateTask
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// CreateTasks is the body of POST /v1/tasks:batch: 1 to MaxBatch tasks,
+// created together in one synced commit, all or none.
+type CreateTasks struct {
+	Tasks []CreateTaskItem `json:"tasks"`
+}
+
+// CreatedTasks is the answer to POST /v1/tasks:batch: each task's answer,
+// in the request's order.
+type CreatedTasks struct {
+	Tasks []Created `json:"tasks"`
+}
+
 // Created is the answer to POST /v1/tasks and POST /v1/webhooks/{name}
 // (201, the task id also in Location).
 type Created struct {

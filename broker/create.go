@@ -15,6 +15,7 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/batcherr"
 	"github.com/pegasus-engine/pegasus/internal/usererr"
 )
 
@@ -85,6 +86,130 @@ func (b *Broker) Create(ctx context.Context, id ulid.ULID, req CreateRequest) (f
 	return b.create(ctx, id, body, ulid.ULID{}, ulid.ULID{})
 }
 
+// Created is one task of CreateMany: the task as folded, and whether the
+// log held it already (a retry under the same id).
+type Created struct {
+	Task     fsm.Task
+	Replayed bool
+}
+
+// CreateMany creates a task from each request, all in one synced commit:
+// when it returns without error every task exists, and when it fails
+// none of the tasks it would have written is stored. ids[i], when not
+// zero, is the id of reqs[i]'s task (an Idempotency-Key's): a task the log
+// holds already under that id with the same request is answered
+// (Replayed) and not written again, so a batch sent again creates nothing
+// twice, also when an earlier request stored some of its tasks; the same
+// id with another request is an item error wrapping eventlog.ErrIDReused.
+// Requests are checked first: any invalid one refuses the whole batch
+// with a *batcherr.Error naming each by its index. A parent_task_id must
+// name a task that exists before the batch.
+func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateRequest) ([]Created, error) {
+	if len(ids) != len(reqs) {
+		return nil, fmt.Errorf("broker: CreateMany: %d ids for %d requests", len(ids), len(reqs))
+	}
+	var bad batcherr.Error
+	evs := make([]eventlog.Event, len(reqs))
+	drawn := make([]bool, len(reqs)) // an id drawn here is in no log
+	parents := make([]string, len(reqs))
+	first := make(map[ulid.ULID]int)
+	now := b.opts.Now()
+	for i := range reqs {
+		id := ids[i]
+		if id == (ulid.ULID{}) {
+			id, drawn[i] = b.newID(), true
+		} else if j, dup := first[id]; dup {
+			bad.Add(i, usererr.Errorf(ErrInvalid, "the same id (idempotency key) as tasks[%d]", j))
+			continue
+		}
+		first[id] = i
+		body, err := createdBody(id, &reqs[i])
+		if err == nil {
+			err = b.checkCreated(&body)
+		}
+		if err != nil {
+			bad.Add(i, err)
+			continue
+		}
+		data, err := fsm.Encode(&body)
+		if err != nil {
+			return nil, err
+		}
+		parents[i] = body.ParentTaskID
+		evs[i] = eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: now, Schema: fsm.SchemaVersion, Body: data}
+	}
+	if err := bad.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]Created, len(evs))
+	held := make([]bool, len(evs))
+	for attempt := 0; ; attempt++ {
+		appends := make([]eventlog.StreamAppend, 0, len(evs))
+		idx := make([]int, 0, len(evs)) // appends[k] is evs[idx[k]]
+		for i := range evs {
+			if held[i] {
+				continue
+			}
+			if !drawn[i] || attempt > 0 {
+				ok, err := batcherr.Stored(b.log, &evs[i])
+				if err != nil {
+					bad.Add(i, err)
+					continue
+				}
+				if held[i] = ok; ok {
+					continue
+				}
+			}
+			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
+			idx = append(idx, i)
+		}
+		if err := bad.Err(); err != nil {
+			return nil, err
+		}
+		var last uint64
+		if len(appends) > 0 {
+			res, err := b.app.AppendMulti(ctx, appends...)
+			if (errors.Is(err, eventlog.ErrIDReused) || errors.Is(err, eventlog.ErrConflict)) && attempt < 3 {
+				continue // another request stored some meanwhile: look again
+			}
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range res {
+				last = max(last, r.LastSeq)
+			}
+		}
+		if err := b.synced(ctx, last); err != nil {
+			return nil, err
+		}
+		for _, i := range idx {
+			b.children.add(parents[i], evs[i].ID.String())
+		}
+		for i := range evs {
+			t, err := b.Task(evs[i].ID.String())
+			if err != nil {
+				return nil, err
+			}
+			out[i] = Created{Task: t, Replayed: held[i]}
+		}
+		return out, nil
+	}
+}
+
+// checkCreated refuses a body the machine would not take, or whose parent
+// does not exist.
+func (b *Broker) checkCreated(body *fsm.DispatchCreatedBody) error {
+	if bad := fsm.CheckDispatchCreated(body); bad != "" {
+		return usererr.Errorf(ErrInvalid, "%s", bad)
+	}
+	if body.ParentTaskID != "" {
+		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
+			return usererr.Errorf(ErrInvalid, "parent_task_id %q: no such task", body.ParentTaskID)
+		}
+	}
+	return nil
+}
+
 // createdBody resolves req into the body the log records: every default
 // applied, so that the fold applies none and a recorded task never
 // changes meaning.
@@ -132,13 +257,8 @@ func createdBody(id ulid.ULID, req *CreateRequest) (fsm.DispatchCreatedBody, err
 // (createdBody), caused by cause and correlated with corr (zero: none); a
 // parent must exist.
 func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCreatedBody, cause, corr ulid.ULID) (fsm.Task, error) {
-	if bad := fsm.CheckDispatchCreated(&body); bad != "" {
-		return fsm.Task{}, usererr.Errorf(ErrInvalid, "%s", bad)
-	}
-	if body.ParentTaskID != "" {
-		if _, err := b.tasks.Task(body.ParentTaskID); err != nil {
-			return fsm.Task{}, usererr.Errorf(ErrInvalid, "parent_task_id %q: no such task", body.ParentTaskID)
-		}
+	if err := b.checkCreated(&body); err != nil {
+		return fsm.Task{}, err
 	}
 	if id == (ulid.ULID{}) {
 		id = b.newID()

@@ -313,7 +313,7 @@ func errorOf(status int, data []byte) *Error {
 	e := &Error{Status: status}
 	var env api.ErrorBody
 	if json.Unmarshal(data, &env) == nil {
-		e.Code, e.Message = env.Error.Code, env.Error.Message
+		e.Code, e.Message, e.Items = env.Error.Code, env.Error.Message, env.Error.Items
 	}
 	return e
 }

@@ -21,6 +21,17 @@ func (c *Client) CreateDispatch(ctx context.Context, t api.CreateDispatch, opts 
 	return out, err
 }
 
+// CreateMany creates up to api.MaxBatch broker tasks in one request
+// (POST /api/v1/tasks:batch): all in one synced commit, all or none, each
+// owned by the client's AgentID unless its Owner says otherwise. It
+// returns the tasks as created, in the order of tasks. Invalid items and
+// keys behave as in SubmitMany.
+func (c *Client) CreateMany(ctx context.Context, tasks []api.CreateDispatchItem) ([]api.DispatchTask, error) {
+	var out api.DispatchTasks
+	err := c.batch(ctx, "/api/v1/tasks:batch", api.CreateDispatches{Tasks: withKeys(c, tasks, func(t *api.CreateDispatchItem) *string { return &t.IdempotencyKey })}, &out)
+	return out.Tasks, err
+}
+
 // DispatchListOptions filter and page GET /api/v1/tasks.
 type DispatchListOptions struct {
 	Status string // api.Status...

@@ -17,6 +17,9 @@ type Error struct {
 	Status  int    // the HTTP status
 	Code    string // the API's stable code (api.Code...), empty when the body had none
 	Message string // the server's message, empty when the body had none
+	// Items are the refused items of a batch (SubmitMany, CreateMany),
+	// each by its index; nil otherwise.
+	Items []api.ItemError
 }
 
 func (e *Error) Error() string {

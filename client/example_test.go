@@ -35,6 +35,35 @@ func ExampleClient_Submit() {
 	// Output: true completed
 }
 
+// Create many tasks in one request: all are committed together, or none.
+// Each item may carry its own idempotency key; an invalid item refuses the
+// batch, and the error names it by its index.
+func ExampleClient_SubmitMany() {
+	ctx := context.Background()
+	c, err := client.New(server, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	batch := []api.CreateTaskItem{
+		{CreateTask: api.CreateTask{Input: "hello"}, IdempotencyKey: "example-batch-1"},
+		{CreateTask: api.CreateTask{Input: "what time is it?", Type: "explore"}, IdempotencyKey: "example-batch-2"},
+	}
+	created, err := c.SubmitMany(ctx, batch) // one request, one synced commit
+	if err != nil {
+		log.Fatal(err)
+	}
+	again, err := c.SubmitMany(ctx, batch) // the same keys: the same tasks
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.SubmitMany(ctx, []api.CreateTaskItem{{CreateTask: api.CreateTask{Input: "ok"}}, {CreateTask: api.CreateTask{Type: "nosuch"}}})
+	var e *client.Error
+	if errors.As(err, &e) { // nothing was created
+		fmt.Println(len(created), again[1].TaskID == created[1].TaskID, e.Code, e.Items[0].Index)
+	}
+	// Output: 2 true bad_request 1
+}
+
 // Errors of the server are *client.Error values, which errors.Is matches
 // with the sentinels by their code.
 func ExampleError() {

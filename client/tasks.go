@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	crand "crypto/rand"
 	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +23,48 @@ func (c *Client) Submit(ctx context.Context, t api.CreateTask, opts ...CallOptio
 	var out api.Created
 	err := c.keyed(ctx, request{method: http.MethodPost, path: "/v1/tasks", body: t}, opts, &out)
 	return out, err
+}
+
+// SubmitMany creates up to api.MaxBatch tasks of the agent in one request
+// (POST /v1/tasks:batch): all in one synced commit, all or none. It
+// returns each task's answer in the order of tasks. An invalid item
+// refuses the whole batch: the *Error (ErrBadRequest) lists each refused
+// item by its index in Items, and nothing is created. An item with an
+// IdempotencyKey is created once: a batch sent again answers it as the
+// first time. When the client retries (Options.MaxAttempts > 1), it gives
+// each item without a key a random key of its own, which makes its own
+// retries of the batch safe.
+func (c *Client) SubmitMany(ctx context.Context, tasks []api.CreateTaskItem) ([]api.Created, error) {
+	var out api.CreatedTasks
+	err := c.batch(ctx, "/v1/tasks:batch", api.CreateTasks{Tasks: withKeys(c, tasks, func(t *api.CreateTaskItem) *string { return &t.IdempotencyKey })}, &out)
+	return out.Tasks, err
+}
+
+// withKeys returns items with a random key in each item without one
+// (key returns the item's key), when the client retries and so needs
+// them; else items as they are.
+func withKeys[T any](c *Client, items []T, key func(*T) *string) []T {
+	if c.opts.MaxAttempts <= 1 {
+		return items
+	}
+	out := slices.Clone(items)
+	for i := range out {
+		if k := key(&out[i]); *k == "" {
+			*k = crand.Text()
+		}
+	}
+	return out
+}
+
+// batch posts a batch whose items all carry a key (or that the client
+// does not retry).
+func (c *Client) batch(ctx context.Context, path string, body, out any) error {
+	r := request{method: http.MethodPost, path: path, body: body, idempotent: c.opts.MaxAttempts > 1}
+	if strings.HasPrefix(path, "/api/") {
+		r.auth = authAgent
+	}
+	_, err := c.do(ctx, r, out)
+	return err
 }
 
 // Get returns a task (GET /v1/tasks/{id}), with its whole context.

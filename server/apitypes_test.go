@@ -41,6 +41,15 @@ func TestAPITypesMatchTheServer(t *testing.T) {
 		{"broker stats", projection.BrokerStats{}, api.BrokerStats{}},
 		{"duration quantile", projection.DurationQuantile{}, api.DurationQuantile{}},
 		{"DLQ filter", projection.DLQFilter{}, api.DLQFilter{}},
+		{"batch item error", batchItemError{}, api.ItemError{}},
+		{"batch task", struct {
+			createRequest
+			batchKey
+		}{}, api.CreateTaskItem{}},
+		{"batch dispatch", struct {
+			broker.CreateRequest
+			batchKey
+		}{}, api.CreateDispatchItem{}},
 	} {
 		s, a := jsonFields(reflect.TypeOf(c.server)), jsonFields(reflect.TypeOf(c.api))
 		if sk, ak := slices.Sorted(maps.Keys(s)), slices.Sorted(maps.Keys(a)); !slices.Equal(sk, ak) {

@@ -32,6 +32,7 @@ type brokerAPI struct {
 func (s *Server) brokerRoutes(route func(string, map[string]handler)) {
 	w, a, k := s.workerRoute, s.adminRoute, s.agentRoute
 	route("/api/v1/tasks", map[string]handler{"POST": w(s.apiCreate), "GET": w(s.agentAuth(s.apiList, isPoll))})
+	route("/api/v1/tasks:batch", map[string]handler{"POST": w(s.apiCreateBatch)})
 	route("/api/v1/tasks/{id}", map[string]handler{"GET": w(s.apiGet), "PATCH": w(s.apiPatch)})
 	route("/api/v1/tasks/{id}/events", map[string]handler{"GET": w(s.apiEvents)})
 	route("/api/v1/tasks/{id}/progress", map[string]handler{"POST": k(s.apiReport(fsm.DispatchProgress))})

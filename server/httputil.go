@@ -12,6 +12,8 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +25,8 @@ type apiError struct {
 	status  int
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Items: a batch refused for some of its items, each by its index.
+	Items []batchItemError `json:"items,omitempty"`
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -56,16 +60,36 @@ func errConflict(format string, args ...any) *apiError {
 
 var errShuttingDown = &apiError{status: http.StatusServiceUnavailable, Code: codeUnavailable, Message: "the daemon is shutting down"}
 
-// writeJSON writes v with status. Encoding errors are the server's bug and
-// only logged: the status line is already out.
+// writeJSON writes v with status, in one write with its Content-Length.
+// Encoding errors are the server's bug: logged by nobody, answered 500.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= 64<<10 {
+			buf.Reset()
+			jsonBufs.Put(buf)
+		}
+	}()
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		buf.Reset()
+		status = http.StatusInternalServerError
+		buf.WriteString(`{"error":{"code":"internal","message":"internal error: the answer could not be encoded"}}` + "\n")
+	}
+	h := w.Header()
+	h["Content-Type"] = jsonType
+	h["Cache-Control"] = noStore
+	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
 }
+
+var (
+	jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+	jsonType = []string{"application/json"}
+	noStore  = []string{"no-store"}
+)
 
 func writeError(w http.ResponseWriter, e *apiError) {
 	if e.status == http.StatusUnauthorized {
@@ -87,12 +111,17 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 	if err != nil {
 		return bodyReadError(err)
 	}
-	if len(strings.TrimSpace(string(data))) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		if optional {
 			return nil
 		}
 		return errBadRequest("a JSON body is required")
 	}
+	return decodeJSON(data, v)
+}
+
+// decodeJSON is decodeBody's decoding of data, one JSON object, into v.
+func decodeJSON(data []byte, v any) *apiError {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -129,22 +158,9 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 // not exactly one of t's JSON field names, or that appears twice. Objects
 // in fields of struct type are checked the same way; maps take any key.
 func checkFieldNames(data []byte, t reflect.Type, path string) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil // null, or not an object: the typed decode judged it
-	}
 	fields := jsonFields(t)
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		key, _ := tok.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return err
-		}
+	var seen []string // objects are small: a list is cheaper than a map
+	return eachMember(data, func(key string, raw []byte) error {
 		ft, ok := fields[key]
 		switch {
 		case !ok:
@@ -154,20 +170,103 @@ func checkFieldNames(data []byte, t reflect.Type, path string) error {
 				}
 			}
 			return fmt.Errorf("unknown field %q", path+key)
-		case seen[key]:
+		case slices.Contains(seen, key):
 			return fmt.Errorf("field %q appears twice", path+key)
 		}
-		seen[key] = true
+		seen = append(seen, key)
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
 		if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[time.Time]() {
-			if err := checkFieldNames(raw, ft, path+key+"."); err != nil {
-				return err
+			return checkFieldNames(raw, ft, path+key+".")
+		}
+		return nil
+	})
+}
+
+// eachMember calls fn with the key and the value's bytes of each member
+// of the JSON object in data, in order, and stops at fn's first error.
+// data is well-formed JSON (decoded already); a value that is not an
+// object (null) has no members. It scans the bytes once, without the
+// allocations of json.Decoder.Token: it runs on every request body.
+func eachMember(data []byte, fn func(key string, raw []byte) error) error {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return nil
+	}
+	i++
+	for {
+		i = skipSpace(data, i)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+		if i >= len(data) || data[i] == '}' {
+			return nil
+		}
+		kend := skipValue(data, i)
+		rawKey := data[i:kend]
+		var key string
+		if bytes.IndexByte(rawKey, '\\') < 0 && len(rawKey) >= 2 {
+			key = string(rawKey[1 : len(rawKey)-1])
+		} else if err := json.Unmarshal(rawKey, &key); err != nil {
+			return err
+		}
+		i = skipSpace(data, kend)
+		if i >= len(data) || data[i] != ':' {
+			return errors.New("malformed JSON object")
+		}
+		i = skipSpace(data, i+1)
+		vend := skipValue(data, i)
+		if err := fn(key, data[i:vend]); err != nil {
+			return err
+		}
+		i = vend
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue returns the end of the well-formed JSON value at data[i:].
+func skipValue(data []byte, i int) int {
+	depth := 0
+	for i < len(data) {
+		switch c := data[i]; c {
+		case '"':
+			i++
+			for i < len(data) && data[i] != '"' {
+				if data[i] == '\\' {
+					i++
+				}
+				i++
 			}
+			i++
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			i++
+		case ',', ' ', '\t', '\n', '\r', ':':
+			if depth == 0 {
+				return i
+			}
+			i++
+		default:
+			i++
+		}
+		if depth == 0 && i <= len(data) && i > 0 && (data[i-1] == '"' || data[i-1] == '}' || data[i-1] == ']') {
+			return min(i, len(data))
 		}
 	}
-	return nil
+	return min(i, len(data))
 }
 
 // jsonFields maps the JSON names of t's fields (as encoding/json names

@@ -59,21 +59,31 @@ func idempotencyKey(r *http.Request) (string, error) {
 	if len(vals) == 0 {
 		return "", nil
 	}
-	key := strings.TrimSpace(vals[0])
-	switch {
-	case len(vals) > 1:
+	if len(vals) > 1 {
 		return "", &inputError{"give one Idempotency-Key header, not several"}
+	}
+	key := strings.TrimSpace(vals[0])
+	if err := checkKey(key, "Idempotency-Key"); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// checkKey refuses what cannot be an idempotency key; what names where
+// it was given.
+func checkKey(key, what string) error {
+	switch {
 	case key == "":
-		return "", &inputError{"Idempotency-Key is empty"}
+		return &inputError{what + " is empty"}
 	case len(key) > eventlog.MaxIdempotencyKey:
-		return "", &inputError{fmt.Sprintf("Idempotency-Key is %d bytes, more than %d", len(key), eventlog.MaxIdempotencyKey)}
+		return &inputError{fmt.Sprintf("%s is %d bytes, more than %d", what, len(key), eventlog.MaxIdempotencyKey)}
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {
-			return "", &inputError{"Idempotency-Key must be printable ASCII"}
+			return &inputError{what + " must be printable ASCII"}
 		}
 	}
-	return key, nil
+	return nil
 }
 
 // keyed runs do with the event id for the request's Idempotency-Key, or

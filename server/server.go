@@ -103,6 +103,7 @@ func (s *Server) routes() http.Handler {
 		}))
 	}
 	route("/v1/tasks", map[string]handler{"POST": s.createTask, "GET": s.listTasks})
+	route("/v1/tasks:batch", map[string]handler{"POST": s.createTasks})
 	route("/v1/tasks/{id}", map[string]handler{"GET": s.getTask})
 	route("/v1/tasks/{id}/events", map[string]handler{"GET": s.taskEvents})
 	route("/v1/tasks/{id}/stream", map[string]handler{"GET": s.taskStream})

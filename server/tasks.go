@@ -88,6 +88,23 @@ type createRequest struct {
 	ConcurrencyKey string `json:"concurrency_key"`
 }
 
+// input is the agent's input for req, with its defaults still to apply.
+func (req *createRequest) input() (agent.Input, *apiError) {
+	if req.Input == nil {
+		return agent.Input{}, errBadRequest(`"input" is required`)
+	}
+	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata,
+		ConcurrencyKey: req.ConcurrencyKey}
+	if req.Machine != "" {
+		ref, err := fsm.ParseMachineRef(req.Machine)
+		if err != nil {
+			return in, errBadRequest(`"machine": %q: want NAME@VERSION of a machine this build runs, for example %s`, req.Machine, fsm.CurrentMachine)
+		}
+		in.Machine = ref
+	}
+	return in, nil
+}
+
 // CreatedJSON is the answer to POST /v1/tasks: the new task's id, the
 // state its input left and whether it waits for an admission slot.
 type CreatedJSON struct {
@@ -104,17 +121,9 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := decodeBody(r, &req, false); e != nil {
 		return e
 	}
-	if req.Input == nil {
-		return errBadRequest(`"input" is required`)
-	}
-	in := agent.Input{Text: *req.Input, Source: req.Source, TaskType: req.Type, Priority: req.Priority, Metadata: req.Metadata,
-		ConcurrencyKey: req.ConcurrencyKey}
-	if req.Machine != "" {
-		ref, err := fsm.ParseMachineRef(req.Machine)
-		if err != nil {
-			return errBadRequest(`"machine": %q: want NAME@VERSION of a machine this build runs, for example %s`, req.Machine, fsm.CurrentMachine)
-		}
-		in.Machine = ref
+	in, e := req.input()
+	if e != nil {
+		return e
 	}
 	return s.submit(w, r, in)
 }

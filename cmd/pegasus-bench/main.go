@@ -25,6 +25,12 @@
 // at a fixed offered rate, and the bytes stored per task:
 //
 //	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -tasks -rounds 3
+//
+// With -enqueue it measures enqueue alone (issue 26, enqueue.go): tasks/s
+// and the daemon's CPU per task from 16 clients, one task per request and
+// batches of 100, agent tasks and broker tasks:
+//
+//	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -enqueue -rounds 3
 package main
 
 import (
@@ -65,7 +71,30 @@ func main() {
 	flag.Float64Var(&tf.cfg.Rate, "tasks-rate", 200, "with -tasks: tasks/s offered by the open loop")
 	flag.DurationVar(&tf.cfg.Duration, "tasks-duration", 10*time.Second, "with -tasks: duration of the open loop")
 	flag.StringVar(&tf.profiles, "tasks-cpuprofile", "", "with -tasks: write each daemon's CPU profile into this directory")
+	var ef enqueueFlags
+	enqueueMode := flag.Bool("enqueue", false, "measure enqueue alone: tasks/s and daemon CPU per task, single creates and batches, agent and broker tasks")
+	flag.StringVar(&ef.url, "enqueue-url", "", "with -enqueue: a running daemon's URL (default: start -pegasusd for each shape)")
+	flag.IntVar(&ef.tasks, "enqueue-n", 20000, "with -enqueue: tasks per shape")
+	flag.IntVar(&ef.clients, "enqueue-clients", 16, "with -enqueue: clients")
+	flag.IntVar(&ef.batch, "enqueue-batch", 100, "with -enqueue: tasks per batch request")
+	flag.StringVar(&ef.profiles, "enqueue-cpuprofile", "", "with -enqueue: write each daemon's CPU profile into this directory")
 	flag.Parse()
+	if *enqueueMode {
+		ef.pegasusd, ef.dir, ef.rounds = bf.pegasusd, *dir, *rounds
+		if *run != "" {
+			re, err := regexp.Compile(*run)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
+				os.Exit(2)
+			}
+			ef.run = re.MatchString
+		}
+		if err := runEnqueue(context.Background(), ef); err != nil {
+			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *tasksMode {
 		tf.pegasusd, tf.dir, tf.rounds = bf.pegasusd, *dir, *rounds
 		if *run != "" {

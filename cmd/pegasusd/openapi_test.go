@@ -169,6 +169,10 @@ func TestOpenAPIDocument(t *testing.T) {
 	td.waitTask(asking.TaskID)
 
 	call("POST", "/v1/tasks", js, `{"input":"x","colour":"red"}`, 400)
+	call("POST", "/v1/tasks:batch", js, `{"tasks":[{"input":"one","idempotency_key":"b-1"},{"input":"two","type":"general"}]}`, 201)
+	call("POST", "/v1/tasks:batch", js, `{"tasks":[{"input":"one","idempotency_key":"b-1"}]}`, 201)
+	call("POST", "/v1/tasks:batch", js, `{"tasks":[{"input":"ok"},{"input":"x","colour":"red"}]}`, 400)
+	call("POST", "/v1/tasks:batch", js, `{"tasks":[{"input":"other","idempotency_key":"b-1"}]}`, 409)
 	call("GET", "/v1/tasks?limit=1&order=asc&state=completed,suspended&type=general", "", "", 200)
 	call("GET", "/v1/tasks?machine=pegasus.task@1&source=api", "", "", 200)
 	call("GET", "/v1/tasks?q=TIME", "", "", 200)
@@ -232,6 +236,9 @@ func TestOpenAPIDocument(t *testing.T) {
 	callAs("POST", "/api/v1/tasks", js, `{"title":"crawl","required_capabilities":["web"],"metadata":{"k":"v"}}`, 201,
 		"X-Agent-ID", "client", "Idempotency-Key", "crawl-1")
 	callAs("POST", "/api/v1/tasks", js, `{"title":"x","colour":"red"}`, 400, "X-Agent-ID", "client")
+	callAs("POST", "/api/v1/tasks:batch", js, `{"tasks":[{"title":"a","idempotency_key":"d-1","required_capabilities":["gpu"]},{"title":"b","required_capabilities":["gpu"],"metadata":{"n":1}}]}`, 201, "X-Agent-ID", "client")
+	callAs("POST", "/api/v1/tasks:batch", js, `{"tasks":[{"title":"a","colour":"red"}]}`, 400, "X-Agent-ID", "client")
+	callAs("POST", "/api/v1/tasks:batch", js, `{"tasks":[{"title":"other","idempotency_key":"d-1","required_capabilities":["gpu"]}]}`, 409, "X-Agent-ID", "client")
 	call("GET", "/api/v1/tasks", "", "", 400) // no X-Agent-ID
 	w("PUT", "/api/v1/agents/w1", `{"capabilities":["web"],"max_tasks":1}`, 200)
 	w("GET", "/api/v1/tasks?agent=w1&status=assigned&wait=20s&limit=10", "", 200)

@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/broker"
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/batcherr"
+)
+
+// POST /v1/tasks:batch and POST /api/v1/tasks:batch create many tasks in
+// one request: the body is {"tasks": [...]}, each item the body of the
+// single create plus its own optional "idempotency_key", and the answer
+// {"tasks": [...]} holds the single create's answers in the same order.
+// The tasks are committed together, in one synced commit, and
+// acknowledged together: all or nothing. Invalid items refuse the whole
+// batch before anything is written, with one entry per item in the
+// error's "items". An item whose key was used before is answered as the
+// first request was, and not created again.
+
+// maxBatch is how many tasks one batch request may carry (docs/api.md).
+const maxBatch = api.MaxBatch
+
+// batchItemError is one refused item of a batch, in the error body's
+// "items".
+type batchItemError struct {
+	Index   int    `json:"index"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// batchSubmitter is an Agent that takes batches (*agent.Agent does).
+type batchSubmitter interface {
+	SubmitInputs(ctx context.Context, ins []agent.Input) ([]agent.Submitted, error)
+}
+
+var _ batchSubmitter = (*agent.Agent)(nil)
+
+// batchKey is what every batch item adds to the single create's body.
+type batchKey struct {
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// decodeBatch reads a batch's body and decodes its items with decode,
+// which is given each item's JSON and its index. Items that fail to
+// decode are listed by index in the error.
+func (s *Server) decodeBatch(r *http.Request, decode func(i int, raw []byte) *apiError) (int, *apiError) {
+	if e := s.mutating(); e != nil {
+		return 0, e
+	}
+	if len(r.Header.Values("Idempotency-Key")) > 0 {
+		return 0, errBadRequest(`a batch takes no Idempotency-Key header: give each task its own "idempotency_key"`)
+	}
+	var body struct {
+		Tasks []json.RawMessage `json:"tasks"`
+	}
+	if e := decodeBody(r, &body, false); e != nil {
+		return 0, e
+	}
+	switch n := len(body.Tasks); {
+	case body.Tasks == nil:
+		return 0, errBadRequest(`"tasks" is required: an array of the tasks to create`)
+	case n == 0:
+		return 0, errBadRequest(`"tasks" is empty: give at least one task`)
+	case n > maxBatch:
+		return 0, &apiError{status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+			Message: fmt.Sprintf("%d tasks in one batch, more than %d: split it into several requests", n, maxBatch)}
+	}
+	var items []batchItemError
+	for i, raw := range body.Tasks {
+		if e := decode(i, raw); e != nil {
+			items = append(items, batchItemError{Index: i, Code: e.Code, Message: e.Message})
+		}
+	}
+	if items != nil {
+		return 0, refusedItems(http.StatusBadRequest, items, len(body.Tasks))
+	}
+	return len(body.Tasks), nil
+}
+
+func refusedItems(status int, items []batchItemError, n int) *apiError {
+	return &apiError{status: status, Code: items[0].Code, Items: items,
+		Message: fmt.Sprintf("%d of the %d tasks refused (first tasks[%d]: %s); nothing was created", len(items), n, items[0].Index, items[0].Message)}
+}
+
+// itemKey checks an item's idempotency key ("" for none).
+func itemKey(key string) *apiError {
+	if key == "" {
+		return nil
+	}
+	if err := checkKey(key, "idempotency_key"); err != nil {
+		return errBadRequest("%s", err.Error())
+	}
+	return nil
+}
+
+// reserveKeys binds each item's key to an event id, as keyed does for one
+// request: ids[i] is zero for an item without a key. The bindings are
+// made concurrently, so that the log syncs them together.
+func (s *Server) reserveKeys(ctx context.Context, keys []string) ([]ulid.ULID, error) {
+	ids := make([]ulid.ULID, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		if key == "" {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ids[i], _, errs[i] = s.keys.ReserveKey(ctx, key, s.store.NewID())
+		}()
+	}
+	wg.Wait()
+	return ids, errors.Join(errs...)
+}
+
+// batchFailed maps a failed batch to the API: a *batcherr.Error lists
+// its items (each mapped by from, a reused id as its key reused), any
+// other error is the whole batch's.
+func batchFailed(err error, keys []string, from func(error) *apiError) *apiError {
+	var be *batcherr.Error
+	if !errors.As(err, &be) {
+		return from(err)
+	}
+	items := make([]batchItemError, 0, len(be.Items))
+	status := 0
+	for _, it := range be.Items {
+		ierr := it.Err
+		if errors.Is(ierr, eventlog.ErrIDReused) && keys[it.Index] != "" {
+			ierr = &keyReusedError{key: keys[it.Index], err: ierr}
+		}
+		e := from(ierr)
+		if status == 0 || e.status == http.StatusBadRequest {
+			status = e.status
+		}
+		items = append(items, batchItemError{Index: it.Index, Code: e.Code, Message: e.Message})
+	}
+	return refusedItems(status, items, len(keys))
+}
+
+// createTasks is POST /v1/tasks:batch.
+func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
+	bs, ok := s.a.(batchSubmitter)
+	if !ok {
+		return &apiError{status: http.StatusNotImplemented, Code: codeInternal, Message: "this agent takes no batches"}
+	}
+	var ins []agent.Input
+	var keys []string
+	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
+		var item struct {
+			createRequest
+			batchKey
+		}
+		if e := decodeJSON(raw, &item); e != nil {
+			return e
+		}
+		in, e := item.input()
+		if e == nil {
+			e = itemKey(item.IdempotencyKey)
+		}
+		ins, keys = append(ins, in), append(keys, item.IdempotencyKey)
+		return e
+	})
+	if e != nil {
+		return e
+	}
+	ids, err := s.reserveKeys(r.Context(), keys)
+	if err != nil {
+		return s.fromError(err)
+	}
+	for i := range ins {
+		ins[i].ID = ids[i]
+	}
+	subs, err := bs.SubmitInputs(r.Context(), ins)
+	if err != nil {
+		return batchFailed(err, keys, s.fromError)
+	}
+	out := struct {
+		Tasks []CreatedJSON `json:"tasks"`
+	}{Tasks: make([]CreatedJSON, n)}
+	replayed := true
+	for i, sub := range subs {
+		c := CreatedJSON{TaskID: sub.ID, State: fsm.StateIdle, Queued: s.a.Queued(sub.ID)}
+		if sub.Replayed {
+			if t, err := s.a.Task(sub.ID); err == nil {
+				c.State = t.State
+			}
+		}
+		replayed = replayed && sub.Replayed
+		out.Tasks[i] = c
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// apiCreateBatch is POST /api/v1/tasks:batch.
+func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
+	var reqs []broker.CreateRequest
+	var keys []string
+	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
+		var item struct {
+			broker.CreateRequest
+			batchKey
+		}
+		if e := decodeJSON(raw, &item); e != nil {
+			return e
+		}
+		item.AgentID = agentID
+		reqs, keys = append(reqs, item.CreateRequest), append(keys, item.IdempotencyKey)
+		return itemKey(item.IdempotencyKey)
+	})
+	if e != nil {
+		return e
+	}
+	ids, err := s.reserveKeys(r.Context(), keys)
+	if err != nil {
+		return s.fromBrokerError(err)
+	}
+	made, err := s.broker.b.CreateMany(r.Context(), ids, reqs)
+	if err != nil {
+		return batchFailed(err, keys, s.fromBrokerError)
+	}
+	out := struct {
+		Tasks []DispatchJSON `json:"tasks"`
+	}{Tasks: make([]DispatchJSON, n)}
+	replayed := true
+	for i := range made {
+		out.Tasks[i] = toDispatchJSON(&made[i].Task)
+		replayed = replayed && made[i].Replayed
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
