@@ -88,6 +88,19 @@ func (s *logStore) AppendMulti(ctx context.Context, parts []Part) error {
 	return err
 }
 
+// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads.
+func (s *logStore) ScanBorrowed() (int, error) {
+	it := s.l.ScanBorrowed(1)
+	n := 0
+	for it.Next() {
+		if it.Event().Seq == 0 {
+			return n, errors.New("bad event")
+		}
+		n++
+	}
+	return n, it.Close()
+}
+
 func (s *logStore) ScanAll() (int, error) {
 	it := s.l.Scan(1, eventlog.Forward)
 	n := 0
@@ -180,7 +193,7 @@ func (s *rawStore) AppendMulti(_ context.Context, parts []Part) error {
 			if ev.Time.IsZero() {
 				ev.Time = time.Now()
 			}
-			rec, err := eventlog.EncodeRecord(ev)
+			rec, err := eventlog.EncodeCompactRecord(ev)
 			if err != nil {
 				return err
 			}
