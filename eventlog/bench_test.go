@@ -1,8 +1,8 @@
 package eventlog_test
 
 import (
-	"flag"
 	"context"
+	"flag"
 	"math/rand"
 	"path/filepath"
 	"testing"
