@@ -12,8 +12,8 @@ import (
 )
 
 // RecordFormat is the record format byte of EncodeRecord: format 1, the
-// full envelope. Archives and the clustered log's messages use it, and logs
-// at format version 1 and 2 store it. Persisted: do not renumber.
+// full envelope. An archive manifest's hash is taken over it, and logs at
+// format version 1 and 2 store it. Persisted: do not renumber.
 const RecordFormat byte = 1
 
 // RecordFormatCompact is the record format byte of EncodeCompactRecord,
