@@ -534,7 +534,7 @@ func (l *Log) prepare(r *appendReq) error {
 func (l *Log) writeEvent(ev *Event) error {
 	g := &l.group
 	var err error
-	g.rec, err = appendRecord(g.rec[:0], ev)
+	g.rec, err = appendCompactRecord(g.rec[:0], ev)
 	if err != nil {
 		return err
 	}

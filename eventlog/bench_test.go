@@ -2,6 +2,7 @@ package eventlog_test
 
 import (
 	"context"
+	"flag"
 	"math/rand"
 	"path/filepath"
 	"testing"
@@ -106,4 +107,41 @@ func BenchmarkReadStream(b *testing.B) {
 			}
 		}
 	})
+}
+
+var borrowed = flag.Bool("readback.borrowed", false, "BenchmarkReadBack reads the log with ScanBorrowed")
+
+// BenchmarkReadBack scans a compacted log of bench.CostEvents events with
+// ~200-byte bodies (the cost workload's read-back), with the log and with
+// the minimal Pebble writer's store. b.N counts events.
+func BenchmarkReadBack(b *testing.B) {
+	for _, o := range bench.CostOpeners {
+		if o.Name == "raw same keys" {
+			continue
+		}
+		b.Run(o.Name, func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "db")
+			if err := bench.LoadCosts(context.Background(), dir, o); err != nil {
+				b.Fatal(err)
+			}
+			s, err := o.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			scan := s.ScanAll
+			if bs, ok := s.(interface{ ScanBorrowed() (int, error) }); ok && *borrowed {
+				scan = bs.ScanBorrowed
+			}
+			b.ResetTimer()
+			for n := 0; n < b.N; {
+				got, err := scan()
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += got
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
 }

@@ -49,14 +49,14 @@
 //	'c' | causation ULID (16) | seq (8)             (empty)         causation index
 //	'e' | seq (8)                                   record          the log
 //	'i' | ULID (16)                                 seq (8)         id index
-//	'm' | "format"                                  version (4)     format version (1)
+//	'm' | "format"                                  version (4)     format version (3)
 //	'm' | "marker"                                  01              a head marker exists
 //	'm' | "hole" | first seq (8)                    last (8) |      a range removed by Retire
-//	                                                manifest (8)    (format 2)
+//	                                                manifest (8)    (format 4)
 //	's' | stream (1..256, no 0x00) | 0x00 | ver (8) seq (8)         stream index
 //	'x' | aux key                                   aux value       read models (WriteAux)
 //
-// A record (the value of an 'e' key):
+// A record (the value of an 'e' key), record format 1 (EncodeRecord):
 //
 //	+--------+--------+---------+--------------+-----------------+--------------+
 //	| crc32c | format |   id    | seq          | stream          | version      |
@@ -74,6 +74,13 @@
 //
 // The CRC32C (Castagnoli polynomial) covers every byte after the checksum.
 // Nothing may follow the body.
+//
+// The log stores record format 2 (EncodeCompactRecord) since format version
+// 3: format byte 2, then a flags byte, then the fields above, with the
+// causation stored only if flag 0x01 is set (else zero) and the correlation
+// only if flag 0x02 is set (else the causation if there is one, the id if
+// not). DecodeRecord reads both; logs at format 1 and 2 hold format 1 records
+// only and are upgraded to 3 and 4 by a writable Open.
 //
 // # Concurrency
 //

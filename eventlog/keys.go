@@ -19,8 +19,16 @@ const (
 )
 
 // FormatVersion is the on-disk format this build writes and the newest it
-// reads. Persisted: bump only with a migration.
-const FormatVersion uint32 = 1
+// reads: version 3, whose records may be compact (RecordFormatCompact).
+// Persisted: bump only with a migration.
+const FormatVersion uint32 = 3
+
+// FormatVersion1 is the format of logs written before compact records:
+// every record is format 1 (RecordFormat). This build reads it, and a
+// writable open upgrades it to FormatVersion (FormatVersion1Archived to
+// FormatVersionArchived) before its first append: the layout is the same,
+// only new records are compact, so nothing is rewritten.
+const FormatVersion1 uint32 = 1
 
 // MaxStreamLen is the longest stream name, in bytes.
 const MaxStreamLen = 256

@@ -25,6 +25,9 @@ type Log struct {
 	lock     *pebble.Lock
 	release  func()
 	readOnly bool
+	// format is the format version the log is at (checkFormat,
+	// upgradeFormat).
+	format uint32
 
 	// head is the highest committed and visible sequence. It only moves
 	// forward, and only after every lower sequence is durable (with
@@ -265,7 +268,7 @@ func (l *Log) open() error {
 			return fmt.Errorf("eventlog: write marker key: %w", err)
 		}
 	}
-	return nil
+	return l.upgradeFormat()
 }
 
 // inspection is what inspect found: the head the database recovers and
@@ -551,13 +554,15 @@ func (l *Log) checkFormat() error {
 		if len(v) != 4 {
 			return fmt.Errorf("%w: %s is not a Pegasus log (bad format key)", ErrFormat, l.dir)
 		}
-		switch ver := binary.BigEndian.Uint32(v); {
+		ver := binary.BigEndian.Uint32(v)
+		switch {
 		case ver > FormatVersionArchived:
 			return fmt.Errorf("%w: %s has format version %d, newer than this build supports (%d)",
 				ErrFormat, l.dir, ver, FormatVersionArchived)
-		case ver < 1:
+		case !knownFormat(ver):
 			return fmt.Errorf("%w: %s has unknown format version %d", ErrFormat, l.dir, ver)
 		}
+		l.format = ver
 		return nil
 	case !errors.Is(err, pebble.ErrNotFound):
 		return storageError("read format version", err)
@@ -581,6 +586,32 @@ func (l *Log) checkFormat() error {
 	if err := l.applyBatch(b); err != nil {
 		return fmt.Errorf("eventlog: write format version: %w", err)
 	}
+	l.format = FormatVersion
+	return nil
+}
+
+// upgradeFormat records a log at format 1 (2 with holes) as format 3 (4):
+// the same layout, with full records only. Called by a writable Open once
+// the log is known to be whole, before the first compact record is written,
+// so that a build that knows only format 1 refuses the log (ErrFormat)
+// instead of calling compact records corruption. Nothing is rewritten.
+func (l *Log) upgradeFormat() error {
+	up := FormatVersion
+	switch l.format {
+	case FormatVersion1:
+	case FormatVersion1Archived:
+		up = FormatVersionArchived
+	default:
+		return nil
+	}
+	b := l.db.NewBatch()
+	defer b.Close()
+	b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, up), nil)
+	if err := l.applyBatch(b); err != nil {
+		return fmt.Errorf("eventlog: upgrade format version %d to %d: %w", l.format, up, err)
+	}
+	l.opts.Logger.Info("eventlog: upgraded the format version", "dir", l.dir, "from", l.format, "to", up)
+	l.format = up
 	return nil
 }
 

@@ -7,11 +7,29 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 )
 
-// RecordFormat is the record format byte this build writes and reads.
-// Persisted: do not renumber.
+// RecordFormat is the record format byte of EncodeRecord: format 1, the
+// full envelope. An archive manifest's hash is taken over it, and logs at
+// format version 1 and 2 store it. Persisted: do not renumber.
 const RecordFormat byte = 1
+
+// RecordFormatCompact is the record format byte of EncodeCompactRecord,
+// what the log stores since format version 3: format 1 without the fields
+// it can imply (a zero causation, a correlation equal to the id or to the
+// causation). Persisted: do not renumber.
+const RecordFormatCompact byte = 2
+
+// Flags of a compact record (the byte after the format byte). A flag that
+// is clear means the field is not stored: a zero causation; a correlation
+// equal to the causation when there is one, else to the id.
+const (
+	flagCausation   byte = 1 << 0
+	flagCorrelation byte = 1 << 1
+	flagsKnown           = flagCausation | flagCorrelation
+)
 
 // maxRecordLen bounds a record's size so that lengths always fit in an int on
 // every platform and hostile inputs cannot claim absurd sizes.
@@ -22,6 +40,10 @@ const maxRecordLen = 1 << 30
 // causation, correlation, schema, metadata count, body len (varints at their
 // one-byte minimum).
 const recordFixedLen = 4 + 1 + 16 + 1 + 1 + 1 + 1 + 8 + 16 + 16 + 2 + 1 + 1
+
+// compactFixedLen is recordFixedLen for a compact record: a flags byte,
+// and neither causation nor correlation.
+const compactFixedLen = recordFixedLen + 1 - 32
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -39,7 +61,38 @@ func EncodeRecord(ev Event) ([]byte, error) {
 	return appendRecord(nil, &ev)
 }
 
+// EncodeCompactRecord returns ev in record format 2, what the log stores
+// (see docs/format.md): format 1 with a flags byte after the format byte,
+// and the causation and correlation stored only when they are not implied:
+//
+//	crc32c(4) | format(1) = 2 | flags(1) | id(16) | uvarint seq |
+//	uvarint len, stream | uvarint version | uvarint len, type | time(8) |
+//	[causation(16) if flags&1] | [correlation(16) if flags&2] | schema(2) |
+//	metadata as in format 1 | uvarint len, body
+//
+// A clear flag means: a zero causation; a correlation equal to the
+// causation if there is one, else to the id.
+func EncodeCompactRecord(ev Event) ([]byte, error) {
+	return appendCompactRecord(nil, &ev)
+}
+
 func appendRecord(dst []byte, ev *Event) ([]byte, error) {
+	return appendRecordAs(dst, ev, RecordFormat)
+}
+
+func appendCompactRecord(dst []byte, ev *Event) ([]byte, error) {
+	return appendRecordAs(dst, ev, RecordFormatCompact)
+}
+
+// impliedCorrelation is the correlation a compact record implies.
+func impliedCorrelation(id, causation ulid.ULID) ulid.ULID {
+	if causation != (ulid.ULID{}) {
+		return causation
+	}
+	return id
+}
+
+func appendRecordAs(dst []byte, ev *Event, format byte) ([]byte, error) {
 	if err := validateEnvelope(ev); err != nil {
 		return dst, err
 	}
@@ -48,7 +101,18 @@ func appendRecord(dst []byte, ev *Event) ([]byte, error) {
 		return dst, err
 	}
 	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, RecordFormat)
+	var flags byte
+	if format == RecordFormatCompact {
+		if ev.Causation != (ulid.ULID{}) {
+			flags |= flagCausation
+		}
+		if ev.Correlation != impliedCorrelation(ev.ID, ev.Causation) {
+			flags |= flagCorrelation
+		}
+		dst = append(dst, 0, 0, 0, 0, format, flags)
+	} else {
+		dst = append(dst, 0, 0, 0, 0, format)
+	}
 	dst = append(dst, ev.ID[:]...)
 	dst = binary.AppendUvarint(dst, ev.Seq)
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Stream)))
@@ -57,8 +121,12 @@ func appendRecord(dst []byte, ev *Event) ([]byte, error) {
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Type)))
 	dst = append(dst, ev.Type...)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(nanos))
-	dst = append(dst, ev.Causation[:]...)
-	dst = append(dst, ev.Correlation[:]...)
+	if format == RecordFormat || flags&flagCausation != 0 {
+		dst = append(dst, ev.Causation[:]...)
+	}
+	if format == RecordFormat || flags&flagCorrelation != 0 {
+		dst = append(dst, ev.Correlation[:]...)
+	}
 	dst = binary.BigEndian.AppendUint16(dst, ev.Schema)
 	dst = binary.AppendUvarint(dst, uint64(len(ev.Metadata)))
 	if len(ev.Metadata) > 0 {
@@ -151,19 +219,28 @@ func (r *recordReader) fail(reason string) {
 	r.b = nil
 }
 
-func (r *recordReader) uvarint(what string) uint64 {
+func (r *recordReader) uvarint(what string) uint64 { return r.uvarintOf(what, "") }
+
+// uvarintOf reads a uvarint; what and suffix name it in an error (joined
+// only on failure: this runs several times per record).
+func (r *recordReader) uvarintOf(what, suffix string) uint64 {
 	if r.err != "" {
 		return 0
 	}
+	if len(r.b) > 0 && r.b[0] < 0x80 {
+		v := uint64(r.b[0])
+		r.b = r.b[1:]
+		return v
+	}
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
-		r.fail("truncated or overlong varint for " + what)
+		r.fail("truncated or overlong varint for " + what + suffix)
 		return 0
 	}
 	if n > 1 && r.b[n-1] == 0 {
 		// A zero final byte adds nothing: the encoder never writes it, and
 		// accepting it would give one value several encodings.
-		r.fail("non-minimal varint for " + what)
+		r.fail("non-minimal varint for " + what + suffix)
 		return 0
 	}
 	r.b = r.b[n:]
@@ -186,7 +263,7 @@ func (r *recordReader) fixed(n int, what string) []byte {
 // bytes reads a uvarint length and that many bytes. The length is checked
 // against the remaining input before anything is sliced or allocated.
 func (r *recordReader) bytes(max int, what string) []byte {
-	n := r.uvarint(what + " length")
+	n := r.uvarintOf(what, " length")
 	if r.err != "" {
 		return nil
 	}
@@ -208,7 +285,9 @@ func decodeRecord(rec []byte, ev *Event) error { return decodeRecordAs(rec, ev, 
 // decodeRecordAs decodes rec into ev; with borrow, ev's Stream, Type and
 // Body alias rec instead of a copy (ScanBorrowed).
 func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
-	if len(rec) < recordFixedLen {
+	// The shortest record of any format; each format's own minimum is
+	// checked by the reads below.
+	if len(rec) < compactFixedLen {
 		return &CorruptionError{Reason: "record too short"}
 	}
 	if len(rec) > maxRecordLen {
@@ -217,10 +296,23 @@ func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
 	if got, want := crc32.Checksum(rec[4:], castagnoli), binary.BigEndian.Uint32(rec); got != want {
 		return &CorruptionError{Reason: "checksum mismatch"}
 	}
-	if rec[4] != RecordFormat {
+	var flags byte
+	var r recordReader
+	switch rec[4] {
+	case RecordFormat:
+		if len(rec) < recordFixedLen {
+			return &CorruptionError{Reason: "record too short"}
+		}
+		r.b = rec[5:]
+	case RecordFormatCompact:
+		flags = rec[5]
+		if flags&^flagsKnown != 0 {
+			return &CorruptionError{Reason: "unknown record flags " + strconv.Itoa(int(flags))}
+		}
+		r.b = rec[6:]
+	default:
 		return &CorruptionError{Reason: "unknown record format " + strconv.Itoa(int(rec[4]))}
 	}
-	r := recordReader{b: rec[5:]}
 	copy(ev.ID[:], r.fixed(16, "id"))
 	ev.Seq = r.uvarint("seq")
 	stream := r.bytes(MaxStreamLen, "stream")
@@ -229,8 +321,28 @@ func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
 	if t := r.fixed(8, "time"); t != nil {
 		ev.Time = time.Unix(0, int64(binary.BigEndian.Uint64(t))).UTC()
 	}
-	copy(ev.Causation[:], r.fixed(16, "causation"))
-	copy(ev.Correlation[:], r.fixed(16, "correlation"))
+	if rec[4] == RecordFormat {
+		copy(ev.Causation[:], r.fixed(16, "causation"))
+		copy(ev.Correlation[:], r.fixed(16, "correlation"))
+	} else {
+		// One encoding per record: a stored field must differ from what
+		// its clear flag would imply.
+		if flags&flagCausation != 0 {
+			copy(ev.Causation[:], r.fixed(16, "causation"))
+			if r.err == "" && ev.Causation == (ulid.ULID{}) {
+				r.fail("zero causation stored")
+			}
+		}
+		implied := impliedCorrelation(ev.ID, ev.Causation)
+		if flags&flagCorrelation != 0 {
+			copy(ev.Correlation[:], r.fixed(16, "correlation"))
+			if r.err == "" && ev.Correlation == implied {
+				r.fail("implied correlation stored")
+			}
+		} else {
+			ev.Correlation = implied
+		}
+	}
 	if s := r.fixed(2, "schema"); s != nil {
 		ev.Schema = binary.BigEndian.Uint16(s)
 	}

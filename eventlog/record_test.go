@@ -119,6 +119,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		rec, _ := EncodeRecord(e)
 		f.Add(rec, false)
 		f.Add(rec[:len(rec)/2], true)
+		rec, _ = EncodeCompactRecord(e)
+		f.Add(rec, false)
+		f.Add(rec[:len(rec)/2], true)
 	}
 	f.Fuzz(func(t *testing.T, rec []byte, fixCRC bool) {
 		if fixCRC && len(rec) >= 4 {
@@ -133,7 +136,11 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 		// Whatever decodes re-encodes to the same bytes: one encoding per
 		// record, so checksums and comparisons are meaningful.
-		again, err := EncodeRecord(e)
+		encode := EncodeRecord
+		if rec[4] == RecordFormatCompact {
+			encode = EncodeCompactRecord
+		}
+		again, err := encode(e)
 		if err != nil {
 			t.Fatalf("decoded record does not re-encode: %v", err)
 		}

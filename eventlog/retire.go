@@ -16,7 +16,19 @@ import (
 // keys ("m" "hole" first). Retire writes it in its batch, so a build that
 // does not know holes refuses the log (ErrFormat) instead of calling the
 // holes corruption. Persisted: do not change.
-const FormatVersionArchived uint32 = 2
+const FormatVersionArchived uint32 = 4
+
+// FormatVersion1Archived is FormatVersion1 with holes: a log at format 1
+// from which a retention run removed events.
+const FormatVersion1Archived uint32 = 2
+
+// archivedFormat reports whether a format version allows holes.
+func archivedFormat(v uint32) bool { return v == FormatVersionArchived || v == FormatVersion1Archived }
+
+// knownFormat reports whether this build reads a format version.
+func knownFormat(v uint32) bool {
+	return v == FormatVersion || v == FormatVersionArchived || v == FormatVersion1 || v == FormatVersion1Archived
+}
 
 // TypeEventsArchived is the type of the event Retire appends to
 // SystemStream: its body (the archive's manifest) is the caller's, its

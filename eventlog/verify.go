@@ -353,8 +353,9 @@ func (v *verifier) checkFormat() {
 	if len(val) == 4 {
 		v.format = binary.BigEndian.Uint32(val)
 	}
-	if v.format != FormatVersion && v.format != FormatVersionArchived {
-		v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d or %d", val, FormatVersion, FormatVersionArchived)})
+	if !knownFormat(v.format) {
+		v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("format version value %x, want %d, %d, %d or %d",
+			val, FormatVersion1, FormatVersion1Archived, FormatVersion, FormatVersionArchived)})
 	}
 }
 
@@ -459,7 +460,7 @@ func (v *verifier) checkHoles() error {
 			v.rep.add(Problem{Key: it.Key(), Reason: "malformed hole key"})
 			return nil
 		}
-		if v.rep.Holes == 0 && v.format != FormatVersionArchived {
+		if v.rep.Holes == 0 && !archivedFormat(v.format) {
 			v.rep.add(Problem{Key: FormatKey, Reason: fmt.Sprintf("the log has holes but format version %d", v.format)})
 		}
 		v.rep.Holes++

@@ -159,6 +159,10 @@ func (s *minimalStore) ScanAll() (int, error) {
 	}
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if len(it.Value()) == 0 {
+			it.Close()
+			return n, fmt.Errorf("minimal: empty value at %x", it.Key())
+		}
 		n++
 	}
 	return n, it.Close()
@@ -182,6 +186,8 @@ type CostRow struct {
 // costRound is what one round measures on one store.
 type costRound struct {
 	rate                    float64 // events/s of the batched append
+	readBack                float64 // events/s of a full scan of them, compacted
+	readBorrowed            float64 // the same through a borrowed scan, if the store has one
 	concurrent              float64 // events/s, 16 writers, 1 event per append
 	live, closed, compacted float64 // MiB on disk
 	idleHeap, idleAlloc     float64 // MiB
@@ -205,8 +211,8 @@ func RunCosts(ctx context.Context, cfg Config, openers []CostOpener) ([]CostRow,
 				return nil, fmt.Errorf("%s: %w", openers[i].Name, err)
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "costs %-14s round %d: %8.0f events/s, 16 writers %8.0f events/s, disk %.1f live / %.1f closed / %.1f compacted MiB, idle heap %.1f MiB alloc %.1f MiB rss %+.1f MiB disk %.1f MiB\n",
-					openers[i].Name, r+1, cr.rate, cr.concurrent, cr.live, cr.closed, cr.compacted, cr.idleHeap, cr.idleAlloc, cr.idleRSS, cr.idleDisk)
+				fmt.Fprintf(cfg.Progress, "costs %-14s round %d: %8.0f events/s, read-back %8.0f (borrowed %8.0f) events/s, 16 writers %8.0f events/s, disk %.1f live / %.1f closed / %.1f compacted MiB, idle heap %.1f MiB alloc %.1f MiB rss %+.1f MiB disk %.1f MiB\n",
+					openers[i].Name, r+1, cr.rate, cr.readBack, cr.readBorrowed, cr.concurrent, cr.live, cr.closed, cr.compacted, cr.idleHeap, cr.idleAlloc, cr.idleRSS, cr.idleDisk)
 			}
 			res[i] = append(res[i], cr)
 		}
@@ -225,6 +231,8 @@ func RunCosts(ctx context.Context, cfg Config, openers []CostOpener) ([]CostRow,
 	n := strconv.Itoa(CostEvents / 1000)
 	return []CostRow{
 		row("batched append ("+n+"k events, 100/append, expected version)", "events/s", true, func(c costRound) float64 { return c.rate }),
+		row("full read-back ("+n+"k events, compacted, reopened)", "events/s", true, func(c costRound) float64 { return c.readBack }),
+		row("full read-back, borrowed (as a fold reads)", "events/s", true, func(c costRound) float64 { return c.readBorrowed }),
 		row("append 1 event/append, 16 writers (for -duration)", "events/s", true, func(c costRound) float64 { return c.concurrent }),
 		row("disk, open, right after the appends", "MiB", false, func(c costRound) float64 { return c.live }),
 		row("disk, closed", "MiB", false, func(c costRound) float64 { return c.closed }),
@@ -312,7 +320,65 @@ func costOnce(ctx context.Context, base string, d time.Duration, o CostOpener) (
 		return cr, err
 	}
 	cr.compacted = mib(dirSize(dir))
-	return cr, nil
+	if cr.readBack, err = readBack(dir, o, false); err != nil {
+		return cr, err
+	}
+	cr.readBorrowed, err = readBack(dir, o, true)
+	return cr, err
+}
+
+// borrowedScanner is a store with a borrowed scan (the log's ScanBorrowed).
+type borrowedScanner interface{ ScanBorrowed() (int, error) }
+
+// LoadCosts writes the batched-append workload's events into a new store
+// in dir and compacts it: the data set readBack reads.
+func LoadCosts(ctx context.Context, dir string, o CostOpener) error {
+	s, err := o.Open(dir)
+	if err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewSource(2))
+	vers := make([]uint64, CostStreams)
+	for i := range CostEvents / CostPerAppend {
+		st := i % CostStreams
+		if err := s.AppendExpect(ctx, StreamName(st), vers[st], costEvents(rng, CostPerAppend)); err != nil {
+			s.Close()
+			return err
+		}
+		vers[st] += CostPerAppend
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	return compactDir(dir)
+}
+
+// readBack reopens the compacted store and scans it whole, decoding each
+// event, for at least a second; it returns events/s.
+// With borrowed, a store with a borrowed scan uses it.
+func readBack(dir string, o CostOpener, borrowed bool) (float64, error) {
+	s, err := o.Open(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	scan := s.ScanAll
+	if bs, ok := s.(borrowedScanner); ok && borrowed {
+		scan = bs.ScanBorrowed
+	}
+	total := 0
+	start := time.Now()
+	for total == 0 || time.Since(start) < time.Second {
+		n, err := scan()
+		if err != nil {
+			return 0, err
+		}
+		if n != CostEvents {
+			return 0, fmt.Errorf("read back %d events, want %d", n, CostEvents)
+		}
+		total += n
+	}
+	return float64(total) / time.Since(start).Seconds(), nil
 }
 
 func newRng() *rand.Rand { return rand.New(rand.NewSource(3)) }

@@ -88,23 +88,21 @@ func (s *logStore) AppendMulti(ctx context.Context, parts []Part) error {
 	return err
 }
 
-func (s *logStore) ScanAll() (int, error) {
-	it := s.l.Scan(1, eventlog.Forward)
-	n := 0
-	for it.Next() {
-		if it.Event().Seq == 0 {
-			return n, errors.New("bad event")
-		}
-		n++
-	}
-	return n, it.Close()
-}
+// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads.
+func (s *logStore) ScanBorrowed() (int, error) { return countEvents(s.l.ScanBorrowed(1)) }
+
+func (s *logStore) ScanAll() (int, error) { return countEvents(s.l.Scan(1, eventlog.Forward)) }
 
 func (s *logStore) ReadStream(stream string) (int, error) {
-	it := s.l.ReadStream(stream, 1)
+	return countEvents(s.l.ReadStream(stream, 1))
+}
+
+// countEvents reads it to the end and closes it, checking each event.
+func countEvents(it *eventlog.Iterator) (int, error) {
 	n := 0
 	for it.Next() {
 		if it.Event().Seq == 0 {
+			it.Close()
 			return n, errors.New("bad event")
 		}
 		n++
@@ -180,7 +178,7 @@ func (s *rawStore) AppendMulti(_ context.Context, parts []Part) error {
 			if ev.Time.IsZero() {
 				ev.Time = time.Now()
 			}
-			rec, err := eventlog.EncodeRecord(ev)
+			rec, err := eventlog.EncodeCompactRecord(ev)
 			if err != nil {
 				return err
 			}
