@@ -93,7 +93,7 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	sm.spikes = startSpikeTrace(o.SpikeTraceDir, logger.With("component", "trace"))
 	defer func() {
 		if err != nil {
-			sm.spikes.stop()
+			sm.stop()
 		}
 	}()
 	o.Log.Events = sm.events()
@@ -291,7 +291,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.brokerWG.Wait()
 	e.probeWG.Wait()
 	e.retain.stop() // before the agent closes the log
-	defer e.storage.spikes.stop()
+	defer e.storage.stop()
 	e.stopTaking()
 	perr := e.stopPublish()
 	aerr := e.agent.Stop(ctx)

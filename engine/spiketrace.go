@@ -31,6 +31,9 @@ type spikeTracer struct {
 	log *slog.Logger
 	fr  *trace.FlightRecorder
 
+	// later runs f after d (time.AfterFunc; tests run it at once).
+	later func(d time.Duration, f func())
+
 	mu      sync.Mutex
 	last    time.Time
 	written int
@@ -52,7 +55,7 @@ func startSpikeTrace(dir string, logger *slog.Logger) *spikeTracer {
 		return nil
 	}
 	logger.Info("spike traces on", "dir", dir, "after", spikeAfter.String())
-	return &spikeTracer{dir: dir, log: logger, fr: fr}
+	return &spikeTracer{dir: dir, log: logger, fr: fr, later: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
 // spike records that something took d (what says what); when d is a
@@ -70,7 +73,7 @@ func (t *spikeTracer) spike(what string, d time.Duration) {
 	t.last = now
 	t.written++
 	t.mu.Unlock()
-	time.AfterFunc(spikeDelay, func() {
+	t.later(spikeDelay, func() {
 		name := filepath.Join(t.dir, fmt.Sprintf("spike-%s.trace", now.UTC().Format("20060102T150405.000")))
 		if err := t.write(name); err != nil {
 			t.log.Error("spike trace not written", "file", name, "err", err)

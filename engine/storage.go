@@ -36,10 +36,14 @@ type storageMetrics struct {
 	// spikes writes a runtime/trace of a slow append or a stall; nil
 	// without Options.SpikeTraceDir.
 	spikes *spikeTracer
+	// ctx ends the fold stage's waits when the engine stops.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newStorageMetrics() *storageMetrics {
-	return &storageMetrics{
+	ctx, cancel := context.WithCancel(context.Background())
+	return &storageMetrics{ctx: ctx, cancel: cancel,
 		stalls: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pegasus_eventlog_write_stall_duration_seconds",
 			Help: "Write stalls of the storage engine (every append waits while one lasts), by duration.", Buckets: latencyBuckets}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pegasus_eventlog_flush_duration_seconds",
@@ -71,6 +75,12 @@ func (m *storageMetrics) events() *eventlog.StorageEvents {
 
 func (m *storageMetrics) register(r prometheus.Registerer) {
 	r.MustRegister(m.stalls, m.flushes, m.flushBytes, m.compactions, m.diskSlow, m.stages)
+}
+
+// stop ends the fold stage's waits and the spike traces.
+func (m *storageMetrics) stop() {
+	m.cancel()
+	m.spikes.stop()
 }
 
 // timed wraps the appender a so that its appends are measured.
@@ -116,7 +126,7 @@ func (t *timedAppender) done(start time.Time, seq uint64) {
 		return
 	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), foldWait)
+		ctx, cancel := context.WithTimeout(t.m.ctx, foldWait)
 		defer cancel()
 		if v.WaitFor(ctx, seq) == nil {
 			t.fold.Observe(time.Since(acked).Seconds())

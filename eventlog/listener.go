@@ -68,8 +68,13 @@ func (e *StorageEvents) pebbleListener(logger *slog.Logger) pebble.EventListener
 		},
 		WriteStallEnd: func() {
 			e.mu.Lock()
-			d, why := time.Since(e.stallBegin), e.stallWhy
+			begin, why := e.stallBegin, e.stallWhy
+			e.stallBegin = time.Time{}
 			e.mu.Unlock()
+			if begin.IsZero() {
+				return // began before the listener was set
+			}
+			d := time.Since(begin)
 			logger.Info("eventlog: write stall ends", "component", "pebble", "reason", why, "duration", d)
 			if e.Stall != nil {
 				e.Stall(d, why)

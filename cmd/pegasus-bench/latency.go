@@ -85,7 +85,10 @@ func runLatency(ctx context.Context, f latencyFlags) error {
 			before, err := scrape(ctx, d.url)
 			if err == nil {
 				load := loadAvg()
-				cfg := brokerbench.Config{URL: d.url, Rate: f.rate, Duration: f.duration, Prefix: fmt.Sprintf("lat-%d-", rep)}
+				// One set of workers for all the repetitions: a worker of
+				// an earlier one, registered and gone, would be assigned
+				// tasks until its registration expired.
+				cfg := brokerbench.Config{URL: d.url, Rate: f.rate, Duration: f.duration, Prefix: "latency-"}
 				var res brokerbench.Result
 				res, err = run(ctx, cfg)
 				if err == nil {
