@@ -26,7 +26,6 @@ type storageMetrics struct {
 	flushes     prometheus.Histogram
 	flushBytes  prometheus.Counter
 	compactions prometheus.Histogram
-	diskSlow    prometheus.Counter
 	stages      *prometheus.HistogramVec
 
 	// view is the agent's view, set once the agent exists: the fold stage
@@ -52,8 +51,6 @@ func newStorageMetrics() *storageMetrics {
 			Help: "In-memory bytes of the memtables flushed."}),
 		compactions: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pegasus_eventlog_compaction_duration_seconds",
 			Help: "Compactions of the storage engine, by wall time.", Buckets: latencyBuckets}),
-		diskSlow: prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_eventlog_disk_slow_total",
-			Help: "Writes or syncs of the log's files reported slow by the storage engine."}),
 		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pegasus_task_stage_duration_seconds",
 			Help: "Stages of the task path: append (an append handed to the log until durable and acknowledged), " +
 				"fold (acknowledged until the agent's view folded it; one append in 16).", Buckets: latencyBuckets}, []string{"stage"}),
@@ -69,12 +66,11 @@ func (m *storageMetrics) events() *eventlog.StorageEvents {
 		},
 		Flush:      func(d time.Duration, b uint64) { m.flushes.Observe(d.Seconds()); m.flushBytes.Add(float64(b)) },
 		Compaction: func(d time.Duration) { m.compactions.Observe(d.Seconds()) },
-		DiskSlow:   func(time.Duration, string) { m.diskSlow.Inc() },
 	}
 }
 
 func (m *storageMetrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.stalls, m.flushes, m.flushBytes, m.compactions, m.diskSlow, m.stages)
+	r.MustRegister(m.stalls, m.flushes, m.flushBytes, m.compactions, m.stages)
 }
 
 // stop ends the fold stage's waits and the spike traces.

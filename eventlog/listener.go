@@ -17,8 +17,7 @@ import (
 // and must not call the Log. Set Options.Events to receive them.
 //
 // Every event is also logged on Options.Logger: at Info when it took
-// SlowAfter or longer (a stall, a flush, a compaction, a slow disk
-// operation), else at Debug, with its duration, so that a latency spike
+// SlowAfter or longer (a stall, a flush, a compaction), else at Debug, with its duration, so that a latency spike
 // seen by a client can be matched against the log's own record of what it
 // was doing at that time.
 type StorageEvents struct {
@@ -31,10 +30,6 @@ type StorageEvents struct {
 	Flush func(d time.Duration, bytes uint64)
 	// Compaction is called when a compaction ends, with its wall time.
 	Compaction func(d time.Duration)
-	// DiskSlow is called when one write or sync on the log's files has
-	// not returned after Pebble's threshold (5s by default), with the time
-	// it has taken so far.
-	DiskSlow func(d time.Duration, path string)
 
 	// SlowAfter is the duration from which an event is logged at Info.
 	// The default value is 100ms.
@@ -92,13 +87,6 @@ func (e *StorageEvents) pebbleListener(logger *slog.Logger) pebble.EventListener
 				"duration", info.TotalDuration, "reason", info.Reason, "err", info.Err)
 			if e.Compaction != nil && info.Err == nil {
 				e.Compaction(info.TotalDuration)
-			}
-		},
-		DiskSlow: func(info pebble.DiskSlowInfo) {
-			logger.Warn("eventlog: slow disk operation", "component", "pebble", "path", info.Path,
-				"op", info.OpType.String(), "bytes", info.WriteSize, "duration", info.Duration)
-			if e.DiskSlow != nil {
-				e.DiskSlow(info.Duration, info.Path)
 			}
 		},
 	}

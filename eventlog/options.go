@@ -139,7 +139,7 @@ type Options struct {
 	Unsynced bool
 
 	// Events receives the storage engine's write stalls, flushes,
-	// compactions and slow disk operations (listener.go).
+	// and compactions (listener.go).
 	//
 	// The default value is nil: they are only logged (at Debug, at Info
 	// when slow) when Events is set.
