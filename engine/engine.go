@@ -54,6 +54,9 @@ type Engine struct {
 	leases     *cluster.Leases
 	own        *ownership // what the agent and the broker run, and the sightings to close (clusterlog.go)
 
+	storage  *storageMetrics
+	appender eventlog.Appender // what writes go through, timed (storage.go) // the storage engine's events and the task path's stages (storage.go)
+
 	setup   *setup         // the configuration's models, MCP servers, worker tools and task types (configure.go)
 	probeWG sync.WaitGroup // the models' probes at start
 
@@ -86,6 +89,14 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	if err := openDataDir(o.DataDir); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
+	sm := newStorageMetrics()
+	sm.spikes = startSpikeTrace(o.SpikeTraceDir, logger.With("component", "trace"))
+	defer func() {
+		if err != nil {
+			sm.stop()
+		}
+	}()
+	o.Log.Events = sm.events()
 	l, err := openLog(&o, logger)
 	if err != nil {
 		return nil, err
@@ -110,7 +121,7 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 		MaxActiveTasks: o.MaxActiveTasks, MaxConcurrentLLM: o.MaxConcurrentLLM, MaxConcurrentTools: o.MaxConcurrentTools,
 		ToolTimeout: o.ToolTimeout, MaxIterations: o.MaxIterations, DisableReflection: o.DisableReflection,
 		Logger: logger.With("component", "agent"), Replay: &replay.Options{MemoryBudget: o.MemoryBudget},
-		Appender: appender(rl, l), Owns: own.ownsFunc(rl),
+		Appender: sm.timed(appender(rl, l)), Owns: own.ownsFunc(rl),
 	}
 	set.agentOptions(&ao)
 	limitOptions(o.Config, &ao)
@@ -128,7 +139,8 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	if err := a.Start(ctx); err != nil {
 		return nil, withWaysOut(err, false) // Start closes the log on failure
 	}
-	e = &Engine{opts: o, log: logger, agent: a, events: l, model: o.Model.Name(), replicated: rl, own: own, setup: set,
+	sm.view.Store(a.View())
+	e = &Engine{opts: o, log: logger, agent: a, events: l, model: o.Model.Name(), replicated: rl, own: own, setup: set, storage: sm, appender: ao.Appender,
 		failed: make(chan struct{}), stopped: make(chan struct{})}
 	e.base, e.cancelBase = context.WithCancel(context.Background())
 	if err := e.startPublish(); err != nil {
@@ -179,7 +191,7 @@ func (e *Engine) Log() *eventlog.Log { return e.events }
 
 // Appender is what writes go through: the replicated log under Cluster,
 // else the log itself.
-func (e *Engine) Appender() eventlog.Appender { return appender(e.replicated, e.events) }
+func (e *Engine) Appender() eventlog.Appender { return e.appender }
 
 // Keys binds Idempotency-Keys: the log itself, or under Cluster the
 // replicated log's bucket, one binding per key for every engine.
@@ -279,6 +291,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.brokerWG.Wait()
 	e.probeWG.Wait()
 	e.retain.stop() // before the agent closes the log
+	defer e.storage.stop()
 	e.stopTaking()
 	perr := e.stopPublish()
 	aerr := e.agent.Stop(ctx)
@@ -339,6 +352,7 @@ func (e *Engine) startMetrics() {
 		}
 	}
 	m := metrics.New(e.agent, e.events, o)
+	e.storage.register(m.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
 	e.metrics, e.stopMetrics, e.metricsDone = m, cancel, make(chan struct{})
 	go func() {

@@ -20,8 +20,8 @@ func TestStartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Keys() != e.Log() || e.Appender() != e.Log() {
-		t.Error("without Cluster, the log itself binds keys and takes appends")
+	if ta, ok := e.Appender().(*timedAppender); e.Keys() != e.Log() || !ok || ta.a != e.Log() {
+		t.Error("without Cluster, the log itself binds keys and takes appends (timed)")
 	}
 	if e.Broker() == nil || e.Metrics() == nil || e.View() == nil || e.ModelName() == "" {
 		t.Fatal("a part is missing")
@@ -39,6 +39,7 @@ func TestStartStop(t *testing.T) {
 		t.Fatalf("failed: %v", e.Err())
 	default:
 	}
+	checkStages(t, e)
 	if e.Context().Err() != nil {
 		t.Fatal("the base context ended before the stop")
 	}
@@ -56,5 +57,33 @@ func TestStartStop(t *testing.T) {
 	defer e.Stop(ctx)
 	if got, err := e.Agent().Task(id); err != nil || got.State != fsm.StateCompleted {
 		t.Fatalf("after a restart: %s, %v", got.State, err)
+	}
+}
+
+// checkStages: the task's appends were timed, and the storage engine's
+// series are registered.
+func checkStages(t *testing.T, e *Engine) {
+	t.Helper()
+	mfs, err := e.Metrics().Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+		if mf.GetName() != "pegasus_task_stage_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == "append" && m.GetHistogram().GetSampleCount() == 0 {
+				t.Error("no append timed after a task")
+			}
+		}
+	}
+	for _, name := range []string{"pegasus_task_stage_duration_seconds", "pegasus_eventlog_write_stall_duration_seconds",
+		"pegasus_eventlog_flush_duration_seconds", "pegasus_eventlog_compaction_duration_seconds"} {
+		if !got[name] {
+			t.Errorf("no %s", name)
+		}
 	}
 }

@@ -96,6 +96,12 @@ type Options struct {
 	// Lease configures the partitions' leases, with Cluster. The default
 	// value is cluster's.
 	Lease cluster.LeaseOptions
+	// SpikeTraceDir, when set, keeps the last seconds of a runtime/trace
+	// in memory and writes them to a file in this directory when an
+	// append takes 100ms or more or the storage engine stalls writes
+	// (docs/operations.md "Tracing a latency spike"). The default value
+	// is off.
+	SpikeTraceDir string
 
 	// configMerged is set once Config's schedules are in Schedules
 	// (Start): Validate counts them either way.

@@ -137,6 +137,13 @@ type Options struct {
 	// The default value is false: every append is synced before it is
 	// acknowledged.
 	Unsynced bool
+
+	// Events receives the storage engine's write stalls, flushes,
+	// and compactions (listener.go).
+	//
+	// The default value is nil: they are only logged (at Debug, at Info
+	// when slow) when Events is set.
+	Events *StorageEvents
 }
 
 // EnsureDefaults fills zero fields with their default values and returns o.
@@ -255,6 +262,7 @@ func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(p
 			o.Logger.Error("eventlog: background error", "component", "pebble", "err", err)
 		},
 	}
+	withEvents(po, o.Events, o.Logger)
 	po.EnsureDefaults()
 	return po
 }

@@ -19,6 +19,12 @@
 //
 //	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -broker -rounds 3
 //
+// With -latency it runs the tail latency workload (latency.go): an open
+// loop at 200 tasks/s for 20s, ten repetitions on the agent's path and
+// ten on the broker's, p50/p99/max of each against the target:
+//
+//	go build -o bin/ ./cmd/pegasusd ./cmd/pegasus-bench && bin/pegasus-bench -latency
+//
 // With -tasks it runs the agent's workload (issue 15, tasks.go): no-op
 // tasks through POST /v1/tasks and the daemon's own agent with its
 // offline model, tasks/s at the defaults and at 100 in flight, the latency
@@ -79,6 +85,14 @@ func main() {
 	flag.IntVar(&ef.batch, "enqueue-batch", 100, "with -enqueue: tasks per batch request")
 	flag.StringVar(&ef.profiles, "enqueue-cpuprofile", "", "with -enqueue: write each daemon's CPU profile into this directory")
 	flag.Parse()
+	if *latencyMode {
+		latencyF.pegasusd, latencyF.dir = bf.pegasusd, *dir
+		if err := runLatency(context.Background(), latencyF); err != nil {
+			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *enqueueMode {
 		ef.pegasusd, ef.dir, ef.rounds = bf.pegasusd, *dir, *rounds
 		if *run != "" {

@@ -67,6 +67,8 @@ func serveFlags() []cli.Flag {
 		// For benchmarks (pegasus-bench -tasks -cpuprofile): not an
 		// operator's flag, so hidden from --help.
 		&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the whole run to this file"},
+		&cli.StringFlag{Name: "spike-trace-dir", EnvVars: env("SPIKE_TRACE_DIR"), Usage: "keep the last seconds of a runtime/trace in memory and write them " +
+			"to a file here when an append takes 100ms or more (docs/operations.md)"},
 	)
 }
 
@@ -102,7 +104,7 @@ func configFrom(cc *cli.Context) (*config, error) {
 		engine: engine.Options{DataDir: cc.String("data-dir"),
 			MaxActiveTasks: cc.Int("max-active-tasks"), MaxConcurrentLLM: cc.Int("max-concurrent-llm"), MaxConcurrentTools: cc.Int("max-concurrent-tools"),
 			ToolTimeout: cc.Duration("tool-timeout"), MaxIterations: cc.Int("max-iterations"), DisableReflection: cc.Bool("no-reflection"),
-			ShutdownTimeout: cc.Duration("shutdown-timeout"), Log: eventlog.Options{AcceptDataLoss: cc.Bool("accept-data-loss")}},
+			ShutdownTimeout: cc.Duration("shutdown-timeout"), SpikeTraceDir: cc.String("spike-trace-dir"), Log: eventlog.Options{AcceptDataLoss: cc.Bool("accept-data-loss")}},
 		server: server.Options{Token: cc.String("token"), CheckpointDir: cc.String("checkpoint-dir"), MaxBodyBytes: cc.Int64("max-body-bytes")},
 	}
 	e := &c.engine
