@@ -292,7 +292,7 @@ type server struct {
 // session is one connection to a server.
 type session struct {
 	cs    *mcp.ClientSession
-	tasks *taskState // nil for HTTP sessions
+	tasks *taskState
 	done  chan struct{}
 }
 
@@ -453,12 +453,13 @@ func (s *server) list(ctx context.Context, sess *session) error {
 
 // connect starts a session over the configured transport.
 func (s *server) connect(ctx context.Context) (*session, error) {
-	sess := &session{done: make(chan struct{})}
+	sess := &session{done: make(chan struct{}), tasks: &taskState{pending: map[any]string{}}}
 	var transport mcp.Transport
 	caps := &mcp.ClientCapabilities{}
+	caps.AddExtension(taskExtension, map[string]any{})
 	if s.cfg.URL != "" {
 		transport = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, MaxRetries: -1,
-			HTTPClient: &http.Client{Transport: headerTransport{s.cfg.Headers, http.DefaultTransport}}}
+			HTTPClient: &http.Client{Transport: taskHTTP{sess.tasks, headerTransport{s.cfg.Headers, http.DefaultTransport}}}}
 	} else {
 		cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
 		cmd.Dir = s.cfg.Dir
@@ -468,10 +469,8 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		}
 		s.stderr.reset()
 		cmd.Stderr = s.stderr
-		sess.tasks = &taskState{pending: map[any]string{}}
 		transport = &taskTransport{inner: &mcp.CommandTransport{Command: cmd,
 			TerminateDuration: s.m.opts.TerminateTimeout}, st: sess.tasks}
-		caps.AddExtension(taskExtension, map[string]any{})
 		defer func() {
 			if cmd.Process != nil {
 				s.mu.Lock()
@@ -490,9 +489,7 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 			}
 		},
 	})
-	if sess.tasks != nil {
-		registerTaskMethods(client)
-	}
+	registerTaskMethods(client)
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
 		return nil, err

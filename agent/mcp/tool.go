@@ -145,6 +145,8 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 				ErrTask, t.s.cfg.Name, t.remote, task.TaskID)
 		}
 		if err := c.RecordHandle(ctx, task.TaskID); err != nil {
+			// Nobody will poll a task whose handle is not recorded.
+			t.sendCancel(ctx, sess, task.TaskID)
 			return tools.Result{}, fmt.Errorf("mcp: recording task %s of server %q: %w", task.TaskID, t.s.cfg.Name, err)
 		}
 		res, err = t.awaitTask(ctx, sess, task.TaskID)
