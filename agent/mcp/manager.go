@@ -144,11 +144,12 @@ var (
 // Manager runs MCP servers and offers their tools. It is safe for
 // concurrent use.
 type Manager struct {
-	opts    *Options
-	servers []*server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closing atomic.Bool
+	opts     *Options
+	servers  []*server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closing  atomic.Bool
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -232,6 +233,13 @@ func (m *Manager) Close() error {
 }
 
 func (m *Manager) closed() bool { return m.closing.Load() }
+
+// Stopping tells the manager that the daemon stops: from now on, a call
+// that waits on a server's task and whose context ends leaves the task
+// running, so that the next start polls it again, instead of sending
+// tasks/cancel for it. Close implies it. Call it before the agent cancels
+// its running stages at stop.
+func (m *Manager) Stopping() { m.stopping.Store(true) }
 
 // publish rebuilds the tool list from the servers' listings and closes
 // Changed if it differs.

@@ -332,11 +332,11 @@ const cancelTimeout = 5 * time.Second
 
 // cancelTask asks the server to cancel task id, whose call's context ended
 // (the agent cancelled the call, or it timed out): its result would never
-// be used. It does not when the manager is closing: the daemon stops, and
-// the next start polls the task again. A failure is logged: the call has
-// already failed.
+// be used. It does not once the manager is stopping or closing: the daemon
+// stops, and the next start polls the task again. A failure is logged: the
+// call has already failed.
 func (t *tool) cancelTask(ctx context.Context, sess *session, id string) {
-	if t.s.m.closed() {
+	if t.s.m.closed() || t.s.m.stopping.Load() {
 		return
 	}
 	t.sendCancel(ctx, sess, id)

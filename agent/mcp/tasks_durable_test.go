@@ -214,6 +214,21 @@ func TestCancelSendsTasksCancel(t *testing.T) {
 			if c := serverLines(t, dir, "cancels"); len(c) != 3 || c[1] != second || len(created) != 3 || !strings.HasPrefix(created[2], c[2]+"_") {
 				t.Errorf("tasks cancelled: %q, created %q", c, created)
 			}
+
+			// The daemon stops: a call cancelled then keeps its task, which
+			// the next start polls again.
+			m.Stopping()
+			sctx, scancel := context.WithCancel(context.Background())
+			_, err = tl.CallParts(sctx, tools.Call{IdempotencyKey: "k4", RecordHandle: func(context.Context, string) error {
+				scancel()
+				return nil
+			}})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("the call cancelled at stop: %v", err)
+			}
+			if c, created := serverLines(t, dir, "cancels"), serverLines(t, dir, "created"); len(c) != 3 || len(created) != 4 {
+				t.Errorf("at stop: tasks cancelled %q, created %q", c, created)
+			}
 		})
 	}
 }
