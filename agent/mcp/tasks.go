@@ -32,8 +32,10 @@ import (
 //
 // The SDK (v1.8.0) keeps neither the tasks capability nor a tool's
 // execution, has no "task" field in CallToolParams, and decodes a task
-// answer as an empty CallToolResult. So a stdio session's connection is
-// wrapped by taskConn, which rewrites three messages and nothing else:
+// answer as an empty CallToolResult. So a session's taskState rewrites
+// three messages and nothing else, on a stdio session in taskConn (a
+// wrapper of the SDK's connection), on a Streamable HTTP session in
+// taskHTTP (the HTTP client's transport, tasks_http.go):
 //
 //   - the answer to initialize (or server/discover): it notes whether the
 //     server offers tasks for tools/call;
@@ -44,7 +46,8 @@ import (
 //     task, becomes a CallToolResult with no content and the task in its
 //     _meta under metaTask.
 //
-// tasks/get and tasks/result are sent with the SDK's custom methods.
+// tasks/get, tasks/result and tasks/cancel are sent with the SDK's custom
+// methods.
 const (
 	taskExtension   = "io.modelcontextprotocol/tasks"
 	metaTaskSupport = "io.pegasus/task-support"
