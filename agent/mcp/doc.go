@@ -37,17 +37,25 @@
 // A server may answer a long tools/call with a durable task handle instead of
 // a result (MCP tasks: core and experimental in protocol revision 2025-11-25,
 // the io.modelcontextprotocol/tasks extension in 2026-07-28). The SDK has no
-// client for tasks, so for stdio servers the manager wraps the SDK's
-// connection (see tasks.go): it reads the server's tasks capability and each
-// tool's execution.taskSupport, adds the task field to a tools/call of a tool
-// that supports tasks (2025-11-25; in 2026-07-28 the request carries the
-// extension in its per-request capabilities), and hands a task handle back
-// to the tool. The tool then calls Call.RecordHandle, so that the agent
-// records the handle before it waits, and polls tasks/get at the server's
-// poll interval; a completed task's result comes from tasks/result
-// (2025-11-25) or inline (2026-07-28). A call whose Call.Handle is set (the
-// daemon restarted after the handle was recorded) polls that handle again
-// instead of calling the tool a second time. Streamable HTTP sessions do not
-// use tasks: the SDK's HTTP connection cannot be wrapped without losing its
-// session handling, so their tools are called plainly.
+// client for tasks, so the manager reads and rewrites the few messages
+// involved (see tasks.go): on a stdio session it wraps the SDK's
+// connection, on a Streamable HTTP session the HTTP client it gives the SDK
+// rewrites the requests' and answers' bodies (tasks_http.go), since the
+// SDK's HTTP connection cannot be wrapped. It reads the server's tasks
+// capability and each tool's execution.taskSupport, adds the task field to
+// a tools/call of a tool that supports tasks (2025-11-25; in 2026-07-28 the
+// request carries the extension in its per-request capabilities), and
+// hands a task handle back to the tool. The tool then calls
+// Call.RecordHandle, so that the agent records the handle before it waits,
+// and polls tasks/get at the server's poll interval; a completed task's
+// result comes from tasks/result (2025-11-25) or inline (2026-07-28). A
+// call whose Call.Handle is set (the daemon restarted after the handle was
+// recorded) polls that handle again instead of calling the tool a second
+// time.
+//
+// A call whose context ends while it waits on a task (the agent task was
+// cancelled, the call timed out) sends tasks/cancel for the task, and so
+// does a call whose handle could not be recorded; once [Manager.Stopping]
+// was called (the daemon stops) or the manager is closed, a cancelled call
+// leaves its task to the next start instead.
 package mcp

@@ -144,11 +144,12 @@ var (
 // Manager runs MCP servers and offers their tools. It is safe for
 // concurrent use.
 type Manager struct {
-	opts    *Options
-	servers []*server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closing atomic.Bool
+	opts     *Options
+	servers  []*server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closing  atomic.Bool
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -233,6 +234,13 @@ func (m *Manager) Close() error {
 
 func (m *Manager) closed() bool { return m.closing.Load() }
 
+// Stopping tells the manager that the daemon stops: from now on, a call
+// that waits on a server's task and whose context ends leaves the task
+// running, so that the next start polls it again, instead of sending
+// tasks/cancel for it. Close implies it. Call it before the agent cancels
+// its running stages at stop.
+func (m *Manager) Stopping() { m.stopping.Store(true) }
+
 // publish rebuilds the tool list from the servers' listings and closes
 // Changed if it differs.
 func (m *Manager) publish() {
@@ -292,7 +300,7 @@ type server struct {
 // session is one connection to a server.
 type session struct {
 	cs    *mcp.ClientSession
-	tasks *taskState // nil for HTTP sessions
+	tasks *taskState
 	done  chan struct{}
 }
 
@@ -453,12 +461,13 @@ func (s *server) list(ctx context.Context, sess *session) error {
 
 // connect starts a session over the configured transport.
 func (s *server) connect(ctx context.Context) (*session, error) {
-	sess := &session{done: make(chan struct{})}
+	sess := &session{done: make(chan struct{}), tasks: &taskState{pending: map[any]string{}}}
 	var transport mcp.Transport
 	caps := &mcp.ClientCapabilities{}
+	caps.AddExtension(taskExtension, map[string]any{})
 	if s.cfg.URL != "" {
 		transport = &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, MaxRetries: -1,
-			HTTPClient: &http.Client{Transport: headerTransport{s.cfg.Headers, http.DefaultTransport}}}
+			HTTPClient: &http.Client{Transport: taskHTTP{sess.tasks, headerTransport{s.cfg.Headers, http.DefaultTransport}}}}
 	} else {
 		cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
 		cmd.Dir = s.cfg.Dir
@@ -468,10 +477,8 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		}
 		s.stderr.reset()
 		cmd.Stderr = s.stderr
-		sess.tasks = &taskState{pending: map[any]string{}}
 		transport = &taskTransport{inner: &mcp.CommandTransport{Command: cmd,
 			TerminateDuration: s.m.opts.TerminateTimeout}, st: sess.tasks}
-		caps.AddExtension(taskExtension, map[string]any{})
 		defer func() {
 			if cmd.Process != nil {
 				s.mu.Lock()
@@ -490,9 +497,7 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 			}
 		},
 	})
-	if sess.tasks != nil {
-		registerTaskMethods(client)
-	}
+	registerTaskMethods(client)
 	cs, err := client.Connect(ctx, transport, nil)
 	if err != nil {
 		return nil, err

@@ -102,6 +102,18 @@ func TestEverythingHTTP(t *testing.T) {
 	waitReady(t, m, "web")
 	checkEverything(t, m, "web")
 
+	// A tool that requires a task (2025-11-25 tasks, over HTTP): the handle
+	// is recorded, then polled until the result comes.
+	var handles []string
+	r, err := findTool(t, m, "web__simulate-research-query").CallParts(context.Background(), tools.Call{IdempotencyKey: "k",
+		Arguments: []byte(`{"topic":"http tasks"}`), RecordHandle: func(_ context.Context, h string) error {
+			handles = append(handles, h)
+			return nil
+		}})
+	if err != nil || len(handles) != 1 || !strings.Contains(r.Text, "# Research Report: http tasks") {
+		t.Fatalf("task over HTTP: handles %q, %q, %v", handles, r.Text, err)
+	}
+
 	// The server goes away: the session ends, calls fail, and the manager
 	// connects again once the server is back.
 	_ = cmd.Process.Kill()
@@ -112,7 +124,7 @@ func TestEverythingHTTP(t *testing.T) {
 	}
 	run()
 	eventually(t, "ready again", func() bool { s := status(m, "web"); return s.State == StateReady && s.Restarts >= 1 })
-	r, err := call(context.Background(), findTool(t, m, "web__echo"), "k", `{"message":"back"}`)
+	r, err = call(context.Background(), findTool(t, m, "web__echo"), "k", `{"message":"back"}`)
 	if err != nil || r.Text != "Echo: back" {
 		t.Fatalf("%q, %v", r.Text, err)
 	}

@@ -32,8 +32,10 @@ import (
 //
 // The SDK (v1.8.0) keeps neither the tasks capability nor a tool's
 // execution, has no "task" field in CallToolParams, and decodes a task
-// answer as an empty CallToolResult. So a stdio session's connection is
-// wrapped by taskConn, which rewrites three messages and nothing else:
+// answer as an empty CallToolResult. So a session's taskState rewrites
+// three messages and nothing else, on a stdio session in taskConn (a
+// wrapper of the SDK's connection), on a Streamable HTTP session in
+// taskHTTP (the HTTP client's transport, tasks_http.go):
 //
 //   - the answer to initialize (or server/discover): it notes whether the
 //     server offers tasks for tools/call;
@@ -44,7 +46,8 @@ import (
 //     task, becomes a CallToolResult with no content and the task in its
 //     _meta under metaTask.
 //
-// tasks/get and tasks/result are sent with the SDK's custom methods.
+// tasks/get, tasks/result and tasks/cancel are sent with the SDK's custom
+// methods.
 const (
 	taskExtension   = "io.modelcontextprotocol/tasks"
 	metaTaskSupport = "io.pegasus/task-support"
@@ -76,6 +79,109 @@ func (st *taskState) isModern() bool {
 	return st.modern
 }
 
+// waiting reports whether an answer is awaited that may be rewritten.
+func (st *taskState) waiting() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pending) > 0
+}
+
+func (st *taskState) extension() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ext
+}
+
+func (st *taskState) track(id jsonrpc.ID, method string) {
+	st.mu.Lock()
+	st.pending[id] = method
+	st.mu.Unlock()
+}
+
+// out notes the requests whose answers in rewrites and rewrites a
+// tools/call marked metaAsTask. It returns msg itself when it leaves it
+// alone.
+func (st *taskState) out(msg jsonrpc.Message) jsonrpc.Message {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return msg
+	}
+	switch req.Method {
+	case "initialize", "server/discover", "tools/list":
+		st.track(req.ID, req.Method)
+	case "tools/call":
+		st.mu.Lock()
+		st.calls++
+		st.mu.Unlock()
+		if bytes.Contains(req.Params, []byte(metaAsTask)) {
+			st.track(req.ID, req.Method)
+			if p, err := st.asTask(req.Params); err == nil {
+				r := *req
+				r.Params = p
+				return &r
+			}
+		} else if st.isModern() && st.extension() {
+			st.track(req.ID, req.Method)
+		}
+	}
+	return msg
+}
+
+// asTask removes the marker from a tools/call's _meta and, on a 2025-11-25
+// session, asks for a task.
+func (st *taskState) asTask(params json.RawMessage) (json.RawMessage, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, err
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(p["_meta"], &meta); err != nil {
+		return nil, err
+	}
+	delete(meta, metaAsTask)
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	p["_meta"] = b
+	if !st.isModern() {
+		p["task"] = json.RawMessage(`{}`)
+	}
+	return json.Marshal(p)
+}
+
+// in rewrites the answers out noted. It returns msg itself when it leaves
+// it alone.
+func (st *taskState) in(msg jsonrpc.Message) jsonrpc.Message {
+	resp, ok := msg.(*jsonrpc.Response)
+	if !ok {
+		return msg
+	}
+	st.mu.Lock()
+	method, ok := st.pending[resp.ID]
+	delete(st.pending, resp.ID)
+	st.mu.Unlock()
+	if !ok || resp.Error != nil || len(resp.Result) == 0 {
+		return msg
+	}
+	var rewritten json.RawMessage
+	switch method {
+	case "initialize", "server/discover":
+		st.capabilities(resp.Result)
+	case "tools/list":
+		rewritten = toolsWithTaskSupport(resp.Result)
+	case "tools/call":
+		rewritten = taskAnswer(resp.Result)
+	}
+	if rewritten == nil {
+		return msg
+	}
+	r := *resp
+	r.Result = rewritten
+	return &r
+}
+
+// taskTransport wraps a stdio transport's connection in a taskConn.
 type taskTransport struct {
 	inner mcp.Transport
 	st    *taskState
@@ -95,62 +201,7 @@ type taskConn struct {
 }
 
 func (c *taskConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
-		switch req.Method {
-		case "initialize", "server/discover", "tools/list":
-			c.track(req.ID, req.Method)
-		case "tools/call":
-			c.st.mu.Lock()
-			c.st.calls++
-			c.st.mu.Unlock()
-			if bytes.Contains(req.Params, []byte(metaAsTask)) {
-				if p, err := c.asTask(req.Params); err == nil {
-					r := *req
-					r.Params = p
-					msg = &r
-				}
-				c.track(req.ID, req.Method)
-			} else if c.st.isModern() && c.st.extension() {
-				c.track(req.ID, req.Method)
-			}
-		}
-	}
-	return c.Connection.Write(ctx, msg)
-}
-
-func (st *taskState) extension() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.ext
-}
-
-func (c *taskConn) track(id jsonrpc.ID, method string) {
-	c.st.mu.Lock()
-	c.st.pending[id] = method
-	c.st.mu.Unlock()
-}
-
-// asTask removes the marker from a tools/call's _meta and, on a 2025-11-25
-// session, asks for a task.
-func (c *taskConn) asTask(params json.RawMessage) (json.RawMessage, error) {
-	var p map[string]json.RawMessage
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, err
-	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(p["_meta"], &meta); err != nil {
-		return nil, err
-	}
-	delete(meta, metaAsTask)
-	b, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	p["_meta"] = b
-	if !c.st.isModern() {
-		p["task"] = json.RawMessage(`{}`)
-	}
-	return json.Marshal(p)
+	return c.Connection.Write(ctx, c.st.out(msg))
 }
 
 func (c *taskConn) Read(ctx context.Context) (jsonrpc.Message, error) {
@@ -158,36 +209,11 @@ func (c *taskConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if err != nil {
 		return msg, err
 	}
-	resp, ok := msg.(*jsonrpc.Response)
-	if !ok {
-		return msg, nil
-	}
-	c.st.mu.Lock()
-	method, ok := c.st.pending[resp.ID]
-	delete(c.st.pending, resp.ID)
-	c.st.mu.Unlock()
-	if !ok || resp.Error != nil || len(resp.Result) == 0 {
-		return msg, nil
-	}
-	var rewritten json.RawMessage
-	switch method {
-	case "initialize", "server/discover":
-		c.capabilities(resp.Result)
-	case "tools/list":
-		rewritten = toolsWithTaskSupport(resp.Result)
-	case "tools/call":
-		rewritten = taskAnswer(resp.Result)
-	}
-	if rewritten != nil {
-		r := *resp
-		r.Result = rewritten
-		return &r, nil
-	}
-	return msg, nil
+	return c.st.in(msg), nil
 }
 
 // capabilities notes the protocol version and the tasks the server offers.
-func (c *taskConn) capabilities(result json.RawMessage) {
+func (st *taskState) capabilities(result json.RawMessage) {
 	var r struct {
 		ProtocolVersion   string   `json:"protocolVersion"`
 		SupportedVersions []string `json:"supportedVersions"`
@@ -205,14 +231,14 @@ func (c *taskConn) capabilities(result json.RawMessage) {
 	if json.Unmarshal(result, &r) != nil {
 		return
 	}
-	c.st.mu.Lock()
-	defer c.st.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	t := r.Capabilities.Tasks
-	c.st.legacy = t != nil && t.Requests != nil && t.Requests.Tools != nil && t.Requests.Tools.Call != nil
-	_, c.st.ext = r.Capabilities.Extensions[taskExtension]
+	st.legacy = t != nil && t.Requests != nil && t.Requests.Tools != nil && t.Requests.Tools.Call != nil
+	_, st.ext = r.Capabilities.Extensions[taskExtension]
 	// initialize names the version; server/discover lists the supported ones
 	// and the SDK then speaks 2026-07-28 or later.
-	c.st.modern = r.ProtocolVersion >= "2026-07-28" || r.ProtocolVersion == "" && len(r.SupportedVersions) > 0
+	st.modern = r.ProtocolVersion >= "2026-07-28" || r.ProtocolVersion == "" && len(r.SupportedVersions) > 0
 }
 
 // toolsWithTaskSupport copies each tool's execution.taskSupport into its
@@ -301,6 +327,34 @@ type taskParams struct {
 func registerTaskMethods(c *mcp.Client) {
 	_ = mcp.AddSendingCustomMethod[*taskParams, *taskInfo](c, "tasks/get")
 	_ = mcp.AddSendingCustomMethod[*taskParams, *mcp.CallToolResult](c, "tasks/result")
+	_ = mcp.AddSendingCustomMethod[*taskParams, *taskInfo](c, "tasks/cancel")
+}
+
+// cancelTimeout bounds a tasks/cancel.
+const cancelTimeout = 5 * time.Second
+
+// cancelTask asks the server to cancel task id, whose call's context ended
+// (the agent cancelled the call, or it timed out): its result would never
+// be used. It does not once the manager is stopping or closing: the daemon
+// stops, and the next start polls the task again. A failure is logged: the
+// call has already failed.
+func (t *tool) cancelTask(ctx context.Context, sess *session, id string) {
+	if t.s.m.closed() || t.s.m.stopping.Load() {
+		return
+	}
+	t.sendCancel(ctx, sess, id)
+}
+
+// sendCancel sends tasks/cancel for task id, unless the session ended.
+func (t *tool) sendCancel(ctx context.Context, sess *session, id string) {
+	if sess.ended() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelTimeout)
+	defer cancel()
+	if _, err := mcp.CallCustomMethod[*taskParams, *taskInfo](cctx, sess.cs, "tasks/cancel", &taskParams{TaskID: id}); err != nil {
+		t.s.log.Warn("mcp task not cancelled", "task", id, "error", err)
+	}
 }
 
 // taskOf returns the task a tools/call answered with, if it did.
@@ -320,11 +374,12 @@ func taskOf(res *mcp.CallToolResult) (taskInfo, bool) {
 // awaitTask polls a task until it ends and returns its result.
 func (t *tool) awaitTask(ctx context.Context, sess *session, id string) (*mcp.CallToolResult, error) {
 	name := t.s.cfg.Name
-	if sess.tasks == nil {
-		return nil, fmt.Errorf("%w: server %q: task %s cannot be polled over %s", ErrTask, name, id, t.s.cfg.Transport())
-	}
 	for {
 		info, err := mcp.CallCustomMethod[*taskParams, *taskInfo](ctx, sess.cs, "tasks/get", &taskParams{TaskID: id})
+		if err != nil && ctx.Err() != nil {
+			t.cancelTask(ctx, sess, id)
+			return nil, t.callError(ctx, sess, err)
+		}
 		if err != nil {
 			var wire *jsonrpc.Error
 			if errors.As(err, &wire) && wire.Code == jsonrpc.CodeInvalidParams {
@@ -374,6 +429,7 @@ func (t *tool) awaitTask(ctx context.Context, sess *session, id string) (*mcp.Ca
 		select {
 		case <-ctx.Done():
 			timer.Stop()
+			t.cancelTask(ctx, sess, id)
 			return nil, fmt.Errorf("mcp: waiting for task %s of server %q: %w", id, name, context.Cause(ctx))
 		case <-sess.done:
 			timer.Stop()

@@ -140,11 +140,15 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 		return tools.Result{}, t.callError(ctx, sess, err)
 	}
 	if task, ok := taskOf(res); ok {
+		// Nobody will poll a task whose handle cannot be, or was not,
+		// recorded: it is cancelled.
 		if c.RecordHandle == nil {
+			t.sendCancel(ctx, sess, task.TaskID)
 			return tools.Result{}, fmt.Errorf("%w: server %q answered %s with task %s, and this call cannot record it",
 				ErrTask, t.s.cfg.Name, t.remote, task.TaskID)
 		}
 		if err := c.RecordHandle(ctx, task.TaskID); err != nil {
+			t.sendCancel(ctx, sess, task.TaskID)
 			return tools.Result{}, fmt.Errorf("mcp: recording task %s of server %q: %w", task.TaskID, t.s.cfg.Name, err)
 		}
 		res, err = t.awaitTask(ctx, sess, task.TaskID)

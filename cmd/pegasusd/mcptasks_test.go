@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/api"
+)
+
+// The durable MCP task tests run agent/mcp/testdata/taskserver, an MCP
+// server built with the SDK whose tool work answers with a task of the
+// 2026-07-28 tasks extension and keeps its tasks in a directory (a new
+// process of it knows them); its files there say what it was asked:
+// "created" (a line per task), "polls" (a line per tasks/get), "cancels"
+// (a line per tasks/cancel). A task completes once the file "release"
+// exists.
+
+// taskServerLines are the lines of one of the task server's files.
+func taskServerLines(t *testing.T, dir, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// eventuallyTrue polls cond (the daemon and the server are processes)
+// until it holds or the test's timeout passes.
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// taskServerConfig declares the task server as the MCP server "tasks":
+// over stdio (a process of the daemon's) or over Streamable HTTP (a
+// process of the test's, which keeps running while the daemon restarts).
+func taskServerConfig(t *testing.T, transport, dir string) string {
+	t.Helper()
+	bin := goBuild(t, "taskserver", "../../agent/mcp/testdata/taskserver")
+	if transport == "stdio" {
+		return fmt.Sprintf("mcpServers:\n  tasks:\n    command: %q\n    args: [-dir, %q]\n", bin, dir)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "-dir", dir, "-http", addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	eventuallyTrue(t, "the task server to listen", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return fmt.Sprintf("mcpServers:\n  tasks:\n    url: http://%s/mcp\n", addr)
+}
+
+// toolEvents are the task's tool call events, their data decoded.
+func (r *toolRig) toolEvents(id string) (started, completed, failed []map[string]any) {
+	r.t.Helper()
+	for _, e := range r.events(id) {
+		var d map[string]any
+		switch e.Type {
+		case "TOOL_CALL_STARTED", "TOOL_CALL_COMPLETED", "TOOL_CALL_FAILED":
+			if err := json.Unmarshal(e.Data, &d); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+		switch e.Type {
+		case "TOOL_CALL_STARTED":
+			started = append(started, d)
+		case "TOOL_CALL_COMPLETED":
+			completed = append(completed, d)
+		case "TOOL_CALL_FAILED":
+			failed = append(failed, d)
+		}
+	}
+	return started, completed, failed
+}
+
+// recordedHandle is the handle a TOOL_CALL_STARTED of the task recorded,
+// "" for none yet.
+func (r *toolRig) recordedHandle(id string) string {
+	started, _, _ := r.toolEvents(id)
+	for _, s := range started {
+		if h, _ := s["handle"].(string); h != "" {
+			return h
+		}
+	}
+	return ""
+}
+
+// TestMCPTaskSurvivesKill9: the daemon is killed (SIGKILL) while an MCP
+// call waits on the durable task its server answered with. After the
+// restart the call is not sent again (the server created one task), the
+// daemon polls the recorded handle, and once the task completes the tool
+// call completes once and the agent task ends once; verify is clean. Over
+// stdio the server's process dies with the daemon and a new one, started
+// by the new daemon, finds the task in its directory; over Streamable
+// HTTP the server keeps running.
+func TestMCPTaskSurvivesKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			dir := t.TempDir()
+			model := startScriptedModel(t, "scripted-1", 0)
+			r := startRig(t, modelConfig(model)+taskServerConfig(t, transport, dir))
+			r.waitServers(map[string]string{"tasks": "ok"})
+
+			id := r.submit(`call tasks__work {}`)
+			var handle string
+			eventuallyTrue(t, "the task's handle to be recorded", func() bool { handle = r.recordedHandle(id); return handle != "" })
+			eventuallyTrue(t, "the daemon to poll the task", func() bool { return len(taskServerLines(t, dir, "polls")) > 0 })
+			r.p.kill(t)
+			before := len(taskServerLines(t, dir, "polls"))
+
+			r.restart()
+			eventuallyTrue(t, "the restarted daemon to poll the task", func() bool { return len(taskServerLines(t, dir, "polls")) > before })
+			if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			task := r.wait(id)
+			started, completed, failed := r.toolEvents(id)
+			key, _ := started[0]["idempotency_key"].(string)
+			if want := fmt.Sprintf("done %s key=%s", handle, key); task.State != api.StateCompleted || task.Result != want || key == "" {
+				t.Errorf("task %s %q, want completed %q", task.State, task.Result, want)
+			}
+			// Three TOOL_CALL_STARTED of the one step: the call began, it
+			// recorded the handle, and the restarted daemon resumed it (with
+			// the handle); then one completion.
+			if len(started) != 3 || started[0]["handle"] != nil || started[1]["handle"] != handle || started[2]["handle"] != handle ||
+				started[2]["idempotency_key"] != key || len(completed) != 1 || len(failed) != 0 {
+				t.Errorf("tool call events: started %v, completed %v, failed %v", started, completed, failed)
+			}
+			if created := taskServerLines(t, dir, "created"); len(created) != 1 || created[0] != handle+" "+key {
+				t.Errorf("tasks created: %q, want one: %s %s", created, handle, key)
+			}
+			for _, p := range taskServerLines(t, dir, "polls") {
+				if p != handle {
+					t.Errorf("polled %s, want only %s", p, handle)
+				}
+			}
+			if c := taskServerLines(t, dir, "cancels"); len(c) != 0 {
+				t.Errorf("tasks cancelled: %q", c)
+			}
+			r.p.stop(t)
+			checkLog(t, r.data, map[string]bool{id: true})
+			r.replayCmd("--data-dir", r.data, "verify")
+		})
+	}
+}
+
+// TestMCPTaskCancelled: cancelling an agent task whose MCP call waits on
+// a durable task sends tasks/cancel for it; the server sees it.
+func TestMCPTaskCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the daemon")
+	}
+	dir := t.TempDir()
+	model := startScriptedModel(t, "scripted-1", 0)
+	r := startRig(t, modelConfig(model)+taskServerConfig(t, "http", dir))
+	r.waitServers(map[string]string{"tasks": "ok"})
+
+	id := r.submit(`call tasks__work {}`)
+	var handle string
+	eventuallyTrue(t, "the task's handle to be recorded", func() bool { handle = r.recordedHandle(id); return handle != "" })
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if _, err := r.c.Cancel(ctx, id, "no longer needed"); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, "the server to see tasks/cancel", func() bool { return len(taskServerLines(t, dir, "cancels")) > 0 })
+	if c := taskServerLines(t, dir, "cancels"); len(c) != 1 || c[0] != handle {
+		t.Errorf("tasks cancelled: %q, want %s", c, handle)
+	}
+	if task := r.wait(id); task.State != api.StateFailed {
+		t.Errorf("task %s, want failed (cancelled)", task.State)
+	}
+	r.stopAndVerify()
+}
