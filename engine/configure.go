@@ -225,6 +225,15 @@ func (s *setup) agentOptions(a *agent.Options) {
 }
 
 // close stops the MCP servers.
+// stopping tells the MCP servers' manager that the daemon stops, so the
+// calls the agent cancels at stop keep their servers' tasks for the next
+// start to poll.
+func (s *setup) stopping() {
+	if s.mcp != nil {
+		s.mcp.Stopping()
+	}
+}
+
 func (s *setup) close() error {
 	if s.mcp == nil {
 		return nil

@@ -294,6 +294,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	defer e.storage.stop()
 	e.stopTaking()
 	perr := e.stopPublish()
+	e.setup.stopping() // before the agent cancels its running calls
 	aerr := e.agent.Stop(ctx)
 	merr := e.setup.close() // after the agent: its running MCP calls ended with it
 	e.closeCluster()

@@ -117,23 +117,37 @@ func (r *toolRig) recordedHandle(id string) string {
 // call completes once and the agent task ends once; verify is clean. Over
 // stdio the server's process dies with the daemon and a new one, started
 // by the new daemon, finds the task in its directory; over Streamable
-// HTTP the server keeps running.
+// HTTP the server keeps running. In the "stopped" case the daemon stops
+// gracefully instead (SIGINT, a short --shutdown-timeout that the waiting
+// call outlives): the call it cancels at stop must leave its task on the
+// server (no tasks/cancel), and the restarted daemon resumes it alike.
 func TestMCPTaskSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the daemon")
 	}
-	for _, transport := range []string{"stdio", "http"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, c := range []struct {
+		name, transport string
+		graceful        bool
+	}{{"stdio", "stdio", false}, {"http", "http", false}, {"http-stopped", "http", true}} {
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			model := startScriptedModel(t, "scripted-1", 0)
-			r := startRig(t, modelConfig(model)+taskServerConfig(t, transport, dir))
+			var extra []string
+			if c.graceful {
+				extra = []string{"--shutdown-timeout", "500ms"}
+			}
+			r := startRig(t, modelConfig(model)+taskServerConfig(t, c.transport, dir), extra...)
 			r.waitServers(map[string]string{"tasks": "ok"})
 
 			id := r.submit(`call tasks__work {}`)
 			var handle string
 			eventuallyTrue(t, "the task's handle to be recorded", func() bool { handle = r.recordedHandle(id); return handle != "" })
 			eventuallyTrue(t, "the daemon to poll the task", func() bool { return len(taskServerLines(t, dir, "polls")) > 0 })
-			r.p.kill(t)
+			if c.graceful {
+				r.p.stop(t)
+			} else {
+				r.p.kill(t)
+			}
 			before := len(taskServerLines(t, dir, "polls"))
 
 			r.restart()
