@@ -69,6 +69,9 @@ type commitOutcome struct {
 	last uint64
 	res  []eventlog.AppendResult // set when the events were found stored (a retry)
 	err  error
+	// alone: not stored, to be sent by itself (the committer of streams
+	// of no partition, loose.go).
+	alone bool
 }
 
 // CommitStats counts what the partitions' committers did, for benchmarks
@@ -126,9 +129,13 @@ func (r *ReplicatedLog) committerFor(p int) *committer {
 // its outcome.
 func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire [][]byte) commitOutcome {
 	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
-	c := r.committerFor(p)
+	return r.enqueue(ctx, r.committerFor(p).reqs, req)
+}
+
+// enqueue queues req for a committer and waits for its outcome.
+func (r *ReplicatedLog) enqueue(ctx context.Context, reqs chan<- *commitReq, req *commitReq) commitOutcome {
 	select {
-	case c.reqs <- req:
+	case reqs <- req:
 	case <-ctx.Done():
 		return commitOutcome{err: ctx.Err()} // not queued: nothing sent
 	case <-r.ctx.Done():
@@ -216,16 +223,7 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 		case err == nil && len(batch) == 0:
 			return // every append answered without a batch
 		case err == nil:
-			// last is the batch's last message: each append's last is
-			// counted back from it.
-			r.commits.batches.Add(1)
-			tail := last
-			for i := len(batch) - 1; i >= 0; i-- {
-				r.commits.appends.Add(1)
-				r.commits.messages.Add(uint64(len(batch[i].wire)))
-				batch[i].reply(commitOutcome{last: tail})
-				tail -= uint64(len(batch[i].wire))
-			}
+			r.answerStored(batch, last)
 			c.acked = last
 			return
 		case isWrongLastSeq(err):
@@ -255,7 +253,7 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 				replyAll(batch, fmt.Errorf("%w: the same events were still being stored by another request", ErrUnknownOutcome))
 				return
 			}
-		case errors.Is(err, nats.ErrNoResponders):
+		case isNoResponders(err):
 			if !r.retryPause(ctx, deadline, &wait) {
 				replyAll(batch, fmt.Errorf("%w: stream %s has no leader: %v", ErrUnavailable, r.opts.Stream, err))
 				return
@@ -418,6 +416,18 @@ func (r *ReplicatedLog) retryPause(ctx context.Context, deadline time.Time, wait
 	return ctx.Err() == nil
 }
 
+// answerStored counts a stored batch and answers each of its appends: last is
+// the batch's last message, each append's last is counted back from it.
+func (r *ReplicatedLog) answerStored(batch []*commitReq, last uint64) {
+	r.commits.batches.Add(1)
+	for i := len(batch) - 1; i >= 0; i-- {
+		r.commits.appends.Add(1)
+		r.commits.messages.Add(uint64(len(batch[i].wire)))
+		batch[i].reply(commitOutcome{last: last})
+		last -= uint64(len(batch[i].wire))
+	}
+}
+
 // reply answers the append (done is buffered: it never blocks).
 func (req *commitReq) reply(o commitOutcome) { req.done <- o }
 
@@ -431,6 +441,9 @@ func replyAll(batch []*commitReq, err error) {
 // jsErrCodeDuplicateInBatch is JetStream's refusal of an atomic batch one
 // of whose messages' Nats-Msg-Id is already stored.
 const jsErrCodeDuplicateInBatch jetstream.ErrorCode = 10201
+
+// isNoResponders: no stream leader listens (an election); nothing stored.
+func isNoResponders(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
 
 func isDuplicateInBatch(err error) bool {
 	var apiErr *jetstream.APIError

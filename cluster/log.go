@@ -155,9 +155,14 @@ type ReplicatedLog struct {
 	// holds (committer.go), started on first use; commits counts them.
 	committers map[int]*committer
 	commits    commitCounters
+	// loose is the committer of streams of no partition (loose.go).
+	loose *looseCommitter
 	// beforeBatch, if set (tests), is called before a committer
 	// publishes a batch of n appends to partition p.
 	beforeBatch func(p, n int)
+	// beforeLoose, if set (tests), is called before the committer of
+	// streams of no partition publishes a batch of n appends.
+	beforeLoose func(n int)
 	// sending holds the messages of this node's appends in flight, by
 	// event id (wire.go).
 	sending sync.Map
@@ -688,6 +693,15 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			return o.res, o.err
 		}
 		return r.appliedResult(ctx, parts, o.last)
+	}
+	if r.unpartitioned(parts) {
+		o := r.commitLoose(ctx, parts, wire)
+		if !o.alone {
+			if o.err != nil {
+				return nil, o.err
+			}
+			return r.appliedResult(ctx, parts, o.last)
+		}
 	}
 	var release func(last uint64)
 	if ps := r.heldPartitions(parts); ps != nil {
