@@ -86,8 +86,9 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 	if ctx.Err() != nil || !a.owns(pred.ID) || !a.sched.holds(pred.ID) {
 		return eventlog.AppendResult{}, false, false
 	}
+	step := pred.Context.Plan.CurrentStep()
 	switch {
-	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall:
+	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall && step != nil && step.Index == act.Step:
 	case act.Kind == fsm.ActCallModel && !holdsModelCall(h, evs):
 	default:
 		return eventlog.AppendResult{}, false, false
@@ -96,10 +97,8 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 	next := &held{base: base, evs: all}
 	if act.Kind == fsm.ActCallModel {
 		a.callModel(ctx, pred, act, next)
-	} else if step := pred.Context.Plan.CurrentStep(); step != nil && step.Index == act.Step {
-		a.runTool(ctx, pred, step, next)
 	} else {
-		return eventlog.AppendResult{}, false, false
+		a.runTool(ctx, pred, step, next)
 	}
 	if h != nil {
 		h.res, h.ok = next.res, next.ok
