@@ -476,6 +476,14 @@ func (a *Agent) runStage(ctx context.Context, id string) {
 		a.sched.release(id, false)
 		return
 	}
+	// A stage that ran on (chain.go) appended events the hook dispatched
+	// while it worked; the next stage reads the task once they are all
+	// folded, not a state in the middle of the last commit.
+	if seq := a.sched.appendedSeq(id); seq > 0 {
+		if err := a.view.WaitFor(ctx, seq); err != nil {
+			return
+		}
+	}
 	t, err := a.view.Task(id)
 	if err != nil {
 		a.opts.Logger.Error("task missing from the view", taskIDAttr(id), "err", err)
@@ -492,7 +500,7 @@ func (a *Agent) stage(ctx context.Context, t *fsm.Task) {
 	case fsm.ActStart:
 		a.admit(ctx, t)
 	case fsm.ActCallModel:
-		a.callModel(ctx, t, act)
+		a.callModel(ctx, t, act, nil)
 	case fsm.ActRunStep:
 		a.runStep(ctx, t, act)
 	case fsm.ActCompile:
@@ -661,18 +669,23 @@ func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Ev
 // task without its result. When the task needs no slot after them, the
 // slot passes to the next task before the commit (handOff).
 func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
+	return a.outcomeHeld(ctx, t, nil, v, cause, bodies...)
+}
+
+// outcomeHeld is outcome after the events h holds (nil: none). When the
+// stage due after the outcome can start at once (a tool call; a model call
+// unless a model call is among the events), it runs with the events held,
+// which its first append carries (chain.go).
+func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
 	evs := make([]eventlog.Event, 0, len(bodies)+3)
 	pred := t.Clone()
 	ok := true
+	now := a.opts.Now()
 	add := func(b fsm.Body) {
 		ev := a.event(t.ID, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
 		evs = append(evs, ev)
-		if ok {
-			var err error
-			pred, err = fsm.Apply(pred, fsm.Event{Type: b.EventType(), Stream: t.ID, Version: pred.Version + 1, Body: b})
-			ok = err == nil
-		}
+		ok = ok && predict(&pred, &evs[len(evs)-1], b, now)
 	}
 	for _, b := range bodies {
 		add(b)
@@ -692,10 +705,20 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 		}
 		next = fsm.Next(&pred)
 	}
-	if !ok || next.Kind.NeedsSlot() {
-		return a.appendTask(ctx, t, v, evs...)
+	if ok && next.Kind.NeedsSlot() {
+		if res, done, chained := a.chain(ctx, &pred, next, h, v, evs); chained {
+			return res, done
+		}
 	}
-	return a.handOff(ctx, t, v, evs)
+	if !ok || next.Kind.NeedsSlot() {
+		return a.appendHeld(ctx, t, h, v, evs...)
+	}
+	v, evs, took := h.take(v, evs)
+	res, done := a.handOff(ctx, t, v, evs)
+	if took {
+		h.res, h.ok = res, done
+	}
+	return res, done
 }
 
 // maxChained bounds the stages outcome chains in one commit.
@@ -741,6 +764,7 @@ func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...ev
 		res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
 		switch {
 		case err == nil:
+			a.sched.appended(t.ID, res.LastSeq)
 			if attempt > 1 {
 				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "attempts", attempt)
 			}

@@ -38,18 +38,18 @@ type Delegation = tools.WorkerCall
 
 // delegateTool runs step 1 and 2 for tool w; started is the call's
 // TOOL_CALL_STARTED without its Task, result builds its outcome.
-func (a *Agent) delegateTool(ctx context.Context, t *fsm.Task, w *tools.WorkerTool, started *fsm.ToolCallStartedBody,
+func (a *Agent) delegateTool(ctx context.Context, t *fsm.Task, h *held, w *tools.WorkerTool, started *fsm.ToolCallStartedBody,
 	result func(tools.Result, error, time.Duration) *fsm.ToolCallResultBody) {
 	if a.opts.Delegate == nil {
-		a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, result(tools.Result{}, noBroker(w), 0)))
+		a.appendHeld(ctx, t, h, t.Version, a.event(t.ID, t.LastEvent, result(tools.Result{}, noBroker(w), 0)))
 		return
 	}
 	started.Task = a.log.NewID().String()
-	res, ok := a.appendTask(ctx, t, t.Version, a.event(t.ID, t.LastEvent, started))
+	res, ok := a.appendHeld(ctx, t, h, t.Version, a.event(t.ID, t.LastEvent, started))
 	if !ok {
 		return
 	}
-	a.delegate(ctx, t.ID, started, res.Events[0].ID)
+	a.delegate(ctx, t.ID, started, lastID(res))
 }
 
 // noBroker is the error of a call of worker tool w when the agent has no

@@ -42,6 +42,7 @@ type taskRun struct {
 	wait    *waiting
 	cancel  context.CancelFunc
 	ended   chan struct{} // closed when the running stage goroutine returns
+	seq     uint64        // the log sequence of the last event its stages appended
 }
 
 func newScheduler(max int, base context.Context, now func() time.Time, stages *sync.WaitGroup, run func(context.Context, string)) *scheduler {
@@ -289,4 +290,33 @@ func (s *scheduler) waitReason(id string) (string, bool) {
 		return fmt.Sprintf("waiting: key %s has %d of %d running", keyName(r.key), s.byKey[r.key], n), true
 	}
 	return fmt.Sprintf("waiting: %d of %d admission slots are taken", s.active, s.max), true
+}
+
+// holds reports whether task id holds an admission slot and the scheduler
+// still starts stages: a stage may go on to the task's next one.
+func (s *scheduler) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.runs[id]
+	return r != nil && r.holding && !s.closed
+}
+
+// appended notes that a stage of task id appended up to log sequence seq.
+func (s *scheduler) appended(id string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.runs[id]; r != nil && seq > r.seq {
+		r.seq = seq
+	}
+}
+
+// appendedSeq is the log sequence of the last event task id's stages
+// appended while it was scheduled (0: none).
+func (s *scheduler) appendedSeq(id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.runs[id]; r != nil {
+		return r.seq
+	}
+	return 0
 }

@@ -27,14 +27,15 @@ func (a *Agent) kindOf(t *fsm.Task) *taskKind {
 	return kinds[TypeGeneral]
 }
 
-// fail records TASK_FAILED for t at version v.
-func (a *Agent) fail(ctx context.Context, t *fsm.Task, v uint64, cause ulid.ULID, reason, msg string, before ...eventlog.Event) {
-	evs := append(before, a.event(t.ID, cause, &fsm.TaskFailedBody{Reason: reason, Error: msg}))
-	a.appendTask(ctx, t, v, evs...)
+// fail records TASK_FAILED for t at version v, after what h holds.
+func (a *Agent) fail(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, reason, msg string) {
+	a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, &fsm.TaskFailedBody{Reason: reason, Error: msg}))
 }
 
 // admit starts a task that waited in idle: TASK_CREATED, caused by the
-// input that created the task, with the input copied into its body.
+// input that created the task, with the input copied into its body. It is
+// appended on its own, not held for the first reasoning (chain.go): the
+// task is reasoning, for its readers too, while the model works.
 func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
 	a.appendTask(ctx, t, t.Version, a.admission(t))
 }
@@ -42,12 +43,17 @@ func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
 // admission is the TASK_CREATED that admits t, with the version of its
 // task type and the model it runs with as they are now.
 func (a *Agent) admission(t *fsm.Task) eventlog.Event {
+	return a.event(t.ID, t.LastEvent, a.admissionBody(t))
+}
+
+// admissionBody is the body of t's admission.
+func (a *Agent) admissionBody(t *fsm.Task) *fsm.TaskCreatedBody {
 	kind := a.kindOf(t)
-	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
+	return &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
 		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName, ConcurrencyKey: t.ConcurrencyKey,
-	})
+	}
 }
 
 // callModel is a model-call stage (act.Stage: reason for version 1;
@@ -56,17 +62,20 @@ func (a *Agent) admission(t *fsm.Task) eventlog.Event {
 // MODEL_CALLED), then the stage's outcome event. Failed attempts that will
 // be retried are recorded as they happen; the final attempt is recorded in
 // the same append as the outcome.
-func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
+//
+// h holds the events of the stages before it that are not appended yet
+// (nil: none); its first append carries them (chain.go).
+func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *held) {
 	v, cause := t.Version, t.LastEvent
 	kind := a.kindOf(t)
 	if t.Context.Iteration > kind.maxIterations {
-		a.fail(ctx, t, v, cause, "max_iterations",
+		a.fail(ctx, t, h, v, cause, "max_iterations",
 			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", kind.maxIterations))
 		return
 	}
 	req, decide, err := a.stageRequest(ctx, t, kind, act.Stage)
 	if err != nil {
-		a.fail(ctx, t, v, cause, "unknown_stage", err.Error())
+		a.fail(ctx, t, h, v, cause, "unknown_stage", err.Error())
 		return
 	}
 	purpose := req.Purpose
@@ -76,7 +85,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	}
 	over, release := a.checkBudget(t, kind, req)
 	if over != nil {
-		a.outcome(ctx, t, v, cause, over, fsm.BudgetOutcome(over))
+		a.outcomeHeld(ctx, t, h, v, cause, over, fsm.BudgetOutcome(over))
 		return
 	}
 	committed := false // the outcome is in the log: the hook drops the reservation once it folds it
@@ -111,7 +120,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 		}
 		// Recorded now: a retry waits, and the log should show why.
 		live.restart(att.Number+1, att.Err)
-		res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, modelCalled(purpose, att)))
+		res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, modelCalled(purpose, att)))
 		if !ok {
 			dropped = true
 			cancel()
@@ -135,10 +144,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	if err != nil {
 		bodies = append(bodies, &fsm.TaskFailedBody{Reason: "model_error",
 			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err)})
-		_, committed = a.outcome(ctx, t, v, cause, bodies...)
+		_, committed = a.outcomeHeld(ctx, t, h, v, cause, bodies...)
 		return
 	}
-	_, committed = a.outcome(ctx, t, v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcomeHeld(ctx, t, h, v, cause, append(bodies, decide(resp))...)
 }
 
 // stageRequest builds the model request of a model-call stage and the
@@ -183,7 +192,7 @@ func (a *Agent) runStep(ctx context.Context, t *fsm.Task, act fsm.Action) {
 	}
 	switch act.StepType {
 	case fsm.ActionToolCall:
-		a.runTool(ctx, t, step)
+		a.runTool(ctx, t, step, nil)
 	case fsm.ActionSubTask:
 		a.startSubTask(ctx, t, step)
 	default: // respond, generate
@@ -216,7 +225,10 @@ func IdempotencyKey(taskID string, iteration, stepIndex int) string {
 	return fmt.Sprintf("%s:%d:%d", taskID, iteration, stepIndex)
 }
 
-func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
+// runTool runs the tool call of step, after the events h holds (nil: none),
+// which the append of TOOL_CALL_STARTED (or of the step's failure) carries.
+// Its outcome goes through outcome, so that the next stage may chain.
+func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h *held) {
 	v, cause := t.Version, t.LastEvent
 	name := step.ActionParams["tool"]
 	callID := step.ActionParams["tool_call_id"]
@@ -252,7 +264,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
-		a.appendTask(ctx, t, v, a.event(t.ID, cause, result(tools.Result{}, err, 0)))
+		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
 	tool, _ := kind.registry.Lookup(name)
@@ -265,14 +277,14 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		started.Handle = pc.Handle // a run after a crash resumes from the handle the last one recorded
 	}
 	if w, ok := tool.(*tools.WorkerTool); ok {
-		a.delegateTool(ctx, t, w, started, result)
+		a.delegateTool(ctx, t, h, w, started, result)
 		return
 	}
-	res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, started))
+	res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, started))
 	if !ok {
 		return
 	}
-	v, cause = res.Version, res.Events[0].ID
+	v, cause = res.Version, lastID(res)
 
 	if a.testToolWait != nil {
 		a.testToolWait()
@@ -310,14 +322,13 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep) {
 		// After a restart the call runs again with the same key.
 		return
 	}
-	var evs []eventlog.Event
+	var bodies []fsm.Body
 	mu.Lock()
 	defer mu.Unlock()
 	for _, n := range notes {
-		evs = append(evs, a.event(t.ID, cause, &fsm.TaskNotifyBody{Message: n}))
+		bodies = append(bodies, &fsm.TaskNotifyBody{Message: n})
 	}
-	evs = append(evs, a.event(t.ID, cause, result(out, err, dur)))
-	a.appendTask(ctx, t, v, evs...)
+	a.outcomeHeld(ctx, t, nil, v, cause, append(bodies, result(out, err, dur))...)
 }
 
 // toolAwaiter is a tools.Provider that may not know all its tools yet

@@ -1,0 +1,127 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+// Chaining stages. A stage's outcome is appended together with the first
+// event of the task's next stage when the machine says that stage is due
+// once the outcome is folded (Apply, then Next on a copy) and it is one
+// the agent can start at once:
+//
+//   - a tool call: its TOOL_CALL_STARTED is appended with the outcome
+//     before the tool runs, so the start is as durable before the call as
+//     it is on its own, and nothing is held back that was durable before;
+//   - a model call, after an outcome that holds no model call (a tool
+//     call's outcome): the model call runs first, and its outcome is
+//     appended with the held events. A crash meanwhile loses the held
+//     events: the tool call whose TOOL_CALL_STARTED is in the log runs
+//     again with the same idempotency key, which the at-least-once rule
+//     allows. A model's answer is never held across another model call,
+//     and the admission (TASK_CREATED) is never held: the task is
+//     reasoning, for every reader, while its model works.
+//
+// The held events carry their ids (a later event's cause) and the chained
+// stage runs on the copy, expecting the stream at the version before the
+// held events: if the task moved meanwhile (a suspend, a cancel, a
+// message), the append is refused as a conflict and everything held is
+// dropped with it, as a stale outcome is. Nothing chains once the agent
+// stops or gives the task's slot up (Stop, Disown, a cancel): a stage then
+// ends with its current step, as before.
+
+// held is what a chained stage must append first: the previous stages'
+// events, expecting the stream at base.
+type held struct {
+	base uint64
+	evs  []eventlog.Event
+	res  eventlog.AppendResult // the append that carried evs, once done
+	ok   bool
+}
+
+// take returns the version to expect and the events to append for evs
+// appended at v after what h holds, and whether h's events are among
+// them (h is then empty).
+func (h *held) take(v uint64, evs []eventlog.Event) (uint64, []eventlog.Event, bool) {
+	if h == nil || len(h.evs) == 0 {
+		return v, evs, false
+	}
+	all := append(h.evs[:len(h.evs):len(h.evs)], evs...)
+	v, h.evs = h.base, nil
+	return v, all, true
+}
+
+// appendHeld appends evs to t's stream at version v, after what h holds
+// (h may be nil), and records the result in h when it carried h's events.
+func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	v, evs, took := h.take(v, evs)
+	res, ok := a.appendTask(ctx, t, v, evs...)
+	if took {
+		h.res, h.ok = res, ok
+	}
+	return res, ok
+}
+
+// predict applies ev, of body b, to pred (a copy of the task), with its id
+// and a time of now, and reports whether the machine took it.
+func predict(pred *fsm.Task, ev *eventlog.Event, b fsm.Body, now time.Time) bool {
+	n, err := fsm.Apply(*pred, fsm.Event{ID: ev.ID, Type: b.EventType(), Stream: pred.ID, Version: pred.Version + 1, Time: now, Body: b})
+	if err != nil {
+		return false
+	}
+	*pred = n
+	return true
+}
+
+// chain runs the stage act of pred (t once evs, appended at v after what
+// h holds, are folded) with those events held, if it can start at once
+// (see above), and reports whether it did; the result is that of the
+// append that carried the events, if one did.
+func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *held, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool, bool) {
+	if ctx.Err() != nil || !a.owns(pred.ID) || !a.sched.holds(pred.ID) {
+		return eventlog.AppendResult{}, false, false
+	}
+	step := pred.Context.Plan.CurrentStep()
+	switch {
+	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall && step != nil && step.Index == act.Step:
+	case act.Kind == fsm.ActCallModel && !holdsModelCall(h, evs):
+	default:
+		return eventlog.AppendResult{}, false, false
+	}
+	base, all, _ := h.take(v, evs)
+	next := &held{base: base, evs: all}
+	if act.Kind == fsm.ActCallModel {
+		a.callModel(ctx, pred, act, next)
+	} else {
+		a.runTool(ctx, pred, step, next)
+	}
+	if h != nil {
+		h.res, h.ok = next.res, next.ok
+	}
+	return next.res, next.ok, true
+}
+
+// holdsModelCall reports whether h or evs record a model call.
+func holdsModelCall(h *held, evs []eventlog.Event) bool {
+	if h != nil {
+		for _, ev := range h.evs {
+			if ev.Type == string(fsm.ModelCalled) {
+				return true
+			}
+		}
+	}
+	for _, ev := range evs {
+		if ev.Type == string(fsm.ModelCalled) {
+			return true
+		}
+	}
+	return false
+}
+
+// lastID is the id of the last event of res.
+func lastID(res eventlog.AppendResult) ulid.ULID { return res.Events[len(res.Events)-1].ID }
