@@ -1,0 +1,372 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/traces"
+	"github.com/pegasus-engine/pegasus/traces/otlp"
+)
+
+// The live trace export (docs/tracing.md): with --otlp-endpoint (or the
+// OTEL_EXPORTER_OTLP_* variables) a follower of the log sends each root
+// task's trace to an OTLP collector when the task ends. It reads the
+// committed log, never the task path: a slow or absent collector holds
+// the follower back, not a task. Its cursor, in the log's aux space like
+// the fan-out's, is the sequence up to which every ending was sent, so a
+// restart sends from there on: at most the endings sent after the last
+// cursor write are sent again, as the same spans with the same ids,
+// which the backend keeps once.
+
+// tracesCursorKey is the aux key of the exporter's cursor, decimal.
+const tracesCursorKey = "traces/otlp/cursor"
+
+// TracesOptions configures the live trace export. The zero value is off.
+type TracesOptions struct {
+	// Enabled turns the export on. pegasusd sets it when --otlp-endpoint
+	// or an OTEL_EXPORTER_OTLP_ENDPOINT variable is set.
+	Enabled bool
+	// OTLP is the collector and the resource's service name.
+	OTLP otlp.Options
+	// Mapping tunes the spans (Contents: prompts and completions).
+	Mapping traces.Options
+	// OpenInterval is how often the finished spans of root tasks still
+	// running are sent (a long task shows its progress). The default
+	// value is 30s; a negative value turns it off.
+	OpenInterval time.Duration
+	// QueueSize bounds the traces waiting to be sent. An ending waits for
+	// room (the follower pauses, the cursor holds); a running task's
+	// spans that find the queue full are dropped and counted (the ending
+	// sends them). The default value is 256.
+	QueueSize int
+	// MaxBackoff bounds the wait between retries of a failed export. The
+	// default value is 30s.
+	MaxBackoff time.Duration
+}
+
+func (o *TracesOptions) ensureDefaults() {
+	if o.OpenInterval == 0 {
+		o.OpenInterval = 30 * time.Second
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 256
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+}
+
+// traceJob is one export: a root task's trace up to seq; final for an
+// ending (the cursor moves past it once sent), else a running task's
+// finished spans.
+type traceJob struct {
+	task  string
+	seq   uint64
+	final bool
+}
+
+// traceExporter follows the log and sends traces.
+type traceExporter struct {
+	o      TracesOptions
+	l      *eventlog.Log
+	r      replay.Reader
+	exp    *otlp.Exporter
+	logger *slog.Logger
+	queue  chan traceJob
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	mu      sync.Mutex
+	read    uint64   // the last sequence the follower handled
+	pending []uint64 // sequences of the queued endings, in order
+	stored  uint64   // the cursor last written
+
+	exported, spans, failures prometheus.Counter
+	dropped                   *prometheus.CounterVec
+}
+
+// startTraces starts the live export if it is on. An unreachable
+// collector does not stop the daemon: exports are retried.
+func (e *Engine) startTraces() error {
+	o := e.opts.Traces
+	if !o.Enabled {
+		return nil
+	}
+	if e.replicated != nil {
+		e.log.Warn("the live trace export does not run with --cluster yet; export with pegasus-replay export --otlp")
+		return nil
+	}
+	o.ensureDefaults()
+	exp, err := otlp.New(context.Background(), o.OTLP)
+	if err != nil {
+		return err
+	}
+	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
+		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
+	x.read, err = x.loadCursor()
+	if err != nil {
+		return err
+	}
+	x.stored = x.read
+	x.metrics(e.metrics.Registry())
+	ctx, cancel := context.WithCancel(context.Background())
+	x.cancel = cancel
+	x.done.Add(2)
+	go x.follow(ctx)
+	go x.send(ctx)
+	e.traces = x
+	e.log.Info("exporting traces over OTLP", "endpoint", o.OTLP.Endpoint, "from", x.read+1)
+	return nil
+}
+
+// stopTraces stops the export before the log closes and stores the
+// cursor; endings not sent yet are sent at the next start.
+func (e *Engine) stopTraces() {
+	x := e.traces
+	if x == nil {
+		return
+	}
+	x.cancel()
+	x.done.Wait()
+	x.storeCursor()
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = x.exp.Shutdown(sctx)
+}
+
+func (x *traceExporter) loadCursor() (uint64, error) {
+	raw, err := x.l.GetAux([]byte(tracesCursorKey))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		return 0, errors.New("engine: the trace export's cursor " + strconv.Quote(string(raw)) + " is not a sequence")
+	}
+	return min(c, x.l.Head()), nil
+}
+
+func (x *traceExporter) metrics(reg *prometheus.Registry) {
+	x.exported = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_traces_exported_total",
+		Help: "Traces (root tasks, at their end or while they run) sent to the OTLP collector."})
+	x.spans = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_trace_spans_exported_total",
+		Help: "Spans sent to the OTLP collector."})
+	x.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_traces_export_failures_total",
+		Help: "Exports that failed and were retried."})
+	x.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pegasus_traces_dropped_total",
+		Help: "Traces not sent: queue_full (a running task's spans; its end sends them), rejected (the collector refused them for good)."},
+		[]string{"reason"})
+	x.dropped.WithLabelValues("queue_full")
+	x.dropped.WithLabelValues("rejected")
+	reg.MustRegister(x.exported, x.spans, x.failures, x.dropped,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pegasus_traces_cursor",
+			Help: "The log sequence up to which every ended task's trace was sent."},
+			func() float64 { return float64(x.cursor()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pegasus_traces_queue",
+			Help: "Traces waiting to be sent."},
+			func() float64 { return float64(len(x.queue)) }))
+}
+
+// cursor is the sequence up to which every ending was sent.
+func (x *traceExporter) cursor() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.pending) > 0 {
+		return x.pending[0] - 1
+	}
+	return x.read
+}
+
+// follow reads the log from the cursor on and queues the endings of root
+// tasks, and every OpenInterval the running root tasks.
+func (x *traceExporter) follow(ctx context.Context) {
+	defer x.done.Done()
+	defer close(x.queue)
+	sub := x.l.Subscribe(ctx, x.read+1)
+	defer sub.Close()
+	running := map[string]bool{} // root tasks started since the follower started, not ended
+	var tick <-chan time.Time
+	if x.o.OpenInterval > 0 {
+		t := time.NewTicker(x.o.OpenInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	evc := make(chan eventlog.Event)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case evc <- ev:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-errc:
+			if ctx.Err() == nil {
+				x.logger.Error("the trace export stopped reading the log", "err", err)
+			}
+			return
+		case <-tick:
+			for id := range running {
+				select {
+				case x.queue <- traceJob{task: id, seq: x.readSeq()}:
+				default:
+					x.dropped.WithLabelValues("queue_full").Inc()
+				}
+			}
+		case ev := <-evc:
+			if ev.Version == 1 && x.o.OpenInterval > 0 && otlp.IsRoot(ev) {
+				running[ev.Stream] = true
+			}
+			if !otlp.Ends(ev) {
+				x.setRead(ev.Seq)
+				continue
+			}
+			delete(running, ev.Stream)
+			x.mu.Lock()
+			x.pending = append(x.pending, ev.Seq)
+			x.read = ev.Seq
+			x.mu.Unlock()
+			select {
+			case x.queue <- traceJob{task: ev.Stream, seq: ev.Seq, final: true}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (x *traceExporter) setRead(seq uint64) {
+	x.mu.Lock()
+	x.read = seq
+	x.mu.Unlock()
+}
+
+func (x *traceExporter) readSeq() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.read
+}
+
+// send exports the queued jobs in order, retrying each failure with
+// backoff until it succeeds, is rejected for good, or the export stops.
+// The cursor is stored after each ending sent, and at most once a second
+// as the follower passes over other events.
+func (x *traceExporter) send(ctx context.Context) {
+	defer x.done.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		var job traceJob
+		var ok bool
+		select {
+		case job, ok = <-x.queue:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			x.storeCursor()
+			continue
+		}
+		if !x.export(ctx, job) {
+			return // stopped: the cursor holds before job
+		}
+		if job.final {
+			x.mu.Lock()
+			x.pending = x.pending[1:]
+			x.mu.Unlock()
+			x.storeCursor()
+		}
+	}
+}
+
+// export sends one job; false if the export stopped first.
+func (x *traceExporter) export(ctx context.Context, job traceJob) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		err := x.exportOnce(ctx, job)
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, otlp.ErrRejected):
+			x.dropped.WithLabelValues("rejected").Inc()
+			x.logger.Error("the collector rejected a trace; it is not sent again", "task", job.task, "seq", job.seq, "err", err)
+			return true
+		case ctx.Err() != nil:
+			return false
+		}
+		x.failures.Inc()
+		x.logger.Warn("trace export failed; retrying", "task", job.task, "retry_in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, x.o.MaxBackoff)
+	}
+}
+
+func (x *traceExporter) exportOnce(ctx context.Context, job traceJob) error {
+	spans, err := otlp.Collect(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
+	if errors.Is(err, otlp.ErrNotRoot) {
+		return nil // a child task's end: its root's end sends it
+	}
+	if err != nil {
+		return err
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	if err := x.exp.Export(ctx, spans); err != nil {
+		return err
+	}
+	x.exported.Inc()
+	x.spans.Add(float64(len(spans)))
+	return nil
+}
+
+// storeCursor writes the cursor to the aux space if it moved.
+func (x *traceExporter) storeCursor() {
+	c := x.cursor()
+	x.mu.Lock()
+	moved := c != x.stored
+	x.mu.Unlock()
+	if !moved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := x.l.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		b.Set([]byte(tracesCursorKey), strconv.AppendUint(nil, c, 10))
+		return nil
+	})
+	if err != nil {
+		x.logger.Warn("trace export cursor not stored", "cursor", c, "err", err)
+		return
+	}
+	x.mu.Lock()
+	x.stored = c
+	x.mu.Unlock()
+}

@@ -1,0 +1,103 @@
+package otlp
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/traces"
+)
+
+// ErrNotRoot is returned by Collect for a task that another task caused:
+// its spans belong to its root's trace.
+var ErrNotRoot = errors.New("otlp: the task is not a root task: its spans are in its root's trace")
+
+// Ends reports whether ev may end a root task's trace: a task's
+// TASK_COMPLETED, TASK_FAILED or REFLECTION_COMPLETE (reflection runs
+// after completion, its model calls are spans of the trace), a broker
+// task's DISPATCH_COMPLETED, DISPATCH_DEAD_LETTERED or
+// DISPATCH_CANCELLED. The live exporter sends a root task's trace at each
+// of them: what it sent before is sent again unchanged, and backends keep
+// one copy of identical spans.
+func Ends(ev eventlog.Event) bool {
+	switch fsm.EventType(ev.Type) {
+	case fsm.TaskCompleted, fsm.TaskFailed, fsm.ReflectionComplete,
+		fsm.DispatchCompleted, fsm.DispatchDeadLettered, fsm.DispatchCancelled:
+		return true
+	}
+	return false
+}
+
+// IsRoot reports whether ev, a stream's first event, starts a root task:
+// a TASK_CREATED or DISPATCH_CREATED without a parent task.
+func IsRoot(ev eventlog.Event) bool {
+	if ev.Version != 1 {
+		return false
+	}
+	fe, err := replay.Decode(ev)
+	if err != nil {
+		return false
+	}
+	switch b := fe.Body.(type) {
+	case *fsm.TaskCreatedBody:
+		return b.ParentTaskID == ""
+	case *fsm.DispatchCreatedBody:
+		return b.ParentTaskID == ""
+	}
+	return false
+}
+
+// IsRootTask reports whether task id is a root task (IsRoot of its first
+// event): ErrNotRoot if it is another task's descendant, false for an
+// unknown task.
+func IsRootTask(ctx context.Context, r replay.Reader, id string) (bool, error) {
+	it := r.Stream(ctx, id, 0)
+	defer it.Close()
+	if !it.Next() {
+		return false, it.Err()
+	}
+	if !IsRoot(it.Event()) {
+		return false, ErrNotRoot
+	}
+	return true, nil
+}
+
+// Collect returns the spans of root task id's trace as its events up to
+// sequence upTo (0: all) map them; with closedOnly, the spans still open
+// are left out (a long task's finished spans, sent before it ends). A
+// task that is not a root gives ErrNotRoot, an unknown one
+// replay.ErrTaskNotFound (as the reader reports it) or no spans.
+func Collect(ctx context.Context, r replay.Reader, id string, upTo uint64, closedOnly bool, opt traces.Options) ([]traces.Span, error) {
+	root, err := IsRootTask(ctx, r, id)
+	if err != nil || !root {
+		return nil, err
+	}
+	evs, err := replay.TraceEvents(ctx, r, id)
+	if err != nil {
+		return nil, err
+	}
+	if upTo != 0 {
+		n := 0
+		for _, ev := range evs {
+			if ev.Seq <= upTo {
+				evs[n] = ev
+				n++
+			}
+		}
+		evs = evs[:n]
+	}
+	spans := traces.Build(evs, opt)
+	if closedOnly {
+		n := 0
+		for _, s := range spans {
+			if !s.Open {
+				spans[n] = s
+				n++
+			}
+		}
+		spans = spans[:n]
+	}
+	return spans, nil
+}
