@@ -31,7 +31,8 @@ func Ends(ev eventlog.Event) bool {
 }
 
 // IsRoot reports whether ev, a stream's first event, starts a root task:
-// a TASK_CREATED or DISPATCH_CREATED without a parent task.
+// its input (MESSAGE_RECEIVED, WEBHOOK_TRIGGERED, SCHEDULE_FIRED),
+// TASK_CREATED or DISPATCH_CREATED without a parent task.
 func IsRoot(ev eventlog.Event) bool {
 	if ev.Version != 1 {
 		return false
@@ -41,6 +42,8 @@ func IsRoot(ev eventlog.Event) bool {
 		return false
 	}
 	switch b := fe.Body.(type) {
+	case *fsm.Input:
+		return b.ParentTaskID == ""
 	case *fsm.TaskCreatedBody:
 		return b.ParentTaskID == ""
 	case *fsm.DispatchCreatedBody:
@@ -65,10 +68,18 @@ func IsRootTask(ctx context.Context, r replay.Reader, id string) (bool, error) {
 }
 
 // Collect returns the spans of root task id's trace as its events up to
-// sequence upTo (0: all) map them; with closedOnly, the spans still open
-// are left out (a long task's finished spans, sent before it ends). A
-// task that is not a root gives ErrNotRoot, an unknown one
-// replay.ErrTaskNotFound (as the reader reports it) or no spans.
+// sequence upTo (0: all) give them.
+//
+// A trace is sent at each of its root's endings (Ends), and a span once
+// sent is never sent changed: backends keep one copy of identical spans
+// only. So the spans are those of the mapping of the events up to the
+// root's first ending, then the new spans (ids not seen yet) of the
+// mapping up to each later ending (post-task reflection's model calls);
+// what follows the last ending is left out. A task that has not ended yet
+// is mapped as it is, its open spans included, or, with closedOnly, left
+// out (a long task's finished spans, sent before it ends).
+//
+// A task that is not a root gives ErrNotRoot, an unknown one no spans.
 func Collect(ctx context.Context, r replay.Reader, id string, upTo uint64, closedOnly bool, opt traces.Options) ([]traces.Span, error) {
 	root, err := IsRootTask(ctx, r, id)
 	if err != nil || !root {
@@ -78,26 +89,42 @@ func Collect(ctx context.Context, r replay.Reader, id string, upTo uint64, close
 	if err != nil {
 		return nil, err
 	}
-	if upTo != 0 {
-		n := 0
-		for _, ev := range evs {
-			if ev.Seq <= upTo {
-				evs[n] = ev
-				n++
-			}
+	var ends []int // indexes in evs of the root's endings
+	n := 0
+	for _, ev := range evs {
+		if upTo != 0 && ev.Seq > upTo {
+			continue
 		}
-		evs = evs[:n]
+		evs[n] = ev
+		if ev.Stream == id && Ends(ev) {
+			ends = append(ends, n)
+		}
+		n++
 	}
-	spans := traces.Build(evs, opt)
-	if closedOnly {
-		n := 0
-		for _, s := range spans {
-			if !s.Open {
-				spans[n] = s
-				n++
+	evs = evs[:n]
+	if len(ends) == 0 {
+		spans := traces.Build(evs, opt)
+		if closedOnly {
+			n := 0
+			for _, s := range spans {
+				if !s.Open {
+					spans[n] = s
+					n++
+				}
+			}
+			spans = spans[:n]
+		}
+		return spans, nil
+	}
+	var spans []traces.Span
+	seen := map[[8]byte]bool{}
+	for _, e := range ends {
+		for _, s := range traces.Build(evs[:e+1], opt) {
+			if !seen[s.SpanID] {
+				seen[s.SpanID] = true
+				spans = append(spans, s)
 			}
 		}
-		spans = spans[:n]
 	}
 	return spans, nil
 }
