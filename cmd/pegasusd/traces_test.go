@@ -327,3 +327,15 @@ func TestTracesCrash(t *testing.T) {
 	}
 	t.Logf("%d traces in Jaeger once each after 4 kills (%d acknowledged tasks)", len(want), len(acked))
 }
+
+// tracingDocSetup runs docs/tracing.md's examples against a Jaeger of
+// their own: the daemon exports to it, and the addresses the document
+// names (Jaeger's defaults) are its.
+func tracingDocSetup(t *testing.T, cfg *config) map[string]string {
+	j := jaegertest.Start(t)
+	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}}
+	return map[string]string{
+		"http://127.0.0.1:4318": j.OTLP,
+		"127.0.0.1:16686":       strings.TrimPrefix(j.Query, "http://"),
+	}
+}
