@@ -23,8 +23,8 @@ import (
 // the follower back, not a task. Its cursor, in the log's aux space like
 // the fan-out's, is the sequence up to which every ending was sent, so a
 // restart sends from there on: at most the endings sent after the last
-// cursor write are sent again, as the same spans with the same ids,
-// which the backend keeps once.
+// cursor write (a second) are sent again, as the same spans with the same
+// ids, which the backend keeps once.
 
 // tracesCursorKey is the aux key of the exporter's cursor, decimal.
 const tracesCursorKey = "traces/otlp/cursor"
@@ -71,6 +71,7 @@ type traceJob struct {
 	task  string
 	seq   uint64
 	final bool
+	root  bool // the follower saw the task start as a root (else Collect checks)
 }
 
 // traceExporter follows the log and sends traces.
@@ -195,7 +196,8 @@ func (x *traceExporter) follow(ctx context.Context) {
 	defer close(x.queue)
 	sub := x.l.Subscribe(ctx, x.read+1)
 	defer sub.Close()
-	running := map[string]bool{} // root tasks started since the follower started, not ended
+	running := map[string]bool{}  // root tasks started since the follower started, not ended
+	children := map[string]bool{} // other tasks started since then, not ended
 	var tick <-chan time.Time
 	if x.o.OpenInterval > 0 {
 		t := time.NewTicker(x.o.OpenInterval)
@@ -231,26 +233,34 @@ func (x *traceExporter) follow(ctx context.Context) {
 		case <-tick:
 			for id := range running {
 				select {
-				case x.queue <- traceJob{task: id, seq: x.readSeq()}:
+				case x.queue <- traceJob{task: id, seq: x.readSeq(), root: true}:
 				default:
 					x.dropped.WithLabelValues("queue_full").Inc()
 				}
 			}
 		case ev := <-evc:
-			if ev.Version == 1 && x.o.OpenInterval > 0 && otlp.IsRoot(ev) {
-				running[ev.Stream] = true
+			if ev.Version == 1 {
+				if otlp.IsRoot(ev) {
+					running[ev.Stream] = true
+				} else {
+					children[ev.Stream] = true
+				}
 			}
-			if !otlp.Ends(ev) {
+			if !otlp.Ends(ev) || children[ev.Stream] {
+				if otlp.Ends(ev) {
+					delete(children, ev.Stream) // its root's ending sends its spans
+				}
 				x.setRead(ev.Seq)
 				continue
 			}
+			root := running[ev.Stream]
 			delete(running, ev.Stream)
 			x.mu.Lock()
 			x.pending = append(x.pending, ev.Seq)
 			x.read = ev.Seq
 			x.mu.Unlock()
 			select {
-			case x.queue <- traceJob{task: ev.Stream, seq: ev.Seq, final: true}:
+			case x.queue <- traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root}:
 			case <-ctx.Done():
 				return
 			}
@@ -270,10 +280,18 @@ func (x *traceExporter) readSeq() uint64 {
 	return x.read
 }
 
-// send exports the queued jobs in order, retrying each failure with
-// backoff until it succeeds, is rejected for good, or the export stops.
-// The cursor is stored after each ending sent, and at most once a second
-// as the follower passes over other events.
+// maxTraceBatch bounds how many queued traces one export request
+// carries; traceBatchDelay is how long the first waits for others.
+const (
+	maxTraceBatch   = 256
+	traceBatchDelay = 200 * time.Millisecond
+)
+
+// send exports the queued jobs in order, those waiting together in one
+// request, retrying each failure with backoff until it succeeds, is
+// rejected for good, or the export stops. The cursor is stored at most
+// once a second (a synced write), and at stop: a kill sends again the
+// endings sent since, as the same spans.
 func (x *traceExporter) send(ctx context.Context) {
 	defer x.done.Done()
 	t := time.NewTicker(time.Second)
@@ -290,35 +308,56 @@ func (x *traceExporter) send(ctx context.Context) {
 			x.storeCursor()
 			continue
 		}
-		if !x.export(ctx, job) {
-			return // stopped: the cursor holds before job
+		// The traces that come within traceBatchDelay go in the same
+		// request.
+		batch := []traceJob{job}
+		delay := time.NewTimer(traceBatchDelay)
+	more:
+		for len(batch) < maxTraceBatch {
+			select {
+			case j, ok := <-x.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, j)
+			case <-delay.C:
+				break more
+			case <-ctx.Done():
+				break more
+			}
 		}
-		if job.final {
-			x.mu.Lock()
-			x.pending = x.pending[1:]
-			x.mu.Unlock()
-			x.storeCursor()
+		delay.Stop()
+		if !x.export(ctx, batch) {
+			return // stopped: the cursor holds before the batch
 		}
+		x.mu.Lock()
+		for _, j := range batch {
+			if j.final {
+				x.pending = x.pending[1:]
+			}
+		}
+		x.mu.Unlock()
 	}
 }
 
-// export sends one job; false if the export stopped first.
-func (x *traceExporter) export(ctx context.Context, job traceJob) bool {
+// export sends one batch; false if the export stopped first.
+func (x *traceExporter) export(ctx context.Context, batch []traceJob) bool {
 	backoff := 100 * time.Millisecond
 	for {
-		err := x.exportOnce(ctx, job)
+		n, err := x.exportOnce(ctx, batch)
 		switch {
 		case err == nil:
+			x.exported.Add(float64(n))
 			return true
 		case errors.Is(err, otlp.ErrRejected):
-			x.dropped.WithLabelValues("rejected").Inc()
-			x.logger.Error("the collector rejected a trace; it is not sent again", "task", job.task, "seq", job.seq, "err", err)
+			x.dropped.WithLabelValues("rejected").Add(float64(n))
+			x.logger.Error("the collector rejected traces; they are not sent again", "traces", n, "first_task", batch[0].task, "err", err)
 			return true
 		case ctx.Err() != nil:
 			return false
 		}
 		x.failures.Inc()
-		x.logger.Warn("trace export failed; retrying", "task", job.task, "retry_in", backoff, "err", err)
+		x.logger.Warn("trace export failed; retrying", "traces", n, "retry_in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 			return false
@@ -328,23 +367,33 @@ func (x *traceExporter) export(ctx context.Context, job traceJob) bool {
 	}
 }
 
-func (x *traceExporter) exportOnce(ctx context.Context, job traceJob) error {
-	spans, err := otlp.Collect(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
-	if errors.Is(err, otlp.ErrNotRoot) {
-		return nil // a child task's end: its root's end sends it
-	}
-	if err != nil {
-		return err
-	}
-	if len(spans) == 0 {
-		return nil
+// exportOnce maps the batch's traces and sends them in one request; it
+// returns how many traces it held.
+func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, error) {
+	var spans []traces.Span
+	n := 0
+	for _, job := range batch {
+		collect := otlp.Collect
+		if job.root {
+			collect = otlp.CollectRoot
+		}
+		s, err := collect(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
+		if errors.Is(err, otlp.ErrNotRoot) {
+			continue // a child task's end: its root's end sends it
+		}
+		if err != nil {
+			return n, err
+		}
+		if len(s) > 0 {
+			spans = append(spans, s...)
+			n++
+		}
 	}
 	if err := x.exp.Export(ctx, spans); err != nil {
-		return err
+		return n, err
 	}
-	x.exported.Inc()
 	x.spans.Add(float64(len(spans)))
-	return nil
+	return n, nil
 }
 
 // storeCursor writes the cursor to the aux space if it moved.

@@ -85,6 +85,12 @@ func Collect(ctx context.Context, r replay.Reader, id string, upTo uint64, close
 	if err != nil || !root {
 		return nil, err
 	}
+	return CollectRoot(ctx, r, id, upTo, closedOnly, opt)
+}
+
+// CollectRoot is Collect for a task known to be a root (IsRoot of its
+// first event).
+func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, closedOnly bool, opt traces.Options) ([]traces.Span, error) {
 	evs, err := replay.TraceEvents(ctx, r, id)
 	if err != nil {
 		return nil, err
