@@ -155,9 +155,9 @@ type Span struct {
 		TraceID string `json:"traceID"`
 		SpanID  string `json:"spanID"`
 	} `json:"references"`
-	StartTime int64 `json:"startTime"` // µs since the epoch
-	Duration  int64 `json:"duration"`  // µs
-	Tags      []Tag `json:"tags"`
+	StartTime int64  `json:"startTime"` // µs since the epoch
+	Duration  int64  `json:"duration"`  // µs
+	Tags      []Tag  `json:"tags"`
 	ProcessID string `json:"processID"`
 }
 
