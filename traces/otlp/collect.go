@@ -3,6 +3,7 @@ package otlp
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -95,7 +96,7 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 	if err != nil {
 		return nil, err
 	}
-	var ends []int // indexes in evs of the root's endings
+	var ends []uint64 // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
 		if upTo != 0 && ev.Seq > upTo {
@@ -103,7 +104,7 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 		}
 		evs[n] = ev
 		if ev.Stream == id && Ends(ev) {
-			ends = append(ends, n)
+			ends = append(ends, ev.Seq)
 		}
 		n++
 	}
@@ -122,10 +123,18 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 		}
 		return spans, nil
 	}
+	slices.Sort(ends)
 	var spans []traces.Span
 	seen := map[[8]byte]bool{}
 	for _, e := range ends {
-		for _, s := range traces.Build(evs[:e+1], opt) {
+		// The events up to the ending, in TraceEvents' order.
+		var upToEnd []eventlog.Event
+		for _, ev := range evs {
+			if ev.Seq <= e {
+				upToEnd = append(upToEnd, ev)
+			}
+		}
+		for _, s := range traces.Build(upToEnd, opt) {
 			if !seen[s.SpanID] {
 				seen[s.SpanID] = true
 				spans = append(spans, s)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -84,7 +85,29 @@ func TestExportJaeger(t *testing.T) {
 	if len(got) != 3 {
 		t.Fatalf("after sending both spans again and the child changed: %d spans, want 3 (identical ones once, the changed child twice)", len(got))
 	}
+
+	// A span of no duration (an instant model call) sent twice shows
+	// once, without Jaeger's warning: it is sent ending 1ns after its
+	// start.
+	instant := testSpans()
+	instant[0].TraceID[0]++
+	instant[1].TraceID = instant[0].TraceID
+	instant[1].End = instant[1].Start
+	for range 2 {
+		if err := x.Export(ctx, instant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tid = hex.EncodeToString(instant[0].TraceID[:])
+	got = j.WaitTrace(t, tid, func(s []jaegertest.Span) bool { return len(s) >= 2 })
+	for _, s := range got {
+		if _, warned := s.Tag("@jaeger@warnings"); warned || len(got) != 2 {
+			t.Fatalf("an instant span sent twice: %d spans, %s", len(got), tagsOf(s))
+		}
+	}
 }
+
+func tagsOf(s jaegertest.Span) string { return fmt.Sprint(s.Tags) }
 
 // TestExportErrors: a bad endpoint is refused at once; a collector that
 // answers 4xx is ErrRejected (not retried), an unreachable one is not.
