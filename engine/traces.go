@@ -372,7 +372,19 @@ func (x *traceExporter) export(ctx context.Context, batch []traceJob) bool {
 func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, error) {
 	var spans []traces.Span
 	n := 0
-	for _, job := range batch {
+	// A task's latest job in the batch holds what its earlier ones would
+	// send (the spans up to each ending, or its finished spans): one
+	// mapping per task.
+	latest := map[string]int{}
+	for i, job := range batch {
+		if k, ok := latest[job.task]; !ok || job.final || !batch[k].final {
+			latest[job.task] = i
+		}
+	}
+	for i, job := range batch {
+		if latest[job.task] != i {
+			continue
+		}
 		collect := otlp.Collect
 		if job.root {
 			collect = otlp.CollectRoot
