@@ -339,3 +339,49 @@ func tracingDocSetup(t *testing.T, cfg *config) map[string]string {
 		"127.0.0.1:16686":       strings.TrimPrefix(j.Query, "http://"),
 	}
 }
+
+// TestTracesOpenInterval: a root task that waits for an answer has its
+// finished spans sent every --otlp-open-interval, not its open ones (the
+// task's own span); once answered it ends, and its trace is then whole in
+// Jaeger, each span once (those sent while it ran were not sent changed).
+func TestTracesOpenInterval(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Jaeger")
+	}
+	j := jaegertest.Start(t)
+	cfg := testConfig(t)
+	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}, OpenInterval: 50 * time.Millisecond}
+	cfg.engine.DisableReflection = true
+	td := startDaemon(t, cfg)
+	id := td.submit("?")
+	if tj := td.waitTask(id); tj.State != fsm.StateSuspended {
+		t.Fatalf("task: %s", tj.State)
+	}
+	ctx := context.Background()
+	all, err := otlp.Collect(ctx, td.d.engine.History(), id, 0, false, traces.Options{})
+	if err != nil || len(all) == 0 || !all[0].Open {
+		t.Fatalf("the running task's spans: %+v, %v", all, err)
+	}
+	root := all[0].SpanID
+	running, err := otlp.Collect(ctx, td.d.engine.History(), id, 0, true, traces.Options{})
+	if err != nil || len(running) == 0 {
+		t.Fatalf("the running task's finished spans: %d, %v", len(running), err)
+	}
+	tid := hex.EncodeToString(running[0].TraceID[:])
+	got := j.WaitTrace(t, tid, func(s []jaegertest.Span) bool { return len(s) >= len(running) })
+	for _, s := range got {
+		if s.SpanID == hexID(root) {
+			t.Fatalf("the running task's own span was sent: %+v", s)
+		}
+	}
+	mustStatus(t, td.do("POST", "/v1/tasks/"+id+"/messages", `{"text":"what time is it?"}`), 200)
+	if tj := td.waitTask(id); tj.State != fsm.StateCompleted {
+		t.Fatalf("task after the answer: %s", tj.State)
+	}
+	r := td.do("POST", "/v1/admin/checkpoint", "")
+	var cp struct {
+		Path string `json:"path"`
+	}
+	r.json(t, &cp)
+	checkTrace(t, j, tid, expectedTraces(t, cp.Path, id)[tid])
+}
