@@ -109,6 +109,7 @@ func (s *Server) routes() http.Handler {
 	route("/v1/tasks/{id}/progress", map[string]handler{"GET": s.taskProgress})
 	route("/v1/tasks/{id}/state", map[string]handler{"GET": s.taskState})
 	route("/v1/tasks/{id}/why", map[string]handler{"GET": s.taskWhy})
+	route("/v1/tasks/{id}/trace", map[string]handler{"GET": s.taskTrace})
 	route("/v1/tasks/{id}/messages", map[string]handler{"POST": s.postMessage})
 	route("/v1/tasks/{id}/suspend", map[string]handler{"POST": s.suspend})
 	route("/v1/tasks/{id}/resume", map[string]handler{"POST": s.resume})

@@ -1,8 +1,6 @@
 package traces
 
 import (
-	"encoding/binary"
-	"hash/fnv"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -79,14 +77,4 @@ func TraceID(root ulid.ULID) [16]byte { return [16]byte(root) }
 
 // SpanID is the span id of the span that an event opens: a 64-bit FNV-1a
 // hash of the event's ULID, never zero.
-func SpanID(id ulid.ULID) [8]byte {
-	h := fnv.New64a()
-	h.Write(id[:])
-	v := h.Sum64()
-	if v == 0 {
-		v = 1
-	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], v)
-	return b
-}
+func SpanID(id ulid.ULID) [8]byte { return SpanIDFor(id, "") }

@@ -264,6 +264,35 @@ func TestDashboardInBrowser(t *testing.T) {
 	if got := eval[string](b, `document.querySelector('#timeline > li[data-type="TOOL_CALL_STARTED"] .esum').textContent`); !strings.Contains(got, "tool=current_time") {
 		t.Errorf("the tool call's summary on the timeline: %q", got)
 	}
+	// The waterfall: a row and a bar for every span of the task's trace,
+	// among them its model calls and its tool call.
+	var trace struct {
+		Spans []struct {
+			SpanID string `json:"span_id"`
+			Kind   string `json:"kind"`
+			Name   string `json:"name"`
+		} `json:"spans"`
+	}
+	c.do("GET", "/v1/tasks/"+id+"/trace", "").json(t, &trace)
+	kinds := map[string]int{}
+	for _, sp := range trace.Spans {
+		kinds[sp.Kind]++
+	}
+	if kinds["model"] == 0 || kinds["tool"] == 0 || kinds["admission"] != 1 || kinds["task"] != 1 {
+		t.Errorf("the task's trace: spans by kind %v, want a task, an admission, model and tool calls", kinds)
+	}
+	b.until("the waterfall", fmt.Sprintf(`document.querySelectorAll("#waterfall > li.wf-row").length === %d`, len(trace.Spans)))
+	for _, k := range []string{"model", "tool", "admission"} {
+		if got := eval[int](b, fmt.Sprintf(`document.querySelectorAll('#waterfall > li[data-kind=%q] .wf-bar').length`, k)); got != kinds[k] {
+			t.Errorf("the waterfall draws %d %s bars, the trace has %d", got, k, kinds[k])
+		}
+	}
+	if w := eval[float64](b, `document.querySelector('#waterfall > li[data-kind="task"] .wf-bar').getBoundingClientRect().width`); w < 50 {
+		t.Errorf("the task's bar is %.0f px wide, want the whole track", w)
+	}
+	if got := eval[string](b, `document.querySelector('#waterfall > li[data-kind="tool"] .sr-only').textContent`); !strings.Contains(got, "current_time") {
+		t.Errorf("the tool call's row says %q", got)
+	}
 	b.until("the state-at view", `document.getElementById("at-state-value") !== null`)
 	b.shot("task")
 	b.accessible("task")

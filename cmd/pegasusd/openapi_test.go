@@ -179,6 +179,8 @@ func TestOpenAPIDocument(t *testing.T) {
 	call("GET", "/v1/tasks/"+id+"/progress", "", "", 200)
 	call("GET", "/v1/tasks/"+id+"/state?at=3", "", "", 200)
 	call("GET", "/v1/tasks/"+id+"/why", "", "", 200)
+	call("GET", "/v1/tasks/"+id+"/trace?contents=true", "", "", 200)
+	call("GET", "/v1/tasks/"+id+"/trace?contents=maybe", "", "", 400)
 	call("POST", "/v1/tasks/"+asking.TaskID+"/messages", js, `{"text":"tell me a joke","source":"test"}`, 200)
 	td.waitTask(asking.TaskID)
 	call("POST", "/v1/tasks/"+id+"/messages", js, `{"text":"again"}`, 409)

@@ -509,16 +509,18 @@ views.task = async function (signal, params, id) {
   const timeline = h("section", { class: "card wide", id: "timeline-card", "aria-labelledby": "tl-h" });
   const tree = h("section", { class: "card wide", id: "tree-card", "aria-labelledby": "tree-h" });
   const at = h("section", { class: "card wide", id: "at-card", "aria-labelledby": "at-h" });
+  const fall = h("section", { class: "card wide", id: "waterfall-card", "aria-labelledby": "wf-h" });
   const live = liveCard();
   set(main, h("h1", {}, "Task ", h("span", { class: "mono" }, id)), head, live.el,
-    h("div", { class: "grid" }, plan, hist), at, timeline, tree);
+    h("div", { class: "grid" }, plan, hist), fall, at, timeline, tree);
 
   let events = [];
   let atIndex = null; // the slider's position; null: follow the head
   async function refresh() {
-    const [t, ev, prog, why] = await Promise.all([
+    const [t, ev, prog, why, trace] = await Promise.all([
       api("GET", "/v1/tasks/" + id), api("GET", "/v1/tasks/" + id + "/events?limit=10000"),
-      api("GET", "/v1/tasks/" + id + "/progress").catch(() => null), api("GET", "/v1/tasks/" + id + "/why?max_nodes=500")]);
+      api("GET", "/v1/tasks/" + id + "/progress").catch(() => null), api("GET", "/v1/tasks/" + id + "/why?max_nodes=500"),
+      api("GET", "/v1/tasks/" + id + "/trace").catch(() => null)]);
     if (signal.aborted) return null;
     events = ev.events;
     renderHead(head, actions, actionErr, t, events);
@@ -526,6 +528,7 @@ views.task = async function (signal, params, id) {
     renderHistory(hist, t);
     renderTimeline(timeline, events);
     renderTree(tree, why, id);
+    renderWaterfall(fall, trace);
     renderAt(at, events);
     return t;
   }
@@ -742,6 +745,51 @@ function renderTree(el, why, taskID) {
     h("p", { class: "muted" }, "Everything that followed from it; events on other streams (memory, …) are greyed."),
     why.tree ? h("ul", { class: "tree", id: "tree" }, items(why.tree, false)) : null,
     why.truncated ? h("p", { class: "muted" }, "… cut at 500 events.") : null);
+}
+
+// KIND_LABEL words a span's kind for the waterfall (colour only repeats it).
+const KIND_LABEL = { task: "task", admission: "admission", model: "model call", attempt: "attempt", tool: "tool call",
+  suspend: "waiting", worker: "broker task" };
+
+// renderWaterfall draws the task's spans (GET /v1/tasks/{id}/trace, the
+// same mapping the OTLP export sends) as a waterfall: one row a span,
+// indented under its parent, its bar placed on the task's time line.
+function renderWaterfall(el, trace) {
+  const spans = (trace && trace.spans) || [];
+  if (!spans.length) {
+    set(el, h("h2", { id: "wf-h" }, "Where the time went"), h("p", { class: "muted" }, "No spans."));
+    return;
+  }
+  // Milliseconds with the fraction the times carry (Date keeps whole ones).
+  const ms = t => {
+    const m = /\.(\d+)Z$/.exec(t);
+    return Date.parse(t.replace(/\.\d+Z$/, "Z")) + (m ? Number("0." + m[1]) * 1000 : 0);
+  };
+  const t0 = Math.min(...spans.map(x => ms(x.start)));
+  const t1 = Math.max(...spans.map(x => ms(x.end)));
+  const total = Math.max(0.001, t1 - t0);
+  const depth = {};
+  const rows = spans.map(x => {
+    const d = x.parent_span_id && depth[x.parent_span_id] !== undefined ? depth[x.parent_span_id] + 1 : 0;
+    depth[x.span_id] = d;
+    const bar = h("span", { class: "wf-bar" });
+    bar.style.left = (100 * (ms(x.start) - t0) / total) + "%";
+    bar.style.width = Math.max(0.3, 100 * (ms(x.end) - ms(x.start)) / total) + "%";
+    const status = x.status === "error" ? "✗ " : x.open ? "▸ " : "";
+    const what = `${status}${x.name} (${KIND_LABEL[x.kind] || x.kind}), ${fmtMs(Math.round(x.duration_ms))}` +
+      ` from +${fmtMs(Math.round(ms(x.start) - t0))}` + (x.open ? ", still running" : "") +
+      (x.status_message ? `: ${x.status_message}` : "");
+    const label = h("span", { class: "wf-label", "aria-hidden": "true" }, h("span", { class: "wf-name" }, status + x.name),
+      h("span", { class: "muted" }, " " + fmtMs(Math.round(x.duration_ms))));
+    label.style.paddingLeft = (d * 14) + "px";
+    return h("li", { class: "wf-row", "data-kind": x.kind, "data-status": x.status, "data-span": x.span_id, title: what },
+      label, h("span", { class: "wf-track", "aria-hidden": "true" }, bar), h("span", { class: "sr-only" }, what));
+  });
+  set(el, h("h2", { id: "wf-h" }, "Where the time went"),
+    h("p", { class: "muted" }, `${spans.length} spans over ${fmtMs(Math.round(total))}: admission, model calls and their attempts, ` +
+      "tool calls, waits for a worker or a human, and the tasks this one caused. The same spans as the trace export."),
+    h("div", { class: "legend wf-legend" }, Object.entries(KIND_LABEL).map(([k, v]) => h("span", { "data-kind": k }, v))),
+    h("ol", { class: "waterfall", id: "waterfall" }, rows));
 }
 
 // views.broker: the Dispatch broker (docs/broker.md) through /api/v1:
