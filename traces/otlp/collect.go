@@ -96,6 +96,13 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 	if err != nil {
 		return nil, err
 	}
+	return CollectEvents(evs, id, upTo, closedOnly, opt), nil
+}
+
+// CollectEvents is CollectRoot over the events replay.TraceEvents gives
+// for root task id (or the same events gathered otherwise, as the live
+// export does while it follows the log). It may reorder evs.
+func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
 	var ends []uint64 // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
@@ -121,7 +128,7 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 			}
 			spans = spans[:n]
 		}
-		return spans, nil
+		return spans
 	}
 	slices.Sort(ends)
 	var spans []traces.Span
@@ -141,5 +148,5 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 			}
 		}
 	}
-	return spans, nil
+	return spans
 }
