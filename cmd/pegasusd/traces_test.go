@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/pegasus-engine/pegasus/engine"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -384,4 +386,48 @@ func TestTracesOpenInterval(t *testing.T) {
 	}
 	r.json(t, &cp)
 	checkTrace(t, j, tid, expectedTraces(t, cp.Path, id)[tid])
+}
+
+// TestTracesFlags: a bad --otlp-endpoint or interval stops pegasusd
+// before it starts; the export is off by default and OTEL_EXPORTER_OTLP_*
+// turn it on.
+func TestTracesFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--otlp-endpoint", "127.0.0.1:4318"}, "--otlp-endpoint"},
+		{[]string{"--otlp-endpoint", "http://127.0.0.1:4318", "--otlp-open-interval", "-1s"}, "--otlp-open-interval"},
+	} {
+		var stderr strings.Builder
+		code := run(append([]string{"pegasusd", "serve", "--data-dir", t.TempDir()}, c.args...), nil, io.Discard, &stderr)
+		if code != exitError || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, stderr.String())
+		}
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	app := newApp(&client{})
+	var got engine.TracesOptions
+	parse := func(args ...string) {
+		t.Helper()
+		serve := &cli.Command{Name: "serve", Flags: tracesFlags(), Action: func(cc *cli.Context) error {
+			var err error
+			got, err = tracesConfigFrom(cc)
+			return err
+		}}
+		app.Commands = []*cli.Command{serve}
+		if err := app.Run(append([]string{"pegasusd", "serve"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parse()
+	if got.Enabled {
+		t.Fatalf("the export is on by default: %+v", got)
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+	parse("--otlp-open-interval", "0")
+	if !got.Enabled || got.OTLP.Endpoint != "" || got.OpenInterval >= 0 {
+		t.Fatalf("with OTEL_EXPORTER_OTLP_ENDPOINT and --otlp-open-interval 0: %+v", got)
+	}
 }
