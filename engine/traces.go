@@ -122,7 +122,6 @@ func (e *Engine) startTraces() error {
 	if err != nil {
 		return err
 	}
-	x.stored = x.read
 	x.metrics(e.metrics.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
 	x.cancel = cancel
@@ -149,10 +148,20 @@ func (e *Engine) stopTraces() {
 	_ = x.exp.Shutdown(sctx)
 }
 
+// loadCursor reads the cursor. Without one (the export's first start)
+// it starts at the log's head, stored at once: the tasks that ended
+// before are exported with pegasus-replay export --otlp, not all at once
+// at the first start.
 func (x *traceExporter) loadCursor() (uint64, error) {
 	raw, err := x.l.GetAux([]byte(tracesCursorKey))
 	if errors.Is(err, eventlog.ErrNotFound) {
-		return 0, nil
+		x.read = x.l.Head()
+		x.stored = ^uint64(0)
+		x.storeCursor()
+		if x.stored != x.read {
+			return 0, errors.New("engine: the trace export's first cursor was not stored")
+		}
+		return x.read, nil
 	}
 	if err != nil {
 		return 0, err
@@ -161,7 +170,9 @@ func (x *traceExporter) loadCursor() (uint64, error) {
 	if err != nil {
 		return 0, errors.New("engine: the trace export's cursor " + strconv.Quote(string(raw)) + " is not a sequence")
 	}
-	return min(c, x.l.Head()), nil
+	c = min(c, x.l.Head())
+	x.stored = c
+	return c, nil
 }
 
 func (x *traceExporter) metrics(reg *prometheus.Registry) {
