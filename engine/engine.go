@@ -48,6 +48,7 @@ type Engine struct {
 
 	fanMu  sync.Mutex      // guards outbox
 	outbox *cluster.Outbox // Publish (publish.go); nil without it, or under Cluster while another engine publishes
+	traces *traceExporter  // Traces (traces.go); nil without it
 	// replicated is the clustered log, leases this engine's partition
 	// leases (clusterlog.go); nil without Cluster.
 	replicated *cluster.ReplicatedLog
@@ -165,6 +166,9 @@ func Start(ctx context.Context, opts *Options) (e *Engine, err error) {
 	e.startMetrics()
 	if set.mcp != nil {
 		e.metrics.Registry().MustRegister(set.mcp.Collector())
+	}
+	if err := e.startTraces(); err != nil {
+		e.log.Error("the live trace export did not start", "err", err)
 	}
 	e.startProbes()
 	if set.hash != "" {
@@ -294,6 +298,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	defer e.storage.stop()
 	e.stopTaking()
 	perr := e.stopPublish()
+	e.stopTraces()
 	e.setup.stopping() // before the agent cancels its running calls
 	aerr := e.agent.Stop(ctx)
 	merr := e.setup.close() // after the agent: its running MCP calls ended with it

@@ -89,6 +89,9 @@ type Options struct {
 	// Publish publishes every committed event on NATS JetStream (the
 	// fan-out). The default value, an empty URL, is off.
 	Publish cluster.OutboxOptions
+	// Traces sends each root task's trace to an OTLP collector when it
+	// ends (traces.go, docs/tracing.md). The default value is off.
+	Traces TracesOptions
 	// Cluster makes a JetStream stream the log's source of truth, DataDir
 	// holding this node's copy (docs/cluster.md). The default value, an
 	// empty URL, is the embedded log.

@@ -16,15 +16,20 @@ import (
 
 func exportCommand(std *stdio) *cli.Command {
 	return &cli.Command{
-		Name:  "export",
-		Usage: "write events as NDJSON (a post-mortem bundle), all or filtered by task and range",
+		Name:      "export",
+		Usage:     "write events as NDJSON (a post-mortem bundle), all or filtered by task and range; or send traces over OTLP",
+		ArgsUsage: "[TASK...] (with --otlp)",
 		Description: "The format is replay's export format (docs/export.md): a header line, then one event per\n" +
 			"line in the JSON form of docs/events.md (the API's): its envelope, its stored body (base64\n" +
 			"msgpack, the truth), and the decoded body under \"data\" with a one-line \"summary\" for humans.\n" +
 			"--task keeps the task's stream plus the inputs that caused it, so why still reaches the root.\n" +
 			"Read it back with --file, or import it into a data directory.\n\n" +
 			"   pegasus-replay -d ./pegasus-data export --task 01JD3Q0W6Y8M3V7Q9K2T5N4B1C -o bundle.ndjson\n" +
-			"   pegasus-replay -d ./pegasus-data export --from 1000 --to 2000 > slice.ndjson",
+			"   pegasus-replay -d ./pegasus-data export --from 1000 --to 2000 > slice.ndjson\n\n" +
+			"With --otlp URL it sends the traces of the root tasks named (all of them without TASK) to an\n" +
+			"OTLP/HTTP collector instead, with the trace and span ids pegasusd's live export gives them\n" +
+			"(docs/tracing.md):\n\n" +
+			"   pegasus-replay -d ./pegasus-data export --otlp http://127.0.0.1:4318 01JD3Q0W6Y8M3V7Q9K2T5N4B1C",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "task", EnvVars: env("export", "task"), Usage: "only `TASK` (repeatable), with its inputs"},
 			&cli.Uint64Flag{Name: "from", EnvVars: env("export", "from"), Usage: "only events with sequence >= `SEQ`"},
@@ -32,8 +37,17 @@ func exportCommand(std *stdio) *cli.Command {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: env("export", "output"),
 				Usage: "write to `FILE` instead of stdout (refuses to overwrite without --force)"},
 			&cli.BoolFlag{Name: "force", EnvVars: env("export", "force"), Usage: "overwrite --output if it exists"},
+			&cli.StringFlag{Name: "otlp", EnvVars: env("export", "otlp"),
+				Usage: "send the traces of the root tasks given as arguments (all without) to the OTLP/HTTP collector at this base `URL`"},
+			&cli.StringFlag{Name: "otlp-service-name", EnvVars: env("export", "otlp_service_name"),
+				Usage: "the service.name of the traces (default: OTEL_SERVICE_NAME, else pegasus)"},
+			&cli.BoolFlag{Name: "otlp-contents", EnvVars: env("export", "otlp_contents"),
+				Usage: "export prompt and completion contents and tool arguments and results"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.IsSet("otlp") {
+				return exportOTLP(c, std)
+			}
 			if err := exactArgs(c); err != nil {
 				return err
 			}

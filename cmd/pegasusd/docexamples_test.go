@@ -44,6 +44,10 @@ type docFile struct {
 	// config, if set, is the named block the daemon starts with, as
 	// --config (configFiles must be set).
 	config string
+	// setup, if set, adjusts the daemon's configuration before it starts
+	// and returns what the examples' commands name (an address) -> what
+	// to run them with instead.
+	setup func(t *testing.T, cfg *config) map[string]string
 }
 
 // docExampleFiles are the documents whose examples TestDocExamples runs:
@@ -58,6 +62,7 @@ var docExampleFiles = []docFile{
 	{path: "../../docs/broker.md"},
 	{path: "../../docs/retention.md"},
 	{path: "../../docs/config.md", configFiles: true},
+	{path: "../../docs/tracing.md", setup: tracingDocSetup},
 	{path: "../../docs/tools.md", configFiles: true, config: "weather.yaml"},
 	{path: "../../docs/replay.md", daemonDir: "live-data", files: map[string]string{
 		"bundle.ndjson":  "../pegasus-replay/testdata/history.ndjson",
@@ -245,6 +250,7 @@ type docRun struct {
 	daemons map[string]*testDaemon // "7070" -> daemon
 	env     map[string]string
 	ids     map[string]string // documented id -> real id
+	replace map[string]string // docFile.setup's
 }
 
 // TestDocExamples runs every example of the documents (README.md and
@@ -323,8 +329,12 @@ func runDocFile(t *testing.T, df docFile, bin string) int {
 	}
 	cfg.engine.DataDir = filepath.Join(dir, daemonDir)
 	cfg.server.CheckpointDir = cfg.engine.DataDir + "-checkpoints"
+	var replace map[string]string
+	if df.setup != nil {
+		replace = df.setup(t, cfg)
+	}
 	r := &docRun{t: t, dir: dir, bin: bin, cfg: cfg, daemons: map[string]*testDaemon{"7070": startDaemon(t, cfg)},
-		env: map[string]string{}, ids: map[string]string{}}
+		env: map[string]string{}, ids: map[string]string{}, replace: replace}
 	t.Setenv("PEGASUS_SERVER", r.daemons["7070"].url)
 	n := 0
 	for _, it := range readDocExamples(t, df.path) {
@@ -405,6 +415,9 @@ func (r *docRun) run(ex docItem) {
 		addr := strings.TrimPrefix(td.url, "http://")
 		cmd = strings.ReplaceAll(cmd, "127.0.0.1:"+port, addr)
 		cmd = strings.ReplaceAll(cmd, "localhost:"+port, addr)
+	}
+	for from, to := range r.replace {
+		cmd = strings.ReplaceAll(cmd, from, to)
 	}
 	cmd = ulidRE.ReplaceAllStringFunc(cmd, func(id string) string {
 		if real, ok := r.ids[id]; ok {

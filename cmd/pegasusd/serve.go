@@ -34,7 +34,7 @@ var _ server.MCPServers = (*engine.Catalog)(nil)
 
 func serveFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"PEGASUS_" + name} }
-	return append(append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...), clusterFlags()...),
+	return append(append(append(append(brokerFlags(), retentionFlags()...), publishFlags()...), append(clusterFlags(), tracesFlags()...)...),
 		&cli.StringFlag{Name: "config", EnvVars: env("CONFIG"), Usage: "configuration `FILE` (YAML or JSON): models, task types, MCP servers, worker tools, schedules (docs/config.md); flags and PEGASUS_* variables override its default model"},
 		&cli.StringFlag{Name: "addr", Value: "127.0.0.1:7070", EnvVars: env("ADDR"), Usage: "address to listen on"},
 		&cli.StringFlag{Name: "data-dir", Value: "./pegasus-data", EnvVars: env("DATA_DIR"), Usage: "directory of the event log (created 0700)"},
@@ -119,6 +119,9 @@ func configFrom(cc *cli.Context) (*config, error) {
 		return nil, err
 	}
 	if err := clusterConfigFrom(cc, e); err != nil {
+		return nil, err
+	}
+	if e.Traces, err = tracesConfigFrom(cc); err != nil {
 		return nil, err
 	}
 	if cc.NArg() > 0 {

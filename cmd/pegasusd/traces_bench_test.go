@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/engine"
+	"github.com/pegasus-engine/pegasus/internal/brokerbench"
+	"github.com/pegasus-engine/pegasus/traces/otlp"
+	"github.com/pegasus-engine/pegasus/traces/otlp/jaegertest"
+)
+
+var traceBenchRounds = flag.Int("trace-bench-rounds", 5, "off/on rounds of BenchmarkTracesOverhead")
+
+var traceBenchSink = flag.String("trace-bench-sink", "jaeger", "where BenchmarkTracesOverhead exports: jaeger (a real one on the same machine) discard (an OTLP endpoint that answers 200 and reads nothing) or none (the export off in both kinds of round: the comparison's noise)")
+
+// BenchmarkTracesOverhead is the agent's workload (BenchmarkTasksThroughput:
+// 16 clients, the daemon's defaults, every append synced) with the live
+// trace export off and on, alternated within one run (off, on, off, on,
+// ...; -trace-bench-rounds of b.N tasks each), so the ratio is measured under one load. It
+// reports both rates and on/off.
+//
+//	go test ./cmd/pegasusd -run '^$' -bench TracesOverhead -benchtime 3000x
+func BenchmarkTracesOverhead(b *testing.B) {
+	endpoint := ""
+	switch *traceBenchSink {
+	case "jaeger":
+		endpoint = jaegertest.Start(b).OTLP
+	case "discard":
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		b.Cleanup(srv.Close)
+		endpoint = srv.URL
+	case "none": // both kinds of round off: the noise of the comparison
+	default:
+		b.Fatalf("-trace-bench-sink %q: jaeger, discard or none", *traceBenchSink)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	run := func(on bool) float64 {
+		cfg := testConfig(b)
+		cfg.server.MaxBodyBytes = 1 << 20
+		if on && endpoint != "" {
+			cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: endpoint}}
+		}
+		td := startDaemon(b, cfg)
+		defer td.stop()
+		res, err := brokerbench.RunTasks(ctx, brokerbench.Config{URL: td.url, Tasks: b.N})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if on && endpoint != "" { // the export kept up: every ending sent (the queue is drained)
+			waitExported(b, td)
+		}
+		return res.PerSec
+	}
+	b.ResetTimer()
+	var off, on []float64
+	for range *traceBenchRounds {
+		off = append(off, run(false))
+		on = append(on, run(true))
+	}
+	b.StopTimer()
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / float64(len(v))
+	}
+	b.ReportMetric(mean(off), "off-tasks/s")
+	b.ReportMetric(mean(on), "on-tasks/s")
+	b.ReportMetric(mean(on)/mean(off), "on/off")
+	b.Logf("off %v, on %v tasks/s (sink %s)", fmtRates(off), fmtRates(on), *traceBenchSink)
+}
+
+func fmtRates(v []float64) string {
+	var s []string
+	for _, x := range v {
+		s = append(s, fmt.Sprintf("%.0f", x))
+	}
+	return strings.Join(s, " ")
+}
+
+// waitExported waits until the daemon's trace export has sent every
+// ending the log holds.
+func waitExported(b *testing.B, td *testDaemon) {
+	b.Helper()
+	head := td.d.engine.Log().Head()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		r := td.do("GET", "/metrics", "")
+		if c := metricValue(string(r.body), "pegasus_traces_cursor"); c >= float64(head) {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the export did not reach %d in 5 minutes", head)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

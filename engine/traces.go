@@ -1,0 +1,536 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/traces"
+	"github.com/pegasus-engine/pegasus/traces/otlp"
+)
+
+// The live trace export (docs/tracing.md): with --otlp-endpoint (or the
+// OTEL_EXPORTER_OTLP_* variables) a follower of the log sends each root
+// task's trace to an OTLP collector when the task ends. It reads the
+// committed log, never the task path: a slow or absent collector holds
+// the follower back, not a task. Its cursor, in the log's aux space like
+// the fan-out's, is the sequence up to which every ending was sent, so a
+// restart sends from there on: at most the endings sent after the last
+// cursor write (a second) are sent again, as the same spans with the same
+// ids, which the backend keeps once.
+
+// tracesCursorKey is the aux key of the exporter's cursor, decimal.
+const tracesCursorKey = "traces/otlp/cursor"
+
+// TracesOptions configures the live trace export. The zero value is off.
+type TracesOptions struct {
+	// Enabled turns the export on. pegasusd sets it when --otlp-endpoint
+	// or an OTEL_EXPORTER_OTLP_ENDPOINT variable is set.
+	Enabled bool
+	// OTLP is the collector and the resource's service name.
+	OTLP otlp.Options
+	// Mapping tunes the spans (Contents: prompts and completions).
+	Mapping traces.Options
+	// OpenInterval is how often the finished spans of root tasks still
+	// running are sent (a long task shows its progress). The default
+	// value is 30s; a negative value turns it off.
+	OpenInterval time.Duration
+	// QueueSize bounds the traces waiting to be sent. An ending waits for
+	// room (the follower pauses, the cursor holds); a running task's
+	// spans that find the queue full are dropped and counted (the ending
+	// sends them). The default value is 256.
+	QueueSize int
+	// MaxBackoff bounds the wait between retries of a failed export. The
+	// default value is 30s.
+	MaxBackoff time.Duration
+}
+
+func (o *TracesOptions) ensureDefaults() {
+	if o.OpenInterval == 0 {
+		o.OpenInterval = 30 * time.Second
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 256
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+}
+
+// traceJob is one export: a root task's trace up to seq; final for an
+// ending (the cursor moves past it once sent), else a running task's
+// finished spans.
+type traceJob struct {
+	task  string
+	seq   uint64
+	final bool
+	root  bool // the follower saw the task start as a root (else Collect checks)
+	// events are the task tree's, as replay.TraceEvents would read them,
+	// when the follower gathered them from the root's first event on (nil:
+	// the sender reads them).
+	events []eventlog.Event
+}
+
+// traceExporter follows the log and sends traces.
+type traceExporter struct {
+	o      TracesOptions
+	l      *eventlog.Log
+	r      replay.Reader
+	exp    *otlp.Exporter
+	logger *slog.Logger
+	queue  chan traceJob
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	mu      sync.Mutex
+	read    uint64   // the last sequence the follower handled
+	pending []uint64 // sequences of the queued endings, in order
+	stored  uint64   // the cursor last written
+
+	exported, spans, failures prometheus.Counter
+	dropped                   *prometheus.CounterVec
+}
+
+// startTraces starts the live export if it is on. An unreachable
+// collector does not stop the daemon: exports are retried.
+func (e *Engine) startTraces() error {
+	o := e.opts.Traces
+	if !o.Enabled {
+		return nil
+	}
+	if e.replicated != nil {
+		e.log.Warn("the live trace export does not run with --cluster yet; export with pegasus-replay export --otlp")
+		return nil
+	}
+	o.ensureDefaults()
+	exp, err := otlp.New(context.Background(), o.OTLP)
+	if err != nil {
+		return err
+	}
+	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
+		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
+	x.read, err = x.loadCursor()
+	if err != nil {
+		return err
+	}
+	x.metrics(e.metrics.Registry())
+	ctx, cancel := context.WithCancel(context.Background())
+	x.cancel = cancel
+	x.done.Add(2)
+	go x.follow(ctx)
+	go x.send(ctx)
+	e.traces = x
+	e.log.Info("exporting traces over OTLP", "endpoint", o.OTLP.Endpoint, "from", x.read+1)
+	return nil
+}
+
+// stopTraces stops the export before the log closes and stores the
+// cursor; endings not sent yet are sent at the next start.
+func (e *Engine) stopTraces() {
+	x := e.traces
+	if x == nil {
+		return
+	}
+	x.cancel()
+	x.done.Wait()
+	x.storeCursor()
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = x.exp.Shutdown(sctx)
+}
+
+// loadCursor reads the cursor. Without one (the export's first start)
+// it starts at the log's head, stored at once: the tasks that ended
+// before are exported with pegasus-replay export --otlp, not all at once
+// at the first start.
+func (x *traceExporter) loadCursor() (uint64, error) {
+	raw, err := x.l.GetAux([]byte(tracesCursorKey))
+	if errors.Is(err, eventlog.ErrNotFound) {
+		x.read = x.l.Head()
+		x.stored = ^uint64(0)
+		x.storeCursor()
+		if x.stored != x.read {
+			return 0, errors.New("engine: the trace export's first cursor was not stored")
+		}
+		return x.read, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	c, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		return 0, errors.New("engine: the trace export's cursor " + strconv.Quote(string(raw)) + " is not a sequence")
+	}
+	c = min(c, x.l.Head())
+	x.stored = c
+	return c, nil
+}
+
+func (x *traceExporter) metrics(reg *prometheus.Registry) {
+	x.exported = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_traces_exported_total",
+		Help: "Traces (root tasks, at their end or while they run) sent to the OTLP collector."})
+	x.spans = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_trace_spans_exported_total",
+		Help: "Spans sent to the OTLP collector."})
+	x.failures = prometheus.NewCounter(prometheus.CounterOpts{Name: "pegasus_traces_export_failures_total",
+		Help: "Exports that failed and were retried."})
+	x.dropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pegasus_traces_dropped_total",
+		Help: "Traces not sent: queue_full (a running task's spans; its end sends them), rejected (the collector refused them for good)."},
+		[]string{"reason"})
+	x.dropped.WithLabelValues("queue_full")
+	x.dropped.WithLabelValues("rejected")
+	reg.MustRegister(x.exported, x.spans, x.failures, x.dropped,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pegasus_traces_cursor",
+			Help: "The log sequence up to which every ended task's trace was sent."},
+			func() float64 { return float64(x.cursor()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pegasus_traces_queue",
+			Help: "Traces waiting to be sent."},
+			func() float64 { return float64(len(x.queue)) }))
+}
+
+// cursor is the sequence up to which every ending was sent.
+func (x *traceExporter) cursor() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.pending) > 0 {
+		return x.pending[0] - 1
+	}
+	return x.read
+}
+
+// follow reads the log from the cursor on and queues the endings of root
+// tasks, and every OpenInterval the running root tasks.
+func (x *traceExporter) follow(ctx context.Context) {
+	defer x.done.Done()
+	defer close(x.queue)
+	sub := x.l.Subscribe(ctx, x.read+1)
+	defer sub.Close()
+	running := map[string]bool{}  // root tasks started since the follower started, not ended
+	children := map[string]bool{} // other tasks started since then, not ended
+	trees := newTraceTrees()
+	var tick <-chan time.Time
+	if x.o.OpenInterval > 0 {
+		t := time.NewTicker(x.o.OpenInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	evc := make(chan eventlog.Event)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			ev, err := sub.Next(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case evc <- ev:
+			case <-ctx.Done():
+				errc <- ctx.Err()
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-errc:
+			if ctx.Err() == nil {
+				x.logger.Error("the trace export stopped reading the log", "err", err)
+			}
+			return
+		case <-tick:
+			for id := range running {
+				select {
+				case x.queue <- traceJob{task: id, seq: x.readSeq(), root: true}:
+				default:
+					x.dropped.WithLabelValues("queue_full").Inc()
+				}
+			}
+		case ev := <-evc:
+			isRoot := false
+			if ev.Version == 1 {
+				if isRoot = otlp.IsRoot(ev); isRoot {
+					running[ev.Stream] = true
+				} else {
+					children[ev.Stream] = true
+				}
+			}
+			trees.add(ev, isRoot)
+			if !otlp.Ends(ev) || children[ev.Stream] {
+				if otlp.Ends(ev) {
+					delete(children, ev.Stream) // its root's ending sends its spans
+				}
+				x.setRead(ev.Seq)
+				continue
+			}
+			root := running[ev.Stream]
+			delete(running, ev.Stream)
+			job := traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root, events: trees.take(ev.Stream)}
+			x.mu.Lock()
+			x.pending = append(x.pending, ev.Seq)
+			x.read = ev.Seq
+			x.mu.Unlock()
+			select {
+			case x.queue <- job:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (x *traceExporter) setRead(seq uint64) {
+	x.mu.Lock()
+	x.read = seq
+	x.mu.Unlock()
+}
+
+func (x *traceExporter) readSeq() uint64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.read
+}
+
+// maxTraceBatch bounds how many queued traces one export request
+// carries; traceBatchDelay is how long the first waits for others.
+const (
+	maxTraceBatch   = 256
+	traceBatchDelay = 200 * time.Millisecond
+)
+
+// send exports the queued jobs in order, those waiting together in one
+// request, retrying each failure with backoff until it succeeds, is
+// rejected for good, or the export stops. The cursor is stored at most
+// once a second (a synced write), and at stop: a kill sends again the
+// endings sent since, as the same spans.
+func (x *traceExporter) send(ctx context.Context) {
+	defer x.done.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		var job traceJob
+		var ok bool
+		select {
+		case job, ok = <-x.queue:
+			if !ok {
+				return
+			}
+		case <-t.C:
+			x.storeCursor()
+			continue
+		}
+		// The traces that come within traceBatchDelay go in the same
+		// request.
+		batch := []traceJob{job}
+		delay := time.NewTimer(traceBatchDelay)
+	more:
+		for len(batch) < maxTraceBatch {
+			select {
+			case j, ok := <-x.queue:
+				if !ok {
+					break more
+				}
+				batch = append(batch, j)
+			case <-delay.C:
+				break more
+			case <-ctx.Done():
+				break more
+			}
+		}
+		delay.Stop()
+		if !x.export(ctx, batch) {
+			return // stopped: the cursor holds before the batch
+		}
+		x.mu.Lock()
+		for _, j := range batch {
+			if j.final {
+				x.pending = x.pending[1:]
+			}
+		}
+		x.mu.Unlock()
+	}
+}
+
+// export sends one batch; false if the export stopped first.
+func (x *traceExporter) export(ctx context.Context, batch []traceJob) bool {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := x.exportOnce(ctx, batch)
+		switch {
+		case err == nil:
+			x.exported.Add(float64(n))
+			return true
+		case errors.Is(err, otlp.ErrRejected):
+			x.dropped.WithLabelValues("rejected").Add(float64(n))
+			x.logger.Error("the collector rejected traces; they are not sent again", "traces", n, "first_task", batch[0].task, "err", err)
+			return true
+		case ctx.Err() != nil:
+			return false
+		}
+		x.failures.Inc()
+		x.logger.Warn("trace export failed; retrying", "traces", n, "retry_in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, x.o.MaxBackoff)
+	}
+}
+
+// exportOnce maps the batch's traces and sends them in one request; it
+// returns how many traces it held.
+func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, error) {
+	var spans []traces.Span
+	n := 0
+	// A task's latest job in the batch holds what its earlier ones would
+	// send (the spans up to each ending, or its finished spans): one
+	// mapping per task.
+	latest := map[string]int{}
+	for i, job := range batch {
+		if k, ok := latest[job.task]; !ok || job.final || !batch[k].final {
+			latest[job.task] = i
+		}
+	}
+	for i, job := range batch {
+		if latest[job.task] != i {
+			continue
+		}
+		var s []traces.Span
+		var err error
+		switch {
+		case job.events != nil:
+			s = otlp.CollectEvents(job.events, job.task, job.seq, !job.final, x.o.Mapping)
+		case job.root:
+			s, err = otlp.CollectRoot(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
+		default:
+			s, err = otlp.Collect(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
+		}
+		if errors.Is(err, otlp.ErrNotRoot) {
+			continue // a child task's end: its root's end sends it
+		}
+		if err != nil {
+			return n, err
+		}
+		if len(s) > 0 {
+			spans = append(spans, s...)
+			n++
+		}
+	}
+	if err := x.exp.Export(ctx, spans); err != nil {
+		return n, err
+	}
+	x.spans.Add(float64(len(spans)))
+	return n, nil
+}
+
+// storeCursor writes the cursor to the aux space if it moved.
+func (x *traceExporter) storeCursor() {
+	c := x.cursor()
+	x.mu.Lock()
+	moved := c != x.stored
+	x.mu.Unlock()
+	if !moved {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := x.l.WriteAux(ctx, func(b *eventlog.AuxBatch) error {
+		b.Set([]byte(tracesCursorKey), strconv.AppendUint(nil, c, 10))
+		return nil
+	})
+	if err != nil {
+		x.logger.Warn("trace export cursor not stored", "cursor", c, "err", err)
+		return
+	}
+	x.mu.Lock()
+	x.stored = c
+	x.mu.Unlock()
+}
+
+// Bounds of what traceTrees holds: beyond them a tree is let go, and its
+// ending reads its events from the log.
+const (
+	maxTreeBytes  = 4 << 20  // event bodies of one tree
+	maxTreesBytes = 64 << 20 // of all trees
+)
+
+// traceTrees gathers, as the follower reads them, the events of the root
+// tasks' trees that started since it did, by the rule of
+// replay.TraceEvents: the root's stream, and the streams (not "$"
+// streams) whose first event one of the tree's events caused,
+// recursively. An ending then maps its tree without reading the log.
+type traceTrees struct {
+	byStream map[string]*traceTree
+	byEvent  map[ulid.ULID]*traceTree
+	bytes    int
+}
+
+type traceTree struct {
+	root    string
+	streams []string
+	events  []eventlog.Event
+	bytes   int
+	dropped bool
+}
+
+func newTraceTrees() *traceTrees {
+	return &traceTrees{byStream: map[string]*traceTree{}, byEvent: map[ulid.ULID]*traceTree{}}
+}
+
+// add adds ev, whose stream's first event it is and a root's if isRoot.
+func (ts *traceTrees) add(ev eventlog.Event, isRoot bool) {
+	t := ts.byStream[ev.Stream]
+	if t == nil && ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$") {
+		t = ts.byEvent[ev.Causation]
+		if t == nil && ts.bytes < maxTreesBytes && isRoot {
+			t = &traceTree{root: ev.Stream}
+		}
+		if t != nil {
+			ts.byStream[ev.Stream] = t
+			t.streams = append(t.streams, ev.Stream)
+		}
+	}
+	if t == nil || t.dropped {
+		return
+	}
+	ts.byEvent[ev.ID] = t
+	t.events = append(t.events, ev)
+	t.bytes += len(ev.Body)
+	ts.bytes += len(ev.Body)
+	if t.bytes > maxTreeBytes {
+		t.dropped = true
+		ts.bytes -= t.bytes
+		t.events = nil
+	}
+}
+
+// take returns the events of root task id's tree and lets the tree go
+// (a later ending reads the log), or nil when it does not hold them.
+func (ts *traceTrees) take(id string) []eventlog.Event {
+	t := ts.byStream[id]
+	if t == nil || t.root != id {
+		return nil
+	}
+	for _, s := range t.streams {
+		delete(ts.byStream, s)
+	}
+	for _, ev := range t.events {
+		delete(ts.byEvent, ev.ID)
+	}
+	if t.dropped {
+		return nil
+	}
+	ts.bytes -= t.bytes
+	return t.events
+}

@@ -1,0 +1,152 @@
+package otlp
+
+import (
+	"context"
+	"errors"
+	"slices"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
+	"github.com/pegasus-engine/pegasus/traces"
+)
+
+// ErrNotRoot is returned by Collect for a task that another task caused:
+// its spans belong to its root's trace.
+var ErrNotRoot = errors.New("otlp: the task is not a root task: its spans are in its root's trace")
+
+// Ends reports whether ev may end a root task's trace: a task's
+// TASK_COMPLETED, TASK_FAILED or REFLECTION_COMPLETE (reflection runs
+// after completion, its model calls are spans of the trace), a broker
+// task's DISPATCH_COMPLETED, DISPATCH_DEAD_LETTERED or
+// DISPATCH_CANCELLED. The live exporter sends a root task's trace at each
+// of them: what it sent before is sent again unchanged, and backends keep
+// one copy of identical spans.
+func Ends(ev eventlog.Event) bool {
+	switch fsm.EventType(ev.Type) {
+	case fsm.TaskCompleted, fsm.TaskFailed, fsm.ReflectionComplete,
+		fsm.DispatchCompleted, fsm.DispatchDeadLettered, fsm.DispatchCancelled:
+		return true
+	}
+	return false
+}
+
+// IsRoot reports whether ev, a stream's first event, starts a root task:
+// its input (MESSAGE_RECEIVED, WEBHOOK_TRIGGERED, SCHEDULE_FIRED),
+// TASK_CREATED or DISPATCH_CREATED without a parent task.
+func IsRoot(ev eventlog.Event) bool {
+	if ev.Version != 1 {
+		return false
+	}
+	fe, err := replay.Decode(ev)
+	if err != nil {
+		return false
+	}
+	switch b := fe.Body.(type) {
+	case *fsm.Input:
+		return b.ParentTaskID == ""
+	case *fsm.TaskCreatedBody:
+		return b.ParentTaskID == ""
+	case *fsm.DispatchCreatedBody:
+		return b.ParentTaskID == ""
+	}
+	return false
+}
+
+// IsRootTask reports whether task id is a root task (IsRoot of its first
+// event): ErrNotRoot if it is another task's descendant, false for an
+// unknown task.
+func IsRootTask(ctx context.Context, r replay.Reader, id string) (bool, error) {
+	it := r.Stream(ctx, id, 0)
+	defer it.Close()
+	if !it.Next() {
+		return false, it.Err()
+	}
+	if !IsRoot(it.Event()) {
+		return false, ErrNotRoot
+	}
+	return true, nil
+}
+
+// Collect returns the spans of root task id's trace as its events up to
+// sequence upTo (0: all) give them.
+//
+// A trace is sent at each of its root's endings (Ends), and a span once
+// sent is never sent changed: backends keep one copy of identical spans
+// only. So the spans are those of the mapping of the events up to the
+// root's first ending, then the new spans (ids not seen yet) of the
+// mapping up to each later ending (post-task reflection's model calls);
+// what follows the last ending is left out. A task that has not ended yet
+// is mapped as it is, its open spans included, or, with closedOnly, left
+// out (a long task's finished spans, sent before it ends).
+//
+// A task that is not a root gives ErrNotRoot, an unknown one no spans.
+func Collect(ctx context.Context, r replay.Reader, id string, upTo uint64, closedOnly bool, opt traces.Options) ([]traces.Span, error) {
+	root, err := IsRootTask(ctx, r, id)
+	if err != nil || !root {
+		return nil, err
+	}
+	return CollectRoot(ctx, r, id, upTo, closedOnly, opt)
+}
+
+// CollectRoot is Collect for a task known to be a root (IsRoot of its
+// first event).
+func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, closedOnly bool, opt traces.Options) ([]traces.Span, error) {
+	evs, err := replay.TraceEvents(ctx, r, id)
+	if err != nil {
+		return nil, err
+	}
+	return CollectEvents(evs, id, upTo, closedOnly, opt), nil
+}
+
+// CollectEvents is CollectRoot over the events replay.TraceEvents gives
+// for root task id (or the same events gathered otherwise, as the live
+// export does while it follows the log). It may reorder evs.
+func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	var ends []uint64 // the sequences of the root's endings
+	n := 0
+	for _, ev := range evs {
+		if upTo != 0 && ev.Seq > upTo {
+			continue
+		}
+		evs[n] = ev
+		if ev.Stream == id && Ends(ev) {
+			ends = append(ends, ev.Seq)
+		}
+		n++
+	}
+	evs = evs[:n]
+	if len(ends) == 0 {
+		spans := traces.Build(evs, opt)
+		if closedOnly {
+			n := 0
+			for _, s := range spans {
+				if !s.Open {
+					spans[n] = s
+					n++
+				}
+			}
+			spans = spans[:n]
+		}
+		return spans
+	}
+	slices.Sort(ends)
+	var spans []traces.Span
+	seen := map[[8]byte]bool{}
+	for _, e := range ends {
+		// The events up to the ending, in TraceEvents' order.
+		var upToEnd []eventlog.Event
+		for _, ev := range evs {
+			if ev.Seq <= e {
+				upToEnd = append(upToEnd, ev)
+			}
+		}
+		for _, s := range traces.Build(upToEnd, opt) {
+			if !seen[s.SpanID] {
+				seen[s.SpanID] = true
+				spans = append(spans, s)
+			}
+		}
+	}
+	return spans
+}
