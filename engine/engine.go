@@ -55,8 +55,8 @@ type Engine struct {
 	leases     *cluster.Leases
 	own        *ownership // what the agent and the broker run, and the sightings to close (clusterlog.go)
 
-	storage  *storageMetrics
-	appender eventlog.Appender // what writes go through, timed (storage.go) // the storage engine's events and the task path's stages (storage.go)
+	storage  *storageMetrics   // the storage engine's events and the task path's stages (storage.go)
+	appender eventlog.Appender // what writes go through, timed by storage
 
 	setup   *setup         // the configuration's models, MCP servers, worker tools and task types (configure.go)
 	probeWG sync.WaitGroup // the models' probes at start
