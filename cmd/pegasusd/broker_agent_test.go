@@ -6,6 +6,7 @@ import (
 	"github.com/pegasus-engine/pegasus/server"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,24 +86,7 @@ func TestBrokerAgentWorker(t *testing.T) {
 	// The retry path: "?" makes the offline model ask a question, so the
 	// child waits; cancelling it fails the attempt; the retry runs a new
 	// child, which is answered and completes the broker task.
-	ask := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["agent"],"max_retries":2}`))
-	first := td.waitDispatch(ask.TaskID, "running a child", func(j *server.DispatchJSON) bool { return len(j.Children) == 1 })
-	if c := td.waitTask(first.Children[0]); c.State != fsm.StateSuspended {
-		t.Fatalf("first child: %s", c.State)
-	}
-	mustStatus(t, td.do("POST", "/v1/tasks/"+first.Children[0]+"/cancel", `{"reason":"test"}`), 200)
-	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *server.DispatchJSON) bool {
-		return j.RetryCount == 1 && len(j.Children) == 2 && j.Status == "in_progress"
-	})
-	second := retried.Children[0]
-	if second == first.Children[0] {
-		second = retried.Children[1]
-	}
-	if c := td.waitTask(second); c.State != fsm.StateSuspended {
-		t.Fatalf("second child: %s", c.State)
-	}
-	mustStatus(t, td.do("POST", "/v1/tasks/"+second+"/messages", `{"text":"what is event sourcing?"}`), 200)
-	end := td.waitDispatch(ask.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
+	ask, second, end := retryThroughAChild(t, td, "agent", "what is event sourcing?")
 	if end.RetryCount != 1 || !strings.Contains(string(end.Result), second) {
 		t.Fatalf("after the retry: %+v %s", end, end.Result)
 	}
@@ -196,4 +180,32 @@ func TestBrokerAgentWorkerCrash(t *testing.T) {
 	}
 	p.stop(t)
 	openVerified(t, data)
+}
+
+// retryThroughAChild runs a broker task's retry through the built-in
+// agent: "?" makes the offline model ask a question, so the task's child
+// waits; cancelling that child fails the attempt; the retry runs a new
+// child, which is answered with answer, and the broker task completes. It
+// returns the broker task, the retry's child and the task at its end.
+func retryThroughAChild(t *testing.T, td *testDaemon, capability, answer string) (ask server.DispatchJSON, second string, end server.DispatchJSON) {
+	t.Helper()
+	ask = dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["`+capability+`"],"max_retries":2}`))
+	first := td.waitDispatch(ask.TaskID, "running a child", func(j *server.DispatchJSON) bool { return len(j.Children) == 1 })
+	if c := td.waitTask(first.Children[0]); c.State != fsm.StateSuspended {
+		t.Fatalf("first child: %s", c.State)
+	}
+	mustStatus(t, td.do("POST", "/v1/tasks/"+first.Children[0]+"/cancel", `{"reason":"test"}`), 200)
+	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *server.DispatchJSON) bool {
+		return j.RetryCount == 1 && len(j.Children) == 2 && j.Status == "in_progress"
+	})
+	second = retried.Children[0]
+	if second == first.Children[0] {
+		second = retried.Children[1]
+	}
+	if c := td.waitTask(second); c.State != fsm.StateSuspended {
+		t.Fatalf("second child: %s", c.State)
+	}
+	mustStatus(t, td.do("POST", "/v1/tasks/"+second+"/messages", `{"text":`+strconv.Quote(answer)+`}`), 200)
+	end = td.waitDispatch(ask.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
+	return ask, second, end
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
-	"github.com/pegasus-engine/pegasus/server"
 	"github.com/pegasus-engine/pegasus/traces"
 	"github.com/pegasus-engine/pegasus/traces/otlp"
 	"github.com/pegasus-engine/pegasus/traces/otlp/jaegertest"
@@ -134,24 +133,7 @@ func TestTracesJaeger(t *testing.T) {
 	if tj := td.waitTask(timeTask); tj.State != fsm.StateCompleted {
 		t.Fatalf("task: %s", tj.State)
 	}
-	ask := dtask(t, td.as("mike", "POST", "/api/v1/tasks", `{"title":"?","required_capabilities":["general"],"max_retries":2}`))
-	first := td.waitDispatch(ask.TaskID, "running a child", func(j *server.DispatchJSON) bool { return len(j.Children) == 1 })
-	if c := td.waitTask(first.Children[0]); c.State != fsm.StateSuspended {
-		t.Fatalf("first child: %s", c.State)
-	}
-	mustStatus(t, td.do("POST", "/v1/tasks/"+first.Children[0]+"/cancel", `{"reason":"test"}`), 200)
-	retried := td.waitDispatch(ask.TaskID, "retried with a new child", func(j *server.DispatchJSON) bool {
-		return j.RetryCount == 1 && len(j.Children) == 2 && j.Status == "in_progress"
-	})
-	second := retried.Children[0]
-	if second == first.Children[0] {
-		second = retried.Children[1]
-	}
-	if c := td.waitTask(second); c.State != fsm.StateSuspended {
-		t.Fatalf("second child: %s", c.State)
-	}
-	mustStatus(t, td.do("POST", "/v1/tasks/"+second+"/messages", `{"text":"what time is it?"}`), 200)
-	td.waitDispatch(ask.TaskID, "completed", func(j *server.DispatchJSON) bool { return j.Status == "completed" })
+	ask, _, _ := retryThroughAChild(t, td, "general", "what time is it?")
 
 	r := td.do("POST", "/v1/admin/checkpoint", "")
 	var cp struct {
