@@ -161,7 +161,7 @@ func (c *committer) run(ctx context.Context) {
 			select {
 			case first = <-c.reqs:
 			case <-ctx.Done():
-				c.drain(fmt.Errorf("%w: closed", eventlog.ErrClosed))
+				drain(c.reqs, fmt.Errorf("%w: closed", eventlog.ErrClosed))
 				return
 			}
 		}
@@ -187,11 +187,11 @@ func (c *committer) run(ctx context.Context) {
 	}
 }
 
-// drain answers every waiting append with err.
-func (c *committer) drain(err error) {
+// drain answers every append waiting in reqs with err.
+func drain(reqs <-chan *commitReq, err error) {
 	for {
 		select {
-		case req := <-c.reqs:
+		case req := <-reqs:
 			req.reply(commitOutcome{err: err})
 		default:
 			return

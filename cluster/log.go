@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -740,17 +741,14 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var last uint64
+	var checks []check
 	var err error
 	wait := firstRetryWait
-	checks := make([]check, len(parts))
 	for {
-		fenced := false
-		for i, p := range parts {
-			if checks[i], err = r.check(ctx, p); err != nil {
-				return 0, err
-			}
-			fenced = fenced || checks[i].subj != ""
+		if checks, err = r.checks(ctx, parts); err != nil {
+			return 0, err
 		}
+		fenced := slices.ContainsFunc(checks, func(c check) bool { return c.subj != "" })
 		last, err = r.publish(actx, parts, wire, checks)
 		if isWrongLastSeq(err) {
 			// A real conflict, or a busy subject: on a replicated
@@ -781,7 +779,7 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 				return 0, err
 			}
 			continue
-		} else if !errors.Is(err, nats.ErrNoResponders) {
+		} else if !isNoResponders(err) {
 			break
 		}
 		// A busy subject, or no stream leader listens (an election
@@ -1030,6 +1028,18 @@ func (r *ReplicatedLog) check(ctx context.Context, sa eventlog.StreamAppend) (ch
 	}
 	seq, err := r.expectedSubjectSeq(ctx, sa.Stream, sa.Expected)
 	return check{seq: seq}, err
+}
+
+// checks is the check of each part (check).
+func (r *ReplicatedLog) checks(ctx context.Context, parts []eventlog.StreamAppend) ([]check, error) {
+	cs := make([]check, len(parts))
+	for i, sa := range parts {
+		var err error
+		if cs[i], err = r.check(ctx, sa); err != nil {
+			return nil, err
+		}
+	}
+	return cs, nil
 }
 
 // fenceLost is the ErrFenced of the first fenced part whose partition

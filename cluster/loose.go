@@ -95,17 +95,9 @@ func (c *looseCommitter) run(ctx context.Context) {
 			}
 		case <-ctx.Done():
 			closedErr := fmt.Errorf("%w: closed", eventlog.ErrClosed)
-			for _, req := range pending {
-				req.reply(commitOutcome{err: closedErr})
-			}
-			for {
-				select {
-				case req := <-c.reqs:
-					req.reply(commitOutcome{err: closedErr})
-				default:
-					return
-				}
-			}
+			replyAll(pending, closedErr)
+			drain(c.reqs, closedErr)
+			return
 		}
 	}
 }
@@ -158,15 +150,7 @@ func (c *looseCommitter) commit(ctx context.Context, batch []*commitReq) looseDo
 			req.reply(commitOutcome{err: err}) // never sent
 			continue
 		}
-		var cs []check
-		var err error
-		for _, sa := range req.parts {
-			var ck check
-			if ck, err = r.check(actx, sa); err != nil {
-				break
-			}
-			cs = append(cs, ck)
-		}
+		cs, err := r.checks(actx, req.parts)
 		if err != nil {
 			req.reply(commitOutcome{err: err, alone: true})
 			continue
