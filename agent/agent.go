@@ -713,12 +713,9 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 	if !ok || next.Kind.NeedsSlot() {
 		return a.appendHeld(ctx, t, h, v, evs...)
 	}
-	v, evs, took := h.take(v, evs)
-	res, done := a.handOff(ctx, t, v, evs)
-	if took {
-		h.res, h.ok = res, done
-	}
-	return res, done
+	return h.carry(v, evs, func(v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
+		return a.handOff(ctx, t, v, evs)
+	})
 }
 
 // maxChained bounds the stages outcome chains in one commit.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -56,15 +57,24 @@ func (h *held) take(v uint64, evs []eventlog.Event) (uint64, []eventlog.Event, b
 	return v, all, true
 }
 
-// appendHeld appends evs to t's stream at version v, after what h holds
-// (h may be nil), and records the result in h when it carried h's events.
-func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+// carry appends evs at version v after what h holds (h may be nil) with
+// appendFn, and records the result in h when it carried h's events.
+func (h *held) carry(v uint64, evs []eventlog.Event,
+	appendFn func(uint64, []eventlog.Event) (eventlog.AppendResult, bool)) (eventlog.AppendResult, bool) {
 	v, evs, took := h.take(v, evs)
-	res, ok := a.appendTask(ctx, t, v, evs...)
+	res, ok := appendFn(v, evs)
 	if took {
 		h.res, h.ok = res, ok
 	}
 	return res, ok
+}
+
+// appendHeld appends evs to t's stream at version v, after what h holds
+// (h may be nil), and records the result in h when it carried h's events.
+func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	return h.carry(v, evs, func(v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
+		return a.appendTask(ctx, t, v, evs...)
+	})
 }
 
 // predict applies ev, of body b, to pred (a copy of the task), with its id
@@ -108,19 +118,8 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 
 // holdsModelCall reports whether h or evs record a model call.
 func holdsModelCall(h *held, evs []eventlog.Event) bool {
-	if h != nil {
-		for _, ev := range h.evs {
-			if ev.Type == string(fsm.ModelCalled) {
-				return true
-			}
-		}
-	}
-	for _, ev := range evs {
-		if ev.Type == string(fsm.ModelCalled) {
-			return true
-		}
-	}
-	return false
+	modelCall := func(ev eventlog.Event) bool { return ev.Type == string(fsm.ModelCalled) }
+	return (h != nil && slices.ContainsFunc(h.evs, modelCall)) || slices.ContainsFunc(evs, modelCall)
 }
 
 // lastID is the id of the last event of res.
