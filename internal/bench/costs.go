@@ -295,20 +295,11 @@ func costOnce(ctx context.Context, base string, d time.Duration, o CostOpener) (
 	if s, err = o.Open(dir); err != nil {
 		return cr, err
 	}
-	rng = rand.New(rand.NewSource(2))
-	batches := make([][]eventlog.Event, CostEvents/CostPerAppend)
-	for i := range batches {
-		batches[i] = costEvents(rng, CostPerAppend)
-	}
-	vers := make([]uint64, CostStreams)
+	batches := costBatches()
 	start := time.Now()
-	for i, evs := range batches {
-		st := i % CostStreams
-		if err := s.AppendExpect(ctx, StreamName(st), vers[st], evs); err != nil {
-			s.Close()
-			return cr, err
-		}
-		vers[st] += CostPerAppend
+	if err := appendCostBatches(ctx, s, batches); err != nil {
+		s.Close()
+		return cr, err
 	}
 	cr.rate = CostEvents / time.Since(start).Seconds()
 	cr.live = mib(dirSize(dir))
@@ -337,20 +328,38 @@ func LoadCosts(ctx context.Context, dir string, o CostOpener) error {
 	if err != nil {
 		return err
 	}
-	rng := rand.New(rand.NewSource(2))
-	vers := make([]uint64, CostStreams)
-	for i := range CostEvents / CostPerAppend {
-		st := i % CostStreams
-		if err := s.AppendExpect(ctx, StreamName(st), vers[st], costEvents(rng, CostPerAppend)); err != nil {
-			s.Close()
-			return err
-		}
-		vers[st] += CostPerAppend
+	if err := appendCostBatches(ctx, s, costBatches()); err != nil {
+		s.Close()
+		return err
 	}
 	if err := s.Close(); err != nil {
 		return err
 	}
 	return compactDir(dir)
+}
+
+// costBatches are the appends of the batched-append workload.
+func costBatches() [][]eventlog.Event {
+	rng := rand.New(rand.NewSource(2))
+	batches := make([][]eventlog.Event, CostEvents/CostPerAppend)
+	for i := range batches {
+		batches[i] = costEvents(rng, CostPerAppend)
+	}
+	return batches
+}
+
+// appendCostBatches appends batches to s, the i-th to stream i modulo
+// CostStreams, each expecting its stream's version.
+func appendCostBatches(ctx context.Context, s CostStore, batches [][]eventlog.Event) error {
+	vers := make([]uint64, CostStreams)
+	for i, evs := range batches {
+		st := i % CostStreams
+		if err := s.AppendExpect(ctx, StreamName(st), vers[st], evs); err != nil {
+			return err
+		}
+		vers[st] += CostPerAppend
+	}
+	return nil
 }
 
 // readBack reopens the compacted store and scans it whole, decoding each
