@@ -25,9 +25,6 @@ type Log struct {
 	lock     *pebble.Lock
 	release  func()
 	readOnly bool
-	// format is the format version the log is at (checkFormat,
-	// upgradeFormat).
-	format uint32
 
 	// head is the highest committed and visible sequence. It only moves
 	// forward, and only after every lower sequence is durable (with
@@ -232,7 +229,8 @@ func (l *Log) open() error {
 		return l.openError(err, mkFound)
 	}
 	l.db = db
-	if err := l.checkFormat(); err != nil {
+	format, err := l.checkFormat()
+	if err != nil {
 		return err
 	}
 	head, err := l.loadHead()
@@ -268,7 +266,7 @@ func (l *Log) open() error {
 			return fmt.Errorf("eventlog: write marker key: %w", err)
 		}
 	}
-	return l.upgradeFormat()
+	return l.upgradeFormat(format)
 }
 
 // inspection is what inspect found: the head the database recovers and
@@ -545,73 +543,74 @@ func (l *Log) lockError(err error) error {
 	return fmt.Errorf("eventlog: lock %s: %w", l.dir, err)
 }
 
-// checkFormat verifies the format key, or writes it into a brand-new DB.
-func (l *Log) checkFormat() error {
+// checkFormat verifies the format key, or writes it into a brand-new DB,
+// and returns the format version the log is at.
+func (l *Log) checkFormat() (uint32, error) {
 	v, closer, err := l.db.Get(FormatKey)
 	switch {
 	case err == nil:
 		defer closer.Close()
 		if len(v) != 4 {
-			return fmt.Errorf("%w: %s is not a Pegasus log (bad format key)", ErrFormat, l.dir)
+			return 0, fmt.Errorf("%w: %s is not a Pegasus log (bad format key)", ErrFormat, l.dir)
 		}
 		ver := binary.BigEndian.Uint32(v)
 		switch {
 		case ver > FormatVersionArchived:
-			return fmt.Errorf("%w: %s has format version %d, newer than this build supports (%d)",
+			return 0, fmt.Errorf("%w: %s has format version %d, newer than this build supports (%d)",
 				ErrFormat, l.dir, ver, FormatVersionArchived)
 		case !knownFormat(ver):
-			return fmt.Errorf("%w: %s has unknown format version %d", ErrFormat, l.dir, ver)
+			return 0, fmt.Errorf("%w: %s has unknown format version %d", ErrFormat, l.dir, ver)
 		}
-		l.format = ver
-		return nil
+		return ver, nil
 	case !errors.Is(err, pebble.ErrNotFound):
-		return storageError("read format version", err)
+		return 0, storageError("read format version", err)
 	}
 	empty, err := l.dbEmpty()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if !empty || l.readOnly {
-		return fmt.Errorf("%w: %s is not a Pegasus log (no format version)", ErrFormat, l.dir)
+		return 0, fmt.Errorf("%w: %s is not a Pegasus log (no format version)", ErrFormat, l.dir)
 	}
 	if l.mark.head > 0 {
 		// Unreachable while Open passes ErrorIfNotExists with a marker;
 		// kept so that an empty database never replaces a log.
-		return &DataLossError{Head: 0, Acknowledged: l.mark.head, Reserved: l.mark.reserved, Offset: -1,
+		return 0, &DataLossError{Head: 0, Acknowledged: l.mark.head, Reserved: l.mark.reserved, Offset: -1,
 			Reason: "the database is empty"}
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersion), nil)
-	if err := l.applyBatch(b); err != nil {
-		return fmt.Errorf("eventlog: write format version: %w", err)
+	if err := l.writeFormat(FormatVersion); err != nil {
+		return 0, fmt.Errorf("eventlog: write format version: %w", err)
 	}
-	l.format = FormatVersion
-	return nil
+	return FormatVersion, nil
 }
 
-// upgradeFormat records a log at format 1 (2 with holes) as format 3 (4):
-// the same layout, with full records only. Called by a writable Open once
-// the log is known to be whole, before the first compact record is written,
-// so that a build that knows only format 1 refuses the log (ErrFormat)
-// instead of calling compact records corruption. Nothing is rewritten.
-func (l *Log) upgradeFormat() error {
+// writeFormat records format version v in the format key.
+func (l *Log) writeFormat(v uint32) error {
+	b := l.db.NewBatch()
+	defer b.Close()
+	b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, v), nil)
+	return l.applyBatch(b)
+}
+
+// upgradeFormat records a log at format 1 (2 with holes), the format
+// checkFormat found, as format 3 (4): the same layout, with full records
+// only. Called by a writable Open once the log is known to be whole,
+// before the first compact record is written, so that a build that knows
+// only format 1 refuses the log (ErrFormat) instead of calling compact
+// records corruption. Nothing is rewritten.
+func (l *Log) upgradeFormat(format uint32) error {
 	up := FormatVersion
-	switch l.format {
+	switch format {
 	case FormatVersion1:
 	case FormatVersion1Archived:
 		up = FormatVersionArchived
 	default:
 		return nil
 	}
-	b := l.db.NewBatch()
-	defer b.Close()
-	b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, up), nil)
-	if err := l.applyBatch(b); err != nil {
-		return fmt.Errorf("eventlog: upgrade format version %d to %d: %w", l.format, up, err)
+	if err := l.writeFormat(up); err != nil {
+		return fmt.Errorf("eventlog: upgrade format version %d to %d: %w", format, up, err)
 	}
-	l.opts.Logger.Info("eventlog: upgraded the format version", "dir", l.dir, "from", l.format, "to", up)
-	l.format = up
+	l.opts.Logger.Info("eventlog: upgraded the format version", "dir", l.dir, "from", format, "to", up)
 	return nil
 }
 
