@@ -32,13 +32,7 @@ func (h taskHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		if msg, err := jsonrpc.DecodeMessage(body); err == nil {
-			if out := h.st.out(msg); out != msg {
-				if b, err := jsonrpc.EncodeMessage(out); err == nil {
-					body = b
-				}
-			}
-		}
+		body = recode(body, h.st.out)
 		r = r.Clone(r.Context())
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -67,20 +61,26 @@ func (h taskHTTP) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// rewrite returns a message's new text, or data when it is left alone.
+// rewrite returns an answer's new text, or data when it is left alone.
 func (h taskHTTP) rewrite(data []byte) []byte {
 	if !h.st.waiting() {
 		return data
 	}
+	return recode(data, h.st.in)
+}
+
+// recode returns the text of the message in data as fn rewrites it, or
+// data itself when it holds no single message or fn leaves it alone.
+func recode(data []byte, fn func(jsonrpc.Message) jsonrpc.Message) []byte {
 	msg, err := jsonrpc.DecodeMessage(data)
 	if err != nil {
 		return data
 	}
-	in := h.st.in(msg)
-	if in == msg {
+	out := fn(msg)
+	if out == msg {
 		return data
 	}
-	b, err := jsonrpc.EncodeMessage(in)
+	b, err := jsonrpc.EncodeMessage(out)
 	if err != nil {
 		return data
 	}
