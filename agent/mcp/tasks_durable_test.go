@@ -3,9 +3,6 @@ package mcp
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -13,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent/tools"
+	"github.com/pegasus-engine/pegasus/internal/mcptest"
 )
 
 // The tests of durable tasks run testdata/taskserver, an SDK server whose
@@ -30,47 +28,6 @@ func buildTaskServer(t testing.TB) string {
 	return bin
 }
 
-// taskServerHTTP runs the task server over Streamable HTTP, as its own
-// process, until the test ends, and returns its URL.
-func taskServerHTTP(t testing.TB, bin, dir string) string {
-	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin, "-dir", dir, "-http", addr)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	eventually(t, "the task server to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return "http://" + addr + "/mcp"
-}
-
-// serverLines are the lines of one of the task server's files.
-func serverLines(t testing.TB, dir, file string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Fields(strings.ReplaceAll(string(b), " ", "_"))
-}
-
-func release(t testing.TB, dir string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // taskServerConfigs are the task server over stdio (a process of the
 // manager's) and over Streamable HTTP (a process of the test's, which
 // outlives the managers).
@@ -80,7 +37,9 @@ func taskServerConfigs(t *testing.T) map[string]func(dir string) ServerConfig {
 		"stdio": func(dir string) ServerConfig {
 			return ServerConfig{Name: "ts", Command: bin, Args: []string{"-dir", dir}}
 		},
-		"http": func(dir string) ServerConfig { return ServerConfig{Name: "ts", URL: taskServerHTTP(t, bin, dir)} },
+		"http": func(dir string) ServerConfig {
+			return ServerConfig{Name: "ts", URL: "http://" + mcptest.TaskServerHTTP(t, bin, dir) + "/mcp"}
+		},
 	}
 }
 
@@ -121,8 +80,8 @@ func TestDurableTaskResumedAfterRestart(t *testing.T) {
 					}})
 				done <- err
 			}()
-			eventually(t, "polling to resume", func() bool { return len(serverLines(t, dir, "polls")) > 0 })
-			release(t, dir)
+			eventually(t, "polling to resume", func() bool { return len(mcptest.TaskServerLines(t, dir, "polls")) > 0 })
+			mcptest.ReleaseTasks(t, dir)
 			select {
 			case err := <-done:
 				if err != nil {
@@ -134,15 +93,15 @@ func TestDurableTaskResumedAfterRestart(t *testing.T) {
 			if want := "done " + handle + " key=key-1"; r.Text != want {
 				t.Errorf("result %q, want %q", r.Text, want)
 			}
-			if created := serverLines(t, dir, "created"); len(created) != 1 || created[0] != handle+"_key-1" {
+			if created := mcptest.TaskServerLines(t, dir, "created"); len(created) != 1 || created[0] != handle+" key-1" {
 				t.Errorf("tasks created: %q, want one: %s", created, handle)
 			}
-			for _, p := range serverLines(t, dir, "polls") {
+			for _, p := range mcptest.TaskServerLines(t, dir, "polls") {
 				if p != handle {
 					t.Errorf("polled %s, want only %s", p, handle)
 				}
 			}
-			if c := serverLines(t, dir, "cancels"); len(c) != 0 {
+			if c := mcptest.TaskServerLines(t, dir, "cancels"); len(c) != 0 {
 				t.Errorf("tasks cancelled: %q", c)
 			}
 			if n := wireCalls(t, m, "ts"); n != 0 {
@@ -179,12 +138,12 @@ func TestCancelSendsTasksCancel(t *testing.T) {
 				}})
 				done <- err
 			}()
-			eventually(t, "the call to poll its task", func() bool { return len(serverLines(t, dir, "polls")) > 0 })
+			eventually(t, "the call to poll its task", func() bool { return len(mcptest.TaskServerLines(t, dir, "polls")) > 0 })
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatalf("the cancelled call: %v", err)
 			}
-			if c := serverLines(t, dir, "cancels"); len(c) != 1 || c[0] != handle {
+			if c := mcptest.TaskServerLines(t, dir, "cancels"); len(c) != 1 || c[0] != handle {
 				t.Fatalf("tasks cancelled: %q, want %s", c, handle)
 			}
 			_, err := tl.CallParts(context.Background(), tools.Call{IdempotencyKey: "k1", Handle: handle})
@@ -210,8 +169,8 @@ func TestCancelSendsTasksCancel(t *testing.T) {
 			if err == nil {
 				t.Fatal("a call whose handle was not recorded succeeded")
 			}
-			created := serverLines(t, dir, "created")
-			if c := serverLines(t, dir, "cancels"); len(c) != 3 || c[1] != second || len(created) != 3 || !strings.HasPrefix(created[2], c[2]+"_") {
+			created := mcptest.TaskServerLines(t, dir, "created")
+			if c := mcptest.TaskServerLines(t, dir, "cancels"); len(c) != 3 || c[1] != second || len(created) != 3 || !strings.HasPrefix(created[2], c[2]+" ") {
 				t.Errorf("tasks cancelled: %q, created %q", c, created)
 			}
 
@@ -226,7 +185,7 @@ func TestCancelSendsTasksCancel(t *testing.T) {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("the call cancelled at stop: %v", err)
 			}
-			if c, created := serverLines(t, dir, "cancels"), serverLines(t, dir, "created"); len(c) != 3 || len(created) != 4 {
+			if c, created := mcptest.TaskServerLines(t, dir, "cancels"), mcptest.TaskServerLines(t, dir, "created"); len(c) != 3 || len(created) != 4 {
 				t.Errorf("at stop: tasks cancelled %q, created %q", c, created)
 			}
 		})

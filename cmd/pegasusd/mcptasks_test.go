@@ -3,17 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/api"
+	"github.com/pegasus-engine/pegasus/internal/mcptest"
 )
 
 // The durable MCP task tests run agent/mcp/testdata/taskserver, an MCP
@@ -23,19 +18,6 @@ import (
 // "created" (a line per task), "polls" (a line per tasks/get), "cancels"
 // (a line per tasks/cancel). A task completes once the file "release"
 // exists.
-
-// taskServerLines are the lines of one of the task server's files.
-func taskServerLines(t *testing.T, dir, file string) []string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, file))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-}
 
 // eventuallyTrue polls cond (the daemon and the server are processes)
 // until it holds or the test's timeout passes.
@@ -59,19 +41,7 @@ func taskServerConfig(t *testing.T, transport, dir string) string {
 	if transport == "stdio" {
 		return fmt.Sprintf("mcpServers:\n  tasks:\n    command: %q\n    args: [-dir, %q]\n", bin, dir)
 	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "-dir", dir, "-http", addr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	eventuallyTrue(t, "the task server to listen", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	addr := mcptest.TaskServerHTTP(t, bin, dir)
 	return fmt.Sprintf("mcpServers:\n  tasks:\n    url: http://%s/mcp\n", addr)
 }
 
@@ -142,19 +112,17 @@ func TestMCPTaskSurvivesKill9(t *testing.T) {
 			id := r.submit(`call tasks__work {}`)
 			var handle string
 			eventuallyTrue(t, "the task's handle to be recorded", func() bool { handle = r.recordedHandle(id); return handle != "" })
-			eventuallyTrue(t, "the daemon to poll the task", func() bool { return len(taskServerLines(t, dir, "polls")) > 0 })
+			eventuallyTrue(t, "the daemon to poll the task", func() bool { return len(mcptest.TaskServerLines(t, dir, "polls")) > 0 })
 			if c.graceful {
 				r.p.stop(t)
 			} else {
 				r.p.kill(t)
 			}
-			before := len(taskServerLines(t, dir, "polls"))
+			before := len(mcptest.TaskServerLines(t, dir, "polls"))
 
 			r.restart()
-			eventuallyTrue(t, "the restarted daemon to poll the task", func() bool { return len(taskServerLines(t, dir, "polls")) > before })
-			if err := os.WriteFile(filepath.Join(dir, "release"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			eventuallyTrue(t, "the restarted daemon to poll the task", func() bool { return len(mcptest.TaskServerLines(t, dir, "polls")) > before })
+			mcptest.ReleaseTasks(t, dir)
 			task := r.wait(id)
 			started, completed, failed := r.toolEvents(id)
 			key, _ := started[0]["idempotency_key"].(string)
@@ -168,15 +136,15 @@ func TestMCPTaskSurvivesKill9(t *testing.T) {
 				started[2]["idempotency_key"] != key || len(completed) != 1 || len(failed) != 0 {
 				t.Errorf("tool call events: started %v, completed %v, failed %v", started, completed, failed)
 			}
-			if created := taskServerLines(t, dir, "created"); len(created) != 1 || created[0] != handle+" "+key {
+			if created := mcptest.TaskServerLines(t, dir, "created"); len(created) != 1 || created[0] != handle+" "+key {
 				t.Errorf("tasks created: %q, want one: %s %s", created, handle, key)
 			}
-			for _, p := range taskServerLines(t, dir, "polls") {
+			for _, p := range mcptest.TaskServerLines(t, dir, "polls") {
 				if p != handle {
 					t.Errorf("polled %s, want only %s", p, handle)
 				}
 			}
-			if c := taskServerLines(t, dir, "cancels"); len(c) != 0 {
+			if c := mcptest.TaskServerLines(t, dir, "cancels"); len(c) != 0 {
 				t.Errorf("tasks cancelled: %q", c)
 			}
 			r.p.stop(t)
@@ -205,8 +173,8 @@ func TestMCPTaskCancelled(t *testing.T) {
 	if _, err := r.c.Cancel(ctx, id, "no longer needed"); err != nil {
 		t.Fatal(err)
 	}
-	eventuallyTrue(t, "the server to see tasks/cancel", func() bool { return len(taskServerLines(t, dir, "cancels")) > 0 })
-	if c := taskServerLines(t, dir, "cancels"); len(c) != 1 || c[0] != handle {
+	eventuallyTrue(t, "the server to see tasks/cancel", func() bool { return len(mcptest.TaskServerLines(t, dir, "cancels")) > 0 })
+	if c := mcptest.TaskServerLines(t, dir, "cancels"); len(c) != 1 || c[0] != handle {
 		t.Errorf("tasks cancelled: %q, want %s", c, handle)
 	}
 	if task := r.wait(id); task.State != api.StateFailed {

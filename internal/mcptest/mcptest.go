@@ -1,7 +1,8 @@
 // Package mcptest has the misbehaviours of the small MCP servers that
 // tests build with the SDK (agent/mcp's, cmd/pegasusd's end-to-end tests):
 // a server that never answers initialize, and one whose answer does not
-// decode.
+// decode; and what those tests do with the durable task server (run it
+// over HTTP, read its files, release its tasks).
 package mcptest
 
 import (
