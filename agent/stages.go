@@ -43,17 +43,12 @@ func (a *Agent) admit(ctx context.Context, t *fsm.Task) {
 // admission is the TASK_CREATED that admits t, with the version of its
 // task type and the model it runs with as they are now.
 func (a *Agent) admission(t *fsm.Task) eventlog.Event {
-	return a.event(t.ID, t.LastEvent, a.admissionBody(t))
-}
-
-// admissionBody is the body of t's admission.
-func (a *Agent) admissionBody(t *fsm.Task) *fsm.TaskCreatedBody {
 	kind := a.kindOf(t)
-	return &fsm.TaskCreatedBody{
+	return a.event(t.ID, t.LastEvent, &fsm.TaskCreatedBody{
 		Machine: t.Machine, TaskType: t.Type, InputText: t.Context.InputText,
 		InputMetadata: t.Context.InputMetadata, Source: t.Context.Source, Priority: t.Priority, Metadata: t.Metadata,
 		ParentTaskID: t.ParentID, TypeVersion: kind.version, Model: kind.modelName, ConcurrencyKey: t.ConcurrencyKey,
-	}
+	})
 }
 
 // callModel is a model-call stage (act.Stage: reason for version 1;
