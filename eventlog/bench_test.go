@@ -129,10 +129,7 @@ func BenchmarkReadBack(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			scan := s.ScanAll
-			if bs, ok := s.(interface{ ScanBorrowed() (int, error) }); ok && *borrowed {
-				scan = bs.ScanBorrowed
-			}
+			scan := bench.ReadBackScan(s, *borrowed)
 			b.ResetTimer()
 			for n := 0; n < b.N; {
 				got, err := scan()

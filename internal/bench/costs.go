@@ -321,6 +321,15 @@ func costOnce(ctx context.Context, base string, d time.Duration, o CostOpener) (
 // borrowedScanner is a store with a borrowed scan (the log's ScanBorrowed).
 type borrowedScanner interface{ ScanBorrowed() (int, error) }
 
+// ReadBackScan is the read-back's full scan of s: with borrowed, its
+// borrowed scan if it has one.
+func ReadBackScan(s CostStore, borrowed bool) func() (int, error) {
+	if bs, ok := s.(borrowedScanner); ok && borrowed {
+		return bs.ScanBorrowed
+	}
+	return s.ScanAll
+}
+
 // LoadCosts writes the batched-append workload's events into a new store
 // in dir and compacts it: the data set readBack reads.
 func LoadCosts(ctx context.Context, dir string, o CostOpener) error {
@@ -371,10 +380,7 @@ func readBack(dir string, o CostOpener, borrowed bool) (float64, error) {
 		return 0, err
 	}
 	defer s.Close()
-	scan := s.ScanAll
-	if bs, ok := s.(borrowedScanner); ok && borrowed {
-		scan = bs.ScanBorrowed
-	}
+	scan := ReadBackScan(s, borrowed)
 	total := 0
 	start := time.Now()
 	for total == 0 || time.Since(start) < time.Second {
