@@ -181,55 +181,21 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			drawn[i] = true
 		}
 	}
-	out := make([]Submitted, len(evs))
-	for attempt := 0; ; attempt++ {
-		// What the log holds already is answered, not appended.
-		appends := make([]eventlog.StreamAppend, 0, len(evs))
-		idx := make([]int, 0, len(evs)) // appends[k] is evs[idx[k]]
-		for i := range evs {
-			if out[i].ID != "" {
-				continue
-			}
-			held, err := false, error(nil)
-			if !drawn[i] || attempt > 0 {
-				held, err = batcherr.Stored(a.log, &evs[i])
-			}
-			if err != nil {
-				bad.Add(i, err)
-				continue
-			}
-			if held {
-				out[i] = Submitted{ID: evs[i].ID.String(), Replayed: true}
-				continue
-			}
-			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
-			idx = append(idx, i)
+	held, last, err := batcherr.Commit(ctx, a.log, a.app, evs, drawn)
+	if err != nil {
+		if be := (*batcherr.Error)(nil); errors.As(err, &be) {
+			return nil, err // an item refused
 		}
-		if err := bad.Err(); err != nil {
-			return nil, err
-		}
-		if len(appends) == 0 {
-			return out, nil
-		}
-		res, err := a.app.AppendMulti(ctx, appends...)
-		if (errors.Is(err, eventlog.ErrIDReused) || errors.Is(err, eventlog.ErrConflict)) && attempt < 3 {
-			// Another request stored some of these inputs meanwhile (a
-			// retry racing its first attempt): look again.
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("agent: submit: %w", err)
-		}
-		var last uint64
-		for _, r := range res {
-			last = max(last, r.LastSeq)
-		}
-		for k, i := range idx {
-			out[i] = Submitted{ID: appends[k].Stream}
-		}
-		_ = a.watch.waitHooked(ctx, last)
-		return out, nil
+		return nil, fmt.Errorf("agent: submit: %w", err)
 	}
+	out := make([]Submitted, len(evs))
+	for i := range evs {
+		out[i] = Submitted{ID: evs[i].ID.String(), Replayed: held[i]}
+	}
+	if last > 0 {
+		_ = a.watch.waitHooked(ctx, last)
+	}
+	return out, nil
 }
 
 func (a *Agent) checkInput(in *Input) error {

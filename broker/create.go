@@ -141,59 +141,27 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 	if err := bad.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]Created, len(evs))
-	held := make([]bool, len(evs))
-	for attempt := 0; ; attempt++ {
-		appends := make([]eventlog.StreamAppend, 0, len(evs))
-		idx := make([]int, 0, len(evs)) // appends[k] is evs[idx[k]]
-		for i := range evs {
-			if held[i] {
-				continue
-			}
-			if !drawn[i] || attempt > 0 {
-				ok, err := batcherr.Stored(b.log, &evs[i])
-				if err != nil {
-					bad.Add(i, err)
-					continue
-				}
-				if held[i] = ok; ok {
-					continue
-				}
-			}
-			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
-			idx = append(idx, i)
-		}
-		if err := bad.Err(); err != nil {
-			return nil, err
-		}
-		var last uint64
-		if len(appends) > 0 {
-			res, err := b.app.AppendMulti(ctx, appends...)
-			if (errors.Is(err, eventlog.ErrIDReused) || errors.Is(err, eventlog.ErrConflict)) && attempt < 3 {
-				continue // another request stored some meanwhile: look again
-			}
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range res {
-				last = max(last, r.LastSeq)
-			}
-		}
-		if err := b.synced(ctx, last); err != nil {
-			return nil, err
-		}
-		for _, i := range idx {
+	held, last, err := batcherr.Commit(ctx, b.log, b.app, evs, drawn)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.synced(ctx, last); err != nil {
+		return nil, err
+	}
+	for i := range evs {
+		if !held[i] {
 			b.children.add(parents[i], evs[i].ID.String())
 		}
-		for i := range evs {
-			t, err := b.Task(evs[i].ID.String())
-			if err != nil {
-				return nil, err
-			}
-			out[i] = Created{Task: t, Replayed: held[i]}
-		}
-		return out, nil
 	}
+	out := make([]Created, len(evs))
+	for i := range evs {
+		t, err := b.Task(evs[i].ID.String())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Created{Task: t, Replayed: held[i]}
+	}
+	return out, nil
 }
 
 // checkCreated refuses a body the machine would not take, or whose parent

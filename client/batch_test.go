@@ -2,6 +2,10 @@ package client_test
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pegasus-engine/pegasus/api"
@@ -52,5 +56,41 @@ func TestBatches(t *testing.T) {
 	_, err = c.CreateMany(ctx, []api.CreateDispatchItem{{CreateDispatch: api.CreateDispatch{Title: ""}}})
 	if !errors.As(err, &e) || len(e.Items) != 1 || e.Items[0].Index != 0 {
 		t.Fatalf("an invalid item: %v", err)
+	}
+}
+
+// TestBatchTokens: a batch carries the token of the single create it
+// batches: the daemon's token, not the agent token of the worker routes.
+func TestBatchTokens(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]string{} // path -> Authorization
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.URL.Path] = r.Header.Get("Authorization")
+		mu.Unlock()
+		w.WriteHeader(201)
+		if strings.HasSuffix(r.URL.Path, ":batch") {
+			_, _ = w.Write([]byte(`{"tasks":[]}`))
+		} else {
+			_, _ = w.Write([]byte(`{}`))
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, &client.Options{Token: "daemon", AgentToken: "worker", AgentID: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	_, err1 := c.Submit(ctx, api.CreateTask{Input: "x"})
+	_, err2 := c.SubmitMany(ctx, []api.CreateTaskItem{{CreateTask: api.CreateTask{Input: "x"}}})
+	_, err3 := c.CreateDispatch(ctx, api.CreateDispatch{Title: "x"})
+	_, err4 := c.CreateMany(ctx, []api.CreateDispatchItem{{CreateDispatch: api.CreateDispatch{Title: "x"}}})
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/tasks", "/v1/tasks:batch", "/api/v1/tasks", "/api/v1/tasks:batch"} {
+		if seen[path] != "Bearer daemon" {
+			t.Errorf("%s sent %q, want the daemon's token as POST /api/v1/tasks does", path, seen[path])
+		}
 	}
 }

@@ -57,13 +57,9 @@ func withKeys[T any](c *Client, items []T, key func(*T) *string) []T {
 }
 
 // batch posts a batch whose items all carry a key (or that the client
-// does not retry).
+// does not retry), with the tokens of the single create it batches.
 func (c *Client) batch(ctx context.Context, path string, body, out any) error {
-	r := request{method: http.MethodPost, path: path, body: body, idempotent: c.opts.MaxAttempts > 1}
-	if strings.HasPrefix(path, "/api/") {
-		r.auth = authAgent
-	}
-	_, err := c.do(ctx, r, out)
+	_, err := c.do(ctx, request{method: http.MethodPost, path: path, body: body, idempotent: c.opts.MaxAttempts > 1}, out)
 	return err
 }
 

@@ -224,7 +224,6 @@ func (s *setup) agentOptions(a *agent.Options) {
 	a.Delegate = s.delegate.delegate
 }
 
-// close stops the MCP servers.
 // stopping tells the MCP servers' manager that the daemon stops, so the
 // calls the agent cancels at stop keep their servers' tasks for the next
 // start to poll.
@@ -234,6 +233,7 @@ func (s *setup) stopping() {
 	}
 }
 
+// close stops the MCP servers.
 func (s *setup) close() error {
 	if s.mcp == nil {
 		return nil

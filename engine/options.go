@@ -101,9 +101,9 @@ type Options struct {
 	Lease cluster.LeaseOptions
 	// SpikeTraceDir, when set, keeps the last seconds of a runtime/trace
 	// in memory and writes them to a file in this directory when an
-	// append takes 100ms or more or the storage engine stalls writes
-	// (docs/operations.md "Tracing a latency spike"). The default value
-	// is off.
+	// append takes 50ms or more (spikeAfter) or the storage engine stalls
+	// writes (docs/operations.md "A latency spike"). The default value is
+	// off.
 	SpikeTraceDir string
 
 	// configMerged is set once Config's schedules are in Schedules

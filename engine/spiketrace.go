@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// The spike trace (Options.SpikeTraceDir, docs/operations.md "Tracing a
-// latency spike"): a runtime/trace flight recorder keeps the last seconds
+// The spike trace (Options.SpikeTraceDir, docs/operations.md "A latency
+// spike"): a runtime/trace flight recorder keeps the last seconds
 // of the process's execution trace in memory, and an append slower than
 // spikeAfter or a write stall of the storage engine writes them to a file,
 // so that what held the append (a goroutine not scheduled, a syscall, the

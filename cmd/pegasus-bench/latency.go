@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"math"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -160,26 +157,21 @@ var scraped = []struct{ name, series string }{
 }
 
 func scrape(ctx context.Context, url string) (storageScrape, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	series := make([]string, len(scraped))
+	for i, m := range scraped {
+		series[i] = m.series
+	}
+	v, err := readMetrics(ctx, url, series...)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
 	s := storageScrape{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		for _, m := range scraped {
-			if v, ok := strings.CutPrefix(sc.Text(), m.series+" "); ok {
-				s[m.name], _ = strconv.ParseFloat(v, 64)
-			}
+	for _, m := range scraped {
+		if x, ok := v[m.series]; ok {
+			s[m.name] = x
 		}
 	}
-	return s, sc.Err()
+	return s, nil
 }
 
 // since says what changed from b to s.

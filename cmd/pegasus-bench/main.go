@@ -85,52 +85,43 @@ func main() {
 	flag.IntVar(&ef.batch, "enqueue-batch", 100, "with -enqueue: tasks per batch request")
 	flag.StringVar(&ef.profiles, "enqueue-cpuprofile", "", "with -enqueue: write each daemon's CPU profile into this directory")
 	flag.Parse()
-	if *latencyMode {
-		latencyF.pegasusd, latencyF.dir = bf.pegasusd, *dir
-		if err := runLatency(context.Background(), latencyF); err != nil {
+	fail := func(err error) {
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
 			os.Exit(1)
 		}
+	}
+	// -run selects the shapes of -enqueue and -tasks; the log's workloads
+	// take it as their filter.
+	var runRe *regexp.Regexp
+	if *run != "" && (*enqueueMode || *tasksMode) {
+		var err error
+		if runRe, err = regexp.Compile(*run); err != nil {
+			fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
+			os.Exit(2)
+		}
+	}
+	if *latencyMode {
+		latencyF.pegasusd, latencyF.dir = bf.pegasusd, *dir
+		fail(runLatency(context.Background(), latencyF))
 		return
 	}
 	if *enqueueMode {
 		ef.pegasusd, ef.dir, ef.rounds = bf.pegasusd, *dir, *rounds
-		if *run != "" {
-			re, err := regexp.Compile(*run)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
-				os.Exit(2)
-			}
-			ef.run = re.MatchString
+		if runRe != nil {
+			ef.run = runRe.MatchString
 		}
-		if err := runEnqueue(context.Background(), ef); err != nil {
-			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
-			os.Exit(1)
-		}
+		fail(runEnqueue(context.Background(), ef))
 		return
 	}
 	if *tasksMode {
-		tf.pegasusd, tf.dir, tf.rounds = bf.pegasusd, *dir, *rounds
-		if *run != "" {
-			re, err := regexp.Compile(*run)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "pegasus-bench: -run:", err)
-				os.Exit(2)
-			}
-			tf.run = re
-		}
-		if err := runTasks(context.Background(), tf); err != nil {
-			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
-			os.Exit(1)
-		}
+		tf.pegasusd, tf.dir, tf.rounds, tf.run = bf.pegasusd, *dir, *rounds, runRe
+		fail(runTasks(context.Background(), tf))
 		return
 	}
 	if *brokerMode {
 		bf.dir, bf.rounds = *dir, *rounds
-		if err := runBroker(context.Background(), bf); err != nil {
-			fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
-			os.Exit(1)
-		}
+		fail(runBroker(context.Background(), bf))
 		return
 	}
 
@@ -149,8 +140,5 @@ func main() {
 		fmt.Println()
 		bench.PrintCosts(os.Stdout, crows, bench.CostOpeners, *markdown)
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pegasus-bench:", err)
-		os.Exit(1)
-	}
+	fail(err)
 }

@@ -190,25 +190,44 @@ func storedBytes(ctx context.Context, d *daemonProc, tasks int) (float64, error)
 // walWritten reads pegasus_eventlog_wal_written_bytes_total from the
 // daemon's /metrics.
 func walWritten(ctx context.Context, url string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	const series = "pegasus_eventlog_wal_written_bytes_total"
+	m, err := readMetrics(ctx, url, series)
 	if err != nil {
 		return 0, err
+	}
+	v, ok := m[series]
+	if !ok {
+		return 0, errors.New("/metrics has no " + series)
+	}
+	return v, nil
+}
+
+// readMetrics reads the values of series (each a name with its labels,
+// as /metrics prints it) from the daemon's /metrics; a series it does not
+// print is not in the map.
+func readMetrics(ctx context.Context, url string, series ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "pegasus_eventlog_wal_written_bytes_total "); ok {
-			return strconv.ParseFloat(v, 64)
+		for _, name := range series {
+			if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				if out[name], err = strconv.ParseFloat(v, 64); err != nil {
+					return nil, fmt.Errorf("/metrics: %s: %w", name, err)
+				}
+			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, errors.New("/metrics has no pegasus_eventlog_wal_written_bytes_total")
+	return out, sc.Err()
 }
 
 // walSize is the size of the WAL files (*.log) in dir.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -44,7 +43,7 @@ func BenchmarkEnqueue(b *testing.B) {
 				for j := range items {
 					items[j] = fmt.Sprintf(c.item, i*c.batch+j)
 				}
-				return []byte(`{"tasks":[` + strings.Join(items, ",") + `]}`)
+				return []byte(batchBody(items...))
 			}
 			b.SetParallelism(8) // 16 clients on 2 cores
 			t0 := time.Now()

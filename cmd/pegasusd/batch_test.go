@@ -9,19 +9,6 @@ import (
 	"github.com/pegasus-engine/pegasus/server"
 )
 
-// batchError is the error body of a refused batch.
-type batchError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-		Items   []struct {
-			Index   int    `json:"index"`
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"items"`
-	} `json:"error"`
-}
-
 // batchBody is {"tasks": [items...]}.
 func batchBody(items ...string) string { return `{"tasks":[` + strings.Join(items, ",") + `]}` }
 
@@ -68,7 +55,7 @@ func TestBatchCreate(t *testing.T) {
 		{batchBody(`{"input":"a","priority":99999999}`), 400, []int{0}},
 	} {
 		r := td.do("POST", "/v1/tasks:batch", c.body)
-		var be batchError
+		var be api.ErrorBody
 		r.json(t, &be)
 		var got []int
 		for _, it := range be.Error.Items {
@@ -128,7 +115,7 @@ func TestBatchCreate(t *testing.T) {
 	}
 	// A key with another input: 409, naming the key, nothing created.
 	r = td.do("POST", "/v1/tasks:batch", batchBody(`{"input":"new"}`, `{"input":"other","idempotency_key":"b-2"}`))
-	var be batchError
+	var be api.ErrorBody
 	r.json(t, &be)
 	if r.status != 409 || be.Error.Code != api.CodeKeyReused || len(be.Error.Items) != 1 || be.Error.Items[0].Index != 1 ||
 		!strings.Contains(be.Error.Items[0].Message, "b-2") {
@@ -172,7 +159,7 @@ func TestBrokerBatchCreate(t *testing.T) {
 		t.Fatalf("retry: %d %s", r.status, r.body)
 	}
 	r = td.as("producer", "POST", "/api/v1/tasks:batch", batchBody(`{"title":"ok"}`, `{"title":""}`, `{"title":"t","timeout_seconds":0}`, `{"title":"p","parent_task_id":"01ARZ3NDEKTSV4RRFFQ69G5FAV"}`))
-	var be batchError
+	var be api.ErrorBody
 	r.json(t, &be)
 	if r.status != 400 || len(be.Error.Items) != 3 || be.Error.Items[0].Index != 1 || be.Error.Items[2].Index != 3 || list() != 3 {
 		t.Fatalf("invalid items: %d %s", r.status, r.body)

@@ -1,7 +1,8 @@
 // Package batcherr is the error of a batch of creates refused before
 // anything was written: which items were wrong, each by its index in the
 // request, and why. The agent (SubmitInputs) and the broker (CreateMany)
-// return it; the HTTP API answers with one entry per item.
+// return it; the HTTP API answers with one entry per item. Commit is
+// their shared commit of a batch, which answers a retry's stored items.
 package batcherr
 
 import (

@@ -1,6 +1,7 @@
 package batcherr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -31,4 +32,59 @@ func Stored(log Getter, ev *eventlog.Event) (bool, error) {
 			eventlog.ErrIDReused, ev.ID, prev.Seq, prev.Stream)
 	}
 	return true, nil
+}
+
+// commitAttempts bounds how many times Commit looks again after an append
+// that met an event stored meanwhile.
+const commitAttempts = 4
+
+// Commit appends each event of evs as the first of the stream its id
+// names, all in one synced AppendMulti, but for those log holds already
+// (Stored): held[i] says evs[i] was stored before, and is answered, not
+// written again. drawn[i] says evs[i]'s id was drawn for this batch, so
+// that no log holds it yet and the first look is spared. An append that
+// meets an event another request stored meanwhile (a retry racing its
+// first attempt) is refused whole, and Commit looks again. It returns the
+// last sequence appended, 0 when nothing was. An id stored with other
+// content refuses the batch with an *Error; the append's own error is
+// returned as it is.
+func Commit(ctx context.Context, log Getter, app eventlog.Appender, evs []eventlog.Event, drawn []bool) (held []bool, last uint64, err error) {
+	held = make([]bool, len(evs))
+	for attempt := 0; ; attempt++ {
+		var bad Error
+		appends := make([]eventlog.StreamAppend, 0, len(evs))
+		for i := range evs {
+			if held[i] {
+				continue
+			}
+			if !drawn[i] || attempt > 0 {
+				ok, err := Stored(log, &evs[i])
+				if err != nil {
+					bad.Add(i, err)
+					continue
+				}
+				if held[i] = ok; ok {
+					continue
+				}
+			}
+			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
+		}
+		if err := bad.Err(); err != nil {
+			return nil, 0, err
+		}
+		if len(appends) == 0 {
+			return held, 0, nil
+		}
+		res, err := app.AppendMulti(ctx, appends...)
+		if (errors.Is(err, eventlog.ErrIDReused) || errors.Is(err, eventlog.ErrConflict)) && attempt < commitAttempts-1 {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, r := range res {
+			last = max(last, r.LastSeq)
+		}
+		return held, last, nil
+	}
 }
