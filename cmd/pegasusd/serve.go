@@ -68,7 +68,7 @@ func serveFlags() []cli.Flag {
 		// operator's flag, so hidden from --help.
 		&cli.StringFlag{Name: "cpuprofile", Hidden: true, Usage: "write a CPU profile of the whole run to this file"},
 		&cli.StringFlag{Name: "spike-trace-dir", EnvVars: env("SPIKE_TRACE_DIR"), Usage: "keep the last seconds of a runtime/trace in memory and write them " +
-			"to a file here when an append takes 100ms or more (docs/operations.md)"},
+			"to a file here when an append takes 50ms or more (docs/operations.md)"},
 	)
 }
 
