@@ -14,7 +14,8 @@ import (
 // recursively (a broker task caused by its tool call, the task the
 // built-in agent runs for that broker task), in log order, without
 // another task's events, a later event another stream causes, or memory
-// writes; the same from a Pebble log as from memory.
+// writes; the same from a Pebble log as from memory, and from a
+// TraceGatherer given the log in order.
 func TestTraceEvents(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	var n uint64
@@ -47,11 +48,8 @@ func TestTraceEvents(t *testing.T) {
 	add(task, "TOOL_CALL_COMPLETED", started.ID)
 
 	want := []string{task, task, task, bt.Stream, bt.Stream, child.Stream, child.Stream, bt.Stream, task}
-	check := func(name string, r Reader) {
-		got, err := TraceEvents(context.Background(), r, task)
-		if err != nil {
-			t.Fatal(err)
-		}
+	checkEvents := func(name string, got []eventlog.Event) {
+		t.Helper()
 		var streams []string
 		for i, ev := range got {
 			streams = append(streams, ev.Stream)
@@ -67,6 +65,13 @@ func TestTraceEvents(t *testing.T) {
 				t.Fatalf("%s: got streams %v, want %v", name, streams, want)
 			}
 		}
+	}
+	check := func(name string, r Reader) {
+		got, err := TraceEvents(context.Background(), r, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEvents(name, got)
 		none, err := TraceEvents(context.Background(), r, ulid.Make().String())
 		if err != nil || len(none) != 0 {
 			t.Errorf("%s: an unknown task: %d events, %v", name, len(none), err)
@@ -75,4 +80,13 @@ func TestTraceEvents(t *testing.T) {
 	check("memory", mustMem(t, evs))
 	l, _ := logWith(t, evs)
 	check("log", FromLog(l))
+
+	g := NewTraceGatherer(1<<20, 1<<20)
+	for _, ev := range evs {
+		g.Add(ev, ev.Version == 1 && ev.Causation.IsZero())
+	}
+	checkEvents("gatherer", g.Take(task))
+	if again := g.Take(task); again != nil {
+		t.Errorf("gatherer: a second Take gave %d events", len(again))
+	}
 }
