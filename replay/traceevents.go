@@ -126,6 +126,9 @@ func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	if t.bytes > g.maxTree {
 		t.dropped = true
 		g.bytes -= t.bytes
+		for _, ev := range t.events {
+			delete(g.byEvent, ev.ID)
+		}
 		t.events = nil
 	}
 }
