@@ -264,10 +264,12 @@ func (x *traceExporter) follow(ctx context.Context) {
 				}
 			}
 			trees.Add(ev, isRoot)
-			if !otlp.Ends(ev) || children[ev.Stream] {
-				if otlp.Ends(ev) {
-					delete(children, ev.Stream) // its root's ending sends its spans
-				}
+			ends := otlp.Ends(ev)
+			if ends && children[ev.Stream] {
+				delete(children, ev.Stream) // its root's ending sends its spans
+				ends = false
+			}
+			if !ends {
 				x.setRead(ev.Seq)
 				continue
 			}
