@@ -5,11 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -215,7 +213,7 @@ func (x *traceExporter) follow(ctx context.Context) {
 	defer sub.Close()
 	running := map[string]bool{}  // root tasks started since the follower started, not ended
 	children := map[string]bool{} // other tasks started since then, not ended
-	trees := newTraceTrees()
+	trees := replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes)
 	var tick <-chan time.Time
 	if x.o.OpenInterval > 0 {
 		t := time.NewTicker(x.o.OpenInterval)
@@ -265,17 +263,19 @@ func (x *traceExporter) follow(ctx context.Context) {
 					children[ev.Stream] = true
 				}
 			}
-			trees.add(ev, isRoot)
-			if !otlp.Ends(ev) || children[ev.Stream] {
-				if otlp.Ends(ev) {
-					delete(children, ev.Stream) // its root's ending sends its spans
-				}
+			trees.Add(ev, isRoot)
+			ends := otlp.Ends(ev)
+			if ends && children[ev.Stream] {
+				delete(children, ev.Stream) // its root's ending sends its spans
+				ends = false
+			}
+			if !ends {
 				x.setRead(ev.Seq)
 				continue
 			}
 			root := running[ev.Stream]
 			delete(running, ev.Stream)
-			job := traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root, events: trees.take(ev.Stream)}
+			job := traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root, events: trees.Take(ev.Stream)}
 			x.mu.Lock()
 			x.pending = append(x.pending, ev.Seq)
 			x.read = ev.Seq
@@ -458,79 +458,9 @@ func (x *traceExporter) storeCursor() {
 	x.mu.Unlock()
 }
 
-// Bounds of what traceTrees holds: beyond them a tree is let go, and its
-// ending reads its events from the log.
+// Bounds of the trees the follower gathers (replay.TraceGatherer): beyond
+// them a tree is let go, and its ending reads its events from the log.
 const (
 	maxTreeBytes  = 4 << 20  // event bodies of one tree
 	maxTreesBytes = 64 << 20 // of all trees
 )
-
-// traceTrees gathers, as the follower reads them, the events of the root
-// tasks' trees that started since it did, by the rule of
-// replay.TraceEvents: the root's stream, and the streams (not "$"
-// streams) whose first event one of the tree's events caused,
-// recursively. An ending then maps its tree without reading the log.
-type traceTrees struct {
-	byStream map[string]*traceTree
-	byEvent  map[ulid.ULID]*traceTree
-	bytes    int
-}
-
-type traceTree struct {
-	root    string
-	streams []string
-	events  []eventlog.Event
-	bytes   int
-	dropped bool
-}
-
-func newTraceTrees() *traceTrees {
-	return &traceTrees{byStream: map[string]*traceTree{}, byEvent: map[ulid.ULID]*traceTree{}}
-}
-
-// add adds ev, whose stream's first event it is and a root's if isRoot.
-func (ts *traceTrees) add(ev eventlog.Event, isRoot bool) {
-	t := ts.byStream[ev.Stream]
-	if t == nil && ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$") {
-		t = ts.byEvent[ev.Causation]
-		if t == nil && ts.bytes < maxTreesBytes && isRoot {
-			t = &traceTree{root: ev.Stream}
-		}
-		if t != nil {
-			ts.byStream[ev.Stream] = t
-			t.streams = append(t.streams, ev.Stream)
-		}
-	}
-	if t == nil || t.dropped {
-		return
-	}
-	ts.byEvent[ev.ID] = t
-	t.events = append(t.events, ev)
-	t.bytes += len(ev.Body)
-	ts.bytes += len(ev.Body)
-	if t.bytes > maxTreeBytes {
-		t.dropped = true
-		ts.bytes -= t.bytes
-		t.events = nil
-	}
-}
-
-// take returns the events of root task id's tree and lets the tree go
-// (a later ending reads the log), or nil when it does not hold them.
-func (ts *traceTrees) take(id string) []eventlog.Event {
-	t := ts.byStream[id]
-	if t == nil || t.root != id {
-		return nil
-	}
-	for _, s := range t.streams {
-		delete(ts.byStream, s)
-	}
-	for _, ev := range t.events {
-		delete(ts.byEvent, ev.ID)
-	}
-	if t.dropped {
-		return nil
-	}
-	ts.bytes -= t.bytes
-	return t.events
-}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/pegasus-engine/pegasus/eventlog"
 )
 
@@ -19,7 +21,8 @@ import (
 // by its DISPATCH_STARTED, a version 0 sub task by its parent's step. The
 // tasks those caused are gathered too, recursively. Events on the streams
 // that are not tasks' ($memory, $system, ...) are left out. An unknown
-// task gives no events and no error.
+// task gives no events and no error. TraceGatherer applies the same rule
+// to the log as it is read.
 func TraceEvents(ctx context.Context, r Reader, id string) ([]eventlog.Event, error) {
 	var evs []eventlog.Event
 	seen := map[string]bool{id: true}
@@ -42,7 +45,7 @@ func TraceEvents(ctx context.Context, r Reader, id string) ([]eventlog.Event, er
 			ch := r.Children(ctx, ev.ID)
 			for ch.Next() {
 				c := ch.Event()
-				if c.Version == 1 && !seen[c.Stream] && !strings.HasPrefix(c.Stream, "$") {
+				if startsTask(c) && !seen[c.Stream] {
 					seen[c.Stream] = true
 					queue = append(queue, c.Stream)
 				}
@@ -59,4 +62,94 @@ func TraceEvents(ctx context.Context, r Reader, id string) ([]eventlog.Event, er
 	}
 	slices.SortStableFunc(evs, func(a, b eventlog.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	return evs, nil
+}
+
+// startsTask reports whether ev is the first event of a task's stream (not
+// of a "$" stream): the event by whose causation TraceEvents and
+// TraceGatherer join the stream to a trace.
+func startsTask(ev eventlog.Event) bool {
+	return ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$")
+}
+
+// TraceGatherer gathers, from events added in log order, the events that
+// TraceEvents would read for each root task whose first event it was
+// given: the root's stream, and the streams whose first event one of the
+// tree's events caused, recursively. The live trace export uses it to map
+// a root's trace at its ending without reading the log.
+//
+// It holds at most maxTree bytes of event bodies per tree and maxAll in
+// all: a tree that grows beyond maxTree is let go, and a root that starts
+// while maxAll is held is not gathered (Take gives nil: the caller reads
+// the log).
+type TraceGatherer struct {
+	maxTree, maxAll int
+	byStream        map[string]*traceTree
+	byEvent         map[ulid.ULID]*traceTree
+	bytes           int
+}
+
+type traceTree struct {
+	root    string
+	streams []string
+	events  []eventlog.Event
+	bytes   int
+	dropped bool
+}
+
+// NewTraceGatherer returns an empty TraceGatherer with those bounds.
+func NewTraceGatherer(maxTree, maxAll int) *TraceGatherer {
+	return &TraceGatherer{maxTree: maxTree, maxAll: maxAll,
+		byStream: map[string]*traceTree{}, byEvent: map[ulid.ULID]*traceTree{}}
+}
+
+// Add adds the log's next event; isRoot tells that ev is the first event
+// of a root task (the caller's rule: TraceEvents takes the root as given).
+func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
+	t := g.byStream[ev.Stream]
+	if t == nil && startsTask(ev) {
+		t = g.byEvent[ev.Causation]
+		if t == nil && g.bytes < g.maxAll && isRoot {
+			t = &traceTree{root: ev.Stream}
+		}
+		if t != nil {
+			g.byStream[ev.Stream] = t
+			t.streams = append(t.streams, ev.Stream)
+		}
+	}
+	if t == nil || t.dropped {
+		return
+	}
+	g.byEvent[ev.ID] = t
+	t.events = append(t.events, ev)
+	t.bytes += len(ev.Body)
+	g.bytes += len(ev.Body)
+	if t.bytes > g.maxTree {
+		t.dropped = true
+		g.bytes -= t.bytes
+		for _, ev := range t.events {
+			delete(g.byEvent, ev.ID)
+		}
+		t.events = nil
+	}
+}
+
+// Take returns the events of root task id's tree, as TraceEvents gives
+// them, and lets the tree go (a later ending reads the log), or nil when
+// the gatherer does not hold them.
+func (g *TraceGatherer) Take(id string) []eventlog.Event {
+	t := g.byStream[id]
+	if t == nil || t.root != id {
+		return nil
+	}
+	for _, s := range t.streams {
+		delete(g.byStream, s)
+	}
+	for _, ev := range t.events {
+		delete(g.byEvent, ev.ID)
+	}
+	if t.dropped {
+		return nil
+	}
+	g.bytes -= t.bytes
+	return t.events
 }

@@ -14,7 +14,8 @@ import (
 // recursively (a broker task caused by its tool call, the task the
 // built-in agent runs for that broker task), in log order, without
 // another task's events, a later event another stream causes, or memory
-// writes; the same from a Pebble log as from memory.
+// writes; the same from a Pebble log as from memory, and from a
+// TraceGatherer given the log in order.
 func TestTraceEvents(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	var n uint64
@@ -47,11 +48,8 @@ func TestTraceEvents(t *testing.T) {
 	add(task, "TOOL_CALL_COMPLETED", started.ID)
 
 	want := []string{task, task, task, bt.Stream, bt.Stream, child.Stream, child.Stream, bt.Stream, task}
-	check := func(name string, r Reader) {
-		got, err := TraceEvents(context.Background(), r, task)
-		if err != nil {
-			t.Fatal(err)
-		}
+	checkEvents := func(name string, got []eventlog.Event) {
+		t.Helper()
 		var streams []string
 		for i, ev := range got {
 			streams = append(streams, ev.Stream)
@@ -67,6 +65,13 @@ func TestTraceEvents(t *testing.T) {
 				t.Fatalf("%s: got streams %v, want %v", name, streams, want)
 			}
 		}
+	}
+	check := func(name string, r Reader) {
+		got, err := TraceEvents(context.Background(), r, task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEvents(name, got)
 		none, err := TraceEvents(context.Background(), r, ulid.Make().String())
 		if err != nil || len(none) != 0 {
 			t.Errorf("%s: an unknown task: %d events, %v", name, len(none), err)
@@ -75,4 +80,65 @@ func TestTraceEvents(t *testing.T) {
 	check("memory", mustMem(t, evs))
 	l, _ := logWith(t, evs)
 	check("log", FromLog(l))
+
+	g := NewTraceGatherer(1<<20, 1<<20)
+	for _, ev := range evs {
+		g.Add(ev, ev.Version == 1 && ev.Causation.IsZero())
+	}
+	checkEvents("gatherer", g.Take(task))
+	if again := g.Take(task); again != nil {
+		t.Errorf("gatherer: a second Take gave %d events", len(again))
+	}
+}
+
+// TestTraceGathererBounds: a tree beyond its bound is let go (Take gives
+// nil) and the gatherer keeps nothing of it once its root is taken; a
+// root that starts while the gatherer holds its bound in all is not
+// gathered.
+func TestTraceGathererBounds(t *testing.T) {
+	var n uint64
+	vers := map[string]uint64{}
+	ev := func(stream string, cause ulid.ULID, body int) eventlog.Event {
+		n++
+		id := ulid.MustNew(n, nil)
+		if stream == "" {
+			stream = id.String()
+		}
+		vers[stream]++
+		return eventlog.Event{ID: id, Seq: n, Stream: stream, Version: vers[stream], Causation: cause, Body: make([]byte, body)}
+	}
+	g := NewTraceGatherer(100, 150)
+	big := ev("", ulid.ULID{}, 10)
+	g.Add(big, true)
+	for range 5 {
+		g.Add(ev(big.Stream, big.ID, 20), false) // the tree passes 100 bytes
+	}
+	small := ev("", ulid.ULID{}, 60)
+	g.Add(small, true)
+	late := ev("", ulid.ULID{}, 10) // 60 bytes held: below 150, gathered
+	g.Add(late, true)
+	if got := g.Take(big.Stream); got != nil {
+		t.Errorf("the tree beyond its bound: Take gave %d events", len(got))
+	}
+	if got := g.Take(small.Stream); len(got) != 1 {
+		t.Errorf("small: Take gave %d events, want 1", len(got))
+	}
+	if got := g.Take(late.Stream); len(got) != 1 {
+		t.Errorf("late: Take gave %d events, want 1", len(got))
+	}
+	if len(g.byStream) != 0 || len(g.byEvent) != 0 || g.bytes != 0 {
+		t.Errorf("after every Take: %d streams, %d events, %d bytes held", len(g.byStream), len(g.byEvent), g.bytes)
+	}
+
+	full := NewTraceGatherer(100, 50)
+	first := ev("", ulid.ULID{}, 60)
+	full.Add(first, true)
+	second := ev("", ulid.ULID{}, 1)
+	full.Add(second, true)
+	if got := full.Take(second.Stream); got != nil {
+		t.Errorf("a root started beyond the bound in all: Take gave %d events", len(got))
+	}
+	if got := full.Take(first.Stream); len(got) != 1 {
+		t.Errorf("first: Take gave %d events, want 1", len(got))
+	}
 }

@@ -122,10 +122,8 @@ type builder struct {
 
 // taskState is what Build holds of one stream while it maps it.
 type taskState struct {
-	stream   string
-	root     int
-	dispatch bool
-	ended    bool
+	stream string
+	root   int
 
 	admission int // open spans, -1 for none
 	tool      int
@@ -237,9 +235,8 @@ func (b *builder) task(ev eventlog.Event) (ts *taskState, first bool) {
 		}
 	}
 	ts = &taskState{stream: ev.Stream, admission: -1, tool: -1, suspend: -1, wait: -1, attempt: -1}
-	ts.dispatch = ev.Type == string(fsm.DispatchCreated)
 	kind, name := KindTask, "task"
-	if ts.dispatch {
+	if ev.Type == string(fsm.DispatchCreated) {
 		kind, name = KindWorker, "dispatch"
 	}
 	id := SpanID(ev.ID)
@@ -324,12 +321,10 @@ func (b *builder) event(ev eventlog.Event) {
 		b.attr(ts.root, "pegasus.task.state", "failed")
 		b.attr(ts.root, "pegasus.task.reason", x.Reason)
 		b.close(ts.root, ev.Time, StatusError, msg)
-		ts.ended = true
 	case *fsm.TaskCompletedBody:
 		b.endAll(ts, ev.Time, "")
 		b.attr(ts.root, "pegasus.task.state", "completed")
 		b.close(ts.root, ev.Time, StatusOK, "")
-		ts.ended = true
 	case *fsm.ReflectionCompleteBody:
 		b.mark(ts.root, "reflection complete", ev.Time)
 	case *fsm.TaskNotifyBody:
@@ -388,11 +383,10 @@ func (b *builder) event(ev eventlog.Event) {
 		b.mark(ts.root, "dead-lettered", ev.Time, Attr{"pegasus.reason", x.Reason})
 		b.attr(ts.root, "pegasus.task.state", "dead_lettered")
 		b.close(ts.root, ev.Time, StatusError, "dead-lettered: "+x.Reason)
-		ts.ended = true
 	case *fsm.DispatchRequeuedBody:
 		b.mark(ts.root, "requeued", ev.Time, Attr{"pegasus.reason", x.Reason}, Attr{"pegasus.agent", x.AgentID})
 		r := &b.spans[ts.root]
-		r.Open, r.Status, r.StatusMessage, ts.ended = true, StatusUnset, "", false
+		r.Open, r.Status, r.StatusMessage = true, StatusUnset, ""
 		b.openWait(ts, ev)
 		cur = ts.wait
 	case *fsm.DispatchUpdatedBody:
@@ -708,7 +702,6 @@ func (b *builder) dispatchReport(ts *taskState, ev eventlog.Event, x *fsm.Dispat
 		b.endWait(ts, ev.Time, StatusUnset, "")
 		b.attr(ts.root, "pegasus.task.state", "completed")
 		b.close(ts.root, ev.Time, StatusOK, "")
-		ts.ended = true
 	case fsm.DispatchFailed:
 		b.close(ts.attempt, ev.Time, StatusError, x.Error)
 		ts.attempt = -1

@@ -38,18 +38,12 @@ func exportOTLP(c *cli.Context, std *stdio) error {
 		}
 		ids = append(ids, id)
 	}
+	collect := otlp.Collect
 	if len(ids) == 0 {
-		it := src.reader.Events(c.Context, 1)
-		for it.Next() {
-			if ev := it.Event(); otlp.IsRoot(ev) {
-				ids = append(ids, ev.Stream)
-			}
-		}
-		err := it.Err()
-		it.Close()
-		if err != nil {
+		if ids, err = otlp.RootTasks(c.Context, src.reader); err != nil {
 			return err
 		}
+		collect = otlp.CollectRoot // known to be roots
 	}
 	x, err := otlp.New(c.Context, otlp.Options{Endpoint: c.String("otlp"), ServiceName: c.String("otlp-service-name")})
 	if err != nil {
@@ -59,7 +53,7 @@ func exportOTLP(c *cli.Context, std *stdio) error {
 	opt := traces.Options{Contents: c.Bool("otlp-contents")}
 	var out exportOTLPJSON
 	for _, id := range ids {
-		spans, err := otlp.Collect(c.Context, src.reader, id, 0, false, opt)
+		spans, err := collect(c.Context, src.reader, id, 0, false, opt)
 		if errors.Is(err, otlp.ErrNotRoot) {
 			return usagef("%s: %v", id, err)
 		}

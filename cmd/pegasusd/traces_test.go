@@ -39,16 +39,9 @@ func expectedTraces(t *testing.T, dir string, ids ...string) map[string][]traces
 	r := replay.FromLog(l)
 	ctx := context.Background()
 	if len(ids) == 0 {
-		it := r.Events(ctx, 1)
-		for it.Next() {
-			if otlp.IsRoot(it.Event()) {
-				ids = append(ids, it.Event().Stream)
-			}
-		}
-		if err := it.Err(); err != nil {
+		if ids, err = otlp.RootTasks(ctx, r); err != nil {
 			t.Fatal(err)
 		}
-		it.Close()
 	}
 	out := map[string][]traces.Span{}
 	for _, id := range ids {

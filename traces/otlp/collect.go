@@ -68,6 +68,20 @@ func IsRootTask(ctx context.Context, r replay.Reader, id string) (bool, error) {
 	return true, nil
 }
 
+// RootTasks returns the ids of the root tasks of the source (IsRoot of
+// their first event), in log order.
+func RootTasks(ctx context.Context, src replay.Source) ([]string, error) {
+	var ids []string
+	it := src.Events(ctx, 1)
+	defer it.Close()
+	for it.Next() {
+		if ev := it.Event(); IsRoot(ev) {
+			ids = append(ids, ev.Stream)
+		}
+	}
+	return ids, it.Err()
+}
+
 // Collect returns the spans of root task id's trace as its events up to
 // sequence upTo (0: all) give them.
 //
