@@ -73,6 +73,10 @@ type toolRun struct {
 	dur     time.Duration
 	notes   []string
 	done    bool
+	// ahead is a handle recorded while the step was not yet the current
+	// one: the fold keeps no call pending for it, so it is recorded again
+	// once the step before it has its result.
+	ahead string
 }
 
 // bodies are the events that record r's outcome: its notes, then its
@@ -146,6 +150,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		mu       sync.Mutex // guards v and the runs' notes: the calls' goroutines notify and record handles
 		finished = make(chan int, len(runs))
 		wg       sync.WaitGroup
+		next     int // the first step whose result is not recorded
 	)
 	defer wg.Wait() // a stop waits for the calls the stage started
 	for i, r := range runs {
@@ -172,6 +177,9 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 						return errHandleNotRecorded
 					}
 					v = res.Version
+					if i > next {
+						r.ahead = handle
+					}
 					return nil
 				},
 			}
@@ -183,7 +191,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 	}
 
 	// Record the results in plan order as they come, all but the last.
-	next, last := 0, len(runs)-1
+	last := len(runs) - 1
 	for range runs {
 		runs[<-finished].done = true
 		if ctx.Err() != nil {
@@ -193,12 +201,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		var ready []eventlog.Event
 		mu.Lock()
 		for ; next < last && runs[next].done; next++ {
-			for _, b := range runs[next].bodies() {
-				ev := a.event(t.ID, runs[next].cause, b)
-				ev.ID = a.log.NewID()
-				ready = append(ready, ev)
-				predict(&pred, &ready[len(ready)-1], b, now)
-			}
+			ready = a.resultEvents(t, &pred, runs, next, ready, now)
 		}
 		if len(ready) > 0 {
 			res, ok := a.appendTask(ctx, t, v, ready...)
@@ -222,12 +225,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 	// call's: it may chain the next model call.
 	var rest []eventlog.Event
 	for ; next < last; next++ {
-		for _, b := range runs[next].bodies() {
-			ev := a.event(t.ID, runs[next].cause, b)
-			ev.ID = a.log.NewID()
-			rest = append(rest, ev)
-			predict(&pred, &rest[len(rest)-1], b, now)
-		}
+		rest = a.resultEvents(t, &pred, runs, next, rest, now)
 	}
 	var hh *held
 	if len(rest) > 0 {
@@ -235,4 +233,27 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 	}
 	pred.Version = v + uint64(len(rest)) // handles recorded meanwhile are facts the prediction did not see
 	a.outcomeHeld(ctx, &pred, hh, v, runs[last].cause, runs[last].bodies()...)
+}
+
+// resultEvents appends to evs the events that record the outcome of
+// runs[j], predicted on pred, and, when the next call recorded a handle
+// while it was not the current step, its TOOL_CALL_STARTED with the
+// handle again, now that it is: the fold keeps it pending, so that a run
+// after a crash resumes from it.
+func (a *Agent) resultEvents(t *fsm.Task, pred *fsm.Task, runs []*toolRun, j int, evs []eventlog.Event, now time.Time) []eventlog.Event {
+	add := func(cause ulid.ULID, b fsm.Body) {
+		ev := a.event(t.ID, cause, b)
+		ev.ID = a.log.NewID()
+		evs = append(evs, ev)
+		predict(pred, &evs[len(evs)-1], b, now)
+	}
+	for _, b := range runs[j].bodies() {
+		add(runs[j].cause, b)
+	}
+	if j+1 < len(runs) && runs[j+1].ahead != "" {
+		b := *runs[j+1].started
+		b.Handle = runs[j+1].ahead
+		add(runs[j+1].cause, &b)
+	}
+	return evs
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -158,4 +159,45 @@ func TestParallelToolCallsRunAgainAfterAStop(t *testing.T) {
 		t.Fatalf("calls after the restart = %v, want steps 1 and 2's keys", again)
 	}
 	h.assertNoIssues()
+}
+
+// A call of a turn that records a durable handle while an earlier call of
+// the turn still runs records it again once the earlier result is in, so
+// that after a crash the call resumes from its handle as a single call
+// does.
+func TestParallelToolCallHandleSurvivesARestart(t *testing.T) {
+	ht := &handleTool{arrived: make(chan struct{}, 1)}
+	release := make(chan struct{})
+	first := tools.Func("first", "Answers once released.", nil, func(ctx context.Context, _ tools.Call) (string, error) {
+		select {
+		case <-release:
+			return "first done", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	fake := newFakeModel(t, func(r *chatReq) reply {
+		if role, content := r.last(); role == "tool" {
+			return text(content)
+		}
+		return calls("first", `{}`, "job", `{}`)
+	})
+	h := newHarness(t, Options{Model: fake.client(t, nil), Tools: []tools.Tool{first, ht}, DisableReflection: true})
+	id := h.submit("run both")
+	<-ht.arrived // step 1 recorded its handle while step 0 runs
+	close(release)
+	h.a.WaitUntil(testCtx(t), id, func(t *fsm.Task) bool {
+		return len(t.Context.ActionsDone) == 1 && t.Context.PendingCall != nil && t.Context.PendingCall.Handle == "task-42"
+	})
+	h.crash()
+	task := h.wait(id)
+	if task.Context.FinalResult != "resumed task-42" {
+		t.Fatalf("result = %q", task.Context.FinalResult)
+	}
+	ht.mu.Lock()
+	if !slices.Equal(ht.handles, []string{"", "task-42"}) {
+		t.Fatalf("handles the runs got: %q", ht.handles)
+	}
+	ht.mu.Unlock()
+	h.verify()
 }
