@@ -128,19 +128,23 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		tool, _ := kind.registry.Lookup(s.ActionParams["tool"])
 		runs[i] = &toolRun{step: s, tool: tool, started: startedBody(t, s, tool)}
 		evs[i] = a.event(t.ID, t.LastEvent, runs[i].started)
-		evs[i].ID = a.log.NewID() // known before the commit: the cause of its result
-		runs[i].cause = evs[i].ID
 	}
+	// The log draws the starts' ids (an id the caller draws costs the log
+	// a lookup): each is its result's cause, read from the append's result.
 	res, ok := a.appendHeld(ctx, t, h, v, evs...)
 	if !ok {
 		return
 	}
 	v = res.Version
+	for i, ev := range res.Events[len(res.Events)-len(runs):] {
+		runs[i].cause = ev.ID
+	}
 	// The task as folded once the starts are: the results are predicted on
 	// it, so that the last one may chain the next stage (outcome).
 	pred := t.Clone()
 	now := a.opts.Now()
 	for i := range evs {
+		evs[i].ID = runs[i].cause
 		predict(&pred, &evs[i], runs[i].started, now)
 	}
 
@@ -201,7 +205,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		var ready []eventlog.Event
 		mu.Lock()
 		for ; next < last && runs[next].done; next++ {
-			ready = a.resultEvents(t, &pred, runs, next, ready, now)
+			ready = a.resultEvents(t, &pred, runs, next, ready, now, false)
 		}
 		if len(ready) > 0 {
 			res, ok := a.appendTask(ctx, t, v, ready...)
@@ -225,7 +229,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 	// call's: it may chain the next model call.
 	var rest []eventlog.Event
 	for ; next < last; next++ {
-		rest = a.resultEvents(t, &pred, runs, next, rest, now)
+		rest = a.resultEvents(t, &pred, runs, next, rest, now, true)
 	}
 	var hh *held
 	if len(rest) > 0 {
@@ -239,11 +243,15 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 // runs[j], predicted on pred, and, when the next call recorded a handle
 // while it was not the current step, its TOOL_CALL_STARTED with the
 // handle again, now that it is: the fold keeps it pending, so that a run
-// after a crash resumes from it.
-func (a *Agent) resultEvents(t *fsm.Task, pred *fsm.Task, runs []*toolRun, j int, evs []eventlog.Event, now time.Time) []eventlog.Event {
+// after a crash resumes from it. withIDs draws the events' ids now, for
+// events held for a later append (outcome's hand-over names them before
+// the commit); otherwise the log draws them.
+func (a *Agent) resultEvents(t *fsm.Task, pred *fsm.Task, runs []*toolRun, j int, evs []eventlog.Event, now time.Time, withIDs bool) []eventlog.Event {
 	add := func(cause ulid.ULID, b fsm.Body) {
 		ev := a.event(t.ID, cause, b)
-		ev.ID = a.log.NewID()
+		if withIDs {
+			ev.ID = a.log.NewID()
+		}
 		evs = append(evs, ev)
 		predict(pred, &evs[len(evs)-1], b, now)
 	}
