@@ -1,6 +1,7 @@
 package fsm
 
-// The bodies every agent task records at each stage are encoded by hand,
+// The bodies every agent task records at each stage (and its input and
+// admission) are encoded by hand,
 // with the Task's encoder (taskcodec.go): the same bytes internal/codec's
 // reflection encoder writes (TestEncodeBodyMatchesReflection), at a
 // fraction of its cost. Other bodies go through reflection.
@@ -10,6 +11,10 @@ package fsm
 func appendBody(dst []byte, b Body) ([]byte, bool) {
 	e := taskEncoder{b: dst}
 	switch v := b.(type) {
+	case *Input:
+		encInput(&e, v)
+	case *TaskCreatedBody:
+		encTaskCreated(&e, v)
 	case *ModelCalledBody:
 		encModelCalled(&e, v)
 	case *ReasonDoneBody:
@@ -91,5 +96,36 @@ func encStepCompleted(e *taskEncoder, b *StepCompletedBody) {
 	e.fInt(&f, "step_index", b.StepIndex)
 	e.fStr(&f, "result", b.Result)
 	fSlice(e, &f, "new_messages", b.NewMessages, encMessage)
+	e.close(f)
+}
+
+func encInput(e *taskEncoder, b *Input) {
+	f := e.open()
+	e.fStr(&f, "kind", string(b.Kind))
+	e.fStr(&f, "text", b.Text)
+	e.fStr(&f, "source", b.Source)
+	e.fStr(&f, "task_type", b.TaskType)
+	e.fInt(&f, "priority", b.Priority)
+	e.fStrMap(&f, "metadata", b.Metadata)
+	e.fStr(&f, "name", b.Name)
+	fPtr(e, &f, "machine", b.Machine, encMachineRef)
+	e.fStr(&f, "parent_task_id", b.ParentTaskID)
+	e.fStr(&f, "concurrency_key", b.ConcurrencyKey)
+	e.close(f)
+}
+
+func encTaskCreated(e *taskEncoder, b *TaskCreatedBody) {
+	f := e.open()
+	fStruct(e, &f, "machine", &b.Machine, encMachineRef)
+	e.fStr(&f, "task_type", b.TaskType)
+	e.fStr(&f, "input_text", b.InputText)
+	e.fStrMap(&f, "input_metadata", b.InputMetadata)
+	e.fStr(&f, "source", b.Source)
+	e.fInt(&f, "priority", b.Priority)
+	e.fStrMap(&f, "metadata", b.Metadata)
+	e.fStr(&f, "parent_task_id", b.ParentTaskID)
+	e.fStr(&f, "type_version", b.TypeVersion)
+	e.fStr(&f, "model", b.Model)
+	e.fStr(&f, "concurrency_key", b.ConcurrencyKey)
 	e.close(f)
 }

@@ -22,6 +22,8 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 	t.Logf("seed %d (-encode.seed to repeat)", seed)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	bodies := []func() Body{
+		func() Body { return &Input{Kind: MessageReceived} },
+		func() Body { return &TaskCreatedBody{} },
 		func() Body { return &ModelCalledBody{} },
 		func() Body { return &ReasonDoneBody{} },
 		func() Body { return &ToolCallStartedBody{} },
@@ -56,6 +58,9 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 		for i := range 300 {
 			b := mk()
 			randfill.Fill(rng, reflect.ValueOf(b).Elem())
+			if in, ok := b.(*Input); ok {
+				in.Kind = []EventType{MessageReceived, WebhookTriggered, ScheduleFired}[i%3] // an input's type is its kind
+			}
 			check(i, b)
 		}
 	}
