@@ -65,3 +65,49 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 		}
 	}
 }
+
+// benchBodies are the bodies of a task that calls one tool, as the agent
+// records them.
+func benchBodies() []Body {
+	calls := []ToolCall{{ID: "call_1", Name: "everything__echo", Arguments: `{"message":"hello"}`}}
+	return []Body{
+		&TaskCreatedBody{Machine: MachineRef{Name: MachineName, Version: 1}, TaskType: "general", InputText: "say hello", Source: "bench", TypeVersion: "sha256:0123456789abcdef", Model: "default"},
+		&ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "bench", LatencyMS: 3, Status: 200, PromptTokens: 120, CompletionTokens: 20, ToolCalls: calls, FinishReason: "tool_calls"},
+		&ReasonDoneBody{Reasoning: Reasoning{ToolCalls: calls, Model: "bench"},
+			Plan: Plan{Goal: "say hello", Steps: []PlanStep{{Index: 0, Description: "call everything__echo", ActionType: ActionToolCall,
+				ActionParams: map[string]string{"tool": "everything__echo", "arguments": `{"message":"hello"}`, "tool_call_id": "call_1"}}}},
+			NewMessages: []Message{{Role: "user", Content: "say hello"}, {Role: "assistant", ToolCalls: calls}}},
+		&ToolCallStartedBody{Tool: "everything__echo", ToolCallID: "call_1", Arguments: `{"message":"hello"}`, IdempotencyKey: "01JN8EY5K80000000000000001:1:0", Source: "mcp:everything"},
+		&ToolCallResultBody{Tool: "everything__echo", ToolCallID: "call_1", IdempotencyKey: "01JN8EY5K80000000000000001:1:0", Result: "Echo: hello", DurationMS: 1,
+			NewMessages: []Message{{Role: "tool", Content: "Echo: hello", ToolCallID: "call_1"}}, Source: "mcp:everything"},
+		&StepCompletedBody{Result: "Echo: hello", NewMessages: []Message{{Role: "assistant", Content: "Echo: hello"}}},
+		&TaskCompletedBody{Result: "Echo: hello"},
+	}
+}
+
+// BenchmarkEncodeBodies encodes the bodies of a one-call task (an op is
+// all of them) with Encode; BenchmarkEncodeBodiesReflection with the
+// reflection encoder Encode used before: compare the two in one run.
+func BenchmarkEncodeBodies(b *testing.B) {
+	bodies := benchBodies()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, x := range bodies {
+			if _, err := Encode(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkEncodeBodiesReflection(b *testing.B) {
+	bodies := benchBodies()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, x := range bodies {
+			if _, err := codec.Encode(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
