@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,14 +189,6 @@ func TestParallelToolCallHandleSurvivesARestart(t *testing.T) {
 		return len(t.Context.ActionsDone) == 1 && t.Context.PendingCall != nil && t.Context.PendingCall.Handle == "task-42"
 	})
 	h.crash()
-	task := h.wait(id)
-	if task.Context.FinalResult != "resumed task-42" {
-		t.Fatalf("result = %q", task.Context.FinalResult)
-	}
-	ht.mu.Lock()
-	if !slices.Equal(ht.handles, []string{"", "task-42"}) {
-		t.Fatalf("handles the runs got: %q", ht.handles)
-	}
-	ht.mu.Unlock()
+	ht.checkResumed(t, h.wait(id))
 	h.verify()
 }
