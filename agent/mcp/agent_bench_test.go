@@ -315,7 +315,7 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 	for _, r := range rows[1:] {
 		t.Logf("ratio %-27s %.3f (%.0f calls/s)", r.name+"/direct:", perSec(r.name)/direct, perSec(r.name))
 	}
-	t.Logf("the target, 0.9, is held against the rows that keep 16 calls at the server at every moment: %q and %q",
+	t.Logf("the target row (0.9): %q, 16 calls at the server at every moment, each a task of its own; %q is the same with 4 calls per model turn",
 		"agent, 128 tasks", "agent, 32 tasks x 4 calls")
 	a := results["agent"].Extra
 	l := results["agent, local tool"].Extra
