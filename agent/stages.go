@@ -232,14 +232,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	kind := a.kindOf(t)
 	var source string
 	result := func(out tools.Result, err error, dur time.Duration) *fsm.ToolCallResultBody {
-		b := &fsm.ToolCallResultBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, IdempotencyKey: key,
-			Result: out.Text, Parts: out.Parts, Source: source, DurationMS: dur.Milliseconds(),
-			NewMessages: []fsm.Message{toolMessage(callID, out.Text, err)}}
-		if err != nil {
-			b.Error = err.Error()
-			b.Result, b.Parts = "", nil
-		}
-		return b
+		return toolResult(&fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID,
+			IdempotencyKey: key, Source: source}, out, err, dur)
 	}
 
 	// A provider that has not listed its tools yet (an MCP server starting
@@ -262,15 +256,14 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
+	// The calls of one model turn run side by side (parallel.go).
+	if steps := parallelSteps(t, kind, step); steps != nil {
+		a.runTools(ctx, t, kind, steps, h)
+		return
+	}
 	tool, _ := kind.registry.Lookup(name)
-	if src := tools.SourceOf(tool); src.Kind != tools.SourceBuiltin {
-		source = src.String()
-	}
-	started := &fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID, Arguments: args,
-		IdempotencyKey: key, Source: source}
-	if pc := t.Context.PendingCall; pc != nil && pc.StepIndex == step.Index && pc.IdempotencyKey == key {
-		started.Handle = pc.Handle // a run after a crash resumes from the handle the last one recorded
-	}
+	started := startedBody(t, step, tool)
+	source = started.Source
 	if w, ok := tool.(*tools.WorkerTool); ok {
 		a.delegateTool(ctx, t, h, w, started, result)
 		return

@@ -224,6 +224,20 @@ func (h *handleTool) CallParts(ctx context.Context, c tools.Call) (tools.Result,
 	return tools.Result{Text: "resumed " + c.Handle, Parts: []fsm.ToolPart{{Type: fsm.PartImage, MIMEType: "image/png", Data: "aGk=", Size: 2}}}, nil
 }
 
+// checkResumed checks that task ended with the resumed job's result, and
+// that the job ran twice: first without a handle, then resumed from it.
+func (h *handleTool) checkResumed(t *testing.T, task fsm.Task) {
+	t.Helper()
+	if task.Context.FinalResult != "resumed task-42" {
+		t.Fatalf("result = %q", task.Context.FinalResult)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !slices.Equal(h.handles, []string{"", "task-42"}) {
+		t.Fatalf("handles the runs got: %q", h.handles)
+	}
+}
+
 // A tool records a durable handle (a second TOOL_CALL_STARTED); after a
 // crash the call is given the handle back, and its typed parts are
 // recorded in TOOL_CALL_COMPLETED.
@@ -239,15 +253,7 @@ func TestToolHandleSurvivesARestartAndPartsAreRecorded(t *testing.T) {
 	id := h.submit("run the job")
 	<-ht.arrived
 	h.crash()
-	task := h.wait(id)
-	if task.Context.FinalResult != "resumed task-42" {
-		t.Fatalf("result = %q", task.Context.FinalResult)
-	}
-	ht.mu.Lock()
-	if !slices.Equal(ht.handles, []string{"", "task-42"}) {
-		t.Fatalf("handles the runs got: %q", ht.handles)
-	}
-	ht.mu.Unlock()
+	ht.checkResumed(t, h.wait(id))
 	var got []string
 	for _, ev := range h.events(id) {
 		switch b := ev.Body.(type) {

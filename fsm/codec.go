@@ -26,6 +26,9 @@ func Encode(b Body) ([]byte, error) {
 	if _, ok := newBody(b.EventType()); !ok {
 		return nil, fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
 	}
+	if out, ok := appendBody(make([]byte, 0, 256), b); ok {
+		return out, nil
+	}
 	return marshal(b)
 }
 

@@ -523,6 +523,15 @@ func sharedStep(v int, n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
+		if step, ok := laterToolStep(n, b.StepIndex); ok {
+			// A call the model asked for in the same turn, started ahead of
+			// its turn to run beside the current step's: a fact that moves
+			// nothing; the step's result still comes in plan order.
+			if b.Tool != "" && b.Tool != step.Tool() {
+				return eventErr(from, ev.Type, "tool %q is not step %d's tool %q", b.Tool, step.Index, step.Tool())
+			}
+			return nil
+		}
 		step, err := currentStep(n, from, ev.Type, b.StepIndex, ActionToolCall)
 		if err != nil {
 			return err
@@ -602,6 +611,22 @@ func recordResult(n *Task, r ActionResult, msgs []Message) {
 	}
 	n.Context.ActionsDone = append(n.Context.ActionsDone, r)
 	n.Context.Messages = append(n.Context.Messages, msgs...)
+}
+
+// laterToolStep returns step idx of t's plan when it is a tool_call step
+// after the current one, with only tool_call steps between them: a call
+// of the same model turn that may start while the current step's runs.
+func laterToolStep(t *Task, idx int) (*PlanStep, bool) {
+	cur := t.Context.Plan.CurrentStep()
+	if cur == nil || idx <= cur.Index || idx >= len(t.Context.Plan.Steps) {
+		return nil, false
+	}
+	for i := cur.Index; i <= idx; i++ {
+		if s := &t.Context.Plan.Steps[i]; s.ActionType != ActionToolCall || s.Completed {
+			return nil, false
+		}
+	}
+	return &t.Context.Plan.Steps[idx], true
 }
 
 // currentStep returns the current step of t's plan if it has index idx and

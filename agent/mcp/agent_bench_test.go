@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -40,6 +42,28 @@ func (localEcho) Call(_ context.Context, c tools.Call) (string, error) {
 	return "Echo: " + in.Message, nil
 }
 
+// callMany is toolbench.CallOnce asking for n calls in its first turn
+// (parallel tool calls), then answering with the last result.
+type callMany struct {
+	tool, arguments string
+	n               int
+}
+
+func (callMany) Name() string { return "bench" }
+
+func (m callMany) Complete(_ context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
+	r := llm.Response{Model: "bench"}
+	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+		r.Content = last.Content
+	} else {
+		for i := range m.n {
+			r.ToolCalls = append(r.ToolCalls, fsm.ToolCall{ID: "c" + strconv.Itoa(i), Name: m.tool, Arguments: m.arguments})
+		}
+	}
+	report(llm.Attempt{Number: 1, Model: "bench", Status: 200, Response: &r})
+	return r, nil
+}
+
 // BenchmarkMCPAgent runs tasks that each call server-everything's echo
 // through the agent, 16 at once.
 //
@@ -47,7 +71,7 @@ func (localEcho) Call(_ context.Context, c tools.Call) (string, error) {
 func BenchmarkMCPAgent(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency, 1)
 }
 
 // BenchmarkMCPAgentDeep is BenchmarkMCPAgent with 128 tasks in flight
@@ -56,23 +80,45 @@ func BenchmarkMCPAgent(b *testing.B) {
 func BenchmarkMCPAgentDeep(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 128)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 128, 1)
+}
+
+// BenchmarkMCPAgentParallel is BenchmarkMCPAgent with 4 tasks in flight
+// whose model asks for 4 calls of echo in one turn, which run side by
+// side: 16 calls at once from 4 tasks, each task's own costs (its input,
+// its admission, two model stages and their commits) spread over 4 calls.
+func BenchmarkMCPAgentParallel(b *testing.B) {
+	m := start(b, testOptions(), everythingStdio(b, "everything"))
+	waitReady(b, m, "everything")
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency/4, 4)
+}
+
+// BenchmarkMCPAgentParallelDeep is BenchmarkMCPAgentParallel with 32 tasks
+// in flight (128 calls asked for) and still 16 tool slots: 16 calls reach
+// the server at every moment, as in BenchmarkMCPDirect, and each comes
+// from a turn of 4.
+func BenchmarkMCPAgentParallelDeep(b *testing.B) {
+	m := start(b, testOptions(), everythingStdio(b, "everything"))
+	waitReady(b, m, "everything")
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 32, 4)
 }
 
 // BenchmarkMCPAgentLocal runs the same tasks with an echo tool in the
 // process instead of the MCP server: the agent's own ceiling.
 func BenchmarkMCPAgentLocal(b *testing.B) {
-	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, 0, "local_echo", "Echo: hello", benchConcurrency)
+	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, 0, "local_echo", "Echo: hello", benchConcurrency, 1)
 }
 
-// benchAgent runs b.N tasks whose model calls tool, inflight at once
+// benchAgent runs tasks whose model calls tool perTurn times in one turn
+// (b.N calls in all, rounded up to whole tasks), inflight tasks at once
 // with benchConcurrency tool slots, and reports calls/s, the tool stage's
 // latency from the events' commit times (TOOL_CALL_STARTED to
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
 // the CPU this process and the server's (pid, if any) used.
-func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight int) {
-	r := runAgentTasks(b, opts, pid, tool, want, inflight, b.N, b.ResetTimer, b.StopTimer)
-	n := float64(b.N)
+func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight, perTurn int) {
+	tasks := (b.N + perTurn - 1) / perTurn
+	r := runAgentTasks(b, opts, pid, tool, want, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
+	n := float64(tasks * perTurn)
 	b.ReportMetric(n/r.elapsed.Seconds(), "calls/s")
 	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.calls, 0.50)), "call-p50-ms")
 	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.calls, 0.99)), "call-p99-ms")
@@ -98,15 +144,19 @@ type agentRun struct {
 }
 
 // runAgentTasks runs n tasks through an agent on a new log, inflight at
-// once; begin is called when the agent is ready, before the first task,
-// and end after the last task's end, before the teardown.
-func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, n int, begin, end func()) agentRun {
+// once, each calling tool perTurn times in its first turn; begin is called
+// when the agent is ready, before the first task, and end after the last
+// task's end, before the teardown.
+func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, perTurn, n int, begin, end func()) agentRun {
 	l, err := eventlog.Open(tb.TempDir(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer l.Close()
 	opts.Model = toolbench.CallOnce{Tool: tool, Arguments: `{"message":"hello"}`}
+	if perTurn > 1 {
+		opts.Model = callMany{tool: tool, arguments: `{"message":"hello"}`, n: perTurn}
+	}
 	opts.DisableReflection = true
 	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
 	a, err := agent.New(l, opts)
@@ -158,16 +208,17 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string
 	stats := l.Stats()
 	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
 	r.calls = toolStages(tb, l, head0)
-	if len(r.calls) != n {
-		tb.Fatalf("%d tool calls recorded for %d tasks", len(r.calls), n)
+	if len(r.calls) != n*perTurn {
+		tb.Fatalf("%d tool calls recorded for %d tasks of %d calls", len(r.calls), n, perTurn)
 	}
 	return r
 }
 
 // toolStages returns, per tool call recorded after head0, the time from
-// its TOOL_CALL_STARTED's commit to its TOOL_CALL_COMPLETED's.
+// its TOOL_CALL_STARTED's commit to its TOOL_CALL_COMPLETED's (a task's
+// results come in the order of its starts).
 func toolStages(tb testing.TB, l *eventlog.Log, head0 uint64) []time.Duration {
-	started := map[string]time.Time{}
+	started := map[string][]time.Time{}
 	var out []time.Duration
 	it := l.Scan(head0+1, eventlog.Forward)
 	defer it.Close()
@@ -175,9 +226,10 @@ func toolStages(tb testing.TB, l *eventlog.Log, head0 uint64) []time.Duration {
 		ev := it.Event()
 		switch ev.Type {
 		case string(fsm.ToolCallStarted):
-			started[ev.Stream] = ev.Time
+			started[ev.Stream] = append(started[ev.Stream], ev.Time)
 		case string(fsm.ToolCallCompleted):
-			out = append(out, ev.Time.Sub(started[ev.Stream]))
+			out = append(out, ev.Time.Sub(started[ev.Stream][0]))
+			started[ev.Stream] = started[ev.Stream][1:]
 		case string(fsm.ToolCallFailed):
 			tb.Errorf("a tool call failed in %s", ev.Stream)
 		}
@@ -200,14 +252,16 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 		opts      agent.Options
 		tool      string
 		inflight  int
+		perTurn   int
 		serverPid int
 	}{
-		{"mcp", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, serverPid(m)},
-		{"local", agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", 4, 0},
-		{"deep", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 24, serverPid(m)},
+		{"mcp", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, 1, serverPid(m)},
+		{"local", agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", 4, 1, 0},
+		{"deep", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 24, 1, serverPid(m)},
+		{"parallel", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, 4, serverPid(m)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, 30, func() {}, func() {})
+			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, c.perTurn, 30, func() {}, func() {})
 			if len(r.tasks) != 30 || r.events == 0 || r.appends == 0 {
 				t.Errorf("%d tasks, %d events, %d appends; want 30 tasks", len(r.tasks), r.events, r.appends)
 			}
@@ -232,27 +286,37 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 		t.Skip("set PEGASUS_MCP_RATIO=1 to measure")
 	}
 	results := map[string]testing.BenchmarkResult{}
-	for _, r := range []struct {
+	rows := []struct {
 		name string
 		f    func(*testing.B)
 	}{
 		{"direct", BenchmarkMCPDirect}, {"manager", BenchmarkMCPManager},
 		{"agent", BenchmarkMCPAgent}, {"agent, local tool", BenchmarkMCPAgentLocal}, {"agent, 128 tasks", BenchmarkMCPAgentDeep},
-	} {
+		{"agent, 4 tasks x 4 calls", BenchmarkMCPAgentParallel}, {"agent, 32 tasks x 4 calls", BenchmarkMCPAgentParallelDeep},
+	}
+	for _, r := range rows {
 		res := testing.Benchmark(r.f)
 		if res.N == 0 {
 			t.Fatalf("%s did not run (is testdata/npm installed?)", r.name)
 		}
 		results[r.name] = res
-		t.Logf("%-18s %s", r.name+":", res)
+		t.Logf("%-27s %s", r.name+":", res)
 	}
-	perSec := func(name string) float64 { return 1e9 / float64(results[name].NsPerOp()) }
+	// calls/s: the agent rows report it (a row of several calls per task
+	// runs whole tasks, a few calls more than b.N).
+	perSec := func(name string) float64 {
+		if c, ok := results[name].Extra["calls/s"]; ok {
+			return c
+		}
+		return 1e9 / float64(results[name].NsPerOp())
+	}
 	direct := perSec("direct")
-	t.Logf("%d concurrent calls: direct %.0f calls/s, manager %.0f, agent %.0f, agent with a local tool %.0f, agent with 128 tasks in flight %.0f",
-		benchConcurrency, direct, perSec("manager"), perSec("agent"), perSec("agent, local tool"), perSec("agent, 128 tasks"))
-	t.Logf("ratio manager/direct: %.3f", perSec("manager")/direct)
-	t.Logf("ratio agent/direct:   %.3f (the target: 0.9)", perSec("agent")/direct)
-	t.Logf("ratio agent with 128 tasks in flight/direct: %.3f", perSec("agent, 128 tasks")/direct)
+	t.Logf("%d concurrent calls: direct %.0f calls/s", benchConcurrency, direct)
+	for _, r := range rows[1:] {
+		t.Logf("ratio %-27s %.3f (%.0f calls/s)", r.name+"/direct:", perSec(r.name)/direct, perSec(r.name))
+	}
+	t.Logf("the target row (0.9): %q, 16 calls at the server at every moment, each a task of its own; %q is the same with 4 calls per model turn",
+		"agent, 128 tasks", "agent, 32 tasks x 4 calls")
 	a := results["agent"].Extra
 	l := results["agent, local tool"].Extra
 	t.Logf("tool stage (TOOL_CALL_STARTED to TOOL_CALL_COMPLETED, commit times): p50 %.2f ms, p99 %.2f ms; with the local tool p50 %.2f ms, p99 %.2f ms",

@@ -1,0 +1,113 @@
+package fsm
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/pegasus-engine/pegasus/internal/codec"
+	"github.com/pegasus-engine/pegasus/internal/randfill"
+)
+
+// TestEncodeBodyMatchesReflection: the bodies Encode writes by hand are
+// the bytes msgpack's reflection encoder (internal/codec) writes, for
+// random bodies with every field filled or empty, and they decode back
+// to the body.
+func TestEncodeBodyMatchesReflection(t *testing.T) {
+	seed := *encodeSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-encode.seed to repeat)", seed)
+	rng := rand.New(rand.NewPCG(seed, 2))
+	bodies := []func() Body{
+		func() Body { return &Input{Kind: MessageReceived} },
+		func() Body { return &TaskCreatedBody{} },
+		func() Body { return &ModelCalledBody{} },
+		func() Body { return &ReasonDoneBody{} },
+		func() Body { return &ToolCallStartedBody{} },
+		func() Body { return &ToolCallResultBody{} },
+		func() Body { return &StepCompletedBody{} },
+		func() Body { return &TaskCompletedBody{} },
+		func() Body { return &TaskNotifyBody{} },
+	}
+	for _, mk := range bodies {
+		check := func(i int, b Body) {
+			t.Helper()
+			want, err := codec.Encode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := appendBody(nil, b)
+			if !ok {
+				t.Fatalf("%T is not encoded by hand", b)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%T %d: differs from the reflection encoder:\n got %x\nwant %x", b, i, got, want)
+			}
+			back, err := Decode(b.EventType(), SchemaVersion, got)
+			if err != nil {
+				t.Fatalf("%T %d: %v", b, i, err)
+			}
+			if again, _ := Encode(back); !bytes.Equal(again, got) {
+				t.Fatalf("%T %d: decoded and encoded again, the bytes differ", b, i)
+			}
+		}
+		check(-1, mk())
+		for i := range 300 {
+			b := mk()
+			randfill.Fill(rng, reflect.ValueOf(b).Elem())
+			if in, ok := b.(*Input); ok {
+				in.Kind = []EventType{MessageReceived, WebhookTriggered, ScheduleFired}[i%3] // an input's type is its kind
+			}
+			check(i, b)
+		}
+	}
+}
+
+// benchBodies are the bodies of a task that calls one tool, as the agent
+// records them.
+func benchBodies() []Body {
+	calls := []ToolCall{{ID: "call_1", Name: "everything__echo", Arguments: `{"message":"hello"}`}}
+	return []Body{
+		&TaskCreatedBody{Machine: MachineRef{Name: MachineName, Version: 1}, TaskType: "general", InputText: "say hello", Source: "bench", TypeVersion: "sha256:0123456789abcdef", Model: "default"},
+		&ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "bench", LatencyMS: 3, Status: 200, PromptTokens: 120, CompletionTokens: 20, ToolCalls: calls, FinishReason: "tool_calls"},
+		&ReasonDoneBody{Reasoning: Reasoning{ToolCalls: calls, Model: "bench"},
+			Plan: Plan{Goal: "say hello", Steps: []PlanStep{{Index: 0, Description: "call everything__echo", ActionType: ActionToolCall,
+				ActionParams: map[string]string{"tool": "everything__echo", "arguments": `{"message":"hello"}`, "tool_call_id": "call_1"}}}},
+			NewMessages: []Message{{Role: "user", Content: "say hello"}, {Role: "assistant", ToolCalls: calls}}},
+		&ToolCallStartedBody{Tool: "everything__echo", ToolCallID: "call_1", Arguments: `{"message":"hello"}`, IdempotencyKey: "01JN8EY5K80000000000000001:1:0", Source: "mcp:everything"},
+		&ToolCallResultBody{Tool: "everything__echo", ToolCallID: "call_1", IdempotencyKey: "01JN8EY5K80000000000000001:1:0", Result: "Echo: hello", DurationMS: 1,
+			NewMessages: []Message{{Role: "tool", Content: "Echo: hello", ToolCallID: "call_1"}}, Source: "mcp:everything"},
+		&StepCompletedBody{Result: "Echo: hello", NewMessages: []Message{{Role: "assistant", Content: "Echo: hello"}}},
+		&TaskCompletedBody{Result: "Echo: hello"},
+	}
+}
+
+// BenchmarkEncodeBodies encodes the bodies of a one-call task (an op is
+// all of them) with Encode; BenchmarkEncodeBodiesReflection with the
+// reflection encoder Encode used before: compare the two in one run.
+func BenchmarkEncodeBodies(b *testing.B) {
+	bodies := benchBodies()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, x := range bodies {
+			if _, err := Encode(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkEncodeBodiesReflection(b *testing.B) {
+	bodies := benchBodies()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, x := range bodies {
+			if _, err := codec.Encode(x); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
