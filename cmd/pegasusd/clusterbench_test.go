@@ -9,7 +9,9 @@ import (
 	"github.com/pegasus-engine/pegasus/server"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +28,7 @@ import (
 var (
 	clusterBench        = flag.Int("cluster-bench", 0, "tasks per setup of TestClusterBench (0: skip)")
 	clusterBenchProfile = flag.String("cluster-bench-cpuprofile", "", "TestClusterBench: write the one R3 daemon's CPU profile to this file")
+	clusterBenchServers = flag.String("cluster-bench-servers-cpuprofile", "", "TestClusterBench: write this process's CPU profile (the JetStream servers and the clients) during the one R3 daemon's run to this file")
 	clusterBenchR3      = flag.Bool("cluster-bench-r3", false, "TestClusterBench: measure embedded, raw JetStream and one R3 daemon only")
 )
 
@@ -117,9 +120,21 @@ func TestClusterBench(t *testing.T) {
 	waitLeases(t, n3.JetStream(), "a", 16) // its appends go through the committers from the first task
 	info0 := streamInfo(t, n3, "PEGASUS_LOG")
 	c0, u0 := scrapeCounters(t, p3.url, ""), testCPU()
+	if *clusterBenchServers != "" {
+		f, err := os.Create(*clusterBenchServers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	start := time.Now()
 	report("clustered, 3 servers (R3)", runTasks(t, n, p3.url))
 	el := time.Since(start).Seconds()
+	if *clusterBenchServers != "" {
+		pprof.StopCPUProfile()
+	}
 	info1 := streamInfo(t, n3, "PEGASUS_LOG")
 	c1 := scrapeCounters(t, p3.url, "")
 	msgs := float64(info1.State.Msgs - info0.State.Msgs)
