@@ -161,12 +161,19 @@ type ReplicatedLog struct {
 	// beforeBatch, if set (tests), is called before a committer
 	// publishes a batch of n appends to partition p.
 	beforeBatch func(p, n int)
+	// beforeDeliver, if set (tests), is called before the follower's
+	// reader hands it a delivered message.
+	beforeDeliver func()
 	// beforeLoose, if set (tests), is called before the committer of
 	// streams of no partition publishes a batch of n appends.
 	beforeLoose func(n int)
 	// sending holds the messages of this node's appends in flight, by
 	// event id (wire.go).
 	sending sync.Map
+	// acked carries this node's acknowledged appends to the follower,
+	// which writes them into the copy without waiting for their delivery
+	// (ownacked.go).
+	acked chan ackedAppend
 	// ctx ends when the log closes: the committers stop.
 	ctx    context.Context
 	held   map[int]*lease // partitions this node holds (lease.go), by the fence's epoch
@@ -194,7 +201,8 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 		return nil, fmt.Errorf("cluster: connecting to %s: %w", opts.URL, err)
 	}
 	opts.ensureDefaults(nc)
-	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{})}
+	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{}),
+		acked: make(chan ackedAppend, maxApply)}
 	if err := r.start(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -383,9 +391,12 @@ const maxApply = 1024
 // follow writes every stream message into the local copy, in stream
 // order. A reader goroutine hands messages over a buffered channel; the
 // writer takes every message already waiting and writes them with one
-// local AppendMulti (one fsync), each append's n messages as one part.
+// local AppendMulti (one commit), each append's n messages as one part.
 // An append whose first event the local copy already holds (JetStream
-// stored it twice, past its de-duplication window) is skipped.
+// stored it twice, past its de-duplication window) is skipped. This
+// node's own appends, once JetStream acknowledged them, are written as
+// soon as everything before them in the stream is (ownacked.go); their
+// messages, delivered later, are then passed over.
 func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext) {
 	defer close(r.done)
 	msgs := make(chan jetstream.Msg, maxApply)
@@ -398,6 +409,9 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 				readErr <- err
 				return
 			}
+			if h := r.beforeDeliver; h != nil {
+				h()
+			}
 			select {
 			case msgs <- m:
 			case <-ctx.Done():
@@ -406,9 +420,28 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		}
 	}()
 	go func() { <-ctx.Done(); it.Stop() }()
+	r.mu.Lock()
+	applied := r.applied
+	r.mu.Unlock()
+	own := ownQueue{}
 	var group []eventlog.Event // the parts of one append read so far
 	for {
-		m, ok := <-msgs
+		var m jetstream.Msg
+		ok := true
+		select {
+		case m, ok = <-msgs:
+		case a := <-r.acked:
+			// An acknowledged append of this node: write it (and any
+			// that follow it) if the copy holds everything before it.
+			own.add(a, applied)
+			if n, err := r.applyOwn(ctx, own, &applied); err != nil {
+				r.fail(err)
+				return
+			} else if n > 0 {
+				group = nil // a partial read of the append written
+			}
+			continue
+		}
 		if !ok {
 			err := fmt.Errorf("%w: closed", ErrApply)
 			select {
@@ -426,22 +459,26 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 		moved := map[int]uint64{} // partition -> its last stream sequence in what is read
 		owned := map[int]Owner{}  // partition -> its last PARTITION_OWNED in what is read
 		for ok {
-			ev, i, n, sseq, err := r.decodeMessage(m)
-			if err == nil && i != len(group)+1 {
-				err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
-			}
-			if err != nil {
-				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
-				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
-				return
-			}
-			group = append(group, ev)
-			if len(group) == n {
-				if _, err := r.local.Get(group[0].ID); err != nil {
-					parts = appendParts(parts, group)
+			if sseq, err := streamSeq(m); err == nil && sseq <= applied {
+				// Written already, at its acknowledgement.
+			} else {
+				ev, i, n, sseq, err := r.decodeMessage(m)
+				if err == nil && i != len(group)+1 {
+					err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
 				}
-				r.notePartitions(group, moved, owned)
-				group, last = nil, sseq
+				if err != nil {
+					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
+					r.fail(fmt.Errorf("%w: %v", ErrApply, err))
+					return
+				}
+				group = append(group, ev)
+				if len(group) == n {
+					if _, err := r.local.Get(group[0].ID); err != nil {
+						parts = appendParts(parts, group)
+					}
+					r.notePartitions(group, moved, owned)
+					group, last = nil, sseq
+				}
 			}
 			if len(parts) >= maxApply {
 				break
@@ -464,19 +501,42 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			}
 		}
 		if last > 0 {
-			r.mu.Lock()
-			r.applied = last
-			for p, seq := range moved {
-				r.partLast[p] = seq
-			}
-			for p, o := range owned {
-				r.owners[p] = o
-			}
-			close(r.changed)
-			r.changed = make(chan struct{})
-			r.mu.Unlock()
+			applied = last
+			r.noteApplied(last, moved, owned)
+		}
+		if n, err := r.applyOwn(ctx, own, &applied); err != nil {
+			r.fail(err)
+			return
+		} else if n > 0 {
+			group = nil
 		}
 	}
+}
+
+// noteApplied records that the copy holds the stream up to last, with
+// the partitions' moves and owners read in what was written, and wakes
+// the waiters.
+func (r *ReplicatedLog) noteApplied(last uint64, moved map[int]uint64, owned map[int]Owner) {
+	r.mu.Lock()
+	r.applied = last
+	for p, seq := range moved {
+		r.partLast[p] = seq
+	}
+	for p, o := range owned {
+		r.owners[p] = o
+	}
+	close(r.changed)
+	r.changed = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// streamSeq is a stream message's sequence in the stream.
+func streamSeq(m jetstream.Msg) (uint64, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return md.Sequence.Stream, nil
 }
 
 // notePartitions records, for the partitions of one append's events (as
@@ -1181,6 +1241,9 @@ func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppe
 	}
 	if ack.Error != nil {
 		return 0, ack.Error
+	}
+	if !ack.Duplicate {
+		r.noteAcked(parts, ack.Seq)
 	}
 	return ack.Seq, nil
 }

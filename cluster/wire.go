@@ -95,16 +95,7 @@ func (r *ReplicatedLog) ownMessage(h nats.Header, data []byte, sseq uint64) (ev 
 	if i, n, ok = batchPart(h); !ok {
 		return ev, 0, 0, false
 	}
-	ev = s.ev
-	// The caller's body and metadata are not the follower's to keep: its
-	// append may return (an ended context) while this is written.
-	ev.Body = bytes.Clone(ev.Body)
-	md := make(map[string]string, len(ev.Metadata)+1)
-	for k, v := range ev.Metadata {
-		md[k] = v
-	}
-	md[MetaStreamSeq] = strconv.FormatUint(sseq, 10)
-	ev.Metadata = md
+	ev = asStored(s.ev, sseq)
 	return ev, i, n, true
 }
 
