@@ -145,6 +145,11 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 		return spans
 	}
 	slices.Sort(ends)
+	if len(ends) == 1 && n > 0 && maxSeq(evs) <= ends[0] {
+		// One ending and nothing after it (the live export's usual case):
+		// one mapping of the events as they are.
+		return traces.Build(evs, opt)
+	}
 	var spans []traces.Span
 	seen := map[[8]byte]bool{}
 	for _, e := range ends {
@@ -163,4 +168,12 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 		}
 	}
 	return spans
+}
+
+func maxSeq(evs []eventlog.Event) uint64 {
+	var m uint64
+	for _, ev := range evs {
+		m = max(m, ev.Seq)
+	}
+	return m
 }

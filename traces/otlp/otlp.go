@@ -138,7 +138,7 @@ func (x *Exporter) Shutdown(ctx context.Context) error { return x.exp.Shutdown(c
 // Snapshots converts spans to the SDK's read-only spans under res, with
 // the mapping's ids and times.
 func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlySpan {
-	stubs := make(tracetest.SpanStubs, len(spans))
+	out := make([]sdktrace.ReadOnlySpan, len(spans))
 	scope := instrumentation.Scope{Name: ScopeName}
 	for i, s := range spans {
 		tid := trace.TraceID(s.TraceID)
@@ -154,9 +154,12 @@ func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlyS
 		case traces.StatusError:
 			st = sdktrace.Status{Code: codes.Error, Description: s.StatusMessage}
 		}
-		evs := make([]sdktrace.Event, len(s.Events))
-		for j, e := range s.Events {
-			evs[j] = sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: Attributes(e.Attrs)}
+		var evs []sdktrace.Event
+		if len(s.Events) > 0 {
+			evs = make([]sdktrace.Event, len(s.Events))
+			for j, e := range s.Events {
+				evs[j] = sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: Attributes(e.Attrs)}
+			}
 		}
 		// A span is sent ending after it starts, at least by a
 		// nanosecond (an instant model call's span may not): Jaeger
@@ -167,13 +170,15 @@ func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlyS
 		if !end.After(s.Start) {
 			end = s.Start.Add(time.Nanosecond)
 		}
-		stubs[i] = tracetest.SpanStub{
+		// Each span is converted once, straight to the SDK's snapshot
+		// (no slice of stubs in between).
+		out[i] = tracetest.SpanStub{
 			Name: s.Name, SpanContext: sc, Parent: parent, SpanKind: spanKind(s.Kind),
 			StartTime: s.Start, EndTime: end, Attributes: Attributes(s.Attrs), Events: evs,
 			Status: st, Resource: res, InstrumentationScope: scope,
-		}
+		}.Snapshot()
 	}
-	return stubs.Snapshots()
+	return out
 }
 
 // spanKind is the OpenTelemetry kind of a span: model calls are client
