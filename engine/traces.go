@@ -75,7 +75,8 @@ type traceJob struct {
 	root  bool // the follower saw the task start as a root (else Collect checks)
 	// events are the task tree's, as replay.TraceEvents would read them,
 	// when the follower gathered them from the root's first event on (nil:
-	// the sender reads them).
+	// the sender reads them). Their bodies are the subscription's copies,
+	// never changed: the mapping's strings alias them.
 	events []eventlog.Event
 }
 
@@ -392,7 +393,7 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 		var err error
 		switch {
 		case job.events != nil:
-			s = otlp.CollectEvents(job.events, job.task, job.seq, !job.final, x.o.Mapping)
+			s = otlp.CollectOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping)
 		case job.root:
 			s, err = otlp.CollectRoot(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
 		default:

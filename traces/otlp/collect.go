@@ -117,6 +117,17 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 // for root task id (or the same events gathered otherwise, as the live
 // export does while it follows the log). It may reorder evs.
 func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	return collectEvents(evs, id, upTo, closedOnly, opt, traces.Build)
+}
+
+// CollectOwned is CollectEvents for events whose bodies are the caller's
+// own copies, never changed while the spans are in use: the mapping
+// decodes them without copying their strings (traces.BuildShared).
+func CollectOwned(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	return collectEvents(evs, id, upTo, closedOnly, opt, traces.BuildShared)
+}
+
+func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options, build func([]eventlog.Event, traces.Options) []traces.Span) []traces.Span {
 	var ends []uint64 // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
@@ -131,7 +142,7 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 	}
 	evs = evs[:n]
 	if len(ends) == 0 {
-		spans := traces.Build(evs, opt)
+		spans := build(evs, opt)
 		if closedOnly {
 			n := 0
 			for _, s := range spans {
@@ -148,7 +159,7 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 	if len(ends) == 1 && n > 0 && maxSeq(evs) <= ends[0] {
 		// One ending and nothing after it (the live export's usual case):
 		// one mapping of the events as they are.
-		return traces.Build(evs, opt)
+		return build(evs, opt)
 	}
 	var spans []traces.Span
 	seen := map[[8]byte]bool{}
@@ -160,7 +171,7 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 				upToEnd = append(upToEnd, ev)
 			}
 		}
-		for _, s := range traces.Build(upToEnd, opt) {
+		for _, s := range build(upToEnd, opt) {
 			if !seen[s.SpanID] {
 				seen[s.SpanID] = true
 				spans = append(spans, s)
