@@ -140,6 +140,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 		b.Fatal(err)
 	}
 	td.stop()
+	b.Logf("%d events for %d tasks", len(evs), tasks)
 	exp, err := otlp.New(ctx, otlp.Options{Endpoint: srv.URL})
 	if err != nil {
 		b.Fatal(err)
