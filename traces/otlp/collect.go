@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/traces"
 )
@@ -38,11 +40,20 @@ func IsRoot(ev eventlog.Event) bool {
 	if ev.Version != 1 {
 		return false
 	}
-	fe, err := replay.Decode(ev)
+	switch fsm.EventType(ev.Type) {
+	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.DispatchCreated:
+	default:
+		return false // no other first event starts a task: not decoded
+	}
+	if ev.Stream == projection.MemoryStream || ev.Stream == projection.SystemStream {
+		return false
+	}
+	// Nothing of the body outlives the call: decoded in place.
+	body, err := fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
 	if err != nil {
 		return false
 	}
-	switch b := fe.Body.(type) {
+	switch b := body.(type) {
 	case *fsm.Input:
 		return b.ParentTaskID == ""
 	case *fsm.TaskCreatedBody:
