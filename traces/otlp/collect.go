@@ -6,6 +6,8 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/projection"
@@ -35,7 +37,8 @@ func Ends(ev eventlog.Event) bool {
 
 // IsRoot reports whether ev, a stream's first event, starts a root task:
 // its input (MESSAGE_RECEIVED, WEBHOOK_TRIGGERED, SCHEDULE_FIRED),
-// TASK_CREATED or DISPATCH_CREATED without a parent task.
+// TASK_CREATED or DISPATCH_CREATED without a parent task, or with one but
+// without a causation (nothing joins it to its parent's tree).
 func IsRoot(ev eventlog.Event) bool {
 	if ev.Version != 1 {
 		return false
@@ -53,13 +56,17 @@ func IsRoot(ev eventlog.Event) bool {
 	if err != nil {
 		return false
 	}
+	// A task that names a parent but was caused by none of its events (a
+	// broker task created through the API with parent_task_id) is in no
+	// tree (replay.TraceEvents joins by causation): it is a root of its own.
+	orphan := ev.Causation == (ulid.ULID{})
 	switch b := body.(type) {
 	case *fsm.Input:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	case *fsm.TaskCreatedBody:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	case *fsm.DispatchCreatedBody:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	}
 	return false
 }
