@@ -218,7 +218,11 @@ func (b *builder) attr(i int, key string, v any) {
 			return
 		}
 	}
-	b.spans[i].Attrs = append(b.spans[i].Attrs, Attr{Key: key, Value: v})
+	s := &b.spans[i]
+	if s.Attrs == nil {
+		s.Attrs = make([]Attr, 0, 8) // a span's usual attributes, in one allocation
+	}
+	s.Attrs = append(s.Attrs, Attr{Key: key, Value: v})
 }
 
 func (b *builder) mark(i int, name string, t time.Time, attrs ...Attr) {
