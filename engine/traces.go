@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/traces"
 	"github.com/pegasus-engine/pegasus/traces/otlp"
@@ -91,6 +93,8 @@ type traceExporter struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
+	carried []string // root tasks running at the start, begun before it (follow's)
+
 	mu      sync.Mutex
 	read    atomic.Uint64 // the last sequence the follower handled
 	pending []uint64      // sequences of the queued endings, in order (mu)
@@ -123,6 +127,9 @@ func (e *Engine) startTraces() error {
 		return err
 	}
 	x.read.Store(read)
+	if o.OpenInterval > 0 {
+		x.carried = e.runningRoots(x.r)
+	}
 	x.metrics(e.metrics.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
 	x.cancel = cancel
@@ -132,6 +139,43 @@ func (e *Engine) startTraces() error {
 	e.traces = x
 	e.log.Info("exporting traces over OTLP", "endpoint", o.OTLP.Endpoint, "from", read+1)
 	return nil
+}
+
+// runningRoots lists the root tasks in flight when the export starts: the
+// follower reads the log from its cursor on and does not see their first
+// event, yet the open interval sends their finished spans too (a long task
+// keeps showing its progress across a restart). The tasks the follower
+// does see start again in its set, which is harmless.
+func (e *Engine) runningRoots(r replay.Reader) []string {
+	if e.agent == nil {
+		return nil
+	}
+	var states []fsm.State
+	for _, st := range fsm.States {
+		if !st.IsTerminal() {
+			states = append(states, st)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	q := replay.Query{Filter: projection.Filter{States: states}, Limit: replay.MaxLimit}
+	for {
+		page, err := e.View().Tasks(ctx, q)
+		if err != nil {
+			e.log.Warn("the trace export lists no running tasks: their spans are sent at their end", "err", err)
+			return ids
+		}
+		for _, t := range page.Tasks {
+			if root, err := otlp.IsRootTask(ctx, r, t.ID); err == nil && root {
+				ids = append(ids, t.ID)
+			}
+		}
+		if page.Next == "" {
+			return ids
+		}
+		q.Cursor = page.Next
+	}
 }
 
 // stopTraces stops the export before the log closes and stores the
@@ -215,7 +259,11 @@ func (x *traceExporter) follow(ctx context.Context) {
 	defer close(x.queue)
 	sub := x.l.Subscribe(ctx, x.read.Load()+1)
 	defer sub.Close()
-	running := map[string]bool{}  // root tasks started since the follower started, not ended
+	running := map[string]bool{} // root tasks started since the follower started, or running then, not ended
+	for _, id := range x.carried {
+		running[id] = true
+	}
+	x.carried = nil
 	children := map[string]bool{} // other tasks started since then, not ended
 	trees := replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes)
 	// One goroutine reads the log and handles each event: Next waits

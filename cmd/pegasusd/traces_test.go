@@ -406,3 +406,29 @@ func TestTracesFlags(t *testing.T) {
 		t.Fatalf("with OTEL_EXPORTER_OTLP_ENDPOINT and --otlp-open-interval 0: %+v", got)
 	}
 }
+
+// TestTracesOpenIntervalRestart: a root task that started before a restart
+// and still runs after it gets its finished spans sent every interval by
+// the restarted daemon, not only at its end.
+func TestTracesOpenIntervalRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Jaeger")
+	}
+	j := jaegertest.Start(t)
+	cfg := testConfig(t)
+	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}, OpenInterval: -1}
+	cfg.engine.DisableReflection = true
+	td := startDaemon(t, cfg)
+	id := td.submit("?")
+	if tj := td.waitTask(id); tj.State != fsm.StateSuspended {
+		t.Fatalf("task: %s", tj.State)
+	}
+	cfg.engine.Traces.OpenInterval = 50 * time.Millisecond
+	td = td.restart(cfg)
+	running, err := otlp.Collect(context.Background(), td.d.engine.History(), id, 0, true, traces.Options{})
+	if err != nil || len(running) == 0 {
+		t.Fatalf("the running task's finished spans: %d, %v", len(running), err)
+	}
+	tid := hex.EncodeToString(running[0].TraceID[:])
+	j.WaitTrace(t, tid, func(s []jaegertest.Span) bool { return len(s) >= len(running) })
+}
