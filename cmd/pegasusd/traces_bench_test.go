@@ -26,8 +26,8 @@ var traceBenchSink = flag.String("trace-bench-sink", "jaeger", "where BenchmarkT
 
 // BenchmarkTracesOverhead is the agent's workload (BenchmarkTasksThroughput:
 // 16 clients, the daemon's defaults, every append synced) with the live
-// trace export off and on, alternated within one run (off, on, off, on,
-// ...; -trace-bench-rounds of b.N tasks each), so the ratio is measured under one load. It
+// trace export off and on, alternated within one run (off, on, on, off,
+// off, on, ...; -trace-bench-rounds of b.N tasks each), so the ratio is measured under one load. It
 // reports both rates and on/off.
 //
 //	go test ./cmd/pegasusd -run '^$' -bench TracesOverhead -benchtime 3000x
@@ -67,9 +67,16 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	}
 	b.ResetTimer()
 	var off, on []float64
-	for range *traceBenchRounds {
-		off = append(off, run(false))
-		on = append(on, run(true))
+	for i := range *traceBenchRounds {
+		// Off then on, then on then off: the daemon that runs second in a
+		// pair is not always the same kind.
+		if i%2 == 0 {
+			off = append(off, run(false))
+			on = append(on, run(true))
+		} else {
+			on = append(on, run(true))
+			off = append(off, run(false))
+		}
 	}
 	b.StopTimer()
 	mean := func(v []float64) float64 {
