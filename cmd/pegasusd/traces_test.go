@@ -407,10 +407,10 @@ func TestTracesFlags(t *testing.T) {
 	}
 }
 
-// TestTracesOpenIntervalRestart: a root task that started before a restart
-// and still runs after it gets its finished spans sent every interval by
-// the restarted daemon, not only at its end.
-func TestTracesOpenIntervalRestart(t *testing.T) {
+// jaegerDaemon starts a Jaeger and a daemon that exports to it, with no
+// open interval and no reflection (skipped with -short).
+func jaegerDaemon(t *testing.T) (*jaegertest.Jaeger, *config, *testDaemon) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs Jaeger")
 	}
@@ -418,7 +418,14 @@ func TestTracesOpenIntervalRestart(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}, OpenInterval: -1}
 	cfg.engine.DisableReflection = true
-	td := startDaemon(t, cfg)
+	return j, cfg, startDaemon(t, cfg)
+}
+
+// TestTracesOpenIntervalRestart: a root task that started before a restart
+// and still runs after it gets its finished spans sent every interval by
+// the restarted daemon, not only at its end.
+func TestTracesOpenIntervalRestart(t *testing.T) {
+	j, cfg, td := jaegerDaemon(t)
 	id := td.submit("?")
 	if tj := td.waitTask(id); tj.State != fsm.StateSuspended {
 		t.Fatalf("task: %s", tj.State)
@@ -437,14 +444,7 @@ func TestTracesOpenIntervalRestart(t *testing.T) {
 // API with a parent_task_id is caused by none of its parent's events, so no
 // tree holds it: it is exported live as a trace of its own.
 func TestTracesBrokerChildWithoutCausation(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs Jaeger")
-	}
-	j := jaegertest.Start(t)
-	cfg := testConfig(t)
-	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}, OpenInterval: -1}
-	cfg.engine.DisableReflection = true
-	td := startDaemon(t, cfg)
+	j, _, td := jaegerDaemon(t)
 	parent := td.submit("what time is it?")
 	if tj := td.waitTask(parent); tj.State != fsm.StateCompleted {
 		t.Fatalf("task: %s", tj.State)
