@@ -6,11 +6,14 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/traces"
 	"github.com/pegasus-engine/pegasus/traces/otlp"
@@ -74,7 +77,8 @@ type traceJob struct {
 	root  bool // the follower saw the task start as a root (else Collect checks)
 	// events are the task tree's, as replay.TraceEvents would read them,
 	// when the follower gathered them from the root's first event on (nil:
-	// the sender reads them).
+	// the sender reads them). Their bodies are the subscription's copies,
+	// never changed: the mapping's strings alias them.
 	events []eventlog.Event
 }
 
@@ -89,10 +93,12 @@ type traceExporter struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
+	carried []string // root tasks running at the start, begun before it (follow's)
+
 	mu      sync.Mutex
-	read    uint64   // the last sequence the follower handled
-	pending []uint64 // sequences of the queued endings, in order
-	stored  uint64   // the cursor last written
+	read    atomic.Uint64 // the last sequence the follower handled
+	pending []uint64      // sequences of the queued endings, in order (mu)
+	stored  uint64        // the cursor last written
 
 	exported, spans, failures prometheus.Counter
 	dropped                   *prometheus.CounterVec
@@ -116,9 +122,13 @@ func (e *Engine) startTraces() error {
 	}
 	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
 		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
-	x.read, err = x.loadCursor()
+	read, err := x.loadCursor()
 	if err != nil {
 		return err
+	}
+	x.read.Store(read)
+	if o.OpenInterval > 0 {
+		x.carried = e.runningRoots(x.r)
 	}
 	x.metrics(e.metrics.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -127,8 +137,45 @@ func (e *Engine) startTraces() error {
 	go x.follow(ctx)
 	go x.send(ctx)
 	e.traces = x
-	e.log.Info("exporting traces over OTLP", "endpoint", o.OTLP.Endpoint, "from", x.read+1)
+	e.log.Info("exporting traces over OTLP", "endpoint", o.OTLP.Endpoint, "from", read+1)
 	return nil
+}
+
+// runningRoots lists the root tasks in flight when the export starts: the
+// follower reads the log from its cursor on and does not see their first
+// event, yet the open interval sends their finished spans too (a long task
+// keeps showing its progress across a restart). The tasks the follower
+// does see start again in its set, which is harmless.
+func (e *Engine) runningRoots(r replay.Reader) []string {
+	if e.agent == nil {
+		return nil
+	}
+	var states []fsm.State
+	for _, st := range fsm.States {
+		if !st.IsTerminal() {
+			states = append(states, st)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	q := replay.Query{Filter: projection.Filter{States: states}, Limit: replay.MaxLimit}
+	for {
+		page, err := e.View().Tasks(ctx, q)
+		if err != nil {
+			e.log.Warn("the trace export lists no running tasks: their spans are sent at their end", "err", err)
+			return ids
+		}
+		for _, t := range page.Tasks {
+			if root, err := otlp.IsRootTask(ctx, r, t.ID); err == nil && root {
+				ids = append(ids, t.ID)
+			}
+		}
+		if page.Next == "" {
+			return ids
+		}
+		q.Cursor = page.Next
+	}
 }
 
 // stopTraces stops the export before the log closes and stores the
@@ -153,13 +200,14 @@ func (e *Engine) stopTraces() {
 func (x *traceExporter) loadCursor() (uint64, error) {
 	raw, err := x.l.GetAux([]byte(tracesCursorKey))
 	if errors.Is(err, eventlog.ErrNotFound) {
-		x.read = x.l.Head()
+		head := x.l.Head()
+		x.read.Store(head)
 		x.stored = ^uint64(0)
 		x.storeCursor()
-		if x.stored != x.read {
+		if x.stored != head {
 			return 0, errors.New("engine: the trace export's first cursor was not stored")
 		}
-		return x.read, nil
+		return head, nil
 	}
 	if err != nil {
 		return 0, err
@@ -201,7 +249,7 @@ func (x *traceExporter) cursor() uint64 {
 	if len(x.pending) > 0 {
 		return x.pending[0] - 1
 	}
-	return x.read
+	return x.read.Load()
 }
 
 // follow reads the log from the cursor on and queues the endings of root
@@ -209,102 +257,85 @@ func (x *traceExporter) cursor() uint64 {
 func (x *traceExporter) follow(ctx context.Context) {
 	defer x.done.Done()
 	defer close(x.queue)
-	sub := x.l.Subscribe(ctx, x.read+1)
+	sub := x.l.Subscribe(ctx, x.read.Load()+1)
 	defer sub.Close()
-	running := map[string]bool{}  // root tasks started since the follower started, not ended
+	running := map[string]bool{} // root tasks started since the follower started, or running then, not ended
+	for _, id := range x.carried {
+		running[id] = true
+	}
+	x.carried = nil
 	children := map[string]bool{} // other tasks started since then, not ended
 	trees := replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes)
-	var tick <-chan time.Time
-	if x.o.OpenInterval > 0 {
-		t := time.NewTicker(x.o.OpenInterval)
-		defer t.Stop()
-		tick = t.C
+	// One goroutine reads the log and handles each event: Next waits
+	// under a context that ends at the next tick, so a quiet log still
+	// sends the running tasks' spans on time, without a second goroutine
+	// and a channel hop per event.
+	wait, stop := ctx, context.CancelFunc(func() {})
+	defer func() { stop() }()
+	arm := func() {
+		stop()
+		wait, stop = context.WithTimeout(ctx, x.o.OpenInterval)
 	}
-	evc := make(chan eventlog.Event)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			ev, err := sub.Next(ctx)
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case evc <- ev:
-			case <-ctx.Done():
-				errc <- ctx.Err()
-				return
-			}
-		}
-	}()
+	if x.o.OpenInterval > 0 {
+		arm()
+	}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case err := <-errc:
-			if ctx.Err() == nil {
-				x.logger.Error("the trace export stopped reading the log", "err", err)
+		ev, err := sub.Next(wait)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
 			}
-			return
-		case <-tick:
-			for id := range running {
-				select {
-				case x.queue <- traceJob{task: id, seq: x.readSeq(), root: true}:
-				default:
-					x.dropped.WithLabelValues("queue_full").Inc()
+			if wait != ctx && wait.Err() != nil {
+				for id := range running {
+					select {
+					case x.queue <- traceJob{task: id, seq: x.read.Load(), root: true}:
+					default:
+						x.dropped.WithLabelValues("queue_full").Inc()
+					}
 				}
-			}
-		case ev := <-evc:
-			isRoot := false
-			if ev.Version == 1 {
-				if isRoot = otlp.IsRoot(ev); isRoot {
-					running[ev.Stream] = true
-				} else {
-					children[ev.Stream] = true
-				}
-			}
-			trees.Add(ev, isRoot)
-			ends := otlp.Ends(ev)
-			if ends && children[ev.Stream] {
-				delete(children, ev.Stream) // its root's ending sends its spans
-				ends = false
-			}
-			if !ends {
-				x.setRead(ev.Seq)
+				arm()
 				continue
 			}
-			root := running[ev.Stream]
-			delete(running, ev.Stream)
-			job := traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root, events: trees.Take(ev.Stream)}
-			x.mu.Lock()
-			x.pending = append(x.pending, ev.Seq)
-			x.read = ev.Seq
-			x.mu.Unlock()
-			select {
-			case x.queue <- job:
-			case <-ctx.Done():
-				return
+			x.logger.Error("the trace export stopped reading the log", "err", err)
+			return
+		}
+		isRoot := false
+		if ev.Version == 1 {
+			if isRoot = otlp.IsRoot(ev); isRoot {
+				running[ev.Stream] = true
+			} else {
+				children[ev.Stream] = true
 			}
 		}
+		trees.Add(ev, isRoot)
+		if !otlp.Ends(ev) {
+			x.read.Store(ev.Seq)
+			continue
+		}
+		if children[ev.Stream] {
+			delete(children, ev.Stream) // its root's ending sends its spans
+			x.read.Store(ev.Seq)
+			continue
+		}
+		root := running[ev.Stream]
+		delete(running, ev.Stream)
+		job := traceJob{task: ev.Stream, seq: ev.Seq, final: true, root: root, events: trees.Take(ev.Stream)}
+		x.mu.Lock()
+		x.pending = append(x.pending, ev.Seq)
+		x.read.Store(ev.Seq)
+		x.mu.Unlock()
+		select {
+		case x.queue <- job:
+		case <-ctx.Done():
+			return
+		}
 	}
-}
-
-func (x *traceExporter) setRead(seq uint64) {
-	x.mu.Lock()
-	x.read = seq
-	x.mu.Unlock()
-}
-
-func (x *traceExporter) readSeq() uint64 {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.read
 }
 
 // maxTraceBatch bounds how many queued traces one export request
 // carries; traceBatchDelay is how long the first waits for others.
 const (
-	maxTraceBatch   = 256
+	maxTraceBatch   = 1024
 	traceBatchDelay = 200 * time.Millisecond
 )
 
@@ -410,7 +441,7 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 		var err error
 		switch {
 		case job.events != nil:
-			s = otlp.CollectEvents(job.events, job.task, job.seq, !job.final, x.o.Mapping)
+			s = otlp.CollectOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping)
 		case job.root:
 			s, err = otlp.CollectRoot(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
 		default:

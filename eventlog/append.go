@@ -651,8 +651,18 @@ func (l *Log) publish(head uint64, reqs []*appendReq) {
 		return
 	}
 	// Subscribers get their own copies: the caller owns AppendResult.Events.
-	var evs []Event
-	var bodies []byte
+	// Sized first: one allocation each, on the commit path.
+	nevs, nbytes := 0, 0
+	for _, r := range reqs {
+		for _, res := range r.results {
+			nevs += len(res.Events)
+			for _, ev := range res.Events {
+				nbytes += len(ev.Body)
+			}
+		}
+	}
+	evs := make([]Event, 0, nevs)
+	bodies := make([]byte, 0, nbytes)
 	for _, r := range reqs {
 		for _, res := range r.results {
 			for _, ev := range res.Events {

@@ -109,7 +109,7 @@ func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	if t == nil && startsTask(ev) {
 		t = g.byEvent[ev.Causation]
 		if t == nil && g.bytes < g.maxAll && isRoot {
-			t = &traceTree{root: ev.Stream}
+			t = &traceTree{root: ev.Stream, events: make([]eventlog.Event, 0, 8)}
 		}
 		if t != nil {
 			g.byStream[ev.Stream] = t

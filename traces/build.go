@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/oklog/ulid/v2"
 
@@ -27,6 +28,17 @@ import (
 // task under its tool call, the built-in agent's task under the broker
 // attempt that started it). docs/tracing.md has the table.
 func Build(events []eventlog.Event, opt Options) []Span {
+	return build(events, opt, false)
+}
+
+// BuildShared is Build for events whose bodies are never changed while
+// the spans are in use (the live export's copies): the spans' strings may
+// be substrings of the bodies instead of copies.
+func BuildShared(events []eventlog.Event, opt Options) []Span {
+	return build(events, opt, true)
+}
+
+func build(events []eventlog.Event, opt Options, shared bool) []Span {
 	if len(events) == 0 {
 		return nil
 	}
@@ -35,7 +47,8 @@ func Build(events []eventlog.Event, opt Options) []Span {
 	if corr == (ulid.ULID{}) {
 		corr = root.ID
 	}
-	b := &builder{opt: opt, trace: TraceID(corr), spanOf: map[ulid.ULID]int{}, tasks: map[string]*taskState{}}
+	b := &builder{opt: opt, shared: shared, trace: TraceID(corr), tasks: map[string]*taskState{},
+		spanOf: make(map[ulid.ULID]int, len(events)), spans: make([]Span, 0, len(events)/2+2)}
 	for _, ev := range events {
 		if ev.Time.After(b.last) {
 			b.last = ev.Time
@@ -112,6 +125,7 @@ const Ignored = "ignored: not a task's event"
 
 type builder struct {
 	opt    Options
+	shared bool // decode with fsm.DecodeShared (BuildShared)
 	trace  [16]byte
 	last   time.Time // the latest event time: the end of an open span
 	spans  []Span
@@ -204,7 +218,11 @@ func (b *builder) attr(i int, key string, v any) {
 			return
 		}
 	}
-	b.spans[i].Attrs = append(b.spans[i].Attrs, Attr{Key: key, Value: v})
+	s := &b.spans[i]
+	if s.Attrs == nil {
+		s.Attrs = make([]Attr, 0, 8) // a span's usual attributes, in one allocation
+	}
+	s.Attrs = append(s.Attrs, Attr{Key: key, Value: v})
 }
 
 func (b *builder) mark(i int, name string, t time.Time, attrs ...Attr) {
@@ -266,7 +284,13 @@ func (b *builder) event(ev eventlog.Event) {
 	if r := &b.spans[ts.root]; r.Open && ev.Time.After(r.End) {
 		r.End = ev.Time // an ended task keeps its end: a later reflection is a child after it
 	}
-	body, err := fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
+	var body fsm.Body
+	var err error
+	if b.shared && len(ev.Body) > 0 {
+		body, err = fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
+	} else {
+		body, err = fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
+	}
 	if err != nil {
 		b.mark(ts.root, "undecodable event", ev.Time, Attr{"pegasus.event.type", ev.Type}, Attr{"error.type", err.Error()})
 		b.spanOf[ev.ID] = cur

@@ -334,6 +334,9 @@ func TestBuildDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two builds of the same events differ")
 	}
+	if !reflect.DeepEqual(a, traces.BuildShared(evs, traces.Options{})) {
+		t.Fatal("BuildShared differs from Build")
+	}
 	ids := map[[8]byte]bool{}
 	for _, s := range a {
 		if ids[s.SpanID] {
@@ -458,7 +461,13 @@ func TestBuildGeneratedHistories(t *testing.T) {
 			checkTree(t, spans)
 		}
 		// The whole history as one tree: other streams hang under the root.
-		checkTree(t, traces.Build(evs, traces.Options{}))
+		all := traces.Build(evs, traces.Options{})
+		checkTree(t, all)
+		for _, opt := range []traces.Options{{}, {Contents: true}} {
+			if !reflect.DeepEqual(traces.BuildShared(evs, opt), traces.Build(evs, opt)) {
+				t.Fatalf("seed %d: BuildShared differs from Build (contents %v)", seed, opt.Contents)
+			}
+		}
 	}
 }
 

@@ -406,3 +406,67 @@ func TestTracesFlags(t *testing.T) {
 		t.Fatalf("with OTEL_EXPORTER_OTLP_ENDPOINT and --otlp-open-interval 0: %+v", got)
 	}
 }
+
+// jaegerDaemon starts a Jaeger and a daemon that exports to it, with no
+// open interval and no reflection (skipped with -short).
+func jaegerDaemon(t *testing.T) (*jaegertest.Jaeger, *config, *testDaemon) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs Jaeger")
+	}
+	j := jaegertest.Start(t)
+	cfg := testConfig(t)
+	cfg.engine.Traces = engine.TracesOptions{Enabled: true, OTLP: otlp.Options{Endpoint: j.OTLP}, OpenInterval: -1}
+	cfg.engine.DisableReflection = true
+	return j, cfg, startDaemon(t, cfg)
+}
+
+// TestTracesOpenIntervalRestart: a root task that started before a restart
+// and still runs after it gets its finished spans sent every interval by
+// the restarted daemon, not only at its end.
+func TestTracesOpenIntervalRestart(t *testing.T) {
+	j, cfg, td := jaegerDaemon(t)
+	id := td.submit("?")
+	if tj := td.waitTask(id); tj.State != fsm.StateSuspended {
+		t.Fatalf("task: %s", tj.State)
+	}
+	cfg.engine.Traces.OpenInterval = 50 * time.Millisecond
+	td = td.restart(cfg)
+	running, err := otlp.Collect(context.Background(), td.d.engine.History(), id, 0, true, traces.Options{})
+	if err != nil || len(running) == 0 {
+		t.Fatalf("the running task's finished spans: %d, %v", len(running), err)
+	}
+	tid := hex.EncodeToString(running[0].TraceID[:])
+	j.WaitTrace(t, tid, func(s []jaegertest.Span) bool { return len(s) >= len(running) })
+}
+
+// TestTracesBrokerChildWithoutCausation: a broker task created through the
+// API with a parent_task_id is caused by none of its parent's events, so no
+// tree holds it: it is exported live as a trace of its own.
+func TestTracesBrokerChildWithoutCausation(t *testing.T) {
+	j, _, td := jaegerDaemon(t)
+	parent := td.submit("what time is it?")
+	if tj := td.waitTask(parent); tj.State != fsm.StateCompleted {
+		t.Fatalf("task: %s", tj.State)
+	}
+	child := dtask(t, td.as("ops", "POST", "/api/v1/tasks", fmt.Sprintf(`{"title":"orphan","parent_task_id":%q}`, parent)))
+	mustStatus(t, td.as("w", "PUT", "/api/v1/agents/w", `{"capabilities":["general"]}`), 200)
+	if got := td.poll("w"); len(got) != 1 || got[0].TaskID != child.TaskID {
+		t.Fatalf("the worker got %+v", got)
+	}
+	mustStatus(t, td.as("w", "POST", "/api/v1/tasks/"+child.TaskID+"/complete", `{"result":{"ok":true}}`), 200)
+	spans, err := otlp.Collect(context.Background(), td.d.engine.History(), child.TaskID, 0, false, traces.Options{})
+	if err != nil || len(spans) == 0 {
+		t.Fatalf("the broker task's spans: %d, %v", len(spans), err)
+	}
+	tid := hex.EncodeToString(spans[0].TraceID[:])
+	for _, s := range j.WaitTrace(t, tid, func(s []jaegertest.Span) bool { return len(s) >= len(spans) }) {
+		if s.SpanID == hexID(spans[0].SpanID) {
+			if v, _ := s.Tag("pegasus.parent_task_id"); v != parent {
+				t.Fatalf("the broker task's span: pegasus.parent_task_id %v, want %s", v, parent)
+			}
+			return
+		}
+	}
+	t.Fatalf("trace %s: no span %x", tid, spans[0].SpanID)
+}

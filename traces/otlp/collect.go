@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"unsafe"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay"
 	"github.com/pegasus-engine/pegasus/traces"
 )
@@ -33,22 +37,36 @@ func Ends(ev eventlog.Event) bool {
 
 // IsRoot reports whether ev, a stream's first event, starts a root task:
 // its input (MESSAGE_RECEIVED, WEBHOOK_TRIGGERED, SCHEDULE_FIRED),
-// TASK_CREATED or DISPATCH_CREATED without a parent task.
+// TASK_CREATED or DISPATCH_CREATED without a parent task, or with one but
+// without a causation (nothing joins it to its parent's tree).
 func IsRoot(ev eventlog.Event) bool {
 	if ev.Version != 1 {
 		return false
 	}
-	fe, err := replay.Decode(ev)
+	switch fsm.EventType(ev.Type) {
+	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.DispatchCreated:
+	default:
+		return false // no other first event starts a task: not decoded
+	}
+	if ev.Stream == projection.MemoryStream || ev.Stream == projection.SystemStream {
+		return false
+	}
+	// Nothing of the body outlives the call: decoded in place.
+	body, err := fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
 	if err != nil {
 		return false
 	}
-	switch b := fe.Body.(type) {
+	// A task that names a parent but was caused by none of its events (a
+	// broker task created through the API with parent_task_id) is in no
+	// tree (replay.TraceEvents joins by causation): it is a root of its own.
+	orphan := ev.Causation == (ulid.ULID{})
+	switch b := body.(type) {
 	case *fsm.Input:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	case *fsm.TaskCreatedBody:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	case *fsm.DispatchCreatedBody:
-		return b.ParentTaskID == ""
+		return b.ParentTaskID == "" || orphan
 	}
 	return false
 }
@@ -117,6 +135,17 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 // for root task id (or the same events gathered otherwise, as the live
 // export does while it follows the log). It may reorder evs.
 func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	return collectEvents(evs, id, upTo, closedOnly, opt, traces.Build)
+}
+
+// CollectOwned is CollectEvents for events whose bodies are the caller's
+// own copies, never changed while the spans are in use: the mapping
+// decodes them without copying their strings (traces.BuildShared).
+func CollectOwned(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	return collectEvents(evs, id, upTo, closedOnly, opt, traces.BuildShared)
+}
+
+func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options, build func([]eventlog.Event, traces.Options) []traces.Span) []traces.Span {
 	var ends []uint64 // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
@@ -131,7 +160,7 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 	}
 	evs = evs[:n]
 	if len(ends) == 0 {
-		spans := traces.Build(evs, opt)
+		spans := build(evs, opt)
 		if closedOnly {
 			n := 0
 			for _, s := range spans {
@@ -145,6 +174,11 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 		return spans
 	}
 	slices.Sort(ends)
+	if len(ends) == 1 && n > 0 && maxSeq(evs) <= ends[0] {
+		// One ending and nothing after it (the live export's usual case):
+		// one mapping of the events as they are.
+		return build(evs, opt)
+	}
 	var spans []traces.Span
 	seen := map[[8]byte]bool{}
 	for _, e := range ends {
@@ -155,7 +189,7 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 				upToEnd = append(upToEnd, ev)
 			}
 		}
-		for _, s := range traces.Build(upToEnd, opt) {
+		for _, s := range build(upToEnd, opt) {
 			if !seen[s.SpanID] {
 				seen[s.SpanID] = true
 				spans = append(spans, s)
@@ -163,4 +197,12 @@ func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 		}
 	}
 	return spans
+}
+
+func maxSeq(evs []eventlog.Event) uint64 {
+	var m uint64
+	for _, ev := range evs {
+		m = max(m, ev.Seq)
+	}
+	return m
 }
