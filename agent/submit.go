@@ -82,12 +82,18 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 		return "", err
 	}
 	defer done()
-	if ev.ID == (ulid.ULID{}) {
+	keyed := ev.ID != (ulid.ULID{})
+	if !keyed {
 		ev.ID = a.log.NewID()
 		ev.Correlation = ev.ID
 	}
 	taskID := ev.ID.String()
-	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, ev)
+	res, admitted, err := a.submitAdmitted(ctx, taskID, ev, keyed)
+	if !admitted || (err != nil && keyed) {
+		// No slot free, or a keyed input's combined append refused (a
+		// retry whose input is stored already): the input on its own.
+		res, err = a.app.Append(ctx, taskID, eventlog.NoStream, ev)
+	}
 	if err != nil {
 		return "", fmt.Errorf("agent: submit: %w", err)
 	}
@@ -96,6 +102,58 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	// admitted or queued, when Submit returns.
 	_ = a.watch.waitHooked(ctx, res.LastSeq)
 	return taskID, nil
+}
+
+// submitAdmitted appends the input in, which creates task taskID, with
+// the task's TASK_CREATED in the same commit when an admission slot is
+// free now (no task waits for one, and in's concurrency key is under its
+// limit): the very event admission would append once the input is folded
+// (admission: caused by the input, correlated to it), so the log, the fold
+// and the machine see what they would have seen, one commit and one fold
+// earlier. It reports false, having appended nothing, when no slot is free,
+// the task is another daemon's, or the input of a keyed submit is stored
+// already. The hook skips the input's dispatch (handedOff) and dispatches
+// the TASK_CREATED, whose stage holds the reserved slot.
+func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, keyed bool) (eventlog.AppendResult, bool, error) {
+	if !a.owns(taskID) {
+		return eventlog.AppendResult{}, false, nil
+	}
+	if keyed {
+		if _, err := a.log.Get(in.ID); !errors.Is(err, eventlog.ErrNotFound) {
+			return eventlog.AppendResult{}, false, nil // a retry, or the log failing: the plain path answers
+		}
+	}
+	t, ok := a.inputTask(taskID, &in)
+	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
+		return eventlog.AppendResult{}, false, nil
+	}
+	a.corr.Store(taskID, in.Correlation) // admission's correlation, before the hook stores it
+	created := a.admission(&t)
+	created.ID = a.log.NewID()
+	a.handoffs.Store(taskID, &handoff{ids: []ulid.ULID{in.ID}, last: created.ID})
+	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, in, created)
+	if err != nil {
+		// Nothing stored, unless an acknowledgement was lost (--cluster):
+		// then the hook of the TASK_CREATED has removed the record and
+		// dispatched the task, which keeps its slot.
+		if _, ok := a.handoffs.LoadAndDelete(taskID); ok {
+			a.sched.release(taskID, false)
+			a.corr.Delete(taskID)
+		}
+	}
+	return res, true, err
+}
+
+// inputTask is task taskID as its input in alone leaves it, and whether
+// it then waits to be started (fsm.Next), as the fold will have it.
+func (a *Agent) inputTask(taskID string, in *eventlog.Event) (fsm.Task, bool) {
+	body, err := fsm.Decode(fsm.EventType(in.Type), in.Schema, in.Body)
+	if err != nil {
+		return fsm.Task{}, false
+	}
+	t, err := fsm.Apply(fsm.Task{}, fsm.Event{ID: in.ID, Type: fsm.EventType(in.Type), Stream: taskID, Version: 1,
+		Correlation: in.Correlation, Body: body})
+	return t, err == nil && fsm.Next(&t).Kind == fsm.ActStart
 }
 
 // inputEvent applies in's defaults, checks it and returns the event that
