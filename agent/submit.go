@@ -71,7 +71,8 @@ func (a *Agent) Submit(ctx context.Context, text, source, taskType string) (stri
 // task exists from then on, in idle (the spec's TaskFSM.fromEvent), and its
 // id is the input's id. It waits in idle until an admission slot is free;
 // admission appends TASK_CREATED, caused by the input and correlated to it,
-// which starts the machine.
+// which starts the machine. When a slot is free already, that TASK_CREATED
+// goes in the input's commit (submitAdmitted).
 func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	ev, err := a.inputEvent(&in)
 	if err != nil {
