@@ -1,7 +1,12 @@
 package agent
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -72,4 +77,103 @@ func TestInputCarriesItsAdmission(t *testing.T) {
 	}
 	h.assertNoIssues()
 	h.verify()
+}
+
+// admitFailAppender fails the first append of an input with its
+// admission: refused (nothing stored), or stored with its
+// acknowledgement lost (lost), as an Options.Appender may.
+type admitFailAppender struct {
+	countingAppender
+	lost   bool
+	failed atomic.Bool
+}
+
+func (f *admitFailAppender) Append(ctx context.Context, stream string, exp eventlog.ExpectedVersion, evs ...eventlog.Event) (eventlog.AppendResult, error) {
+	if exp != eventlog.NoStream || len(evs) != 2 || !f.failed.CompareAndSwap(false, true) {
+		return f.countingAppender.Append(ctx, stream, exp, evs...)
+	}
+	if f.lost {
+		if _, err := f.countingAppender.Append(ctx, stream, exp, evs...); err != nil {
+			return eventlog.AppendResult{}, err
+		}
+	}
+	return eventlog.AppendResult{}, errNoLeader
+}
+
+// TestInputWithAdmissionFails: when the append of an input with its
+// admission fails, the slot it took is not lost: refused, the task does
+// not exist and the next one is admitted with its input; stored with its
+// acknowledgement lost, the task still runs to its end, and so does the
+// next. One slot, so a slot kept by mistake would leave the next task
+// waiting for good.
+func TestInputWithAdmissionFails(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		t.Run(map[bool]string{false: "refused", true: "lost"}[lost], func(t *testing.T) {
+			fs := vfs.NewMem()
+			l := openLog(t, fs)
+			app := &admitFailAppender{countingAppender: countingAppender{l: l}, lost: lost}
+			a, err := New(l, Options{Appender: app, MaxActiveTasks: 1, DisableReflection: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := testCtx(t)
+			if err := a.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := a.Stop(ctx); err != nil {
+					t.Error(err)
+				}
+				l.Close()
+			}()
+			in := ulid.Make()
+			if _, err := a.SubmitInput(ctx, Input{Text: "hello", ID: in, Kind: fsm.MessageReceived}); err != nil {
+				// A keyed input falls back to the input alone: an error
+				// here would be the fallback failing.
+				t.Fatal(err)
+			}
+			if !app.failed.Load() {
+				t.Fatal("no append of an input with its admission was tried")
+			}
+			if task := mustWait(ctx, t, a, in.String()); task.State != fsm.StateCompleted {
+				t.Fatalf("the keyed task is %s", task.State)
+			}
+			app.failed.Store(false)
+			if _, err := a.Submit(ctx, "hello again", "test", ""); err == nil || !app.failed.Load() {
+				t.Fatalf("the failed append was answered with %v", err)
+			}
+			runAll(ctx, t, a, "what time is it?")
+			if lost {
+				// The task whose acknowledgement was lost is in the log and runs.
+				var id string
+				it := l.Scan(1, eventlog.Forward)
+				for it.Next() {
+					if ev := it.Event(); ev.Type == string(fsm.MessageReceived) && ev.Stream != in.String() {
+						if task, err := a.Task(ev.Stream); err == nil && task.Context.InputText == "hello again" {
+							id = ev.Stream
+						}
+					}
+				}
+				it.Close()
+				if id == "" {
+					t.Fatal("the task whose acknowledgement was lost is not in the log")
+				}
+				if task := mustWait(ctx, t, a, id); task.State != fsm.StateCompleted {
+					t.Fatalf("the task whose acknowledgement was lost is %s", task.State)
+				}
+			}
+			if act, q := a.sched.counts(); act != 0 || q != 0 {
+				t.Fatalf("%d slots held and %d waiting after every task ended", act, q)
+			}
+		})
+	}
+}
+
+func mustWait(ctx context.Context, t *testing.T, a *Agent, id string) fsm.Task {
+	t.Helper()
+	task, err := a.WaitForTask(ctx, id)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", id, err)
+	}
+	return task
 }
