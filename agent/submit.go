@@ -116,33 +116,73 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 // already. The hook skips the input's dispatch (handedOff) and dispatches
 // the TASK_CREATED, whose stage holds the reserved slot.
 func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, keyed bool) (eventlog.AppendResult, bool, error) {
-	if !a.owns(taskID) {
-		return eventlog.AppendResult{}, false, nil
-	}
 	if keyed {
 		if _, err := a.log.Get(in.ID); !errors.Is(err, eventlog.ErrNotFound) {
 			return eventlog.AppendResult{}, false, nil // a retry, or the log failing: the plain path answers
 		}
 	}
-	t, ok := a.inputTask(taskID, &in)
-	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
+	created, ok := a.admitWithInput(taskID, &in)
+	if !ok {
 		return eventlog.AppendResult{}, false, nil
+	}
+	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, in, created)
+	if err != nil {
+		a.unadmit(taskID)
+	}
+	return res, true, err
+}
+
+// admitWithInput takes a free admission slot for task taskID, which its
+// input in creates, if the agent owns it and one is free now, and returns
+// the TASK_CREATED to append with in: the one admission would append once
+// in is folded. The hook will skip the input's dispatch (handedOff) and
+// dispatch the TASK_CREATED, whose stage holds the slot.
+func (a *Agent) admitWithInput(taskID string, in *eventlog.Event) (eventlog.Event, bool) {
+	if !a.owns(taskID) {
+		return eventlog.Event{}, false
+	}
+	t, ok := a.inputTask(taskID, in)
+	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
+		return eventlog.Event{}, false
 	}
 	a.corr.Store(taskID, in.Correlation) // admission's correlation, before the hook stores it
 	created := a.admission(&t)
 	created.ID = a.log.NewID()
 	a.handoffs.Store(taskID, &handoff{ids: []ulid.ULID{in.ID}, last: created.ID})
-	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, in, created)
-	if err != nil {
-		// Nothing stored, unless an acknowledgement was lost (--cluster):
-		// then the hook of the TASK_CREATED has removed the record and
-		// dispatched the task, which keeps its slot.
-		if _, ok := a.handoffs.LoadAndDelete(taskID); ok {
-			a.sched.release(taskID, false)
-			a.corr.Delete(taskID)
+	return created, true
+}
+
+// unadmit gives back the slot admitWithInput took for task taskID when
+// the append failed. Nothing is stored then, unless an acknowledgement
+// was lost (--cluster): if the hook has folded the TASK_CREATED, it has
+// removed the record and dispatched the task, which keeps its slot.
+func (a *Agent) unadmit(taskID string) {
+	if _, ok := a.handoffs.LoadAndDelete(taskID); ok {
+		a.sched.release(taskID, false)
+		a.corr.Delete(taskID)
+	}
+}
+
+// batchAdmissions takes the admission slots free now for the inputs of a
+// batch whose ids were drawn for it (a keyed input may be a retry's),
+// in order, and returns the TASK_CREATED of each input that got one, by
+// its index: SubmitInputs writes it in the batch's commit, as
+// submitAdmitted does for one input.
+func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]eventlog.Event {
+	var out map[int]eventlog.Event
+	for i := range evs {
+		if !drawn[i] {
+			continue
+		}
+		// A key at its limit leaves the slots to the inputs after it.
+		if created, ok := a.admitWithInput(evs[i].ID.String(), &evs[i]); ok {
+			if out == nil {
+				out = map[int]eventlog.Event{}
+			}
+			out[i] = created
 		}
 	}
-	return res, true, err
+	return out
 }
 
 // inputTask is task taskID as its input in alone leaves it, and whether
@@ -240,8 +280,17 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			drawn[i] = true
 		}
 	}
-	held, last, err := batcherr.Commit(ctx, a.log, a.app, evs, drawn)
+	created := a.batchAdmissions(evs, drawn)
+	held, last, err := batcherr.CommitWith(ctx, a.log, a.app, evs, drawn, func(i int) []eventlog.Event {
+		if ev, ok := created[i]; ok {
+			return []eventlog.Event{ev}
+		}
+		return nil
+	})
 	if err != nil {
+		for i := range created {
+			a.unadmit(evs[i].ID.String())
+		}
 		if be := (*batcherr.Error)(nil); errors.As(err, &be) {
 			return nil, err // an item refused
 		}

@@ -177,3 +177,68 @@ func mustWait(ctx context.Context, t *testing.T, a *Agent, id string) fsm.Task {
 	}
 	return task
 }
+
+// TestBatchCarriesAdmissions: a batch's inputs take the admission slots
+// free at submit, in order, each with its TASK_CREATED in the batch's one
+// commit; the inputs after them wait, queued. A batch whose commit fails
+// gives its slots back.
+func TestBatchCarriesAdmissions(t *testing.T) {
+	m := &blockingModel{calls: make(chan struct{}, 8), release: make(chan struct{})}
+	fs := vfs.NewMem()
+	l := openLog(t, fs)
+	app := &batchFailAppender{countingAppender: countingAppender{l: l}}
+	app.fail.Store(true)
+	h := &harness{t: t, fs: fs, log: l, opts: Options{Model: m, MaxActiveTasks: 2, DisableReflection: true, Appender: app}}
+	a, err := New(l, h.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.a = a
+	t.Cleanup(h.stop)
+	ins := []Input{{Text: "a"}, {Text: "b"}, {Text: "c"}}
+	if _, err := a.SubmitInputs(ctx, ins); err == nil {
+		t.Fatal("the failing commit was answered as a success")
+	}
+	if act, q := a.sched.counts(); act != 0 || q != 0 {
+		t.Fatalf("after a failed batch: %d slots held, %d waiting", act, q)
+	}
+	before := l.Stats().Commits
+	subs, err := a.SubmitInputs(ctx, ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := l.Stats().Commits - before; n != 1 {
+		t.Fatalf("%d commits for the batch, want 1", n)
+	}
+	for i, want := range []string{"MESSAGE_RECEIVED TASK_CREATED", "MESSAGE_RECEIVED TASK_CREATED", "MESSAGE_RECEIVED"} {
+		if got := types(h.events(subs[i].ID)); got != want {
+			t.Fatalf("task %d: events %s, want %s", i, got, want)
+		}
+	}
+	if !a.Queued(subs[2].ID) || a.Queued(subs[0].ID) {
+		t.Fatal("the third task does not wait, or the first does")
+	}
+	close(m.release)
+	for _, s := range subs {
+		h.wait(s.ID)
+	}
+	h.assertNoIssues()
+	h.verify()
+}
+
+// batchFailAppender refuses AppendMulti while fail is set, storing nothing.
+type batchFailAppender struct {
+	countingAppender
+	fail atomic.Bool
+}
+
+func (f *batchFailAppender) AppendMulti(ctx context.Context, appends ...eventlog.StreamAppend) ([]eventlog.AppendResult, error) {
+	if f.fail.CompareAndSwap(true, false) {
+		return nil, errNoLeader
+	}
+	return f.countingAppender.AppendMulti(ctx, appends...)
+}
