@@ -111,7 +111,7 @@ func (s *scheduler) schedule(id string, priority int, key string) {
 
 // reserve gives task id, which the scheduler does not know yet, a free
 // admission slot before its TASK_CREATED is appended with its input
-// (submitAdmitted): only when no task waits for a slot (those come first)
+// (admitWithInput): only when no task waits for a slot (those come first)
 // and its key is under its limit. The hook's schedule of its TASK_CREATED
 // starts its stage; release gives the slot back if the append fails.
 func (s *scheduler) reserve(id, key string) bool {
