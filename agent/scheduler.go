@@ -126,6 +126,14 @@ func (s *scheduler) reserve(id, key string) bool {
 	return true
 }
 
+// slotFree reports whether reserve could give a slot now, its key
+// aside: a cheap look before building what reserve's caller appends.
+func (s *scheduler) slotFree() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && s.queue.Len() == 0 && s.active < s.max
+}
+
 // release gives up task id's slot (it has no work due) and admits the
 // next waiting task. cancel also stops a stage still running for it: its
 // outcome would be refused as a conflict anyway.

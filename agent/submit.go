@@ -116,7 +116,7 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 // already. The hook skips the input's dispatch (handedOff) and dispatches
 // the TASK_CREATED, whose stage holds the reserved slot.
 func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, keyed bool) (eventlog.AppendResult, bool, error) {
-	if keyed {
+	if keyed && a.sched.slotFree() {
 		if _, err := a.log.Get(in.ID); !errors.Is(err, eventlog.ErrNotFound) {
 			return eventlog.AppendResult{}, false, nil // a retry, or the log failing: the plain path answers
 		}
@@ -138,7 +138,7 @@ func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.E
 // in is folded. The hook will skip the input's dispatch (handedOff) and
 // dispatch the TASK_CREATED, whose stage holds the slot.
 func (a *Agent) admitWithInput(taskID string, in *eventlog.Event) (eventlog.Event, bool) {
-	if !a.owns(taskID) {
+	if !a.sched.slotFree() || !a.owns(taskID) {
 		return eventlog.Event{}, false
 	}
 	t, ok := a.inputTask(taskID, in)
@@ -173,6 +173,9 @@ func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]even
 	for i := range evs {
 		if !drawn[i] {
 			continue
+		}
+		if !a.sched.slotFree() {
+			break // taken, or tasks wait: the rest of the batch waits too
 		}
 		// A key at its limit leaves the slots to the inputs after it.
 		if created, ok := a.admitWithInput(evs[i].ID.String(), &evs[i]); ok {
