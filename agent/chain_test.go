@@ -54,10 +54,10 @@ func (p *probeTool) calls() []string {
 	return append([]string(nil), p.keys...)
 }
 
-// A task that calls one tool is four synced appends: its input, its
-// admission, the reasoning with the tool call's start, and the tool call's
-// outcome with the next reasoning and the task's end.
-func TestOneToolCallTaskInFourAppends(t *testing.T) {
+// A task that calls one tool is three synced appends: its input with its
+// admission (a slot is free), the reasoning with the tool call's start,
+// and the tool call's outcome with the next reasoning and the task's end.
+func TestOneToolCallTaskInThreeAppends(t *testing.T) {
 	probe := &probeTool{}
 	h := newHarness(t, Options{Model: probeModel{}, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
 	before := h.log.Stats().Appends
@@ -69,8 +69,8 @@ func TestOneToolCallTaskInFourAppends(t *testing.T) {
 		"TOOL_CALL_COMPLETED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED"; got != want {
 		t.Fatalf("events = %s, want %s", got, want)
 	}
-	if n := h.log.Stats().Appends - before; n != 4 {
-		t.Fatalf("%d appends, want 4", n)
+	if n := h.log.Stats().Appends - before; n != 3 {
+		t.Fatalf("%d appends, want 3", n)
 	}
 	if len(probe.calls()) != 1 {
 		t.Fatalf("tool calls = %v", probe.calls())

@@ -10,8 +10,8 @@ import (
 // TestRespondStepSharesTheReasoningCommit: a reasoning outcome whose plan
 // is one respond step is recorded with that step and TASK_COMPLETED in
 // one commit (the step needs no I/O), each event caused as if the step
-// had run on its own: a task is three commits, its input, its admission
-// and its outcome.
+// had run on its own: a task is two commits, its input with its admission
+// (a slot is free), and its outcome.
 func TestRespondStepSharesTheReasoningCommit(t *testing.T) {
 	fake := newFakeModel(t, func(*chatReq) reply { return text("hello") })
 	h := newHarness(t, Options{Model: fake.client(t, nil), DisableReflection: true})
@@ -20,8 +20,8 @@ func TestRespondStepSharesTheReasoningCommit(t *testing.T) {
 	if task := h.wait(id); task.Context.FinalResult != "hello" {
 		t.Fatalf("result = %q", task.Context.FinalResult)
 	}
-	if n := h.log.Stats().Commits - before; n != 3 {
-		t.Fatalf("%d commits for one task, want 3", n)
+	if n := h.log.Stats().Commits - before; n != 2 {
+		t.Fatalf("%d commits for one task, want 2", n)
 	}
 	evs := h.events(id)
 	if got := types(evs); got != "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED" {

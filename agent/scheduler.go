@@ -109,6 +109,31 @@ func (s *scheduler) schedule(id string, priority int, key string) {
 	}
 }
 
+// reserve gives task id, which the scheduler does not know yet, a free
+// admission slot before its TASK_CREATED is appended with its input
+// (admitWithInput): only when no task waits for a slot (those come first)
+// and its key is under its limit. The hook's schedule of its TASK_CREATED
+// starts its stage; release gives the slot back if the append fails.
+func (s *scheduler) reserve(id, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.runs[id] != nil || s.queue.Len() > 0 || s.active >= s.max || !s.keyFree(key) {
+		return false
+	}
+	r := &taskRun{key: key}
+	s.runs[id] = r
+	s.holdLocked(r)
+	return true
+}
+
+// slotFree reports whether reserve could give a slot now, its key
+// aside: a cheap look before building what reserve's caller appends.
+func (s *scheduler) slotFree() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.closed && s.queue.Len() == 0 && s.active < s.max
+}
+
 // release gives up task id's slot (it has no work due) and admits the
 // next waiting task. cancel also stops a stage still running for it: its
 // outcome would be refused as a conflict anyway.

@@ -71,7 +71,8 @@ func (a *Agent) Submit(ctx context.Context, text, source, taskType string) (stri
 // task exists from then on, in idle (the spec's TaskFSM.fromEvent), and its
 // id is the input's id. It waits in idle until an admission slot is free;
 // admission appends TASK_CREATED, caused by the input and correlated to it,
-// which starts the machine.
+// which starts the machine. When a slot is free already, that TASK_CREATED
+// goes in the input's commit (submitAdmitted).
 func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	ev, err := a.inputEvent(&in)
 	if err != nil {
@@ -82,12 +83,18 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 		return "", err
 	}
 	defer done()
-	if ev.ID == (ulid.ULID{}) {
+	keyed := ev.ID != (ulid.ULID{})
+	if !keyed {
 		ev.ID = a.log.NewID()
 		ev.Correlation = ev.ID
 	}
 	taskID := ev.ID.String()
-	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, ev)
+	res, admitted, err := a.submitAdmitted(ctx, taskID, ev, keyed)
+	if !admitted || (err != nil && keyed) {
+		// No slot free, or a keyed input's combined append refused (a
+		// retry whose input is stored already): the input on its own.
+		res, err = a.app.Append(ctx, taskID, eventlog.NoStream, ev)
+	}
 	if err != nil {
 		return "", fmt.Errorf("agent: submit: %w", err)
 	}
@@ -96,6 +103,101 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 	// admitted or queued, when Submit returns.
 	_ = a.watch.waitHooked(ctx, res.LastSeq)
 	return taskID, nil
+}
+
+// submitAdmitted appends the input in, which creates task taskID, with
+// the task's TASK_CREATED in the same commit when an admission slot is
+// free now (no task waits for one, and in's concurrency key is under its
+// limit): the very event admission would append once the input is folded
+// (admission: caused by the input, correlated to it), so the log, the fold
+// and the machine see what they would have seen, one commit and one fold
+// earlier. It reports false, having appended nothing, when no slot is free,
+// the task is another daemon's, or the input of a keyed submit is stored
+// already. The hook skips the input's dispatch (handedOff) and dispatches
+// the TASK_CREATED, whose stage holds the reserved slot.
+func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, keyed bool) (eventlog.AppendResult, bool, error) {
+	if keyed && a.sched.slotFree() {
+		if _, err := a.log.Get(in.ID); !errors.Is(err, eventlog.ErrNotFound) {
+			return eventlog.AppendResult{}, false, nil // a retry, or the log failing: the plain path answers
+		}
+	}
+	created, ok := a.admitWithInput(taskID, &in)
+	if !ok {
+		return eventlog.AppendResult{}, false, nil
+	}
+	res, err := a.app.Append(ctx, taskID, eventlog.NoStream, in, created)
+	if err != nil {
+		a.unadmit(taskID)
+	}
+	return res, true, err
+}
+
+// admitWithInput takes a free admission slot for task taskID, which its
+// input in creates, if the agent owns it and one is free now, and returns
+// the TASK_CREATED to append with in: the one admission would append once
+// in is folded. The hook will skip the input's dispatch (handedOff) and
+// dispatch the TASK_CREATED, whose stage holds the slot.
+func (a *Agent) admitWithInput(taskID string, in *eventlog.Event) (eventlog.Event, bool) {
+	if !a.sched.slotFree() || !a.owns(taskID) {
+		return eventlog.Event{}, false
+	}
+	t, ok := a.inputTask(taskID, in)
+	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
+		return eventlog.Event{}, false
+	}
+	a.corr.Store(taskID, in.Correlation) // admission's correlation, before the hook stores it
+	created := a.admission(&t)
+	created.ID = a.log.NewID()
+	a.handoffs.Store(taskID, &handoff{ids: []ulid.ULID{in.ID}, last: created.ID})
+	return created, true
+}
+
+// unadmit gives back the slot admitWithInput took for task taskID when
+// the append failed. Nothing is stored then, unless an acknowledgement
+// was lost (--cluster): if the hook has folded the TASK_CREATED, it has
+// removed the record and dispatched the task, which keeps its slot.
+func (a *Agent) unadmit(taskID string) {
+	if _, ok := a.handoffs.LoadAndDelete(taskID); ok {
+		a.sched.release(taskID, false)
+		a.corr.Delete(taskID)
+	}
+}
+
+// batchAdmissions takes the admission slots free now for the inputs of a
+// batch whose ids were drawn for it (a keyed input may be a retry's),
+// in order, and returns the TASK_CREATED of each input that got one, by
+// its index: SubmitInputs writes it in the batch's commit, as
+// submitAdmitted does for one input.
+func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]eventlog.Event {
+	var out map[int]eventlog.Event
+	for i := range evs {
+		if !drawn[i] {
+			continue
+		}
+		if !a.sched.slotFree() {
+			break // taken, or tasks wait: the rest of the batch waits too
+		}
+		// A key at its limit leaves the slots to the inputs after it.
+		if created, ok := a.admitWithInput(evs[i].ID.String(), &evs[i]); ok {
+			if out == nil {
+				out = map[int]eventlog.Event{}
+			}
+			out[i] = created
+		}
+	}
+	return out
+}
+
+// inputTask is task taskID as its input in alone leaves it, and whether
+// it then waits to be started (fsm.Next), as the fold will have it.
+func (a *Agent) inputTask(taskID string, in *eventlog.Event) (fsm.Task, bool) {
+	body, err := fsm.Decode(fsm.EventType(in.Type), in.Schema, in.Body)
+	if err != nil {
+		return fsm.Task{}, false
+	}
+	t, err := fsm.Apply(fsm.Task{}, fsm.Event{ID: in.ID, Type: fsm.EventType(in.Type), Stream: taskID, Version: 1,
+		Correlation: in.Correlation, Body: body})
+	return t, err == nil && fsm.Next(&t).Kind == fsm.ActStart
 }
 
 // inputEvent applies in's defaults, checks it and returns the event that
@@ -181,8 +283,17 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			drawn[i] = true
 		}
 	}
-	held, last, err := batcherr.Commit(ctx, a.log, a.app, evs, drawn)
+	created := a.batchAdmissions(evs, drawn)
+	held, last, err := batcherr.CommitWith(ctx, a.log, a.app, evs, drawn, func(i int) []eventlog.Event {
+		if ev, ok := created[i]; ok {
+			return []eventlog.Event{ev}
+		}
+		return nil
+	})
 	if err != nil {
+		for i := range created {
+			a.unadmit(evs[i].ID.String())
+		}
 		if be := (*batcherr.Error)(nil); errors.As(err, &be) {
 			return nil, err // an item refused
 		}

@@ -49,6 +49,13 @@ const commitAttempts = 4
 // content refuses the batch with an *Error; the append's own error is
 // returned as it is.
 func Commit(ctx context.Context, log Getter, app eventlog.Appender, evs []eventlog.Event, drawn []bool) (held []bool, last uint64, err error) {
+	return CommitWith(ctx, log, app, evs, drawn, nil)
+}
+
+// CommitWith is Commit where the stream of evs[i] takes the events
+// after(i) after evs[i] (nil: none) in the same commit, when evs[i] is
+// written.
+func CommitWith(ctx context.Context, log Getter, app eventlog.Appender, evs []eventlog.Event, drawn []bool, after func(i int) []eventlog.Event) (held []bool, last uint64, err error) {
 	held = make([]bool, len(evs))
 	for attempt := 0; ; attempt++ {
 		var bad Error
@@ -67,7 +74,13 @@ func Commit(ctx context.Context, log Getter, app eventlog.Appender, evs []eventl
 					continue
 				}
 			}
-			appends = append(appends, eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]})
+			sa := eventlog.StreamAppend{Stream: evs[i].ID.String(), Expected: eventlog.NoStream, Events: evs[i : i+1]}
+			if after != nil {
+				if more := after(i); len(more) > 0 {
+					sa.Events = append([]eventlog.Event{evs[i]}, more...)
+				}
+			}
+			appends = append(appends, sa)
 		}
 		if err := bad.Err(); err != nil {
 			return nil, 0, err
