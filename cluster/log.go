@@ -48,9 +48,10 @@ const (
 	// for an audit of who decided what, not read by the follower.
 	HeaderNode = "Pegasus-Node"
 	// MetaStreamSeq is the metadata key under which the local copy keeps
-	// each event's sequence in the JetStream stream: what an expected
-	// version maps to (Nats-Expected-Last-Subject-Sequence) and where the
-	// follower resumes.
+	// the sequence in the JetStream stream of each event's message (the
+	// events of one message share it and are consecutive in the copy):
+	// what an expected version maps to (Nats-Expected-Last-Subject-Sequence)
+	// and where the follower resumes.
 	MetaStreamSeq = "pegasus.js_seq"
 )
 
@@ -1173,10 +1174,10 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 	}
 }
 
-// publish sends the parts' events, one message each on its stream's
-// subject, the first of each part with its expected subject sequence;
-// several go as one atomic batch. It returns the stream sequence of the
-// last.
+// publish sends an append's messages (wireOf: its parts' events, each
+// message on its stream's subject), the first of each part with the
+// part's check (checks, one per part, in order); several go as one
+// atomic batch. It returns the stream sequence of the last.
 func (r *ReplicatedLog) publish(ctx context.Context, wire []wireMsg, checks []check) (uint64, error) {
 	n := len(wire)
 	batchID := ulid.Make().String()

@@ -258,3 +258,12 @@ func batchPart(h nats.Header) (i, n int, ok bool) {
 	}
 	return i, n, true
 }
+
+// MessageEvents returns the events a message of the replicated log's
+// stream holds, in either format, each with the message's stream
+// sequence sseq in its metadata (MetaStreamSeq): for audits that read the
+// stream itself.
+func MessageEvents(h nats.Header, data []byte, sseq uint64) ([]eventlog.Event, error) {
+	evs, _, _, err := decodeEvents(h, data, sseq)
+	return evs, err
+}

@@ -404,29 +404,28 @@ func checkOwnersDecided(t *testing.T, js jetstream.JetStream) int {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ev struct { // the event's JSON form, as the stream carries it
-			Stream, Type string
-			Body         []byte
-		}
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
+		evs, err := cluster.MessageEvents(m.Header, m.Data, sseq)
+		if err != nil {
 			t.Fatalf("stream message %d: %v", sseq, err)
 		}
-		p := cluster.PartitionOf(ev.Stream, parts)
-		switch ev.Type {
-		case cluster.PartitionOwned:
-			var o cluster.Owner
-			if err := json.Unmarshal(ev.Body, &o); err != nil {
-				t.Fatal(err)
+		for _, ev := range evs {
+			p := cluster.PartitionOf(ev.Stream, parts)
+			switch ev.Type {
+			case cluster.PartitionOwned:
+				var o cluster.Owner
+				if err := json.Unmarshal(ev.Body, &o); err != nil {
+					t.Fatal(err)
+				}
+				owner[p] = o.Node
+			case string(fsm.DispatchAssigned), string(fsm.DispatchTimedOut), string(fsm.DispatchRetried), string(fsm.DispatchDeadLettered):
+				node := m.Header.Get(cluster.HeaderNode)
+				if node != owner[p] {
+					t.Errorf("stream message %d: %s of task %s (partition %d) appended by %q, the partition's owner was %q",
+						sseq, ev.Type, ev.Stream, p, node, owner[p])
+				}
+				by[node]++
+				n++
 			}
-			owner[p] = o.Node
-		case string(fsm.DispatchAssigned), string(fsm.DispatchTimedOut), string(fsm.DispatchRetried), string(fsm.DispatchDeadLettered):
-			node := m.Header.Get(cluster.HeaderNode)
-			if node != owner[p] {
-				t.Errorf("stream message %d: %s of task %s (partition %d) appended by %q, the partition's owner was %q",
-					sseq, ev.Type, ev.Stream, p, node, owner[p])
-			}
-			by[node]++
-			n++
 		}
 	}
 	if len(by) < 2 {
