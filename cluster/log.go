@@ -852,10 +852,10 @@ func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.Stre
 }
 
 // prepare copies the appends, gives each event an id and a time if it has
-// none, checks them all before anything is published and builds each
-// event's message (wireOf), once for every attempt. It returns the
-// messages, in order, and whether every id was
-// given here (then no earlier append can hold them).
+// none, checks them all before anything is published and builds the
+// append's messages (wireOf: one per part, up to packLimit), once for
+// every attempt. It returns the messages, in order, and whether every id
+// was given here (then no earlier append can hold them).
 func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire []wireMsg, fresh bool, err error) {
 	if len(appends) == 0 {
 		return nil, nil, false, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
