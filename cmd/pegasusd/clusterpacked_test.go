@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/pegasus-engine/pegasus/cluster"
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -32,19 +34,11 @@ func TestClusterPackedMessages(t *testing.T) {
 	defer cancel()
 	st, info := logStream(ctx, t, js)
 	packed := 0
-	for sseq := info.State.FirstSeq; sseq <= info.State.LastSeq; sseq++ {
-		m, err := st.GetMsg(ctx, sseq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := cluster.MessageEvents(m.Header, m.Data, sseq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachLogMessage(ctx, t, st, info, func(_ *jetstream.RawStreamMsg, evs []eventlog.Event) {
 		if len(evs) > 1 {
 			packed++
 		}
-	}
+	})
 	// Each task's steps are appends of several events to its stream.
 	if info.State.Msgs >= head || packed < 20 {
 		t.Fatalf("%d messages for %d events, %d of them packed: want fewer messages than events, a packed one per task at least", info.State.Msgs, head, packed)
