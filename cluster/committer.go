@@ -51,7 +51,7 @@ type committer struct {
 type commitReq struct {
 	ctx   context.Context
 	parts []eventlog.StreamAppend
-	wire  [][]byte           // the messages' bodies (prepare), one per message
+	wire  []wireMsg          // its messages (prepare)
 	done  chan commitOutcome // buffered: the committer never blocks on it
 	// release, for a hold, receives the stream sequence of the last
 	// message the holder stored in the partition (0: none; unknownLast:
@@ -127,7 +127,7 @@ func (r *ReplicatedLog) committerFor(p int) *committer {
 
 // commit sends an append through partition p's committer and waits for
 // its outcome.
-func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire [][]byte) commitOutcome {
+func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire []wireMsg) commitOutcome {
 	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
 	return r.enqueue(ctx, r.committerFor(p).reqs, req)
 }
@@ -298,7 +298,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	}
 	v := &batchVersions{r: r, after: map[string]uint64{}}
 	var parts []eventlog.StreamAppend
-	var wire [][]byte
+	var wire []wireMsg
 	sent := batch[:0]
 	for _, req := range batch {
 		if err := req.ctx.Err(); err != nil {
@@ -330,7 +330,7 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	if h := r.beforeBatch; h != nil {
 		h(c.p, len(sent))
 	}
-	seq, err := r.publish(ctx, parts, wire, checks)
+	seq, err := r.publish(ctx, wire, checks)
 	return sent, seq, err
 }
 

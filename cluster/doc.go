@@ -56,8 +56,9 @@
 //
 // Invariants of the replicated log:
 //   - The local copy is written only by the follower, in stream order;
-//     each event keeps its stream sequence in its metadata
-//     (MetaStreamSeq), where the follower resumes. A copy with an event
+//     each event keeps its message's stream sequence in its metadata
+//     (MetaStreamSeq), where the follower resumes; a message's events
+//     (one, or several packed: wire.go) are written in one commit. A copy with an event
 //     written otherwise is refused (ErrApply) and VerifyCopy reports it.
 //   - An append is acknowledged only after JetStream acknowledged it (a
 //     quorum of replicas stored it) and the local copy holds it (synced).

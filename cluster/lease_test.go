@@ -96,7 +96,7 @@ func TestLeasesFenceAStaleOwner(t *testing.T) {
 	if _, err := b.rl.Append(ctx, other, eventlog.NoStream, eventlog.Event{Type: "STEP"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.rl.publish(ctx, []eventlog.StreamAppend{stale}, wireOfT(t, stale), []check{chk}); !isWrongLastSeq(err) {
+	if _, err := a.rl.publish(ctx, wireOfT(t, stale), []check{chk}); !isWrongLastSeq(err) {
 		t.Fatalf("a fenced append behind its partition: %v, want a wrong last sequence", err)
 	}
 	if _, err := a.rl.Append(ctx, task, eventlog.Exactly(2), eventlog.Event{Type: "STEP"}); err != nil {
@@ -113,7 +113,7 @@ func TestLeasesFenceAStaleOwner(t *testing.T) {
 	}
 	la.pause()
 	waitTook(t, tookB, 0, 1, 2, 3)
-	if _, err := a.rl.publish(ctx, []eventlog.StreamAppend{stale}, wireOfT(t, stale), []check{chk}); !isWrongLastSeq(err) {
+	if _, err := a.rl.publish(ctx, wireOfT(t, stale), []check{chk}); !isWrongLastSeq(err) {
 		t.Fatalf("the stale owner's prepared append: %v, want refused", err)
 	}
 	_, err = a.rl.Append(ctx, task, eventlog.Exactly(3), eventlog.Event{Type: "STALE"})
@@ -225,9 +225,9 @@ func TestLeasesBalance(t *testing.T) {
 }
 
 // wireOfT is the messages of sa's events (wireOf).
-func wireOfT(t *testing.T, sa eventlog.StreamAppend) [][]byte {
+func wireOfT(t *testing.T, sa eventlog.StreamAppend) []wireMsg {
 	t.Helper()
-	wire, err := wireOf([]eventlog.StreamAppend{sa})
+	wire, err := wireOf([]eventlog.StreamAppend{sa}, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // Errors of the replicated log.
@@ -49,9 +48,10 @@ const (
 	// for an audit of who decided what, not read by the follower.
 	HeaderNode = "Pegasus-Node"
 	// MetaStreamSeq is the metadata key under which the local copy keeps
-	// each event's sequence in the JetStream stream: what an expected
-	// version maps to (Nats-Expected-Last-Subject-Sequence) and where the
-	// follower resumes.
+	// the sequence in the JetStream stream of each event's message (the
+	// events of one message share it and are consecutive in the copy):
+	// what an expected version maps to (Nats-Expected-Last-Subject-Sequence)
+	// and where the follower resumes.
 	MetaStreamSeq = "pegasus.js_seq"
 )
 
@@ -168,8 +168,11 @@ type ReplicatedLog struct {
 	// streams of no partition publishes a batch of n appends.
 	beforeLoose func(n int)
 	// sending holds the messages of this node's appends in flight, by
-	// event id (wire.go).
+	// their first event's id (wire.go).
 	sending sync.Map
+	// pack is the most bytes of events one message carries (wire.go);
+	// -1: the servers' max_payload less packHeadroom.
+	pack int
 	// acked carries this node's acknowledged appends to the follower,
 	// which writes them into the copy without waiting for their delivery
 	// (ownacked.go).
@@ -202,7 +205,7 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 	}
 	opts.ensureDefaults(nc)
 	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{}),
-		acked: make(chan ackedAppend, maxApply)}
+		acked: make(chan ackedAppend, maxApply), pack: -1}
 	if err := r.start(ctx); err != nil {
 		nc.Close()
 		return nil, err
@@ -424,7 +427,8 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 	applied := r.applied
 	r.mu.Unlock()
 	own := ownQueue{}
-	var group []eventlog.Event // the parts of one append read so far
+	var group []eventlog.Event // the events of one append's messages read so far
+	read := 0                  // and how many of its messages
 	for {
 		var m jetstream.Msg
 		ok := true
@@ -438,7 +442,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 				r.fail(err)
 				return
 			} else if n > 0 {
-				group = nil // a partial read of the append written
+				group, read = nil, 0 // a partial read of the append written
 			}
 			continue
 		}
@@ -462,22 +466,22 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			if sseq, err := streamSeq(m); err == nil && sseq <= applied {
 				// Written already, at its acknowledgement.
 			} else {
-				ev, i, n, sseq, err := r.decodeMessage(m)
-				if err == nil && i != len(group)+1 {
-					err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, len(group))
+				evs, i, n, sseq, err := r.decodeMessage(m)
+				if err == nil && i != read+1 {
+					err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, read)
 				}
 				if err != nil {
 					r.opts.Logger.Error("the local copy stops following the stream", "err", err)
 					r.fail(fmt.Errorf("%w: %v", ErrApply, err))
 					return
 				}
-				group = append(group, ev)
-				if len(group) == n {
+				group, read = append(group, evs...), read+1
+				if read == n {
 					if _, err := r.local.Get(group[0].ID); err != nil {
 						parts = appendParts(parts, group)
 					}
 					r.notePartitions(group, moved, owned)
-					group, last = nil, sseq
+					group, read, last = nil, 0, sseq
 				}
 			}
 			if len(parts) >= maxApply {
@@ -508,7 +512,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			r.fail(err)
 			return
 		} else if n > 0 {
-			group = nil
+			group, read = nil, 0
 		}
 	}
 }
@@ -656,41 +660,20 @@ func (r *ReplicatedLog) catchUp(ctx context.Context) error {
 	return r.waitApplied(ctx, info.State.LastSeq)
 }
 
-// decodeMessage returns the event a stream message holds, its part i of
+// decodeMessage returns the events a stream message holds, its part i of
 // n, and its stream sequence. A message this node is appending, byte for
-// byte as it sent it, is not parsed again: its event is the one it sent.
-func (r *ReplicatedLog) decodeMessage(m jetstream.Msg) (ev eventlog.Event, i, n int, sseq uint64, err error) {
+// byte as it sent it, is not parsed again: its events are the ones it
+// sent.
+func (r *ReplicatedLog) decodeMessage(m jetstream.Msg) (evs []eventlog.Event, i, n int, sseq uint64, err error) {
 	md, err := m.Metadata()
 	if err != nil {
-		return ev, 0, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
-	if ev, i, n, ok := r.ownMessage(m.Headers(), m.Data(), md.Sequence.Stream); ok {
-		return ev, i, n, md.Sequence.Stream, nil
+	if evs, i, n, ok := r.ownMessage(m.Headers(), m.Data(), md.Sequence.Stream); ok {
+		return evs, i, n, md.Sequence.Stream, nil
 	}
-	ev, i, n, err = decodeEvent(m.Headers(), m.Data(), md.Sequence.Stream)
-	return ev, i, n, md.Sequence.Stream, err
-}
-
-// decodeEvent returns the event the stream message at sseq holds, with
-// its stream sequence in its metadata, and its part i of n.
-func decodeEvent(h nats.Header, data []byte, sseq uint64) (ev eventlog.Event, i, n int, err error) {
-	var ok bool
-	if i, n, ok = batchPart(h); !ok {
-		return ev, 0, 0, fmt.Errorf("message %d: bad %s header %q", sseq, HeaderBatch, h.Get(HeaderBatch))
-	}
-	if ev, err = replay.ParseDraft(data); err != nil {
-		return ev, 0, 0, fmt.Errorf("message %d: %w", sseq, err)
-	}
-	schema, err := strconv.ParseUint(h.Get(HeaderSchema), 10, 16)
-	if err != nil {
-		return ev, 0, 0, fmt.Errorf("message %d: bad %s header", sseq, HeaderSchema)
-	}
-	ev.Schema = uint16(schema)
-	if ev.Metadata == nil {
-		ev.Metadata = map[string]string{}
-	}
-	ev.Metadata[MetaStreamSeq] = strconv.FormatUint(sseq, 10)
-	return ev, i, n, nil
+	evs, i, n, err = decodeEvents(m.Headers(), m.Data(), md.Sequence.Stream)
+	return evs, i, n, md.Sequence.Stream, err
 }
 
 // Append appends evs to stream with the log's guarantees (eventlog.Append),
@@ -728,7 +711,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 			return res, err
 		}
 	}
-	defer r.noteSent(parts, wire)()
+	defer r.noteSent(wire)()
 	res, err := r.appendNew(ctx, parts, wire)
 	var conflict *eventlog.ConflictError
 	if errors.As(err, &conflict) {
@@ -747,7 +730,7 @@ func (r *ReplicatedLog) AppendMulti(ctx context.Context, appends ...eventlog.Str
 // appendNew stores parts, which the local copy does not hold (yet):
 // through the partition's committer if this node holds the partition of
 // every part, else as one publish checked by JetStream.
-func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte) ([]eventlog.AppendResult, error) {
+func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAppend, wire []wireMsg) ([]eventlog.AppendResult, error) {
 	if p, ok := r.ownedPartition(parts); ok {
 		o := r.commit(ctx, p, parts, wire)
 		if o.err != nil || o.res != nil {
@@ -796,7 +779,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 // while JetStream refuses it as busy or no leader answers, until
 // AckTimeout. It returns the stream sequence of its last message, or 0
 // when the events turned out to be stored already.
-func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte) (uint64, error) {
+func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.StreamAppend, wire []wireMsg) (uint64, error) {
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -809,7 +792,7 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 			return 0, err
 		}
 		fenced := slices.ContainsFunc(checks, func(c check) bool { return c.subj != "" })
-		last, err = r.publish(actx, parts, wire, checks)
+		last, err = r.publish(actx, wire, checks)
 		if isWrongLastSeq(err) {
 			// A real conflict, or a busy subject: on a replicated
 			// stream JetStream also refuses an expected-version check
@@ -869,11 +852,11 @@ func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.Stre
 }
 
 // prepare copies the appends, gives each event an id and a time if it has
-// none, checks them all before anything is published and builds each
-// event's message (wireOf), once for every attempt. It returns the
-// messages, in order, and whether every id was
-// given here (then no earlier append can hold them).
-func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire [][]byte, fresh bool, err error) {
+// none, checks them all before anything is published and builds the
+// append's messages (wireOf: one per part, up to packLimit), once for
+// every attempt. It returns the messages, in order, and whether every id
+// was given here (then no earlier append can hold them).
+func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventlog.StreamAppend, wire []wireMsg, fresh bool, err error) {
 	if len(appends) == 0 {
 		return nil, nil, false, fmt.Errorf("%w: append without streams", eventlog.ErrInvalid)
 	}
@@ -911,7 +894,7 @@ func (r *ReplicatedLog) prepare(appends []eventlog.StreamAppend) (parts []eventl
 	if n > maxBatch {
 		return nil, nil, false, fmt.Errorf("%w: %d events in one append, more than %d (JetStream's atomic batch)", eventlog.ErrInvalid, n, maxBatch)
 	}
-	if wire, err = wireOf(parts); err != nil {
+	if wire, err = wireOf(parts, r.packLimit()); err != nil {
 		return nil, nil, false, err
 	}
 	return parts, wire, fresh, nil
@@ -1191,59 +1174,56 @@ func (r *ReplicatedLog) conflict(ctx context.Context, parts []eventlog.StreamApp
 	}
 }
 
-// publish sends the parts' events, one message each on its stream's
-// subject, the first of each part with its expected subject sequence;
-// several go as one atomic batch. It returns the stream sequence of the
-// last.
-func (r *ReplicatedLog) publish(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte, checks []check) (uint64, error) {
+// publish sends an append's messages (wireOf: its parts' events, each
+// message on its stream's subject), the first of each part with the
+// part's check (checks, one per part, in order); several go as one
+// atomic batch. It returns the stream sequence of the last.
+func (r *ReplicatedLog) publish(ctx context.Context, wire []wireMsg, checks []check) (uint64, error) {
 	n := len(wire)
 	batchID := ulid.Make().String()
 	var ack pubAck
-	k := 0
-	for pi, p := range parts {
-		subj := subjectOf(p.Stream, r.parts)
-		for j, ev := range p.Events {
-			k++
-			m := nats.NewMsg(subj)
-			m.Data = wire[k-1]
-			m.Header.Set(jetstream.MsgIDHeader, ev.ID.String())
-			m.Header.Set(HeaderBatch, fmt.Sprintf("%d/%d", k, n))
-			m.Header.Set(HeaderSchema, strconv.FormatUint(uint64(ev.Schema), 10))
-			m.Header.Set(HeaderNode, r.opts.Node)
-			if c := checks[pi]; j == 0 && c.seq >= 0 {
-				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(c.seq, 10))
-				if c.subj != "" {
-					m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, c.subj)
+	pi := -1 // the part of wire[k]
+	for k, w := range wire {
+		if w.first {
+			pi++
+		}
+		m := nats.NewMsg(subjectOf(w.stream, r.parts))
+		m.Data = w.data
+		w.setHeader(m.Header, k+1, n)
+		m.Header.Set(HeaderNode, r.opts.Node)
+		if c := checks[pi]; w.first && c.seq >= 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatInt(c.seq, 10))
+			if c.subj != "" {
+				m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, c.subj)
+			}
+		}
+		if n > 1 {
+			m.Header.Set("Nats-Batch-Id", batchID)
+			m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(k+1))
+			if k+1 < n {
+				if err := r.nc.PublishMsg(m); err != nil {
+					return 0, err
 				}
+				continue
 			}
-			if n > 1 {
-				m.Header.Set("Nats-Batch-Id", batchID)
-				m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(k))
-				if k < n {
-					if err := r.nc.PublishMsg(m); err != nil {
-						return 0, err
-					}
-					continue
-				}
-				m.Header.Set("Nats-Batch-Commit", "1")
-			}
-			resp, err := r.nc.RequestMsgWithContext(ctx, m)
-			if errors.Is(err, nats.ErrNoResponders) {
-				return 0, err
-			}
-			if err != nil {
-				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
-			}
-			if err := json.Unmarshal(resp.Data, &ack); err != nil {
-				return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
-			}
+			m.Header.Set("Nats-Batch-Commit", "1")
+		}
+		resp, err := r.nc.RequestMsgWithContext(ctx, m)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return 0, err
+		}
+		if err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
 		}
 	}
 	if ack.Error != nil {
 		return 0, ack.Error
 	}
 	if !ack.Duplicate {
-		r.noteAcked(parts, ack.Seq)
+		r.noteAcked(wire, ack.Seq)
 	}
 	return ack.Seq, nil
 }

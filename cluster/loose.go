@@ -142,7 +142,7 @@ func (c *looseCommitter) commit(ctx context.Context, batch []*commitReq) looseDo
 	actx, cancel := context.WithDeadline(ctx, time.Now().Add(r.opts.AckTimeout))
 	defer cancel()
 	var parts []eventlog.StreamAppend
-	var wire [][]byte
+	var wire []wireMsg
 	var checks []check
 	sent := batch[:0]
 	for _, req := range batch {
@@ -171,7 +171,7 @@ func (c *looseCommitter) commit(ctx context.Context, batch []*commitReq) looseDo
 	if h := r.beforeLoose; h != nil {
 		h(len(sent))
 	}
-	last, err := r.publish(actx, parts, wire, checks)
+	last, err := r.publish(actx, wire, checks)
 	switch {
 	case err == nil:
 		r.answerStored(sent, last)
@@ -191,7 +191,7 @@ func (c *looseCommitter) commit(ctx context.Context, batch []*commitReq) looseDo
 
 // commitLoose sends an append to streams of no partition through the
 // committer and waits for its outcome.
-func (r *ReplicatedLog) commitLoose(ctx context.Context, parts []eventlog.StreamAppend, wire [][]byte) commitOutcome {
+func (r *ReplicatedLog) commitLoose(ctx context.Context, parts []eventlog.StreamAppend, wire []wireMsg) commitOutcome {
 	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
 	return r.enqueue(ctx, r.looseFor().reqs, req)
 }

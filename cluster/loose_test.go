@@ -104,10 +104,10 @@ func TestPartialBatchNotStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// $b's check on the batch's third message expects a sequence its
+	// $b's check on its message (the batch's last) expects a sequence its
 	// subject is not at.
 	checks := []check{{seq: 0}, {seq: int64(info0.State.LastSeq) + 7}}
-	if _, err := a.rl.publish(ctx, parts, wire, checks); !isWrongLastSeq(err) {
+	if _, err := a.rl.publish(ctx, wire, checks); !isWrongLastSeq(err) {
 		t.Fatalf("publish: %v, want JetStream's wrong last sequence", err)
 	}
 	info1, err := s.Info(ctx)

@@ -29,14 +29,15 @@ import (
 // stored earlier) is not handed over: its sequence is the first copy's.
 
 // ackedAppend is one acknowledged append of this node: its events as the
-// stream holds them, one message each, from stream sequence first on.
+// stream holds them, in msgs messages from stream sequence first on.
 type ackedAppend struct {
 	first uint64
+	msgs  int
 	evs   []eventlog.Event
 }
 
 // last is the stream sequence of the append's last message.
-func (a ackedAppend) last() uint64 { return a.first + uint64(len(a.evs)) - 1 }
+func (a ackedAppend) last() uint64 { return a.first + uint64(a.msgs) - 1 }
 
 // ownQueue holds the acknowledged appends the copy does not reach yet, by
 // first stream sequence.
@@ -49,21 +50,17 @@ func (q ownQueue) add(a ackedAppend, applied uint64) {
 	}
 }
 
-// noteAcked hands an acknowledged append (parts, its messages ending at
+// noteAcked hands an acknowledged append (its messages, the last at
 // stream sequence last) to the follower. It never blocks: if the follower
 // is that far behind, the append is written when it is delivered.
-func (r *ReplicatedLog) noteAcked(parts []eventlog.StreamAppend, last uint64) {
-	n := 0
-	for _, p := range parts {
-		n += len(p.Events)
-	}
-	if uint64(n) > last {
+func (r *ReplicatedLog) noteAcked(wire []wireMsg, last uint64) {
+	if uint64(len(wire)) > last {
 		return
 	}
-	a := ackedAppend{first: last - uint64(n) + 1, evs: make([]eventlog.Event, 0, n)}
-	for _, p := range parts {
-		for _, ev := range p.Events {
-			a.evs = append(a.evs, asStored(onWire(ev), a.first+uint64(len(a.evs))))
+	a := ackedAppend{first: last - uint64(len(wire)) + 1, msgs: len(wire), evs: make([]eventlog.Event, 0, events(wire))}
+	for k, w := range wire {
+		for _, ev := range w.evs {
+			a.evs = append(a.evs, asStored(ev, a.first+uint64(k)))
 		}
 	}
 	select {

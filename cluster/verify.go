@@ -78,8 +78,9 @@ func VerifyFanout(ctx context.Context, l *eventlog.Log, st jetstream.Stream) (Fa
 var ErrCopyMismatch = errors.New("cluster: the local copy does not match the stream")
 
 // VerifyCopy checks a node's local copy against the replicated log's
-// stream: walking the stream in order, every append not seen before is
-// the next events of the local copy, with the same id, stream, type,
+// stream: walking the stream in order, the events of every message (one,
+// or several packed, wire.go) not seen before are the next events of the
+// local copy, with the same id, stream, type,
 // schema, time, causation, body and the message's stream sequence in
 // their metadata; a message stored twice is skipped. The copy may end
 // before the stream (it is behind) but must hold nothing else. It returns
@@ -98,25 +99,30 @@ func VerifyCopy(ctx context.Context, local *eventlog.Log, st jetstream.Stream) (
 		if err != nil {
 			return covered, fmt.Errorf("stream message %d: %w", sseq, err)
 		}
-		want, _, _, err := decodeEvent(m.Header, m.Data, sseq)
+		wants, _, _, err := decodeEvents(m.Header, m.Data, sseq)
 		if err != nil {
 			return covered, fmt.Errorf("%w: %v", ErrCopyMismatch, err)
 		}
-		if prev, err := local.Get(want.ID); err == nil && prev.Metadata[MetaStreamSeq] != want.Metadata[MetaStreamSeq] {
-			continue // stored twice; the copy holds the first
-		}
-		if !it.Next() {
-			if err := it.Err(); err != nil {
-				return covered, err
+		for k, want := range wants {
+			if prev, err := local.Get(want.ID); err == nil && prev.Metadata[MetaStreamSeq] != want.Metadata[MetaStreamSeq] {
+				continue // stored twice; the copy holds the first
 			}
-			return covered, nil // the copy is behind
-		}
-		got := it.Event()
-		if got.ID != want.ID || got.Stream != want.Stream || got.Type != want.Type || got.Schema != want.Schema ||
-			!got.Time.Equal(want.Time) || got.Causation != want.Causation || !bytes.Equal(got.Body, want.Body) ||
-			got.Metadata[MetaStreamSeq] != want.Metadata[MetaStreamSeq] {
-			return covered, fmt.Errorf("%w: local event %d (%s %s) is not stream message %d (%s %s)",
-				ErrCopyMismatch, got.Seq, got.ID, got.Type, sseq, want.ID, want.Type)
+			if !it.Next() {
+				if err := it.Err(); err != nil {
+					return covered, err
+				}
+				if k > 0 {
+					return covered, fmt.Errorf("%w: the copy ends inside stream message %d, after %d of its %d events", ErrCopyMismatch, sseq, k, len(wants))
+				}
+				return covered, nil // the copy is behind
+			}
+			got := it.Event()
+			if got.ID != want.ID || got.Stream != want.Stream || got.Type != want.Type || got.Schema != want.Schema ||
+				!got.Time.Equal(want.Time) || got.Causation != want.Causation || !bytes.Equal(got.Body, want.Body) ||
+				got.Metadata[MetaStreamSeq] != want.Metadata[MetaStreamSeq] {
+				return covered, fmt.Errorf("%w: local event %d (%s %s) is not event %d of stream message %d (%s %s)",
+					ErrCopyMismatch, got.Seq, got.ID, got.Type, k+1, sseq, want.ID, want.Type)
+			}
 		}
 		covered = sseq
 	}

@@ -118,6 +118,23 @@ func logStream(ctx context.Context, t *testing.T, js jetstream.JetStream) (jetst
 // a time (the partition test's streams hold tens of thousands).
 const auditTimeout = 10 * time.Minute
 
+// eachLogMessage calls fn with every message of the log's stream (info
+// its state) and the events it holds (cluster.MessageEvents).
+func eachLogMessage(ctx context.Context, t *testing.T, st jetstream.Stream, info *jetstream.StreamInfo, fn func(m *jetstream.RawStreamMsg, evs []eventlog.Event)) {
+	t.Helper()
+	for sseq := info.State.FirstSeq; sseq <= info.State.LastSeq; sseq++ {
+		m, err := st.GetMsg(ctx, sseq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := cluster.MessageEvents(m.Header, m.Data, sseq)
+		if err != nil {
+			t.Fatalf("stream message %d: %v", sseq, err)
+		}
+		fn(m, evs)
+	}
+}
+
 // checkCopy opens a stopped node's copy read-only and checks it against
 // the log's stream: it holds the stream's events, in order, to the
 // stream's end (cluster.VerifyCopy). It returns the copy's head.
@@ -399,36 +416,27 @@ func checkOwnersDecided(t *testing.T, js jetstream.JetStream) int {
 	owner := map[int]string{}
 	by := map[string]int{}
 	n := 0
-	for sseq := info.State.FirstSeq; sseq <= info.State.LastSeq; sseq++ {
-		m, err := st.GetMsg(ctx, sseq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ev struct { // the event's JSON form, as the stream carries it
-			Stream, Type string
-			Body         []byte
-		}
-		if err := json.Unmarshal(m.Data, &ev); err != nil {
-			t.Fatalf("stream message %d: %v", sseq, err)
-		}
-		p := cluster.PartitionOf(ev.Stream, parts)
-		switch ev.Type {
-		case cluster.PartitionOwned:
-			var o cluster.Owner
-			if err := json.Unmarshal(ev.Body, &o); err != nil {
-				t.Fatal(err)
+	eachLogMessage(ctx, t, st, info, func(m *jetstream.RawStreamMsg, evs []eventlog.Event) {
+		for _, ev := range evs {
+			p := cluster.PartitionOf(ev.Stream, parts)
+			switch ev.Type {
+			case cluster.PartitionOwned:
+				var o cluster.Owner
+				if err := json.Unmarshal(ev.Body, &o); err != nil {
+					t.Fatal(err)
+				}
+				owner[p] = o.Node
+			case string(fsm.DispatchAssigned), string(fsm.DispatchTimedOut), string(fsm.DispatchRetried), string(fsm.DispatchDeadLettered):
+				node := m.Header.Get(cluster.HeaderNode)
+				if node != owner[p] {
+					t.Errorf("stream message %d: %s of task %s (partition %d) appended by %q, the partition's owner was %q",
+						m.Sequence, ev.Type, ev.Stream, p, node, owner[p])
+				}
+				by[node]++
+				n++
 			}
-			owner[p] = o.Node
-		case string(fsm.DispatchAssigned), string(fsm.DispatchTimedOut), string(fsm.DispatchRetried), string(fsm.DispatchDeadLettered):
-			node := m.Header.Get(cluster.HeaderNode)
-			if node != owner[p] {
-				t.Errorf("stream message %d: %s of task %s (partition %d) appended by %q, the partition's owner was %q",
-					sseq, ev.Type, ev.Stream, p, node, owner[p])
-			}
-			by[node]++
-			n++
 		}
-	}
+	})
 	if len(by) < 2 {
 		t.Errorf("broker decisions by %v: want both daemons deciding for their partitions", by)
 	}
