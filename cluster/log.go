@@ -91,6 +91,13 @@ type LogOptions struct {
 	// leader not yet elected), retrying with a backoff. The default value
 	// is 1 minute.
 	StartTimeout time.Duration
+	// OneEventPerMessage writes every event as a message of its own (the
+	// stream format of builds before packed messages) instead of one
+	// message per stream of an append. Set it on every node while a
+	// cluster is upgraded one node at a time from such a build, which
+	// cannot read packed messages, and clear it once no node runs one.
+	// Reading is unchanged: both forms are always read.
+	OneEventPerMessage bool
 }
 
 func (o *LogOptions) ensureDefaults(nc *nats.Conn) {
@@ -206,6 +213,9 @@ func OpenReplicated(ctx context.Context, local *eventlog.Log, opts LogOptions) (
 	opts.ensureDefaults(nc)
 	r := &ReplicatedLog{local: local, opts: opts, nc: nc, changed: make(chan struct{}), failed: make(chan struct{}), done: make(chan struct{}),
 		acked: make(chan ackedAppend, maxApply), pack: -1}
+	if opts.OneEventPerMessage {
+		r.pack = 0
+	}
 	if err := r.start(ctx); err != nil {
 		nc.Close()
 		return nil, err

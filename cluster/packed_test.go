@@ -112,3 +112,38 @@ func TestPackedAppendIsOneMessage(t *testing.T) {
 	}
 	sameCopies(t, a, b)
 }
+
+// With OneEventPerMessage a node writes the one-event messages a build
+// without packed messages reads, and still reads the packed messages
+// another node wrote: the two halves of a rolling upgrade.
+func TestOneEventPerMessage(t *testing.T) {
+	nc := natstest.Start(t, 1)
+	ctx := context.Background()
+	evs := []eventlog.Event{{Type: "A", Body: []byte("a")}, {Type: "B"}, {Type: "C", Body: []byte("c")}}
+
+	packed := openNode(t, nc, t.TempDir())
+	before := lastSeq(t, packed)
+	if _, err := packed.rl.Append(ctx, "t1", eventlog.NoStream, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeq(t, packed) - before; got != 1 {
+		t.Fatalf("the default wrote %d messages for 3 events, want 1", got)
+	}
+
+	old := openNodeWith(t, nc, t.TempDir(), LogOptions{OneEventPerMessage: true})
+	before = lastSeq(t, old)
+	if _, err := old.rl.Append(ctx, "t2", eventlog.NoStream, evs...); err != nil {
+		t.Fatal(err)
+	}
+	if got := lastSeq(t, old) - before; got != 3 {
+		t.Fatalf("OneEventPerMessage wrote %d messages for 3 events, want 3", got)
+	}
+	// Each node reads both forms: the copies are the stream's and equal.
+	sameCopies(t, packed, old)
+	if v, err := packed.local.StreamVersion("t2"); err != nil || v != 3 {
+		t.Fatalf("the packing node holds t2 at version %d: %v, want 3", v, err)
+	}
+	if v, err := old.local.StreamVersion("t1"); err != nil || v != 3 {
+		t.Fatalf("the one-event node holds t1 at version %d: %v, want 3", v, err)
+	}
+}

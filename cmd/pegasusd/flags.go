@@ -32,6 +32,8 @@ func clusterFlags() []cli.Flag {
 			Usage: "how long a partition's lease lasts without renewal, when --cluster creates the lease bucket (recorded in it)"},
 		&cli.DurationFlag{Name: "cluster-start-timeout", Value: time.Minute, EnvVars: []string{"PEGASUS_CLUSTER_START_TIMEOUT"},
 			Usage: "how long to wait at start for the NATS servers and JetStream to answer (servers still starting, a leader not yet elected), retrying with a backoff"},
+		&cli.BoolFlag{Name: "cluster-packed-messages", Value: true, EnvVars: []string{"PEGASUS_CLUSTER_PACKED_MESSAGES"},
+			Usage: "write an append's events on one stream as one JetStream message; set false on every node while upgrading a cluster one node at a time from a build that cannot read packed messages (docs/cluster.md)"},
 		&cli.StringFlag{Name: "cluster-node", EnvVars: []string{"PEGASUS_CLUSTER_NODE"},
 			Usage: "this daemon's name in the partitions' leases, unique among running daemons; a restart under the same name takes its leases back at once (default: a new id at each start)"},
 	}
@@ -41,7 +43,8 @@ func clusterFlags() []cli.Flag {
 // embedded log.
 func clusterConfigFrom(cc *cli.Context, e *engine.Options) error {
 	o := cluster.LogOptions{URL: cc.String("cluster"), Stream: cc.String("cluster-stream"), Replicas: cc.Int("cluster-replicas"),
-		Partitions: cc.Int("cluster-partitions"), Node: cc.String("cluster-node"), StartTimeout: cc.Duration("cluster-start-timeout")}
+		Partitions: cc.Int("cluster-partitions"), Node: cc.String("cluster-node"), StartTimeout: cc.Duration("cluster-start-timeout"),
+		OneEventPerMessage: !cc.Bool("cluster-packed-messages")}
 	e.Cluster, e.Lease = o, cluster.LeaseOptions{TTL: cc.Duration("cluster-lease-ttl")}
 	switch {
 	case o.URL == "":
