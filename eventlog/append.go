@@ -440,6 +440,9 @@ func (l *Log) prepare(r *appendReq) error {
 				continue
 			}
 			withID++
+			if l.takeFresh(ev.ID, freshID) {
+				continue
+			}
 			prev, found, err := l.lookupID(ev.ID)
 			if err != nil {
 				return err
@@ -467,6 +470,9 @@ func (l *Log) prepare(r *appendReq) error {
 	r.results = make([]AppendResult, len(r.appends))
 	for i, sa := range r.appends {
 		cur, ok := g.local[sa.Stream]
+		if !ok && l.freshStream(sa.Stream) {
+			ok = true // no append named this stream since NewID drew its name: cur is 0
+		}
 		if !ok {
 			var err error
 			if cur, err = l.currentVersion(sa.Stream); err != nil {

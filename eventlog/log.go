@@ -36,6 +36,11 @@ type Log struct {
 
 	idMu     sync.Mutex
 	idLastMs uint64
+	// fresh holds ids NewID handed out that no append has used yet, as an
+	// event's id or as a stream's name (at most maxFresh; guarded by
+	// idMu): the first append that uses one skips the index read that
+	// would only find nothing (fresh.go).
+	fresh map[ulid.ULID]freshUse
 	// keyMu serialises the bindings of idempotency keys (idempotency.go).
 	keyMu   keyLocks
 	entropy ulid.MonotonicReader
@@ -795,7 +800,11 @@ func (l *Log) Head() uint64 { return l.head.Load() }
 
 // NewID returns a new ULID, strictly greater than every ID this Log
 // generated before, with its time part from Options.Clock.
-func (l *Log) NewID() ulid.ULID { return l.newID(l.opts.Clock()) }
+func (l *Log) NewID() ulid.ULID {
+	id := l.newID(l.opts.Clock())
+	l.noteFresh(id)
+	return id
+}
 
 func (l *Log) newID(t time.Time) ulid.ULID {
 	l.idMu.Lock()
