@@ -476,7 +476,11 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			if sseq, err := streamSeq(m); err == nil && sseq <= applied {
 				// Written already, at its acknowledgement.
 			} else {
-				evs, i, n, sseq, err := r.decodeMessage(m)
+				var evs []eventlog.Event
+				var i, n int
+				if err == nil {
+					evs, i, n, err = r.decodeMessage(m, sseq)
+				}
 				if err == nil && i != read+1 {
 					err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, read)
 				}
@@ -670,20 +674,14 @@ func (r *ReplicatedLog) catchUp(ctx context.Context) error {
 	return r.waitApplied(ctx, info.State.LastSeq)
 }
 
-// decodeMessage returns the events a stream message holds, its part i of
-// n, and its stream sequence. A message this node is appending, byte for
-// byte as it sent it, is not parsed again: its events are the ones it
-// sent.
-func (r *ReplicatedLog) decodeMessage(m jetstream.Msg) (evs []eventlog.Event, i, n int, sseq uint64, err error) {
-	md, err := m.Metadata()
-	if err != nil {
-		return nil, 0, 0, 0, err
+// decodeMessage returns the events the stream message m at sseq holds
+// and its part i of n. A message this node is appending, byte for byte as
+// it sent it, is not parsed again: its events are the ones it sent.
+func (r *ReplicatedLog) decodeMessage(m jetstream.Msg, sseq uint64) (evs []eventlog.Event, i, n int, err error) {
+	if evs, i, n, ok := r.ownMessage(m.Headers(), m.Data(), sseq); ok {
+		return evs, i, n, nil
 	}
-	if evs, i, n, ok := r.ownMessage(m.Headers(), m.Data(), md.Sequence.Stream); ok {
-		return evs, i, n, md.Sequence.Stream, nil
-	}
-	evs, i, n, err = decodeEvents(m.Headers(), m.Data(), md.Sequence.Stream)
-	return evs, i, n, md.Sequence.Stream, err
+	return decodeEvents(m.Headers(), m.Data(), sseq)
 }
 
 // Append appends evs to stream with the log's guarantees (eventlog.Append),

@@ -16,13 +16,12 @@ const (
 	freshStream                      // as a stream's name (its string form)
 )
 
-// noteFresh records id, just drawn by NewID, as fresh for both uses.
-// NewID never draws an id twice and ids only increase, so until an
-// append uses it the log holds no event with this id and, since no one
-// could name a stream after it before it was drawn, no such stream.
+// noteFresh records id, just drawn by NewID, as fresh for both uses
+// (idMu held: in the same hold as the draw). NewID never draws an id
+// twice and ids only increase, so until an append uses it the log holds
+// no event with this id and, since no one could name a stream after it
+// before it was drawn, no such stream.
 func (l *Log) noteFresh(id ulid.ULID) {
-	l.idMu.Lock()
-	defer l.idMu.Unlock()
 	if l.fresh == nil || len(l.fresh) >= maxFresh {
 		l.fresh = make(map[ulid.ULID]freshUse)
 	}

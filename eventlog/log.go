@@ -801,7 +801,10 @@ func (l *Log) Head() uint64 { return l.head.Load() }
 // NewID returns a new ULID, strictly greater than every ID this Log
 // generated before, with its time part from Options.Clock.
 func (l *Log) NewID() ulid.ULID {
-	id := l.newID(l.opts.Clock())
+	t := l.opts.Clock()
+	l.idMu.Lock()
+	defer l.idMu.Unlock()
+	id := l.drawID(t)
 	l.noteFresh(id)
 	return id
 }
@@ -809,6 +812,11 @@ func (l *Log) NewID() ulid.ULID {
 func (l *Log) newID(t time.Time) ulid.ULID {
 	l.idMu.Lock()
 	defer l.idMu.Unlock()
+	return l.drawID(t)
+}
+
+// drawID is newID with idMu held.
+func (l *Log) drawID(t time.Time) ulid.ULID {
 	ms := ulid.Timestamp(t)
 	if ms < l.idLastMs {
 		// The clock went backwards: stay on the last millisecond so that
