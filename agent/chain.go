@@ -43,6 +43,11 @@ type held struct {
 	evs  []eventlog.Event
 	res  eventlog.AppendResult // the append that carried evs, once done
 	ok   bool
+	// readers: evs end with the start of a side-effect-free tool's call
+	// (readers.go), whose outcome is stamped with the time it is known,
+	// and after which the next model call may chain with one model's
+	// answer held.
+	readers bool
 }
 
 // take returns the version to expect and the events to append for evs
@@ -100,6 +105,7 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 	switch {
 	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall && step != nil && step.Index == act.Step:
 	case act.Kind == fsm.ActCallModel && !holdsModelCall(h, evs):
+	case act.Kind == fsm.ActCallModel && h != nil && h.readers && modelCalls(h, evs) <= 1:
 	default:
 		return eventlog.AppendResult{}, false, false
 	}

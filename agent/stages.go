@@ -256,14 +256,19 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
+	tool, _ := kind.registry.Lookup(name)
+	started := startedBody(t, step, tool)
+	source = started.Source
+	// A tool that only reads is recorded with its outcome (readers.go).
+	if tools.SideEffectFree(tool) {
+		a.runReader(ctx, t, kind, tool, started, h)
+		return
+	}
 	// The calls of one model turn run side by side (parallel.go).
 	if steps := parallelSteps(t, kind, step); steps != nil {
 		a.runTools(ctx, t, kind, steps, h)
 		return
 	}
-	tool, _ := kind.registry.Lookup(name)
-	started := startedBody(t, step, tool)
-	source = started.Source
 	if w, ok := tool.(*tools.WorkerTool); ok {
 		a.delegateTool(ctx, t, h, w, started, result)
 		return
