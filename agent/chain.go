@@ -24,7 +24,8 @@ import (
 //     appended with the held events. A crash meanwhile loses the held
 //     events: the tool call whose TOOL_CALL_STARTED is in the log runs
 //     again with the same idempotency key, which the at-least-once rule
-//     allows. A model's answer is never held across another model call,
+//     allows. A model's answer is never held across another model call
+//     (but one, when side-effect-free tools' calls follow it: readers.go),
 //     and the admission (TASK_CREATED) is never held: the task is
 //     reasoning, for every reader, while its model works.
 //
