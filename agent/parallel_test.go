@@ -192,3 +192,33 @@ func TestParallelToolCallHandleSurvivesARestart(t *testing.T) {
 	ht.checkResumed(t, h.wait(id))
 	h.verify()
 }
+
+// While the calls of one turn run, the progress view awaits the current
+// step's call, named by its own TOOL_CALL_STARTED (not the later starts
+// of the same append).
+func TestParallelToolCallsAwaitTheCurrentStart(t *testing.T) {
+	g := newGate(4) // three calls never open it: they run until the stop
+	h := newHarness(t, Options{Model: fanModel{n: 3}, Tools: []tools.Tool{g.tool()}, DisableReflection: true,
+		ToolTimeout: testTimeout})
+	id := h.submit("fan out")
+	defer func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // no grace: the calls end with the stop
+		_ = h.a.Stop(ctx)
+		h.a = nil
+	}()
+	if _, err := h.a.WaitUntil(testCtx(t), id, func(t *fsm.Task) bool { return t.Version >= 7 }); err != nil {
+		t.Fatal(err)
+	}
+	evs := h.events(id)
+	if got, want := types(evs[4:7]), "TOOL_CALL_STARTED TOOL_CALL_STARTED TOOL_CALL_STARTED"; got != want {
+		t.Fatalf("events = %s, want %s", types(evs), want)
+	}
+	p, err := h.a.View().Progress(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.AwaitingTool; a == nil || a.StepIndex != 0 || a.EventID != evs[4].ID || a.ToolCallID != "c0" {
+		t.Fatalf("awaiting %+v, want step 0's call started by %s", a, evs[4].ID)
+	}
+}
