@@ -273,11 +273,15 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		a.delegateTool(ctx, t, h, w, started, result)
 		return
 	}
-	res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, started))
-	if !ok {
-		return
+	if started.Handle == "" || (h != nil && len(h.evs) > 0) {
+		res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, started))
+		if !ok {
+			return
+		}
+		v, cause = res.Version, lastID(res)
 	}
-	v, cause = res.Version, lastID(res)
+	// (Otherwise a run after a crash resumes from the handle the last run
+	// recorded: its start, with the handle, is the last one in the log.)
 
 	if a.testToolWait != nil {
 		a.testToolWait()
