@@ -684,9 +684,6 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 	add := func(b fsm.Body) {
 		ev := a.event(t.ID, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
-		if h != nil && h.readers {
-			ev.Time = idTime(ev.ID) // held after a reader's call, stamped as its start is (readers.go)
-		}
 		evs = append(evs, ev)
 		ok = ok && predict(&pred, &evs[len(evs)-1], b, now)
 	}

@@ -45,9 +45,8 @@ type held struct {
 	res  eventlog.AppendResult // the append that carried evs, once done
 	ok   bool
 	// readers: evs end with the start of a side-effect-free tool's call
-	// (readers.go), whose outcome is stamped with the time it is known,
-	// and after which the next model call may chain with one model's
-	// answer held.
+	// (readers.go), after which the next model call may chain with one
+	// model's answer held.
 	readers bool
 }
 

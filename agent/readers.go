@@ -4,9 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"time"
-
-	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/agent/tools"
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -18,13 +15,12 @@ import (
 // nothing when it runs, so running it again after a crash is harmless
 // whatever its key. Its call is not recorded before it runs:
 //
-//   - its TOOL_CALL_STARTED gets its id when the call starts, and the id's
-//     time as its time (the call's start, read from the log's clock), and
-//     is held with the events the stage holds (the model's answer that
-//     asked for the call, chain.go), which get their ids' times too;
+//   - its TOOL_CALL_STARTED gets its id (log.NewID) when the call starts,
+//     so the id's time is the call's start, and is held with the events the
+//     stage holds (the model's answer that asked for the call, chain.go);
 //   - the call runs under the tool semaphore and the per-call timeout;
 //   - its result (after any TASK_NOTIFY) goes through outcome with the
-//     start held, stamped with its id's time (the call's end), so the start, the
+//     start held (its id, drawn there, tells the call's end), so the start, the
 //     result and whatever the machine says follows (a respond step,
 //     TASK_COMPLETED, the next model call's outcome) share one append with
 //     the model's answer.
@@ -50,8 +46,7 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 	}
 	begin := a.opts.Now()
 	start := a.event(t.ID, t.LastEvent, started)
-	start.ID = a.log.NewID()
-	start.Time = idTime(start.ID)
+	start.ID = a.log.NewID() // drawn now: its time is the call's start
 	pred := t.Clone()
 	if !predict(&pred, &start, started, begin) {
 		// The machine refuses the start: record it on its own, so that the
@@ -61,11 +56,6 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 		return
 	}
 	base, evs, _ := h.take(t.Version, nil)
-	for i := range evs {
-		if evs[i].Time.IsZero() {
-			evs[i].Time = idTime(evs[i].ID) // known before the call, appended after it
-		}
-	}
 	next := &held{base: base, evs: append(evs, start), readers: true}
 
 	var (
@@ -114,8 +104,3 @@ func modelCalls(h *held, evs []eventlog.Event) int {
 	count(evs)
 	return n
 }
-
-// idTime is the time of id, drawn by the log's NewID when the event it
-// names became known: the time of an event held for a later append, whose
-// commit would otherwise stamp it with the commit's time.
-func idTime(id ulid.ULID) time.Time { return ulid.Time(id.Time()).UTC() }
