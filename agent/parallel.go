@@ -82,11 +82,17 @@ type toolRun struct {
 // bodies are the events that record r's outcome: its notes, then its
 // result.
 func (r *toolRun) bodies() []fsm.Body {
-	var bs []fsm.Body
-	for _, n := range r.notes {
+	return withNotes(r.notes, toolResult(r.started, r.out, r.err, r.dur))
+}
+
+// withNotes are the events that record a call's outcome: a TASK_NOTIFY
+// for each of the notes it sent, then its result.
+func withNotes(notes []string, result fsm.Body) []fsm.Body {
+	bs := make([]fsm.Body, 0, len(notes)+1)
+	for _, n := range notes {
 		bs = append(bs, &fsm.TaskNotifyBody{Message: n})
 	}
-	return append(bs, toolResult(r.started, r.out, r.err, r.dur))
+	return append(bs, result)
 }
 
 // toolResult is the TOOL_CALL_COMPLETED (or _FAILED, with err) body of

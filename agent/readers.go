@@ -76,13 +76,10 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 		// runs the stage again when it next runs.
 		return
 	}
-	var bodies []fsm.Body
 	mu.Lock()
-	for _, n := range notes {
-		bodies = append(bodies, &fsm.TaskNotifyBody{Message: n})
-	}
+	bodies := withNotes(notes, toolResult(started, out, err, dur))
 	mu.Unlock()
-	res, ok := a.outcomeHeld(ctx, &pred, next, pred.Version, start.ID, append(bodies, toolResult(started, out, err, dur))...)
+	res, ok := a.outcomeHeld(ctx, &pred, next, pred.Version, start.ID, bodies...)
 	if h != nil {
 		h.res, h.ok = res, ok
 	}

@@ -319,13 +319,9 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		// After a restart the call runs again with the same key.
 		return
 	}
-	var bodies []fsm.Body
 	mu.Lock()
 	defer mu.Unlock()
-	for _, n := range notes {
-		bodies = append(bodies, &fsm.TaskNotifyBody{Message: n})
-	}
-	a.outcomeHeld(ctx, t, nil, v, cause, append(bodies, result(out, err, dur))...)
+	a.outcomeHeld(ctx, t, nil, v, cause, withNotes(notes, result(out, err, dur))...)
 }
 
 // toolAwaiter is a tools.Provider that may not know all its tools yet
