@@ -129,11 +129,19 @@ func startedBody(t *fsm.Task, step *fsm.PlanStep, tool tools.Tool) *fsm.ToolCall
 func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps []*fsm.PlanStep, h *held) {
 	v := t.Version
 	runs := make([]*toolRun, len(steps))
-	evs := make([]eventlog.Event, len(steps))
+	evs := make([]eventlog.Event, 0, len(steps))
+	starting := make([]*toolRun, 0, len(steps)) // the runs of evs
 	for i, s := range steps {
 		tool, _ := kind.registry.Lookup(s.ActionParams["tool"])
 		runs[i] = &toolRun{step: s, tool: tool, started: startedBody(t, s, tool)}
-		evs[i] = a.event(t.ID, t.LastEvent, runs[i].started)
+		if runs[i].started.Handle != "" {
+			// A run after a crash resumes from the handle the last one
+			// recorded: its start, with the handle, is in the log.
+			runs[i].cause = t.LastEvent
+			continue
+		}
+		evs = append(evs, a.event(t.ID, t.LastEvent, runs[i].started))
+		starting = append(starting, runs[i])
 	}
 	// The log draws the starts' ids (an id the caller draws costs the log
 	// a lookup): each is its result's cause, read from the append's result.
@@ -142,16 +150,16 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		return
 	}
 	v = res.Version
-	for i, ev := range res.Events[len(res.Events)-len(runs):] {
-		runs[i].cause = ev.ID
+	for i, ev := range res.Events[len(res.Events)-len(starting):] {
+		starting[i].cause = ev.ID
 	}
 	// The task as folded once the starts are: the results are predicted on
 	// it, so that the last one may chain the next stage (outcome).
 	pred := t.Clone()
 	now := a.opts.Now()
 	for i := range evs {
-		evs[i].ID = runs[i].cause
-		predict(&pred, &evs[i], runs[i].started, now)
+		evs[i].ID = starting[i].cause
+		predict(&pred, &evs[i], starting[i].started, now)
 	}
 
 	callCtx, cancel := context.WithCancel(ctx)
