@@ -21,10 +21,10 @@ var benchInFlight = flag.Int("bench-inflight", 256, "tasks in flight in Benchmar
 // then an answer with the tool's result. With it, a task is 10 events:
 // input, TASK_CREATED, MODEL_CALLED, REASON_DONE, TOOL_CALL_STARTED,
 // TOOL_CALL_COMPLETED, MODEL_CALLED, REASON_DONE, STEP_COMPLETED,
-// TASK_COMPLETED, in 3 synced appends one after the other (the input;
-// the admission to the tool call's start; the tool call's outcome to the
-// task's end), where the admission shares the previous task's last append
-// when the task waited for a slot.
+// TASK_COMPLETED, in 2 synced appends one after the other (the input
+// with its admission; the reasoning to the task's end, since current_time
+// only reads: readers.go), where the admission shares the previous task's
+// last append when the task waited for a slot.
 type instantModel struct{}
 
 func (instantModel) Name() string { return "instant" }

@@ -24,7 +24,8 @@ import (
 //     appended with the held events. A crash meanwhile loses the held
 //     events: the tool call whose TOOL_CALL_STARTED is in the log runs
 //     again with the same idempotency key, which the at-least-once rule
-//     allows. A model's answer is never held across another model call,
+//     allows. A model's answer is never held across another model call
+//     (but one, when side-effect-free tools' calls follow it: readers.go),
 //     and the admission (TASK_CREATED) is never held: the task is
 //     reasoning, for every reader, while its model works.
 //
@@ -43,6 +44,10 @@ type held struct {
 	evs  []eventlog.Event
 	res  eventlog.AppendResult // the append that carried evs, once done
 	ok   bool
+	// readers: evs end with the start of a side-effect-free tool's call
+	// (readers.go), after which the next model call may chain with one
+	// model's answer held.
+	readers bool
 }
 
 // take returns the version to expect and the events to append for evs
@@ -100,6 +105,7 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 	switch {
 	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall && step != nil && step.Index == act.Step:
 	case act.Kind == fsm.ActCallModel && !holdsModelCall(h, evs):
+	case act.Kind == fsm.ActCallModel && h != nil && h.readers && modelCalls(h, evs) <= 1:
 	default:
 		return eventlog.AppendResult{}, false, false
 	}

@@ -14,6 +14,8 @@
 //	            reason: REASON_DONE | NEED_MORE_INFO; perceive: PERCEIVE_DONE; think: THINK_DONE |
 //	            NEED_MORE_INFO; plan: PLAN_DONE; reflect: REFLECT_DONE (with a verdict)
 //	run_step    a tool_call step               -> TOOL_CALL_STARTED, then [TASK_NOTIFY..., TOOL_CALL_COMPLETED | TOOL_CALL_FAILED]
+//	            a built-in tool that only reads -> [TOOL_CALL_STARTED, TASK_NOTIFY..., TOOL_CALL_COMPLETED | TOOL_CALL_FAILED]
+//	                                           with the model's answer that asked for it (readers.go)
 //	            a respond or generate step     -> [STEP_COMPLETED | ACT_DONE]
 //	            a sub_task step                -> SUB_TASK_CREATED, then the child's input on its own stream
 //	wait_task   the child ended                -> ACT_DONE with its outcome
@@ -57,7 +59,12 @@
 //
 // # At least once
 //
-// A tool call is recorded as TOOL_CALL_STARTED before it runs. If the
+// A tool call is recorded as TOOL_CALL_STARTED before it runs, except a
+// side-effect-free built-in tool's (tools.SideEffectFree: the clock,
+// memory reads), whose start and result go in one append with the model's
+// answer that asked for it, after it ran (readers.go): a crash before that
+// append calls the model and runs the tool again, which changes nothing.
+// If the
 // daemon dies before its TOOL_CALL_COMPLETED or TOOL_CALL_FAILED is
 // committed, recovery finds the task acting on the same step and runs the
 // call again, with the same idempotency key (IdempotencyKey: task id,

@@ -82,11 +82,17 @@ type toolRun struct {
 // bodies are the events that record r's outcome: its notes, then its
 // result.
 func (r *toolRun) bodies() []fsm.Body {
-	var bs []fsm.Body
-	for _, n := range r.notes {
+	return withNotes(r.notes, toolResult(r.started, r.out, r.err, r.dur))
+}
+
+// withNotes are the events that record a call's outcome: a TASK_NOTIFY
+// for each of the notes it sent, then its result.
+func withNotes(notes []string, result fsm.Body) []fsm.Body {
+	bs := make([]fsm.Body, 0, len(notes)+1)
+	for _, n := range notes {
 		bs = append(bs, &fsm.TaskNotifyBody{Message: n})
 	}
-	return append(bs, toolResult(r.started, r.out, r.err, r.dur))
+	return append(bs, result)
 }
 
 // toolResult is the TOOL_CALL_COMPLETED (or _FAILED, with err) body of
@@ -123,11 +129,19 @@ func startedBody(t *fsm.Task, step *fsm.PlanStep, tool tools.Tool) *fsm.ToolCall
 func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps []*fsm.PlanStep, h *held) {
 	v := t.Version
 	runs := make([]*toolRun, len(steps))
-	evs := make([]eventlog.Event, len(steps))
+	evs := make([]eventlog.Event, 0, len(steps))
+	starting := make([]*toolRun, 0, len(steps)) // the runs of evs
 	for i, s := range steps {
 		tool, _ := kind.registry.Lookup(s.ActionParams["tool"])
 		runs[i] = &toolRun{step: s, tool: tool, started: startedBody(t, s, tool)}
-		evs[i] = a.event(t.ID, t.LastEvent, runs[i].started)
+		if runs[i].started.Handle != "" {
+			// A run after a crash resumes from the handle the last one
+			// recorded: its start, with the handle, is in the log.
+			runs[i].cause = t.LastEvent
+			continue
+		}
+		evs = append(evs, a.event(t.ID, t.LastEvent, runs[i].started))
+		starting = append(starting, runs[i])
 	}
 	// The log draws the starts' ids (an id the caller draws costs the log
 	// a lookup): each is its result's cause, read from the append's result.
@@ -136,16 +150,16 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 		return
 	}
 	v = res.Version
-	for i, ev := range res.Events[len(res.Events)-len(runs):] {
-		runs[i].cause = ev.ID
+	for i, ev := range res.Events[len(res.Events)-len(starting):] {
+		starting[i].cause = ev.ID
 	}
 	// The task as folded once the starts are: the results are predicted on
 	// it, so that the last one may chain the next stage (outcome).
 	pred := t.Clone()
 	now := a.opts.Now()
 	for i := range evs {
-		evs[i].ID = runs[i].cause
-		predict(&pred, &evs[i], runs[i].started, now)
+		evs[i].ID = starting[i].cause
+		predict(&pred, &evs[i], starting[i].started, now)
 	}
 
 	callCtx, cancel := context.WithCancel(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -190,5 +191,78 @@ func TestParallelToolCallHandleSurvivesARestart(t *testing.T) {
 	})
 	h.crash()
 	ht.checkResumed(t, h.wait(id))
+	h.verify()
+}
+
+// While the calls of one turn run, the progress view awaits the current
+// step's call, named by its own TOOL_CALL_STARTED (not the later starts
+// of the same append).
+func TestParallelToolCallsAwaitTheCurrentStart(t *testing.T) {
+	g := newGate(4) // three calls never open it: they run until the stop
+	h := newHarness(t, Options{Model: fanModel{n: 3}, Tools: []tools.Tool{g.tool()}, DisableReflection: true,
+		ToolTimeout: testTimeout})
+	id := h.submit("fan out")
+	defer func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // no grace: the calls end with the stop
+		_ = h.a.Stop(ctx)
+		h.a = nil
+	}()
+	if _, err := h.a.WaitUntil(testCtx(t), id, func(t *fsm.Task) bool { return t.Version >= 7 }); err != nil {
+		t.Fatal(err)
+	}
+	evs := h.events(id)
+	if got, want := types(evs[4:7]), "TOOL_CALL_STARTED TOOL_CALL_STARTED TOOL_CALL_STARTED"; got != want {
+		t.Fatalf("events = %s, want %s", types(evs), want)
+	}
+	p, err := h.a.View().Progress(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := p.AwaitingTool; a == nil || a.StepIndex != 0 || a.EventID != evs[4].ID || a.ToolCallID != "c0" {
+		t.Fatalf("awaiting %+v, want step 0's call started by %s", a, evs[4].ID)
+	}
+}
+
+// A call of a turn that recorded a durable handle as the current step
+// resumes from it after a crash, side by side with the rest of the turn,
+// without a third TOOL_CALL_STARTED: the one with the handle is in the
+// log.
+func TestParallelToolCallResumedFromItsHandle(t *testing.T) {
+	ht := &handleTool{arrived: make(chan struct{}, 1)}
+	second := tools.Func("second", "Answers at once.", nil, func(context.Context, tools.Call) (string, error) { return "second done", nil })
+	fake := newFakeModel(t, func(r *chatReq) reply {
+		if role, content := r.last(); role == "tool" {
+			return text(content)
+		}
+		return calls("job", `{}`, "second", `{}`)
+	})
+	h := newHarness(t, Options{Model: fake.client(t, nil), Tools: []tools.Tool{ht, second}, DisableReflection: true})
+	id := h.submit("run both")
+	<-ht.arrived // step 0 recorded its handle
+	h.a.WaitUntil(testCtx(t), id, func(t *fsm.Task) bool {
+		return t.Context.PendingCall != nil && t.Context.PendingCall.Handle == "task-42"
+	})
+	h.crash()
+	task := h.wait(id)
+	if task.State != fsm.StateCompleted {
+		t.Fatalf("task = %s", task.State)
+	}
+	var jobStarts []string
+	for _, ev := range h.events(id) {
+		if b, ok := ev.Body.(*fsm.ToolCallStartedBody); ok && b.StepIndex == 0 {
+			jobStarts = append(jobStarts, b.Handle)
+		}
+	}
+	if len(jobStarts) != 2 || jobStarts[0] != "" || jobStarts[1] != "task-42" {
+		t.Fatalf("step 0's starts (their handles): %q, want \"\" then task-42", jobStarts)
+	}
+	ht.mu.Lock()
+	handles := slices.Clone(ht.handles)
+	ht.mu.Unlock()
+	if !slices.Equal(handles, []string{"", "task-42"}) {
+		t.Fatalf("handles the job's runs got: %q", handles)
+	}
+	h.assertNoIssues()
 	h.verify()
 }

@@ -11,8 +11,8 @@ import (
 // max tasks hold an admission slot, and at most the limit of its
 // concurrency key of one key's tasks; the others wait, admitted one key
 // at a time in turn, then by priority and age within a key;
-// one stage goroutine per task; a timer for a task that waits until a
-// time. It holds no task state: the agent tells it, from fsm.Next, which
+// one stage goroutine per task at a time (reused: see idle); a timer for
+// a task that waits until a time. It holds no task state: the agent tells it, from fsm.Next, which
 // tasks have work due (schedule) and which have none (release).
 type scheduler struct {
 	max    int
@@ -29,6 +29,14 @@ type scheduler struct {
 	limits ConcurrencyLimits      // per concurrency key
 	byKey  map[string]int         // admission slots held, per concurrency key
 	timers map[string]*time.Timer // tasks waiting until a time the machine named
+
+	// Stage goroutines are reused: one whose task has no more work waits
+	// on idle for another task's (until done closes, when the agent
+	// stops), so that the stack its stages grew (the fold's copy of the
+	// task, the model and tool calls, chained stages) serves the next
+	// stages instead of being grown again by a new goroutine.
+	idle chan string
+	done chan struct{}
 }
 
 // taskRun is the scheduling record of one task: never task state (that is
@@ -47,7 +55,8 @@ type taskRun struct {
 
 func newScheduler(max int, base context.Context, now func() time.Time, stages *sync.WaitGroup, run func(context.Context, string)) *scheduler {
 	return &scheduler{max: max, base: base, now: now, stages: stages, run: run,
-		runs: map[string]*taskRun{}, timers: map[string]*time.Timer{}, byKey: map[string]int{}}
+		runs: map[string]*taskRun{}, timers: map[string]*time.Timer{}, byKey: map[string]int{},
+		idle: make(chan string), done: make(chan struct{})}
 }
 
 // setLimits replaces the limits of the concurrency keys; tasks a raised
@@ -191,7 +200,24 @@ func (s *scheduler) startLocked(id string, r *taskRun) {
 	}
 	r.running, r.ended = true, make(chan struct{})
 	s.stages.Add(1)
-	go s.loop(id)
+	select {
+	case s.idle <- id: // a stage goroutine waited for work
+	default:
+		go s.worker(id)
+	}
+}
+
+// worker is a stage goroutine: it runs the stages of task id (loop), then
+// of the tasks handed to it on idle, until the agent stops.
+func (s *scheduler) worker(id string) {
+	for {
+		s.loop(id)
+		select {
+		case id = <-s.idle:
+		case <-s.done:
+			return
+		}
+	}
 }
 
 // loop runs the stages of one task, one at a time, for as long as new
@@ -252,6 +278,9 @@ func (s *scheduler) wakeAt(id string, priority int, key string, at time.Time) {
 func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !s.closed {
+		close(s.done) // idle stage goroutines end
+	}
 	s.closed = true
 	for id, tm := range s.timers {
 		tm.Stop()

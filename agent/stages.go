@@ -256,23 +256,32 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
+	tool, _ := kind.registry.Lookup(name)
+	started := startedBody(t, step, tool)
+	source = started.Source
+	// A tool that only reads is recorded with its outcome (readers.go).
+	if tools.SideEffectFree(tool) {
+		a.runReader(ctx, t, kind, tool, started, h)
+		return
+	}
 	// The calls of one model turn run side by side (parallel.go).
 	if steps := parallelSteps(t, kind, step); steps != nil {
 		a.runTools(ctx, t, kind, steps, h)
 		return
 	}
-	tool, _ := kind.registry.Lookup(name)
-	started := startedBody(t, step, tool)
-	source = started.Source
 	if w, ok := tool.(*tools.WorkerTool); ok {
 		a.delegateTool(ctx, t, h, w, started, result)
 		return
 	}
-	res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, started))
-	if !ok {
-		return
+	if started.Handle == "" || (h != nil && len(h.evs) > 0) {
+		res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, started))
+		if !ok {
+			return
+		}
+		v, cause = res.Version, lastID(res)
 	}
-	v, cause = res.Version, lastID(res)
+	// (Otherwise a run after a crash resumes from the handle the last run
+	// recorded: its start, with the handle, is the last one in the log.)
 
 	if a.testToolWait != nil {
 		a.testToolWait()
@@ -310,13 +319,9 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		// After a restart the call runs again with the same key.
 		return
 	}
-	var bodies []fsm.Body
 	mu.Lock()
 	defer mu.Unlock()
-	for _, n := range notes {
-		bodies = append(bodies, &fsm.TaskNotifyBody{Message: n})
-	}
-	a.outcomeHeld(ctx, t, nil, v, cause, append(bodies, result(out, err, dur))...)
+	a.outcomeHeld(ctx, t, nil, v, cause, withNotes(notes, result(out, err, dur))...)
 }
 
 // toolAwaiter is a tools.Provider that may not know all its tools yet

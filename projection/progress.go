@@ -97,7 +97,9 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 		// The answer starts a new reasoning round; the old plan is superseded.
 		n.NextSteps = nil
 	case fsm.ToolCallStarted:
-		if pc := after.Context.PendingCall; pc != nil {
+		// The start of a later step of the same turn (parallel calls) leaves
+		// the current step's call pending: it is still the one awaited.
+		if pc := after.Context.PendingCall; pc != nil && startedStep(ev) == pc.StepIndex {
 			n.AwaitingTool = &PendingTool{
 				Tool: pc.Tool, StepIndex: pc.StepIndex, ToolCallID: pc.ToolCallID,
 				IdempotencyKey: pc.IdempotencyKey, Since: ev.Time.UTC(), EventID: ev.ID,
@@ -252,4 +254,13 @@ func DecodeProgress(data []byte) (Progress, error) {
 		p.AwaitingTool.Since = p.AwaitingTool.Since.UTC()
 	}
 	return p, nil
+}
+
+// startedStep is the step index of a TOOL_CALL_STARTED, -1 if its body
+// does not say.
+func startedStep(ev fsm.Event) int {
+	if b, ok := ev.Body.(*fsm.ToolCallStartedBody); ok {
+		return b.StepIndex
+	}
+	return -1
 }

@@ -279,6 +279,10 @@ func (b *builder) event(ev eventlog.Event) {
 	if _, dup := b.spanOf[ev.ID]; dup {
 		return // the log holds each event once
 	}
+	switch fsm.EventType(ev.Type) {
+	case fsm.ModelCalled, fsm.ToolCallStarted, fsm.ToolCallCompleted, fsm.ToolCallFailed:
+		ev.Time = known(ev)
+	}
 	ts, first := b.task(ev)
 	cur := ts.root
 	if r := &b.spans[ts.root]; r.Open && ev.Time.After(r.End) {
@@ -791,4 +795,17 @@ func jsonText(v any) string {
 		return ""
 	}
 	return string(data)
+}
+
+// known is when a model call's or a tool call's event became known: its
+// commit's time, or the earlier time of its id when the agent drew the id
+// and held the event for a later commit (a tool call's outcome appended
+// with the next model call's, a built-in tool that only reads recorded
+// with the model's answer that asked for it: docs/agent.md). An id the
+// log drew at the commit is of the commit's millisecond.
+func known(ev eventlog.Event) time.Time {
+	if t := ulid.Time(ev.ID.Time()); ev.Time.Sub(t) > time.Millisecond {
+		return t.UTC()
+	}
+	return ev.Time
 }

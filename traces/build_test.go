@@ -506,3 +506,45 @@ func TestBuildJSONable(t *testing.T) {
 		}
 	}
 }
+
+// Events the agent held for a later commit (a tool call's start and
+// result recorded with the model's answers around it) carry that
+// commit's time; their spans take the times of their ids, drawn when each
+// became known.
+func TestHeldEventsTakeTheirIDsTimes(t *testing.T) {
+	s := newScript(t)
+	in := s.add("", ulid.ULID{}, &fsm.Input{Kind: fsm.MessageReceived, Text: "time?", Source: "http", TaskType: "general"})
+	task := in.Stream
+	s.add(task, ulid.ULID{}, &fsm.TaskCreatedBody{Machine: fsm.MachineRef{Name: "pegasus.task", Version: 1}, TaskType: "general", InputText: "time?"})
+	held := len(s.evs)
+	s.wait(300 * time.Millisecond)
+	mc := s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "m", LatencyMS: 300, Status: 200, FinishReason: "tool_calls"})
+	s.add(task, ulid.ULID{}, &fsm.ReasonDoneBody{Plan: fsm.Plan{Goal: "g", Steps: []fsm.PlanStep{{Index: 0, ActionType: fsm.ActionToolCall,
+		ActionParams: map[string]string{"tool": "current_time", "arguments": "{}", "tool_call_id": "c1"}}}}})
+	start := s.add(task, ulid.ULID{}, &fsm.ToolCallStartedBody{StepIndex: 0, Tool: "current_time", ToolCallID: "c1", IdempotencyKey: "k1"})
+	s.wait(5 * time.Millisecond)
+	end := s.add(task, ulid.ULID{}, &fsm.ToolCallResultBody{StepIndex: 0, Tool: "current_time", ToolCallID: "c1", IdempotencyKey: "k1", Result: "12:00", DurationMS: 5})
+	s.wait(400 * time.Millisecond)
+	s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "m", LatencyMS: 400, Status: 200, FinishReason: "stop"})
+	commit := s.now.Add(2 * time.Millisecond)
+	for i := held; i < len(s.evs); i++ {
+		s.evs[i].Time = commit // one commit after the second model call
+	}
+	var tool, first *traces.Span
+	spans := traces.Build(s.evs, traces.Options{})
+	for i := range spans {
+		switch {
+		case spans[i].Kind == traces.KindTool:
+			tool = &spans[i]
+		case spans[i].Kind == traces.KindModel && first == nil:
+			first = &spans[i]
+		}
+	}
+	idTime := func(id ulid.ULID) time.Time { return ulid.Time(id.Time()).UTC() }
+	if tool == nil || !tool.Start.Equal(idTime(start.ID)) || !tool.End.Equal(idTime(end.ID)) {
+		t.Fatalf("tool span %+v, want from %s to %s", tool, idTime(start.ID), idTime(end.ID))
+	}
+	if first == nil || !first.End.Equal(idTime(mc.ID)) || !first.Start.Equal(idTime(mc.ID).Add(-300*time.Millisecond)) {
+		t.Fatalf("first model span %+v, want it to end at %s", first, idTime(mc.ID))
+	}
+}

@@ -130,7 +130,7 @@ const pathProp = `"path":{"type":"string","description":"Memory file path, e.g. 
 // MemoryTools returns the five memory tools over m.
 func MemoryTools(m Memory) []Tool {
 	return []Tool{
-		builtin(MemoryList, "List long-term memory files (facts and episodes) with their one-line summaries.",
+		reader(MemoryList, "List long-term memory files (facts and episodes) with their one-line summaries.",
 			schema(""), func(ctx context.Context, c Call) (string, error) {
 				if err := c.Decode(&struct{}{}); err != nil {
 					return "", err
@@ -144,7 +144,7 @@ func MemoryTools(m Memory) []Tool {
 				}
 				return FormatIndex(entries), nil
 			}),
-		builtin(MemoryRead, "Read one long-term memory file.",
+		reader(MemoryRead, "Read one long-term memory file.",
 			schema(pathProp, "path"), func(ctx context.Context, c Call) (string, error) {
 				var a struct {
 					Path string `json:"path"`
@@ -272,7 +272,7 @@ func CurrentTimeTool(now func() time.Time) Tool {
 	if now == nil {
 		now = time.Now
 	}
-	return builtin(CurrentTime, "Get the current date and time (RFC 3339). Optionally in an IANA time zone such as Europe/Paris.",
+	return reader(CurrentTime, "Get the current date and time (RFC 3339). Optionally in an IANA time zone such as Europe/Paris.",
 		schema(`"timezone":{"type":"string","description":"IANA time zone; UTC when omitted"}`),
 		func(ctx context.Context, c Call) (string, error) {
 			var a struct {

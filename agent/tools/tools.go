@@ -207,14 +207,36 @@ func builtin(name, description string, params json.RawMessage, fn func(ctx conte
 	return funcTool{name: name, description: description, params: params, fn: fn, source: Source{Kind: SourceBuiltin}}
 }
 
+// reader is builtin for a built-in tool that only reads (see
+// SideEffectFree).
+func reader(name, description string, params json.RawMessage, fn func(ctx context.Context, call Call) (string, error)) Tool {
+	t := builtin(name, description, params, fn).(funcTool)
+	t.sideEffectFree = true
+	return t
+}
+
 type funcTool struct {
 	name, description string
 	params            json.RawMessage
 	fn                func(context.Context, Call) (string, error)
 	source            Source
+	sideEffectFree    bool // a built-in tool that only reads (SideEffectFree)
 }
 
 func (f funcTool) Source() Source { return f.source }
+
+// SideEffectFree reports whether t is a built-in tool that only reads
+// (current_time, memory_list, memory_read): running it changes nothing,
+// in Pegasus or outside it, so running it again after a crash is
+// harmless whatever its key. The agent records such a call's start and
+// result together, after it ran, in the append of the model's answer
+// that asked for it (docs/tools.md, the at-least-once rule). Every other
+// tool (a Go tool, an MCP tool, a worker tool, a built-in tool that
+// writes or notifies) is not: its start is recorded before it runs.
+func SideEffectFree(t Tool) bool {
+	f, ok := t.(funcTool)
+	return ok && f.sideEffectFree && f.source.Kind == SourceBuiltin
+}
 
 func (f funcTool) Name() string                                     { return f.name }
 func (f funcTool) Description() string                              { return f.description }
