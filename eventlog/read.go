@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -49,6 +48,12 @@ type Iterator struct {
 	causation    ulid.ULID
 	key          []byte
 	borrow       bool // ScanBorrowed
+	// entry is the stream index entry a stream read is in (versions up
+	// to entry.last are read from it before the next entry); entered is
+	// set once the first entry was read.
+	entry   streamEntry
+	entered bool
+	ended   bool // a stream read reached events newer than head
 
 	ev     Event
 	err    error
@@ -59,8 +64,15 @@ type Iterator struct {
 func (it *Iterator) Next() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed || it.err != nil {
+	if it.closed || it.err != nil || it.ended {
 		return false
+	}
+	if it.kind == iterStream && it.entered && it.next <= it.entry.last {
+		ok, err := it.streamEmit()
+		if err != nil {
+			it.err, it.ev = err, Event{}
+		}
+		return ok
 	}
 	var ok bool
 	switch {
@@ -152,15 +164,27 @@ func (it *Iterator) streamStep() (bool, error) {
 	if len(key) != len(it.lower) {
 		return false, corruptKey(key, "malformed stream index key")
 	}
-	ver := binary.BigEndian.Uint64(key[len(key)-8:])
-	if ver != it.next {
-		return false, corruptKey(it.it.Key(), "stream %q version %d missing from the index (next is %d)", it.stream, it.next, ver)
-	}
-	seq, ok := DecodeSeqValue(it.it.Value())
+	e, ok := parseStreamEntry(key, it.it.Value())
 	if !ok {
-		return false, corruptKey(it.it.Key(), "malformed stream index value")
+		return false, corruptKey(key, "malformed stream index value")
 	}
+	// The first entry is the one whose last version is at or past the
+	// start (the lower bound); it must cover the start, and every later
+	// one must begin where the one before ended.
+	if e.first > it.next || (it.entered && e.first != it.next) {
+		return false, corruptKey(key, "stream %q version %d missing from the index (next is %d)", it.stream, it.next, e.first)
+	}
+	it.entered = true
+	it.entry = e
+	return it.streamEmit()
+}
+
+// streamEmit reads version it.next of the current stream index entry.
+func (it *Iterator) streamEmit() (bool, error) {
+	ver := it.next
+	seq := it.entry.seqOf(ver)
 	if seq > it.head {
+		it.ended = true   // the rest are newer too
 		return false, nil // committed after this iterator was created
 	}
 	it.next++
@@ -463,7 +487,7 @@ func (l *Log) StreamVersion(stream string) (uint64, error) {
 }
 
 // lastStreamEntry returns the highest version of stream whose seq is at most
-// maxSeq.
+// maxSeq, and that seq.
 func (l *Log) lastStreamEntry(stream string, maxSeq uint64) (version, seq uint64, err error) {
 	prefix := appendStreamPrefix(nil, stream)
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
@@ -472,14 +496,17 @@ func (l *Log) lastStreamEntry(stream string, maxSeq uint64) (version, seq uint64
 	}
 	defer it.Close()
 	for ok := it.Last(); ok; ok = it.Prev() {
-		_, ver, ok := ParseStreamIndexKey(it.Key())
-		s, ok2 := DecodeSeqValue(it.Value())
-		if !ok || !ok2 {
+		e, ok := parseStreamEntry(it.Key(), it.Value())
+		if !ok || len(it.Key()) != len(prefix)+8 {
 			return 0, 0, corruptKey(it.Key(), "malformed stream index entry")
 		}
-		if s <= maxSeq {
-			return ver, s, nil
+		if e.seq > maxSeq {
+			continue
 		}
+		if last := e.seqOf(e.last); last > maxSeq {
+			return e.last - (last - maxSeq), maxSeq, nil
+		}
+		return e.last, e.seqOf(e.last), nil
 	}
 	return 0, 0, it.Error()
 }
