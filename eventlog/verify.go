@@ -405,7 +405,7 @@ func (v *verifier) checkLog() error {
 		if err != nil {
 			return err
 		}
-		if err := decodeAtAs(val, seq, &v.ev, true); err != nil { // v.ev is not kept
+		if err := decodeAtAs(val, seq, &v.ev, decodeBorrow); err != nil { // v.ev is not kept
 			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
 			return nil
 		}
@@ -508,7 +508,7 @@ func (v *verifier) recordAt(key []byte, seq uint64) (*Event, bool, error) {
 		}
 		return nil, false, err
 	}
-	if decodeAtAs(val, seq, &v.ev, true) != nil {
+	if decodeAtAs(val, seq, &v.ev, decodeBorrow) != nil {
 		return nil, false, nil // reported in pass 1
 	}
 	return &v.ev, true, nil
