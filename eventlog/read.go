@@ -28,7 +28,8 @@ const (
 // Always Close it.
 //
 // Missing or corrupt records are never skipped: Next returns false and Err
-// returns a *CorruptionError naming the position.
+// returns a *CorruptionError naming the position. Scan and ScanBorrowed
+// leave each record's checksum to Pebble's block checksums (ScanChecked).
 type Iterator struct {
 	l    *Log
 	mu   sync.Mutex
@@ -370,7 +371,9 @@ func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
 // up to the head at the time of the call. Forward from 0 starts at 1;
 // forward from head+1 yields nothing; forward from beyond head+1 fails with
 // ErrBeyondHead (the caller saw a sequence this log does not hold). Backward
-// from a seq above the head starts at the head.
+// from a seq above the head starts at the head. It makes every check of a
+// record but its checksum, which Pebble's block checksums stand for on a
+// bulk read (ScanChecked makes it too).
 func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	head := l.Head()
 	it := &Iterator{kind: iterScan, dir: dir, head: head}
