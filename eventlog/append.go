@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -208,6 +209,7 @@ type groupState struct {
 	versions map[string]uint64    // stream -> version including this group
 	ids      map[ulid.ULID]*Event // ids written by this group
 	key      []byte
+	val      []byte
 	rec      []byte
 	local    map[string]uint64 // per-request overlay of versions
 	ok       []*appendReq      // requests that wrote events
@@ -522,6 +524,9 @@ func (l *Log) prepare(r *appendReq) error {
 			}
 			g.ids[ev.ID] = ev
 		}
+		if len(sa.Events) > 0 {
+			l.writeStreamEntry(sa.Stream, ver, res.FirstSeq, uint64(len(sa.Events)))
+		}
 		g.versions[sa.Stream] = ver
 		res.LastSeq = g.nextSeq - 1
 		res.Version = ver
@@ -547,16 +552,24 @@ func (l *Log) writeEvent(ev *Event) error {
 	b := g.batch
 	g.key = appendEventKey(g.key[:0], ev.Seq)
 	b.Set(g.key, g.rec, nil)
-	seqv := EncodeSeqValue(ev.Seq)
-	g.key = appendStreamIndexKey(g.key[:0], ev.Stream, ev.Version)
-	b.Set(g.key, seqv, nil)
 	g.key = appendIDIndexKey(g.key[:0], ev.ID)
-	b.Set(g.key, seqv, nil)
+	g.val = binary.BigEndian.AppendUint64(g.val[:0], ev.Seq)
+	b.Set(g.key, g.val, nil)
 	if ev.Causation != (ulid.ULID{}) {
 		g.key = appendCausationIndexKey(g.key[:0], ev.Causation, ev.Seq)
 		b.Set(g.key, nil, nil)
 	}
 	return nil
+}
+
+// writeStreamEntry adds the stream index entry of one append's events to
+// one stream: they got consecutive sequences and versions, so one entry,
+// keyed by the last version, covers them (format.md, "Stream index").
+func (l *Log) writeStreamEntry(stream string, last, firstSeq, count uint64) {
+	g := &l.group
+	g.key = appendStreamIndexKey(g.key[:0], stream, last)
+	g.val = AppendStreamIndexValue(g.val[:0], firstSeq, count)
+	g.batch.Set(g.key, g.val, nil)
 }
 
 // lookupID finds id among this group's events or in the committed log.

@@ -34,14 +34,14 @@ func BenchmarkDecodeOwned(b *testing.B) {
 	}
 	var ring [64]Event
 	for _, c := range []struct {
-		name   string
-		borrow bool
-	}{{"owned", false}, {"borrowed", true}} {
+		name string
+		mode decodeMode
+	}{{"owned", 0}, {"borrowed", decodeBorrow}, {"owned-trusted", decodeTrusted}, {"borrowed-trusted", decodeBorrow | decodeTrusted}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := range b.N {
 				rec := recs[i%len(recs)]
-				if err := decodeAtAs(rec, uint64(i%len(recs)+1), &ring[i%len(ring)], c.borrow); err != nil {
+				if err := decodeAtAs(rec, uint64(i%len(recs)+1), &ring[i%len(ring)], c.mode); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -49,11 +49,13 @@
 //	'c' | causation ULID (16) | seq (8)             (empty)         causation index
 //	'e' | seq (8)                                   record          the log
 //	'i' | ULID (16)                                 seq (8)         id index
-//	'm' | "format"                                  version (4)     format version (3)
+//	'm' | "format"                                  version (4)     format version (5)
 //	'm' | "marker"                                  01              a head marker exists
 //	'm' | "hole" | first seq (8)                    last (8) |      a range removed by Retire
-//	                                                manifest (8)    (format 4)
-//	's' | stream (1..256, no 0x00) | 0x00 | ver (8) seq (8)         stream index
+//	                                                manifest (8)    (format 6)
+//	's' | stream (1..256, no 0x00) | 0x00 |         first seq (8)   stream index: one
+//	      last version (8)                          [uvarint count] entry per append
+//	                                                                and stream
 //	'x' | aux key                                   aux value       read models (WriteAux)
 //
 // A record (the value of an 'e' key), record format 1 (EncodeRecord):

@@ -14,14 +14,25 @@ const (
 	PrefixEvent     byte = 'e' // e | seq (8)                            -> record
 	PrefixID        byte = 'i' // i | ULID (16)                          -> seq (8)
 	PrefixMeta      byte = 'm' // m | name                               -> value
-	PrefixStream    byte = 's' // s | stream | 0x00 | version (8)        -> seq (8)
+	PrefixStream    byte = 's' // s | stream | 0x00 | last version (8)   -> first seq (8) [count]
 	PrefixAux       byte = 'x' // x | aux key                            -> aux value
 )
 
 // FormatVersion is the on-disk format this build writes and the newest it
-// reads: version 3, whose records may be compact (RecordFormatCompact).
+// reads: version 5, whose records may be compact (RecordFormatCompact) and
+// whose stream index has one entry per append and stream (an entry covers
+// the consecutive versions one append wrote; see StreamIndexKey).
 // Persisted: bump only with a migration.
-const FormatVersion uint32 = 3
+const FormatVersion uint32 = 5
+
+// FormatVersion3 is the format of logs written before one stream index
+// entry per append: compact records, one stream index entry per event.
+// Such an entry is an entry of FormatVersion that covers one version, so
+// this build reads it as it is, and a writable open records the log as
+// FormatVersion (FormatVersion3Archived as FormatVersionArchived) before
+// its first append, so that a build that knows only format 3 refuses it
+// instead of reading a longer entry as corruption. Nothing is rewritten.
+const FormatVersion3 uint32 = 3
 
 // FormatVersion1 is the format of logs written before compact records:
 // every record is format 1 (RecordFormat). This build reads it, and a
@@ -57,8 +68,11 @@ func appendEventKey(dst []byte, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(dst, seq)
 }
 
-// StreamIndexKey returns the key of the stream index entry for (stream,
-// version). The value is the event's sequence as 8 big-endian bytes.
+// StreamIndexKey returns the key of the stream index entry whose last
+// version is version. The value (AppendStreamIndexValue) is the sequence of
+// the entry's first event and how many consecutive events it covers: the
+// versions version-count+1 .. version at the sequences first ..
+// first+count-1.
 func StreamIndexKey(stream string, version uint64) []byte {
 	return appendStreamIndexKey(make([]byte, 0, len(stream)+10), stream, version)
 }
@@ -150,6 +164,60 @@ func ParseCausationIndexKey(key []byte) (causation ulid.ULID, seq uint64, ok boo
 func EncodeSeqValue(seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), seq)
 }
+
+// AppendStreamIndexValue appends a stream index value: the first event's
+// sequence, 8 bytes big-endian, then the count as a uvarint only if it is
+// more than 1 (an entry of one event is 8 bytes, as in format 3).
+func AppendStreamIndexValue(dst []byte, first, count uint64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, first)
+	if count > 1 {
+		dst = binary.AppendUvarint(dst, count)
+	}
+	return dst
+}
+
+// DecodeStreamIndexValue decodes a stream index value: the first event's
+// sequence and the count of events. It refuses a value that is not the one
+// encoding AppendStreamIndexValue writes (a stored count of 0 or 1, a
+// varint that is not minimal, bytes after it).
+func DecodeStreamIndexValue(v []byte) (first, count uint64, ok bool) {
+	if len(v) < 8 {
+		return 0, 0, false
+	}
+	first = binary.BigEndian.Uint64(v)
+	if len(v) == 8 {
+		return first, 1, true
+	}
+	count, n := binary.Uvarint(v[8:])
+	if n <= 0 || 8+n != len(v) || count < 2 || (n > 1 && v[8+n-1] == 0) {
+		return 0, 0, false
+	}
+	return first, count, true
+}
+
+// streamEntry is a decoded stream index entry: versions first..last at
+// sequences seq..seq+last-first.
+type streamEntry struct {
+	first, last uint64 // versions
+	seq         uint64 // the first version's sequence
+}
+
+// parseStreamEntry checks and decodes a stream index entry's key (whose
+// stream the caller knows or parses) and value.
+func parseStreamEntry(key, val []byte) (streamEntry, bool) {
+	if len(key) < 1+1+1+8 || key[0] != PrefixStream || key[len(key)-9] != 0 {
+		return streamEntry{}, false
+	}
+	last := binary.BigEndian.Uint64(key[len(key)-8:])
+	seq, count, ok := DecodeStreamIndexValue(val)
+	if !ok || count > last || seq+count-1 < seq {
+		return streamEntry{}, false
+	}
+	return streamEntry{first: last - count + 1, last: last, seq: seq}, true
+}
+
+// seqOf returns the sequence of version v, which the entry covers.
+func (e streamEntry) seqOf(v uint64) uint64 { return e.seq + (v - e.first) }
 
 // DecodeSeqValue decodes an index value.
 func DecodeSeqValue(v []byte) (uint64, bool) {

@@ -597,17 +597,18 @@ func (l *Log) writeFormat(v uint32) error {
 	return l.applyBatch(b)
 }
 
-// upgradeFormat records a log at format 1 (2 with holes), the format
-// checkFormat found, as format 3 (4): the same layout, with full records
-// only. Called by a writable Open once the log is known to be whole,
-// before the first compact record is written, so that a build that knows
-// only format 1 refuses the log (ErrFormat) instead of calling compact
-// records corruption. Nothing is rewritten.
+// upgradeFormat records a log at format 1 or 3 (2 or 4 with holes), the
+// format checkFormat found, as format 5 (6): the layout of the older
+// formats is a part of it (full records, one stream index entry per
+// event), so nothing is rewritten. Called by a writable Open once the log
+// is known to be whole, before the first append, so that an older build
+// refuses the log (ErrFormat) instead of calling compact records or
+// stream index entries of several events corruption.
 func (l *Log) upgradeFormat(format uint32) error {
 	up := FormatVersion
 	switch format {
-	case FormatVersion1:
-	case FormatVersion1Archived:
+	case FormatVersion1, FormatVersion3:
+	case FormatVersion1Archived, FormatVersion3Archived:
 		up = FormatVersionArchived
 	default:
 		return nil

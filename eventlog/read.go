@@ -2,7 +2,6 @@ package eventlog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -29,7 +28,8 @@ const (
 // Always Close it.
 //
 // Missing or corrupt records are never skipped: Next returns false and Err
-// returns a *CorruptionError naming the position.
+// returns a *CorruptionError naming the position. Scan and ScanBorrowed
+// leave each record's checksum to Pebble's block checksums (ScanChecked).
 type Iterator struct {
 	l    *Log
 	mu   sync.Mutex
@@ -49,6 +49,13 @@ type Iterator struct {
 	causation    ulid.ULID
 	key          []byte
 	borrow       bool // ScanBorrowed
+	checked      bool // ScanChecked: check every record's checksum
+	// entry is the stream index entry a stream read is in (versions up
+	// to entry.last are read from it before the next entry); entered is
+	// set once the first entry was read.
+	entry   streamEntry
+	entered bool
+	ended   bool // a stream read reached events newer than head
 
 	ev     Event
 	err    error
@@ -59,8 +66,15 @@ type Iterator struct {
 func (it *Iterator) Next() bool {
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	if it.closed || it.err != nil {
+	if it.closed || it.err != nil || it.ended {
 		return false
+	}
+	if it.kind == iterStream && it.entered && it.next <= it.entry.last {
+		ok, err := it.streamEmit()
+		if err != nil {
+			it.err, it.ev = err, Event{}
+		}
+		return ok
 	}
 	var ok bool
 	switch {
@@ -143,7 +157,15 @@ func (it *Iterator) scanStep() error {
 	if err != nil {
 		return readError(seq, err)
 	}
-	return decodeAtAs(v, seq, &it.ev, it.borrow)
+	// A bulk scan: Pebble checksummed the block the record came from.
+	mode := decodeTrusted
+	if it.checked {
+		mode = 0
+	}
+	if it.borrow {
+		mode |= decodeBorrow
+	}
+	return decodeAtAs(v, seq, &it.ev, mode)
 }
 
 func (it *Iterator) streamStep() (bool, error) {
@@ -152,15 +174,27 @@ func (it *Iterator) streamStep() (bool, error) {
 	if len(key) != len(it.lower) {
 		return false, corruptKey(key, "malformed stream index key")
 	}
-	ver := binary.BigEndian.Uint64(key[len(key)-8:])
-	if ver != it.next {
-		return false, corruptKey(it.it.Key(), "stream %q version %d missing from the index (next is %d)", it.stream, it.next, ver)
-	}
-	seq, ok := DecodeSeqValue(it.it.Value())
+	e, ok := parseStreamEntry(key, it.it.Value())
 	if !ok {
-		return false, corruptKey(it.it.Key(), "malformed stream index value")
+		return false, corruptKey(key, "malformed stream index value")
 	}
+	// The first entry is the one whose last version is at or past the
+	// start (the lower bound); it must cover the start, and every later
+	// one must begin where the one before ended.
+	if e.first > it.next || (it.entered && e.first != it.next) {
+		return false, corruptKey(key, "stream %q version %d missing from the index (next is %d)", it.stream, it.next, e.first)
+	}
+	it.entered = true
+	it.entry = e
+	return it.streamEmit()
+}
+
+// streamEmit reads version it.next of the current stream index entry.
+func (it *Iterator) streamEmit() (bool, error) {
+	ver := it.next
+	seq := it.entry.seqOf(ver)
 	if seq > it.head {
+		it.ended = true   // the rest are newer too
 		return false, nil // committed after this iterator was created
 	}
 	it.next++
@@ -208,12 +242,12 @@ func (it *Iterator) fetch(seq uint64) error {
 }
 
 // decodeAt decodes the record stored at seq and checks that it says so.
-func decodeAt(v []byte, seq uint64, ev *Event) error { return decodeAtAs(v, seq, ev, false) }
+func decodeAt(v []byte, seq uint64, ev *Event) error { return decodeAtAs(v, seq, ev, 0) }
 
-// decodeAtAs is decodeAt; with borrow, ev aliases v (decodeRecordAs).
-func decodeAtAs(v []byte, seq uint64, ev *Event, borrow bool) error {
+// decodeAtAs is decodeAt in a decodeMode.
+func decodeAtAs(v []byte, seq uint64, ev *Event, mode decodeMode) error {
 	*ev = Event{}
-	if err := decodeRecordAs(v, ev, borrow); err != nil {
+	if err := decodeRecordAs(v, ev, mode); err != nil {
 		var ce *CorruptionError
 		if errors.As(err, &ce) {
 			ce.Seq = seq
@@ -337,7 +371,9 @@ func (l *Log) newIterator(it *Iterator, withData bool) *Iterator {
 // up to the head at the time of the call. Forward from 0 starts at 1;
 // forward from head+1 yields nothing; forward from beyond head+1 fails with
 // ErrBeyondHead (the caller saw a sequence this log does not hold). Backward
-// from a seq above the head starts at the head.
+// from a seq above the head starts at the head. It makes every check of a
+// record but its checksum, which Pebble's block checksums stand for on a
+// bulk read (ScanChecked makes it too).
 func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 	head := l.Head()
 	it := &Iterator{kind: iterScan, dir: dir, head: head}
@@ -371,6 +407,18 @@ func (l *Log) Scan(from uint64, dir Direction) *Iterator {
 func (l *Log) ScanBorrowed(from uint64) *Iterator {
 	it := l.Scan(from, Forward)
 	it.borrow = true // before the first Next; an iterator that failed at once reads nothing
+	return it
+}
+
+// ScanChecked is Scan forward (ScanBorrowed if borrowed) for an audit:
+// it checks every record's checksum, as Verify and point reads (Get,
+// GetSeq, ReadStream, Children) do. Scan and ScanBorrowed do not: Pebble
+// checksummed the block each record came from, so what they would miss is
+// a record damaged before Pebble stored it (format.md, "Which reads check
+// the checksum").
+func (l *Log) ScanChecked(from uint64, borrowed bool) *Iterator {
+	it := l.Scan(from, Forward)
+	it.borrow, it.checked = borrowed, true // before the first Next
 	return it
 }
 
@@ -463,7 +511,7 @@ func (l *Log) StreamVersion(stream string) (uint64, error) {
 }
 
 // lastStreamEntry returns the highest version of stream whose seq is at most
-// maxSeq.
+// maxSeq, and that seq.
 func (l *Log) lastStreamEntry(stream string, maxSeq uint64) (version, seq uint64, err error) {
 	prefix := appendStreamPrefix(nil, stream)
 	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
@@ -472,14 +520,17 @@ func (l *Log) lastStreamEntry(stream string, maxSeq uint64) (version, seq uint64
 	}
 	defer it.Close()
 	for ok := it.Last(); ok; ok = it.Prev() {
-		_, ver, ok := ParseStreamIndexKey(it.Key())
-		s, ok2 := DecodeSeqValue(it.Value())
-		if !ok || !ok2 {
+		e, ok := parseStreamEntry(it.Key(), it.Value())
+		if !ok || len(it.Key()) != len(prefix)+8 {
 			return 0, 0, corruptKey(it.Key(), "malformed stream index entry")
 		}
-		if s <= maxSeq {
-			return ver, s, nil
+		if e.seq > maxSeq {
+			continue
 		}
+		if last := e.seqOf(e.last); last > maxSeq {
+			return e.last - (last - maxSeq), maxSeq, nil
+		}
+		return e.last, e.seqOf(e.last), nil
 	}
 	return 0, 0, it.Error()
 }

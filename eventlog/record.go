@@ -280,11 +280,25 @@ func (r *recordReader) bytes(max int, what string) []byte {
 	return v
 }
 
-func decodeRecord(rec []byte, ev *Event) error { return decodeRecordAs(rec, ev, false) }
+func decodeRecord(rec []byte, ev *Event) error { return decodeRecordAs(rec, ev, 0) }
 
-// decodeRecordAs decodes rec into ev; with borrow, ev's Stream, Type and
-// Body alias rec instead of a copy (ScanBorrowed).
-func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
+// decodeMode says how decodeRecordAs decodes.
+type decodeMode uint8
+
+const (
+	// decodeBorrow makes the event's Stream, Type and Body alias the
+	// record instead of a copy (ScanBorrowed).
+	decodeBorrow decodeMode = 1 << iota
+	// decodeTrusted skips the record's CRC-32C: for bulk scans of
+	// records Pebble has just read from a block it checksummed (an
+	// sstable block, a WAL chunk at replay) or from its memtable. Verify
+	// and point reads check it (format.md, "Which reads check the
+	// checksum"). Every other check is made.
+	decodeTrusted
+)
+
+// decodeRecordAs decodes rec into ev as mode says.
+func decodeRecordAs(rec []byte, ev *Event, mode decodeMode) error {
 	// The shortest record of any format; each format's own minimum is
 	// checked by the reads below.
 	if len(rec) < compactFixedLen {
@@ -293,8 +307,10 @@ func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
 	if len(rec) > maxRecordLen {
 		return &CorruptionError{Reason: "record too long"}
 	}
-	if got, want := crc32.Checksum(rec[4:], castagnoli), binary.BigEndian.Uint32(rec); got != want {
-		return &CorruptionError{Reason: "checksum mismatch"}
+	if mode&decodeTrusted == 0 {
+		if got, want := crc32.Checksum(rec[4:], castagnoli), binary.BigEndian.Uint32(rec); got != want {
+			return &CorruptionError{Reason: "checksum mismatch"}
+		}
 	}
 	var flags byte
 	var r recordReader
@@ -391,7 +407,7 @@ func decodeRecordAs(rec []byte, ev *Event, borrow bool) error {
 	if len(typ) == 0 {
 		return &CorruptionError{Reason: "empty event type"}
 	}
-	if borrow {
+	if mode&decodeBorrow != 0 {
 		ev.Stream, ev.Type = bytesToString(stream), bytesToString(typ)
 		if len(body) > 0 {
 			ev.Body = body

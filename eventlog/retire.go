@@ -16,18 +16,25 @@ import (
 // keys ("m" "hole" first). Retire writes it in its batch, so a build that
 // does not know holes refuses the log (ErrFormat) instead of calling the
 // holes corruption. Persisted: do not change.
-const FormatVersionArchived uint32 = 4
+const FormatVersionArchived uint32 = 6
+
+// FormatVersion3Archived is FormatVersion3 with holes: a log at format 3
+// from which a retention run removed events.
+const FormatVersion3Archived uint32 = 4
 
 // FormatVersion1Archived is FormatVersion1 with holes: a log at format 1
 // from which a retention run removed events.
 const FormatVersion1Archived uint32 = 2
 
 // archivedFormat reports whether a format version allows holes.
-func archivedFormat(v uint32) bool { return v == FormatVersionArchived || v == FormatVersion1Archived }
+func archivedFormat(v uint32) bool {
+	return v == FormatVersionArchived || v == FormatVersion3Archived || v == FormatVersion1Archived
+}
 
 // knownFormat reports whether this build reads a format version.
 func knownFormat(v uint32) bool {
-	return v == FormatVersion || v == FormatVersionArchived || v == FormatVersion1 || v == FormatVersion1Archived
+	return v == FormatVersion || v == FormatVersionArchived || v == FormatVersion3 || v == FormatVersion3Archived ||
+		v == FormatVersion1 || v == FormatVersion1Archived
 }
 
 // TypeEventsArchived is the type of the event Retire appends to
@@ -175,12 +182,19 @@ func (l *Log) checkRetirement(r *Retirement) error {
 			return err
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			seq, ok := DecodeSeqValue(it.Value())
-			if _, listed := want[seq]; !ok || !listed {
+			e, ok := parseStreamEntry(it.Key(), it.Value())
+			if !ok {
 				it.Close()
-				return invalidf("retirement of stream %q does not list its event at seq %d", s.Stream, seq)
+				return corruptKey(it.Key(), "malformed stream index entry")
 			}
-			seen++
+			for v := e.first; v <= e.last; v++ {
+				seq := e.seqOf(v)
+				if _, listed := want[seq]; !listed || seen >= len(r.Events) {
+					it.Close()
+					return invalidf("retirement of stream %q does not list its event at seq %d", s.Stream, seq)
+				}
+				seen++
+			}
 		}
 		if err := it.Close(); err != nil {
 			return err

@@ -242,6 +242,9 @@ func TestVerifyHoles(t *testing.T) {
 		}, "malformed hole key"},
 		"format": {func(b *pebble.Batch, l *Log, m uint64) {
 			b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersion), nil)
+		}, "the log has holes but format version 5"},
+		"format 3": {func(b *pebble.Batch, l *Log, m uint64) {
+			b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersion3), nil)
 		}, "the log has holes but format version 3"},
 		"format 1": {func(b *pebble.Batch, l *Log, m uint64) {
 			b.Set(FormatKey, binary.BigEndian.AppendUint32(nil, FormatVersion1), nil)

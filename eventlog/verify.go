@@ -405,7 +405,7 @@ func (v *verifier) checkLog() error {
 		if err != nil {
 			return err
 		}
-		if err := decodeAtAs(val, seq, &v.ev, true); err != nil { // v.ev is not kept
+		if err := decodeAtAs(val, seq, &v.ev, decodeBorrow); err != nil { // v.ev is not kept
 			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
 			return nil
 		}
@@ -414,8 +414,9 @@ func (v *verifier) checkLog() error {
 			v.digestRecord(ev)
 			return nil
 		}
-		v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
-		v.checkSeqEntry(v.look[PrefixStream], seq, fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version))
+		if err := v.checkStreamEntry(ev); err != nil {
+			return err
+		}
 		v.key = appendIDIndexKey(v.key[:0], ev.ID)
 		v.checkSeqEntry(v.look[PrefixID], seq, "id index entry for "+ev.ID.String())
 		if ev.Causation != (ulid.ULID{}) {
@@ -507,50 +508,105 @@ func (v *verifier) recordAt(key []byte, seq uint64) (*Event, bool, error) {
 		}
 		return nil, false, err
 	}
-	if decodeAtAs(val, seq, &v.ev, true) != nil {
+	if decodeAtAs(val, seq, &v.ev, decodeBorrow) != nil {
 		return nil, false, nil // reported in pass 1
 	}
 	return &v.ev, true, nil
 }
 
 // checkStreamIndex is pass 2: each stream's versions are gap-free from 1
-// and each entry points to the record of that stream and version (by the
-// digest; looked up in the second run).
+// and each entry points to the records of that stream and its versions
+// (by the digest; looked up in the second run). An entry covering several
+// versions is taken as the per-event entries it stands for: each (key of
+// the version, its seq) is digested, as the records pass digests them.
 func (v *verifier) checkStreamIndex() error {
 	var curStream string
 	var want uint64
 	return v.walk(PrefixStream, func(it *pebble.Iterator) error {
 		v.rep.StreamEntries++
-		if !v.lookups {
-			v.hash.add(&v.got[idxStream], it.Key(), it.Value())
-		}
-		stream, ver, ok := ParseStreamIndexKey(it.Key())
-		seq, ok2 := DecodeSeqValue(it.Value())
-		if !ok || !ok2 {
-			v.rep.add(Problem{Key: it.Key(), Reason: "malformed stream index entry"})
+		stream, last, ok := ParseStreamIndexKey(it.Key())
+		e, ok2 := parseStreamEntry(it.Key(), it.Value())
+		if !ok || !ok2 || e.seq == 0 || e.seqOf(e.last) > v.rep.Head {
+			if !ok || !ok2 {
+				v.rep.add(Problem{Key: it.Key(), Reason: "malformed stream index entry"})
+			} else {
+				// Not expanded: a damaged count could stand for more
+				// versions than the log holds.
+				at := e.seq
+				if at != 0 && at <= v.rep.Head {
+					at = v.rep.Head + 1
+				}
+				v.rep.add(Problem{Key: it.Key(), Reason: fmt.Sprintf("index entry points to seq %d, outside the log [1, %d]", at, v.rep.Head)})
+			}
+			if !v.lookups {
+				v.hash.add(&v.got[idxStream], it.Key(), it.Value()) // the digests then disagree
+			}
 			return nil
 		}
 		if stream != curStream || v.rep.Streams == 0 {
 			curStream, want = stream, 1
 			v.rep.Streams++
 		}
-		if ver != want {
-			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, ver-1)})
+		if e.first != want {
+			if e.first > want {
+				v.rep.add(Problem{Key: it.Key(), Seq: e.seq, Reason: fmt.Sprintf("stream %q versions %d to %d missing", stream, want, e.first-1)})
+			} else {
+				v.rep.add(Problem{Key: it.Key(), Seq: e.seq, Reason: fmt.Sprintf("stream %q versions %d to %d indexed twice", stream, e.first, min(last, want-1))})
+			}
 		}
-		want = ver + 1
-		if !v.lookups {
-			return nil // the digests compare the entry with the records
+		want = last + 1
+		if e.first != last && v.format < FormatVersion {
+			v.rep.add(Problem{Key: it.Key(), Seq: e.seq, Reason: fmt.Sprintf(
+				"stream index entry of %d events in a log at format version %d", last-e.first+1, v.format)})
 		}
-		ev, ok, err := v.recordAt(it.Key(), seq)
-		if err != nil {
-			return err
-		}
-		if ok && (ev.Stream != stream || ev.Version != ver) {
-			v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf(
-				"stream index says (%q, %d), record says (%q, %d)", stream, ver, ev.Stream, ev.Version)})
+		v.phase.Done += last - e.first // tick counted one
+		for ver := e.first; ver <= last; ver++ {
+			seq := e.seqOf(ver)
+			if !v.lookups {
+				v.key = appendStreamIndexKey(v.key[:0], stream, ver)
+				v.hash.add(&v.got[idxStream], v.key, binary.BigEndian.AppendUint64(v.seqBuf[:0], seq))
+				continue
+			}
+			ev, ok, err := v.recordAt(it.Key(), seq)
+			if err != nil {
+				return err
+			}
+			if ok && (ev.Stream != stream || ev.Version != ver) {
+				v.rep.add(Problem{Key: it.Key(), Seq: seq, Reason: fmt.Sprintf(
+					"stream index says (%q, %d), record says (%q, %d)", stream, ver, ev.Stream, ev.Version)})
+			}
 		}
 		return nil
 	})
+}
+
+// checkStreamEntry checks, in the second run, that the stream index has
+// the entry covering ev's version and that it gives ev's seq.
+func (v *verifier) checkStreamEntry(ev *Event) error {
+	what := fmt.Sprintf("stream index entry (%q, %d)", ev.Stream, ev.Version)
+	it := v.look[PrefixStream]
+	v.key = appendStreamIndexKey(v.key[:0], ev.Stream, ev.Version)
+	if !it.SeekGE(v.key) || !bytes.HasPrefix(it.Key(), v.key[:len(v.key)-8]) || len(it.Key()) != len(v.key) {
+		if err := it.Error(); err != nil {
+			return err
+		}
+		v.rep.add(Problem{Seq: ev.Seq, Reason: what + " missing"})
+		return nil
+	}
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return err
+	}
+	e, ok := parseStreamEntry(it.Key(), val)
+	switch {
+	case !ok:
+		v.rep.add(Problem{Seq: ev.Seq, Reason: what + ": malformed entry"})
+	case e.first > ev.Version:
+		v.rep.add(Problem{Seq: ev.Seq, Reason: what + " missing"})
+	case e.seqOf(ev.Version) != ev.Seq:
+		v.rep.add(Problem{Seq: ev.Seq, Reason: fmt.Sprintf("%s points to %d, not %d", what, e.seqOf(ev.Version), ev.Seq)})
+	}
+	return nil
 }
 
 // checkIDIndex is pass 3: each id entry points to the record with that id

@@ -293,12 +293,15 @@ type resumeSource struct {
 	skip uint64 // scan from here at least
 }
 
+// The audit's fold checks every record's checksum, as eventlog's Verify
+// does (a plain scan leaves it to Pebble's block checksums), so that a
+// damaged record is reported as unreadable, not folded.
 func (s *resumeSource) Events(ctx context.Context, from uint64) Iterator {
-	return s.r.Events(ctx, max(from, s.skip))
+	return s.r.Log.ScanChecked(max(from, s.skip), false)
 }
 
 func (s *resumeSource) borrowedEvents(ctx context.Context, from uint64) Iterator {
-	return s.r.borrowedEvents(ctx, max(from, s.skip))
+	return s.r.Log.ScanChecked(max(from, s.skip), true)
 }
 
 type foldVerifier struct {
