@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +49,17 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// cpu is the process's CPU time: a round's CPU per task, the export's
+	// drain included, says what the export costs even when the machine's
+	// load moves the rates.
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var offCPU, onCPU time.Duration
 	run := func(on bool) float64 {
 		cfg := testConfig(b)
 		cfg.server.MaxBodyBytes = 1 << 20
@@ -56,12 +68,18 @@ func BenchmarkTracesOverhead(b *testing.B) {
 		}
 		td := startDaemon(b, cfg)
 		defer td.stop()
+		c0 := cpu()
 		res, err := brokerbench.RunTasks(ctx, brokerbench.Config{URL: td.url, Tasks: b.N})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if on && endpoint != "" { // the export kept up: every ending sent (the queue is drained)
 			waitExported(b, td)
+		}
+		if on {
+			onCPU += cpu() - c0
+		} else {
+			offCPU += cpu() - c0
 		}
 		return res.PerSec
 	}
@@ -89,6 +107,9 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	b.ReportMetric(mean(off), "off-tasks/s")
 	b.ReportMetric(mean(on), "on-tasks/s")
 	b.ReportMetric(mean(on)/mean(off), "on/off")
+	tasks := float64(b.N * *traceBenchRounds)
+	b.ReportMetric(float64(offCPU.Microseconds())/tasks, "off-cpu-µs/task")
+	b.ReportMetric(float64(onCPU.Microseconds())/tasks, "on-cpu-µs/task")
 	b.Logf("off %v, on %v tasks/s (sink %s)", fmtRates(off), fmtRates(on), *traceBenchSink)
 }
 
@@ -155,7 +176,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 	defer exp.Shutdown(ctx)
 	b.ReportAllocs()
 	b.ResetTimer()
-	sent := 0
+	sent, spans, attrs, marks := 0, 0, 0, 0
 	for sent < b.N {
 		g := replay.NewTraceGatherer(4<<20, 64<<20)
 		var batch []traces.Span
@@ -165,7 +186,13 @@ func BenchmarkTracesPipeline(b *testing.B) {
 				continue
 			}
 			if tree := g.Take(ev.Stream); tree != nil {
-				batch = append(batch, otlp.CollectOwned(tree, ev.Stream, ev.Seq, false, traces.Options{})...)
+				s := otlp.CollectOwned(tree, ev.Stream, ev.Seq, false, traces.Options{})
+				for i := range s {
+					attrs += len(s[i].Attrs)
+					marks += len(s[i].Events)
+				}
+				spans += len(s)
+				batch = append(batch, s...)
 				sent++
 				if sent%256 == 0 || sent == b.N {
 					if err := exp.Export(ctx, batch); err != nil {
@@ -184,4 +211,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 			}
 		}
 	}
+	b.ReportMetric(float64(spans)/float64(sent), "spans/task")
+	b.ReportMetric(float64(attrs)/float64(sent), "attrs/task")
+	b.ReportMetric(float64(marks)/float64(sent), "span-events/task")
 }
