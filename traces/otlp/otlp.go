@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -135,73 +134,85 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 // Shutdown releases the exporter's connections.
 func (x *Exporter) Shutdown(ctx context.Context) error { return x.exp.Shutdown(ctx) }
 
-// Snapshots converts spans to the SDK's read-only spans under res, with
-// the mapping's ids and times.
+// Snapshots converts spans to the SDK's read-only spans under res. The
+// read-only spans share the spans' attributes and are valid while spans
+// are; one allocation holds them all.
 func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlySpan {
 	out := make([]sdktrace.ReadOnlySpan, len(spans))
-	scope := instrumentation.Scope{Name: ScopeName}
-	// The attributes and events of all the spans share one backing array
-	// each: a few allocations per batch instead of a few per span.
-	nattrs, nevents := 0, 0
+	ro := make([]readOnly, len(spans))
+	nevents := 0
 	for i := range spans {
-		nattrs += len(spans[i].Attrs)
 		nevents += len(spans[i].Events)
-		for _, e := range spans[i].Events {
-			nattrs += len(e.Attrs)
-		}
 	}
-	kvs := make([]attribute.KeyValue, 0, nattrs)
 	evs := make([]sdktrace.Event, 0, nevents)
-	attrs := func(as []traces.Attr) []attribute.KeyValue {
-		if len(as) == 0 {
-			return nil
-		}
-		n := len(kvs)
-		kvs = appendAttributes(kvs, as)
-		return kvs[n:len(kvs):len(kvs)]
-	}
 	for i := range spans {
 		s := &spans[i]
+		r := &ro[i]
+		r.s, r.res = s, res
 		tid := trace.TraceID(s.TraceID)
-		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.SpanID), TraceFlags: trace.FlagsSampled})
-		var parent trace.SpanContext
+		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.SpanID), TraceFlags: trace.FlagsSampled})
 		if s.Parent != ([8]byte{}) {
-			parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.Parent), TraceFlags: trace.FlagsSampled})
+			r.parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.Parent), TraceFlags: trace.FlagsSampled})
 		}
-		st := sdktrace.Status{Code: codes.Unset}
+		r.status = sdktrace.Status{Code: codes.Unset}
 		switch s.Status {
 		case traces.StatusOK:
-			st.Code = codes.Ok
+			r.status.Code = codes.Ok
 		case traces.StatusError:
-			st = sdktrace.Status{Code: codes.Error, Description: s.StatusMessage}
+			r.status = sdktrace.Status{Code: codes.Error, Description: s.StatusMessage}
 		}
-		var sevs []sdktrace.Event
 		if len(s.Events) > 0 {
 			n := len(evs)
 			for _, e := range s.Events {
-				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: attrs(e.Attrs)})
+				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: e.Attrs})
 			}
-			sevs = evs[n:len(evs):len(evs)]
+			r.events = evs[n:len(evs):len(evs)]
 		}
-		// A span is sent ending after it starts, at least by a
-		// nanosecond (an instant model call's span may not): Jaeger
-		// "sanitizes" a span that does not, with a warning attribute, at
-		// each write, and its copies are then not identical, so a span
-		// sent again would show twice.
-		end := s.End
-		if !end.After(s.Start) {
-			end = s.Start.Add(time.Nanosecond)
+		r.end = s.End
+		if !r.end.After(s.Start) {
+			r.end = s.Start.Add(time.Nanosecond)
 		}
-		// Each span is converted once, straight to the SDK's snapshot
-		// (no slice of stubs in between).
-		out[i] = tracetest.SpanStub{
-			Name: s.Name, SpanContext: sc, Parent: parent, SpanKind: spanKind(s.Kind),
-			StartTime: s.Start, EndTime: end, Attributes: attrs(s.Attrs), Events: sevs,
-			Status: st, Resource: res, InstrumentationScope: scope,
-		}.Snapshot()
+		out[i] = r
 	}
 	return out
 }
+
+// readOnly is a mapped span as the SDK's exporters read it. Embedding the
+// interface gives it the SDK's unexported method; every method the
+// exporters call is its own.
+type readOnly struct {
+	sdktrace.ReadOnlySpan
+	s          *traces.Span
+	res        *resource.Resource
+	sc, parent trace.SpanContext
+	status     sdktrace.Status
+	events     []sdktrace.Event
+	end        time.Time
+}
+
+var scope = instrumentation.Scope{Name: ScopeName}
+
+func (r *readOnly) Name() string                     { return r.s.Name }
+func (r *readOnly) SpanContext() trace.SpanContext   { return r.sc }
+func (r *readOnly) Parent() trace.SpanContext        { return r.parent }
+func (r *readOnly) SpanKind() trace.SpanKind         { return spanKind(r.s.Kind) }
+func (r *readOnly) StartTime() time.Time             { return r.s.Start }
+func (r *readOnly) EndTime() time.Time               { return r.end }
+func (r *readOnly) Attributes() []attribute.KeyValue { return r.s.Attrs }
+func (r *readOnly) Links() []sdktrace.Link           { return nil }
+func (r *readOnly) Events() []sdktrace.Event         { return r.events }
+func (r *readOnly) Status() sdktrace.Status          { return r.status }
+func (r *readOnly) InstrumentationScope() instrumentation.Scope {
+	return scope
+}
+
+//nolint:staticcheck // the SDK's interface still has it
+func (r *readOnly) InstrumentationLibrary() instrumentation.Library { return scope }
+func (r *readOnly) Resource() *resource.Resource                    { return r.res }
+func (r *readOnly) DroppedAttributes() int                          { return 0 }
+func (r *readOnly) DroppedLinks() int                               { return 0 }
+func (r *readOnly) DroppedEvents() int                              { return 0 }
+func (r *readOnly) ChildSpanCount() int                             { return 0 }
 
 // spanKind is the OpenTelemetry kind of a span: model calls are client
 // calls to a provider; the rest is work inside the engine.
@@ -211,35 +222,4 @@ func spanKind(k traces.Kind) trace.SpanKind {
 		return trace.SpanKindClient
 	}
 	return trace.SpanKindInternal
-}
-
-// Attributes converts the mapping's attributes; a value of another type
-// than the documented ones is sent as its fmt form.
-func Attributes(as []traces.Attr) []attribute.KeyValue {
-	if len(as) == 0 {
-		return nil
-	}
-	return appendAttributes(make([]attribute.KeyValue, 0, len(as)), as)
-}
-
-func appendAttributes(kvs []attribute.KeyValue, as []traces.Attr) []attribute.KeyValue {
-	for _, a := range as {
-		switch v := a.Value.(type) {
-		case string:
-			kvs = append(kvs, attribute.String(a.Key, v))
-		case int64:
-			kvs = append(kvs, attribute.Int64(a.Key, v))
-		case int:
-			kvs = append(kvs, attribute.Int(a.Key, v))
-		case float64:
-			kvs = append(kvs, attribute.Float64(a.Key, v))
-		case bool:
-			kvs = append(kvs, attribute.Bool(a.Key, v))
-		case []string:
-			kvs = append(kvs, attribute.StringSlice(a.Key, v))
-		default:
-			kvs = append(kvs, attribute.String(a.Key, fmt.Sprint(v)))
-		}
-	}
-	return kvs
 }
