@@ -49,16 +49,6 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	// cpu is the process's CPU time: a round's CPU per task, the export's
-	// drain included, says what the export costs even when the machine's
-	// load moves the rates.
-	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			b.Fatal(err)
-		}
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
 	var offCPU, onCPU time.Duration
 	run := func(on bool) float64 {
 		cfg := testConfig(b)
@@ -68,7 +58,7 @@ func BenchmarkTracesOverhead(b *testing.B) {
 		}
 		td := startDaemon(b, cfg)
 		defer td.stop()
-		c0 := cpu()
+		c0 := processCPU(b)
 		res, err := brokerbench.RunTasks(ctx, brokerbench.Config{URL: td.url, Tasks: b.N})
 		if err != nil {
 			b.Fatal(err)
@@ -77,9 +67,9 @@ func BenchmarkTracesOverhead(b *testing.B) {
 			waitExported(b, td)
 		}
 		if on {
-			onCPU += cpu() - c0
+			onCPU += processCPU(b) - c0
 		} else {
-			offCPU += cpu() - c0
+			offCPU += processCPU(b) - c0
 		}
 		return res.PerSec
 	}
@@ -113,6 +103,18 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	b.Logf("off %v, on %v tasks/s (sink %s)", fmtRates(off), fmtRates(on), *traceBenchSink)
 }
 
+// processCPU is the process's CPU time (user and system, every thread:
+// the garbage collector's too). A round's CPU per task, the export's drain
+// included, says what the export costs even when the machine's load moves
+// the rates.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func fmtRates(v []float64) string {
 	var s []string
 	for _, x := range v {
@@ -144,7 +146,9 @@ func waitExported(b *testing.B, td *testDaemon) {
 // workload's tasks, taken from a daemon's log, go through what the
 // exporter does with them (gathering each tree while reading, mapping it
 // at its ending, converting the spans and sending them in batches to an
-// endpoint that discards). ns/op is per task.
+// endpoint that discards). ns/op is per task; cpu-ns/task is the
+// process's CPU per task, the garbage collector's and the endpoint's
+// included.
 //
 //	go test ./cmd/pegasusd -run '^$' -bench TracesPipeline
 func BenchmarkTracesPipeline(b *testing.B) {
@@ -176,6 +180,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 	defer exp.Shutdown(ctx)
 	b.ReportAllocs()
 	b.ResetTimer()
+	c0 := processCPU(b)
 	sent, spans, attrs, marks := 0, 0, 0, 0
 	for sent < b.N {
 		g := replay.NewTraceGatherer(4<<20, 64<<20)
@@ -194,7 +199,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 				spans += len(s)
 				batch = append(batch, s...)
 				sent++
-				if sent%256 == 0 || sent == b.N {
+				if sent%256 == 0 || sent == b.N { // the live export's requests carry up to 256 traces
 					if err := exp.Export(ctx, batch); err != nil {
 						b.Fatal(err)
 					}
@@ -211,6 +216,8 @@ func BenchmarkTracesPipeline(b *testing.B) {
 			}
 		}
 	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-c0).Nanoseconds())/float64(sent), "cpu-ns/task")
 	b.ReportMetric(float64(spans)/float64(sent), "spans/task")
 	b.ReportMetric(float64(attrs)/float64(sent), "attrs/task")
 	b.ReportMetric(float64(marks)/float64(sent), "span-events/task")
