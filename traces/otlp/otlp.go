@@ -14,15 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
 	"github.com/pegasus-engine/pegasus/traces"
 )
@@ -71,8 +68,9 @@ func (o Options) Configured() bool {
 
 // Exporter sends spans to one collector. It is safe for concurrent use.
 type Exporter struct {
-	exp *otlptrace.Exporter
-	res *resource.Resource
+	client    otlptrace.Client
+	res       *resourcepb.Resource
+	resSchema string
 }
 
 // New returns an exporter for o. It sends nothing until Export.
@@ -99,8 +97,8 @@ func New(ctx context.Context, o Options) (*Exporter, error) {
 	if o.Headers != nil {
 		opts = append(opts, otlptracehttp.WithHeaders(o.Headers))
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
-	if err != nil {
+	client := otlptracehttp.NewClient(opts...)
+	if err := client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("otlp: %w", err)
 	}
 	name := o.ServiceName
@@ -111,7 +109,7 @@ func New(ctx context.Context, o Options) (*Exporter, error) {
 		name = DefaultServiceName
 	}
 	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name))
-	return &Exporter{exp: exp, res: res}, nil
+	return &Exporter{client: client, res: resourceProto(res), resSchema: res.SchemaURL()}, nil
 }
 
 // Export sends spans in one request. Spans still open (Span.Open) are
@@ -121,7 +119,7 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	err := x.exp.ExportSpans(ctx, Snapshots(spans, x.res))
+	err := x.client.UploadTraces(ctx, resourceSpans(spans, x.res, x.resSchema))
 	if err == nil {
 		return nil
 	}
@@ -132,87 +130,7 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 }
 
 // Shutdown releases the exporter's connections.
-func (x *Exporter) Shutdown(ctx context.Context) error { return x.exp.Shutdown(ctx) }
-
-// Snapshots converts spans to the SDK's read-only spans under res. The
-// read-only spans share the spans' attributes and are valid while spans
-// are; one allocation holds them all.
-func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlySpan {
-	out := make([]sdktrace.ReadOnlySpan, len(spans))
-	ro := make([]readOnly, len(spans))
-	nevents := 0
-	for i := range spans {
-		nevents += len(spans[i].Events)
-	}
-	evs := make([]sdktrace.Event, 0, nevents)
-	for i := range spans {
-		s := &spans[i]
-		r := &ro[i]
-		r.s, r.res = s, res
-		tid := trace.TraceID(s.TraceID)
-		r.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.SpanID), TraceFlags: trace.FlagsSampled})
-		if s.Parent != ([8]byte{}) {
-			r.parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.Parent), TraceFlags: trace.FlagsSampled})
-		}
-		r.status = sdktrace.Status{Code: codes.Unset}
-		switch s.Status {
-		case traces.StatusOK:
-			r.status.Code = codes.Ok
-		case traces.StatusError:
-			r.status = sdktrace.Status{Code: codes.Error, Description: s.StatusMessage}
-		}
-		if len(s.Events) > 0 {
-			n := len(evs)
-			for _, e := range s.Events {
-				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: e.Attrs})
-			}
-			r.events = evs[n:len(evs):len(evs)]
-		}
-		r.end = s.End
-		if !r.end.After(s.Start) {
-			r.end = s.Start.Add(time.Nanosecond)
-		}
-		out[i] = r
-	}
-	return out
-}
-
-// readOnly is a mapped span as the SDK's exporters read it. Embedding the
-// interface gives it the SDK's unexported method; every method the
-// exporters call is its own.
-type readOnly struct {
-	sdktrace.ReadOnlySpan
-	s          *traces.Span
-	res        *resource.Resource
-	sc, parent trace.SpanContext
-	status     sdktrace.Status
-	events     []sdktrace.Event
-	end        time.Time
-}
-
-var scope = instrumentation.Scope{Name: ScopeName}
-
-func (r *readOnly) Name() string                     { return r.s.Name }
-func (r *readOnly) SpanContext() trace.SpanContext   { return r.sc }
-func (r *readOnly) Parent() trace.SpanContext        { return r.parent }
-func (r *readOnly) SpanKind() trace.SpanKind         { return spanKind(r.s.Kind) }
-func (r *readOnly) StartTime() time.Time             { return r.s.Start }
-func (r *readOnly) EndTime() time.Time               { return r.end }
-func (r *readOnly) Attributes() []attribute.KeyValue { return r.s.Attrs }
-func (r *readOnly) Links() []sdktrace.Link           { return nil }
-func (r *readOnly) Events() []sdktrace.Event         { return r.events }
-func (r *readOnly) Status() sdktrace.Status          { return r.status }
-func (r *readOnly) InstrumentationScope() instrumentation.Scope {
-	return scope
-}
-
-//nolint:staticcheck // the SDK's interface still has it
-func (r *readOnly) InstrumentationLibrary() instrumentation.Library { return scope }
-func (r *readOnly) Resource() *resource.Resource                    { return r.res }
-func (r *readOnly) DroppedAttributes() int                          { return 0 }
-func (r *readOnly) DroppedLinks() int                               { return 0 }
-func (r *readOnly) DroppedEvents() int                              { return 0 }
-func (r *readOnly) ChildSpanCount() int                             { return 0 }
+func (x *Exporter) Shutdown(ctx context.Context) error { return x.client.Stop(ctx) }
 
 // spanKind is the OpenTelemetry kind of a span: model calls are client
 // calls to a provider; the rest is work inside the engine.
