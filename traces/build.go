@@ -227,15 +227,10 @@ func (b *builder) attr(i int, a Attr) {
 	s.Attrs = append(s.Attrs, a)
 }
 
-// isEmpty says a is an empty string or list: the mapping leaves those out.
+// isEmpty says a is an empty string: the mapping leaves those out (and
+// empty lists, which it does not make).
 func isEmpty(a Attr) bool {
-	switch a.Value.Type() {
-	case attribute.STRING:
-		return a.Value.AsString() == ""
-	case attribute.STRINGSLICE:
-		return len(a.Value.AsStringSlice()) == 0
-	}
-	return false
+	return a.Value.Type() == attribute.STRING && a.Value.AsString() == ""
 }
 
 // spanAttrs is the room a span's attributes get in the arena; a span
@@ -737,7 +732,9 @@ func (b *builder) dispatchCreated(ts *taskState, ev eventlog.Event, x *fsm.Dispa
 	b.attr(r, attribute.String("pegasus.machine", "dispatch.task@1"))
 	b.attr(r, attribute.String("pegasus.source", x.Source))
 	b.attr(r, attribute.String("pegasus.parent_task_id", x.ParentTaskID))
-	b.attr(r, attribute.StringSlice("pegasus.dispatch.capabilities", x.RequiredCapabilities))
+	if len(x.RequiredCapabilities) > 0 {
+		b.attr(r, attribute.StringSlice("pegasus.dispatch.capabilities", x.RequiredCapabilities))
+	}
 	b.attr(r, attribute.Int64("pegasus.dispatch.max_retries", int64(x.MaxRetries)))
 	b.attr(r, attribute.Int64("pegasus.dispatch.timeout_seconds", int64(x.TimeoutSeconds)))
 	b.openWait(ts, ev)
