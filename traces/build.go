@@ -698,6 +698,11 @@ func (b *builder) toolEnded(ts *taskState, ev eventlog.Event, x *fsm.ToolCallRes
 		b.attr(i, attribute.String("gen_ai.operation.name", "execute_tool"))
 		b.attr(i, attribute.String("gen_ai.tool.name", x.Tool))
 		b.attr(i, attribute.String("gen_ai.tool.call.id", x.ToolCallID))
+	} else if s := &b.spans[i]; s.Start.Equal(ev.Time) {
+		// Its start was committed with its result (a built-in tool that
+		// only reads runs before its start is recorded; one commit, one
+		// time): the span is drawn from the call's duration too.
+		s.Start = ev.Time.Add(-time.Duration(x.DurationMS) * time.Millisecond)
 	}
 	ts.tool = -1
 	b.attr(i, attribute.Int64("pegasus.tool.duration_ms", x.DurationMS))

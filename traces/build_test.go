@@ -506,3 +506,28 @@ func TestBuildJSONable(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildReaderToolInOneCommit draws a built-in tool that only reads,
+// whose start was committed with its result and the model's answer (one
+// commit, one time), from the call's duration, as long as the tool ran.
+func TestBuildReaderToolInOneCommit(t *testing.T) {
+	s := newScript(t)
+	in := s.add("", ulid.ULID{}, &fsm.Input{Kind: fsm.MessageReceived, Text: "what time is it?", Source: "http"})
+	task := in.Stream
+	s.add(task, ulid.ULID{}, &fsm.TaskCreatedBody{Machine: fsm.MachineRef{Name: "pegasus.task", Version: 1}, Source: "http"})
+	s.wait(300 * time.Millisecond)
+	s.add(task, ulid.ULID{}, &fsm.ModelCalledBody{Purpose: "reason", Attempt: 1, Model: "m", LatencyMS: 250, Status: 200, FinishReason: "tool_calls"})
+	s.add(task, ulid.ULID{}, &fsm.ReasonDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{{Index: 0, ActionType: fsm.ActionToolCall,
+		ActionParams: map[string]string{"tool": "clock", "arguments": "{}", "tool_call_id": "c1"}}}}})
+	s.add(task, ulid.ULID{}, &fsm.ToolCallStartedBody{StepIndex: 0, Tool: "clock", ToolCallID: "c1", IdempotencyKey: "k1"})
+	end := s.add(task, ulid.ULID{}, &fsm.ToolCallResultBody{StepIndex: 0, Tool: "clock", ToolCallID: "c1", IdempotencyKey: "k1", Result: "12:00", DurationMS: 40})
+	var tool traces.Span
+	for _, sp := range traces.Build(s.evs, traces.Options{}) {
+		if sp.Kind == traces.KindTool {
+			tool = sp
+		}
+	}
+	if !tool.End.Equal(end.Time) || tool.End.Sub(tool.Start) != 40*time.Millisecond {
+		t.Fatalf("tool span %v to %v; want 40ms ending at %v", tool.Start, tool.End, end.Time)
+	}
+}
