@@ -142,6 +142,16 @@ func (e *Engine) startTraces() error {
 	return nil
 }
 
+// TracesCursor is the live trace export's cursor: every root task that
+// ended at or before this log sequence has had its trace sent (0 when the
+// export is off). pegasus_traces_cursor in /metrics is the same.
+func (e *Engine) TracesCursor() uint64 {
+	if e.traces == nil {
+		return 0
+	}
+	return e.traces.cursor()
+}
+
 // runningRoots lists the root tasks in flight when the export starts: the
 // follower reads the log from its cursor on and does not see their first
 // event, yet the open interval sends their finished spans too (a long task
