@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -141,6 +142,16 @@ func (e *Engine) startTraces() error {
 	return nil
 }
 
+// TracesCursor is the live trace export's cursor: every root task that
+// ended at or before this log sequence has had its trace sent (0 when the
+// export is off). pegasus_traces_cursor in /metrics is the same.
+func (e *Engine) TracesCursor() uint64 {
+	if e.traces == nil {
+		return 0
+	}
+	return e.traces.cursor()
+}
+
 // runningRoots lists the root tasks in flight when the export starts: the
 // follower reads the log from its cursor on and does not see their first
 // event, yet the open interval sends their finished spans too (a long task
@@ -257,8 +268,11 @@ func (x *traceExporter) cursor() uint64 {
 func (x *traceExporter) follow(ctx context.Context) {
 	defer x.done.Done()
 	defer close(x.queue)
-	sub := x.l.Subscribe(ctx, x.read.Load()+1)
+	sub := x.l.SubscribeBuffered(ctx, x.read.Load()+1, followBuffer)
 	defer sub.Close()
+	pace := time.NewTimer(followPace)
+	pace.Stop() // armed when the follower catches up
+	defer pace.Stop()
 	running := map[string]bool{} // root tasks started since the follower started, or running then, not ended
 	for _, id := range x.carried {
 		running[id] = true
@@ -279,7 +293,16 @@ func (x *traceExporter) follow(ctx context.Context) {
 	if x.o.OpenInterval > 0 {
 		arm()
 	}
+	paced := false
 	for {
+		if paced {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			paced = false
+		}
 		ev, err := sub.Next(wait)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -298,6 +321,15 @@ func (x *traceExporter) follow(ctx context.Context) {
 			}
 			x.logger.Error("the trace export stopped reading the log", "err", err)
 			return
+		}
+		if sub.Seq() > x.l.Head() {
+			// Caught up with the log: read again after a pace, so that
+			// the follower wakes a few dozen times a second rather than
+			// at every commit (waking costs the node's processors more
+			// than the few events a commit brings). Its subscription's
+			// buffer holds what commits meanwhile.
+			paced = true
+			pace.Reset(followPace)
 		}
 		isRoot := false
 		if ev.Version == 1 {
@@ -332,10 +364,20 @@ func (x *traceExporter) follow(ctx context.Context) {
 	}
 }
 
-// maxTraceBatch bounds how many queued traces one export request
-// carries; traceBatchDelay is how long the first waits for others.
+// The follower reads in bursts: followPace after it caught up, with room
+// for followBuffer events committed meanwhile (beyond it, it reads them
+// from the log).
 const (
-	maxTraceBatch   = 1024
+	followPace   = 20 * time.Millisecond
+	followBuffer = 4096
+)
+
+// maxTraceBatch bounds how many queued traces one export request
+// carries (the SDK converts and encodes a request in one go: this bounds
+// how long the export holds a processor at once); traceBatchDelay is how
+// long the first waits for others.
+const (
+	maxTraceBatch   = 256
 	traceBatchDelay = 200 * time.Millisecond
 )
 
@@ -457,6 +499,12 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 			spans = append(spans, s...)
 			n++
 		}
+		// The export is never in a hurry: let the task path's
+		// goroutines that are waiting for a processor (a commit back
+		// from its sync, a stage) run before the next trace, instead of
+		// after the scheduler's 10 ms slice. On a busy node this keeps
+		// the export's CPU from becoming the tasks' latency.
+		runtime.Gosched()
 	}
 	if err := x.exp.Export(ctx, spans); err != nil {
 		return n, err

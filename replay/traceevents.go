@@ -94,6 +94,9 @@ type traceTree struct {
 	events  []eventlog.Event
 	bytes   int
 	dropped bool
+	// The usual tree, one task of a few events, in the same allocation.
+	firstStream [1]string
+	firstEvents [8]eventlog.Event
 }
 
 // NewTraceGatherer returns an empty TraceGatherer with those bounds.
@@ -109,7 +112,8 @@ func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	if t == nil && startsTask(ev) {
 		t = g.byEvent[ev.Causation]
 		if t == nil && g.bytes < g.maxAll && isRoot {
-			t = &traceTree{root: ev.Stream, events: make([]eventlog.Event, 0, 8)}
+			t = &traceTree{root: ev.Stream}
+			t.streams, t.events = t.firstStream[:0], t.firstEvents[:0]
 		}
 		if t != nil {
 			g.byStream[ev.Stream] = t

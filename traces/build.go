@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -48,7 +49,8 @@ func build(events []eventlog.Event, opt Options, shared bool) []Span {
 		corr = root.ID
 	}
 	b := &builder{opt: opt, shared: shared, trace: TraceID(corr), tasks: map[string]*taskState{},
-		spanOf: make(map[ulid.ULID]int, len(events)), spans: make([]Span, 0, len(events)/2+2)}
+		spanOf: make(map[ulid.ULID]int, len(events)), spans: make([]Span, 0, len(events)/2+2),
+		arena: make([]Attr, 0, spanAttrs*(len(events)/4+1))}
 	for _, ev := range events {
 		if ev.Time.After(b.last) {
 			b.last = ev.Time
@@ -130,6 +132,7 @@ type builder struct {
 	last   time.Time // the latest event time: the end of an open span
 	spans  []Span
 	spanOf map[ulid.ULID]int // event id -> the span it belongs to
+	arena  []Attr            // room for the spans' attributes
 	tasks  map[string]*taskState
 	order  []*taskState
 }
@@ -207,23 +210,32 @@ func (b *builder) close(i int, t time.Time, code StatusCode, msg string) {
 	s.StatusMessage = msg
 }
 
-func (b *builder) attr(i int, key string, v any) {
-	switch x := v.(type) {
-	case string:
-		if x == "" {
-			return
-		}
-	case []string:
-		if len(x) == 0 {
-			return
-		}
+func (b *builder) attr(i int, a Attr) {
+	if isEmpty(a) {
+		return
 	}
 	s := &b.spans[i]
 	if s.Attrs == nil {
-		s.Attrs = make([]Attr, 0, 8) // a span's usual attributes, in one allocation
+		// A span's usual attributes, carved from the build's arena.
+		if cap(b.arena)-len(b.arena) < spanAttrs {
+			b.arena = make([]Attr, 0, 8*spanAttrs)
+		}
+		n := len(b.arena)
+		b.arena = b.arena[:n+spanAttrs]
+		s.Attrs = b.arena[n : n : n+spanAttrs]
 	}
-	s.Attrs = append(s.Attrs, Attr{Key: key, Value: v})
+	s.Attrs = append(s.Attrs, a)
 }
+
+// isEmpty says a is an empty string: the mapping leaves those out (and
+// empty lists, which it does not make).
+func isEmpty(a Attr) bool {
+	return a.Value.Type() == attribute.STRING && a.Value.AsString() == ""
+}
+
+// spanAttrs is the room a span's attributes get in the arena; a span
+// with more grows its own.
+const spanAttrs = 10
 
 func (b *builder) mark(i int, name string, t time.Time, attrs ...Attr) {
 	if i < 0 {
@@ -231,8 +243,11 @@ func (b *builder) mark(i int, name string, t time.Time, attrs ...Attr) {
 	}
 	var kept []Attr
 	for _, a := range attrs {
-		if s, ok := a.Value.(string); ok && s == "" {
+		if isEmpty(a) {
 			continue
+		}
+		if kept == nil {
+			kept = make([]Attr, 0, len(attrs))
 		}
 		kept = append(kept, a)
 	}
@@ -266,7 +281,7 @@ func (b *builder) task(ev eventlog.Event) (ts *taskState, first bool) {
 		id = SpanIDFor(ev.ID, "task")
 	}
 	ts.root = b.open(id, parent, kind, name, ev.Stream, ev.Time)
-	b.attr(ts.root, "pegasus.task.id", ev.Stream)
+	b.attr(ts.root, attribute.String("pegasus.task.id", ev.Stream))
 	b.tasks[ev.Stream] = ts
 	b.order = append(b.order, ts)
 	return ts, true
@@ -288,6 +303,16 @@ func (b *builder) event(ev eventlog.Event) {
 	if r := &b.spans[ts.root]; r.Open && ev.Time.After(r.End) {
 		r.End = ev.Time // an ended task keeps its end: a later reflection is a child after it
 	}
+	if ts.call != nil && ev.Type != string(fsm.ModelCalled) {
+		b.endCall(ts, ev.Time, true)
+	}
+	if b.bodyUnused(fsm.EventType(ev.Type)) {
+		if ev.Type == string(fsm.TaskCompleted) {
+			b.completed(ts, ev)
+		}
+		b.spanOf[ev.ID] = cur
+		return
+	}
 	var body fsm.Body
 	var err error
 	if b.shared && len(ev.Body) > 0 {
@@ -296,12 +321,9 @@ func (b *builder) event(ev eventlog.Event) {
 		body, err = fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
 	}
 	if err != nil {
-		b.mark(ts.root, "undecodable event", ev.Time, Attr{"pegasus.event.type", ev.Type}, Attr{"error.type", err.Error()})
+		b.mark(ts.root, "undecodable event", ev.Time, attribute.String("pegasus.event.type", ev.Type), attribute.String("error.type", err.Error()))
 		b.spanOf[ev.ID] = cur
 		return
-	}
-	if ts.call != nil && ev.Type != string(fsm.ModelCalled) {
-		b.endCall(ts, ev.Time, true)
 	}
 	switch x := body.(type) {
 	case *fsm.Input:
@@ -316,7 +338,7 @@ func (b *builder) event(ev eventlog.Event) {
 		b.conversation(ts, x.NewMessages)
 		cur = b.suspend(ts, ev, "waiting for a human", "human")
 		if b.opt.Contents {
-			b.attr(cur, "pegasus.question", x.Reasoning.Question)
+			b.attr(cur, attribute.String("pegasus.question", x.Reasoning.Question))
 		}
 	case *fsm.PerceiveDoneBody:
 		b.conversation(ts, x.NewMessages)
@@ -326,18 +348,18 @@ func (b *builder) event(ev eventlog.Event) {
 		b.conversation(ts, x.NewMessages)
 	case *fsm.ReflectDoneBody:
 		b.conversation(ts, x.NewMessages)
-		b.mark(ts.root, "reflected", ev.Time, Attr{"pegasus.verdict", x.Reflection.Verdict})
+		b.mark(ts.root, "reflected", ev.Time, attribute.String("pegasus.verdict", x.Reflection.Verdict))
 	case *fsm.ToolCallStartedBody:
 		cur = b.toolStarted(ts, ev, x)
 	case *fsm.ToolCallResultBody:
 		cur = b.toolEnded(ts, ev, x)
 	case *fsm.StepCompletedBody:
 		b.conversation(ts, x.NewMessages)
-		b.mark(ts.root, "step completed", ev.Time, Attr{"pegasus.step.index", int64(x.StepIndex)})
+		b.mark(ts.root, "step completed", ev.Time, attribute.Int64("pegasus.step.index", int64(x.StepIndex)))
 	case *fsm.TaskSuspendedBody:
 		cur = b.suspend(ts, ev, "suspended", x.Reason)
 	case *fsm.TaskResumedBody:
-		b.mark(ts.suspend, "resumed", ev.Time, Attr{"pegasus.reason", x.Reason})
+		b.mark(ts.suspend, "resumed", ev.Time, attribute.String("pegasus.reason", x.Reason))
 		b.close(ts.suspend, ev.Time, StatusUnset, "")
 		ts.suspend = -1
 	case *fsm.TaskFailedBody:
@@ -346,13 +368,9 @@ func (b *builder) event(ev eventlog.Event) {
 			msg = x.Reason
 		}
 		b.endAll(ts, ev.Time, "task failed")
-		b.attr(ts.root, "pegasus.task.state", "failed")
-		b.attr(ts.root, "pegasus.task.reason", x.Reason)
+		b.attr(ts.root, attribute.String("pegasus.task.state", "failed"))
+		b.attr(ts.root, attribute.String("pegasus.task.reason", x.Reason))
 		b.close(ts.root, ev.Time, StatusError, msg)
-	case *fsm.TaskCompletedBody:
-		b.endAll(ts, ev.Time, "")
-		b.attr(ts.root, "pegasus.task.state", "completed")
-		b.close(ts.root, ev.Time, StatusOK, "")
 	case *fsm.ReflectionCompleteBody:
 		b.mark(ts.root, "reflection complete", ev.Time)
 	case *fsm.TaskNotifyBody:
@@ -362,17 +380,17 @@ func (b *builder) event(ev eventlog.Event) {
 		}
 		var attrs []Attr
 		if b.opt.Contents {
-			attrs = append(attrs, Attr{"pegasus.message", x.Message})
+			attrs = append(attrs, attribute.String("pegasus.message", x.Message))
 		}
 		b.mark(at, "notify", ev.Time, attrs...)
 		cur = at
 	case *fsm.BudgetExceededBody:
-		b.mark(ts.root, "budget exceeded", ev.Time, Attr{"pegasus.budget", x.Budget}, Attr{"pegasus.budget.policy", x.Policy},
-			Attr{"gen_ai.request.model", x.Model}, Attr{"pegasus.budget.spent_tokens", int64(x.SpentTokens)},
-			Attr{"pegasus.budget.max_tokens", int64(x.MaxTokens)})
+		b.mark(ts.root, "budget exceeded", ev.Time, attribute.String("pegasus.budget", x.Budget), attribute.String("pegasus.budget.policy", x.Policy),
+			attribute.String("gen_ai.request.model", x.Model), attribute.Int64("pegasus.budget.spent_tokens", int64(x.SpentTokens)),
+			attribute.Int64("pegasus.budget.max_tokens", int64(x.MaxTokens)))
 	case *fsm.SubTaskCreatedBody:
 		cur = b.suspend(ts, ev, "waiting for a child task", "child")
-		b.attr(cur, "pegasus.child_task", x.TaskID)
+		b.attr(cur, attribute.String("pegasus.child_task", x.TaskID))
 	case *fsm.ActDoneBody:
 		b.conversation(ts, x.NewMessages)
 		if ts.suspend >= 0 && b.spans[ts.suspend].Name == "waiting for a child task" {
@@ -383,7 +401,7 @@ func (b *builder) event(ev eventlog.Event) {
 			b.close(ts.suspend, ev.Time, code, msg)
 			ts.suspend = -1
 		}
-		b.mark(ts.root, "step done", ev.Time, Attr{"pegasus.step.index", int64(x.StepIndex)})
+		b.mark(ts.root, "step done", ev.Time, attribute.Int64("pegasus.step.index", int64(x.StepIndex)))
 
 	case *fsm.DispatchCreatedBody:
 		b.dispatchCreated(ts, ev, x)
@@ -391,9 +409,9 @@ func (b *builder) event(ev eventlog.Event) {
 	case *fsm.DispatchAssignedBody:
 		b.endWait(ts, ev.Time, StatusUnset, "")
 		ts.attempt = b.open(SpanID(ev.ID), ts.root, KindAttempt, "attempt "+itoa(ts.attempts+1)+" "+x.Worker, ts.stream, ev.Time)
-		b.attr(ts.attempt, "pegasus.worker", x.Worker)
+		b.attr(ts.attempt, attribute.String("pegasus.worker", x.Worker))
 		ts.attempts++
-		b.attr(ts.attempt, "pegasus.attempt", int64(ts.attempts))
+		b.attr(ts.attempt, attribute.Int64("pegasus.attempt", int64(ts.attempts)))
 		cur = ts.attempt
 	case *fsm.DispatchReportBody:
 		cur = b.dispatchReport(ts, ev, x)
@@ -403,30 +421,50 @@ func (b *builder) event(ev eventlog.Event) {
 		b.close(ts.attempt, ev.Time, StatusError, "timed out")
 		ts.attempt = -1
 	case *fsm.DispatchRetriedBody:
-		b.mark(ts.root, "retried", ev.Time, Attr{"pegasus.jitter_ms", x.JitterMS})
+		b.mark(ts.root, "retried", ev.Time, attribute.Int64("pegasus.jitter_ms", x.JitterMS))
 		b.openWait(ts, ev)
 		cur = ts.wait
 	case *fsm.DispatchDeadLetteredBody:
 		b.endWait(ts, ev.Time, StatusError, "dead-lettered")
-		b.mark(ts.root, "dead-lettered", ev.Time, Attr{"pegasus.reason", x.Reason})
-		b.attr(ts.root, "pegasus.task.state", "dead_lettered")
+		b.mark(ts.root, "dead-lettered", ev.Time, attribute.String("pegasus.reason", x.Reason))
+		b.attr(ts.root, attribute.String("pegasus.task.state", "dead_lettered"))
 		b.close(ts.root, ev.Time, StatusError, "dead-lettered: "+x.Reason)
 	case *fsm.DispatchRequeuedBody:
-		b.mark(ts.root, "requeued", ev.Time, Attr{"pegasus.reason", x.Reason}, Attr{"pegasus.agent", x.AgentID})
+		b.mark(ts.root, "requeued", ev.Time, attribute.String("pegasus.reason", x.Reason), attribute.String("pegasus.agent", x.AgentID))
 		r := &b.spans[ts.root]
 		r.Open, r.Status, r.StatusMessage = true, StatusUnset, ""
 		b.openWait(ts, ev)
 		cur = ts.wait
 	case *fsm.DispatchUpdatedBody:
-		b.mark(ts.root, "updated", ev.Time, Attr{"pegasus.agent", x.AgentID})
+		b.mark(ts.root, "updated", ev.Time, attribute.String("pegasus.agent", x.AgentID))
 	case *fsm.DispatchCancelledBody:
 		msg := "cancelled: " + x.Reason
-		b.mark(ts.root, "cancelled", ev.Time, Attr{"pegasus.reason", x.Reason}, Attr{"pegasus.agent", x.AgentID})
+		b.mark(ts.root, "cancelled", ev.Time, attribute.String("pegasus.reason", x.Reason), attribute.String("pegasus.agent", x.AgentID))
 		b.endWait(ts, ev.Time, StatusError, msg)
 		b.close(ts.attempt, ev.Time, StatusError, msg)
 		ts.attempt = -1
 	}
 	b.spanOf[ev.ID] = cur
+}
+
+// bodyUnused says the mapping draws nothing from the body of an event of
+// type t: a task's result, and without Options.Contents the stages'
+// conversations. Such bodies are not decoded.
+func (b *builder) bodyUnused(t fsm.EventType) bool {
+	switch t {
+	case fsm.TaskCompleted:
+		return true
+	case fsm.ReasonDone, fsm.PerceiveDone, fsm.ThinkDone, fsm.PlanDone:
+		return !b.opt.Contents
+	}
+	return false
+}
+
+// completed ends a task that completed.
+func (b *builder) completed(ts *taskState, ev eventlog.Event) {
+	b.endAll(ts, ev.Time, "")
+	b.attr(ts.root, attribute.String("pegasus.task.state", "completed"))
+	b.close(ts.root, ev.Time, StatusOK, "")
 }
 
 // input maps an input: the first event of a task (its span, and the wait
@@ -437,13 +475,13 @@ func (b *builder) input(ts *taskState, ev eventlog.Event, x *fsm.Input, first bo
 		if x.TaskType != "" {
 			b.spans[r].Name = "task " + x.TaskType
 		}
-		b.attr(r, "pegasus.task.type", x.TaskType)
-		b.attr(r, "pegasus.source", x.Source)
-		b.attr(r, "pegasus.input.kind", string(x.Kind))
-		b.attr(r, "pegasus.input.name", x.Name)
-		b.attr(r, "pegasus.parent_task_id", x.ParentTaskID)
+		b.attr(r, attribute.String("pegasus.task.type", x.TaskType))
+		b.attr(r, attribute.String("pegasus.source", x.Source))
+		b.attr(r, attribute.String("pegasus.input.kind", string(x.Kind)))
+		b.attr(r, attribute.String("pegasus.input.name", x.Name))
+		b.attr(r, attribute.String("pegasus.parent_task_id", x.ParentTaskID))
 		if b.opt.Contents {
-			b.attr(r, "pegasus.input.text", x.Text)
+			b.attr(r, attribute.String("pegasus.input.text", x.Text))
 		}
 		ts.admission = b.open(SpanIDFor(ev.ID, "admission"), r, KindAdmission, "admission", ts.stream, ev.Time)
 		return ts.admission
@@ -452,7 +490,7 @@ func (b *builder) input(ts *taskState, ev eventlog.Event, x *fsm.Input, first bo
 	if b.opt.Contents {
 		ts.messages = append(ts.messages, fsm.Message{Role: "user", Content: x.Text})
 	}
-	b.mark(ts.suspend, "answered", ev.Time, Attr{"pegasus.source", x.Source})
+	b.mark(ts.suspend, "answered", ev.Time, attribute.String("pegasus.source", x.Source))
 	b.close(ts.suspend, ev.Time, StatusUnset, "")
 	ts.suspend = -1
 	return ts.root
@@ -469,31 +507,37 @@ func (b *builder) created(ts *taskState, ev eventlog.Event, x *fsm.TaskCreatedBo
 	if m.Name == "" {
 		m = fsm.CurrentMachine
 	}
-	b.setAttr(r, "pegasus.task.type", x.TaskType)
-	b.setAttr(r, "pegasus.machine", m.String())
-	b.setAttr(r, "pegasus.source", x.Source)
-	b.setAttr(r, "pegasus.parent_task_id", x.ParentTaskID)
-	b.setAttr(r, "pegasus.model", x.Model)
-	b.setAttr(r, "pegasus.concurrency_key", x.ConcurrencyKey)
-	b.setAttr(r, "pegasus.priority", int64(x.Priority))
+	b.setAttr(r, attribute.String("pegasus.task.type", x.TaskType))
+	machine := currentMachine
+	if m != fsm.CurrentMachine {
+		machine = m.String()
+	}
+	b.setAttr(r, attribute.String("pegasus.machine", machine))
+	b.setAttr(r, attribute.String("pegasus.source", x.Source))
+	b.setAttr(r, attribute.String("pegasus.parent_task_id", x.ParentTaskID))
+	b.setAttr(r, attribute.String("pegasus.model", x.Model))
+	b.setAttr(r, attribute.String("pegasus.concurrency_key", x.ConcurrencyKey))
+	b.setAttr(r, attribute.Int64("pegasus.priority", int64(x.Priority)))
 	b.mark(r, "admitted", ev.Time)
 	if b.opt.Contents {
-		b.setAttr(r, "pegasus.input.text", x.InputText)
+		b.setAttr(r, attribute.String("pegasus.input.text", x.InputText))
 	}
 }
 
+// currentMachine is the name of the machine most tasks run.
+var currentMachine = fsm.CurrentMachine.String()
+
 // setAttr sets key on span i, replacing a value it has.
-func (b *builder) setAttr(i int, key string, v any) {
-	for j, a := range b.spans[i].Attrs {
-		if a.Key == key {
-			if s, ok := v.(string); ok && s == "" {
-				return
+func (b *builder) setAttr(i int, a Attr) {
+	for j, o := range b.spans[i].Attrs {
+		if o.Key == a.Key {
+			if !isEmpty(a) {
+				b.spans[i].Attrs[j] = a
 			}
-			b.spans[i].Attrs[j].Value = v
 			return
 		}
 	}
-	b.attr(i, key, v)
+	b.attr(i, a)
 }
 
 func (b *builder) conversation(ts *taskState, msgs []fsm.Message) {
@@ -516,11 +560,11 @@ func (b *builder) modelCalled(ts *taskState, ev eventlog.Event, x *fsm.ModelCall
 		}
 		i := b.open(SpanIDFor(ev.ID, "call"), ts.root, KindModel, name, ts.stream, start)
 		ts.call = &modelCall{span: i, purpose: x.Purpose}
-		b.attr(i, "gen_ai.operation.name", "chat")
-		b.attr(i, "gen_ai.request.model", x.Model)
-		b.attr(i, "pegasus.purpose", x.Purpose)
+		b.attr(i, attribute.String("gen_ai.operation.name", "chat"))
+		b.attr(i, attribute.String("gen_ai.request.model", x.Model))
+		b.attr(i, attribute.String("pegasus.purpose", x.Purpose))
 		if b.opt.Contents {
-			b.attr(i, "gen_ai.input.messages", inputMessages(ts.messages))
+			b.attr(i, attribute.String("gen_ai.input.messages", inputMessages(ts.messages)))
 		}
 	}
 	c := ts.call
@@ -550,33 +594,33 @@ func (b *builder) endCall(ts *taskState, t time.Time, outcome bool) {
 		out += int64(a.body.CompletionTokens)
 	}
 	if lastA.body.Error == "" {
-		b.attr(i, "gen_ai.response.model", lastA.body.Model)
-		b.attr(i, "gen_ai.usage.input_tokens", in)
-		b.attr(i, "gen_ai.usage.output_tokens", out)
+		b.attr(i, attribute.String("gen_ai.response.model", lastA.body.Model))
+		b.attr(i, attribute.Int64("gen_ai.usage.input_tokens", in))
+		b.attr(i, attribute.Int64("gen_ai.usage.output_tokens", out))
 		if lastA.body.FinishReason != "" {
-			b.attr(i, "gen_ai.response.finish_reasons", []string{lastA.body.FinishReason})
+			b.attr(i, attribute.StringSlice("gen_ai.response.finish_reasons", []string{lastA.body.FinishReason}))
 		}
 		if b.opt.Contents {
-			b.attr(i, "gen_ai.output.messages", outputMessages(lastA.body))
+			b.attr(i, attribute.String("gen_ai.output.messages", outputMessages(lastA.body)))
 		}
 	}
-	b.attr(i, "pegasus.attempts", int64(len(c.attempts)))
+	b.attr(i, attribute.Int64("pegasus.attempts", int64(len(c.attempts))))
 	if len(c.attempts) > 1 {
 		for n, a := range c.attempts {
 			start := a.ev.Time.Add(-time.Duration(a.body.LatencyMS) * time.Millisecond)
 			j := b.open(SpanID(a.ev.ID), i, KindAttempt, "attempt "+itoa(a.body.Attempt)+" "+a.body.Model, ts.stream, start)
-			b.attr(j, "pegasus.attempt", int64(a.body.Attempt))
-			b.attr(j, "gen_ai.request.model", a.body.Model)
+			b.attr(j, attribute.Int64("pegasus.attempt", int64(a.body.Attempt)))
+			b.attr(j, attribute.String("gen_ai.request.model", a.body.Model))
 			if a.body.Status != 0 {
-				b.attr(j, "http.response.status_code", int64(a.body.Status))
+				b.attr(j, attribute.Int64("http.response.status_code", int64(a.body.Status)))
 			}
 			if n > 0 && a.body.Model != c.attempts[n-1].body.Model {
-				b.attr(j, "pegasus.fallback", true)
+				b.attr(j, attribute.Bool("pegasus.fallback", true))
 			}
 			code, msg := StatusOK, ""
 			if a.body.Error != "" {
 				code, msg = StatusError, a.body.Error
-				b.attr(j, "error.type", errorType(a.body))
+				b.attr(j, attribute.String("error.type", errorType(a.body)))
 			}
 			b.close(j, a.ev.Time, code, msg)
 			b.spanOf[a.ev.ID] = j
@@ -588,7 +632,7 @@ func (b *builder) endCall(ts *taskState, t time.Time, outcome bool) {
 		b.spans[i].End = b.last
 		return
 	case lastA.body.Error != "":
-		b.attr(i, "error.type", errorType(lastA.body))
+		b.attr(i, attribute.String("error.type", errorType(lastA.body)))
 		b.close(i, lastA.ev.Time, StatusError, lastA.body.Error)
 	default:
 		b.close(i, lastA.ev.Time, StatusOK, "")
@@ -607,7 +651,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func (b *builder) suspend(ts *taskState, ev eventlog.Event, name, reason string) int {
 	b.close(ts.suspend, ev.Time, StatusUnset, "")
 	ts.suspend = b.open(SpanID(ev.ID), ts.root, KindSuspend, name, ts.stream, ev.Time)
-	b.attr(ts.suspend, "pegasus.suspend.reason", reason)
+	b.attr(ts.suspend, attribute.String("pegasus.suspend.reason", reason))
 	return ts.suspend
 }
 
@@ -615,7 +659,7 @@ func (b *builder) toolStarted(ts *taskState, ev eventlog.Event, x *fsm.ToolCallS
 	key := itoa(x.StepIndex) + "\x00" + x.IdempotencyKey
 	if ts.tool >= 0 && ts.toolKey == key {
 		// The same call again: a handle recorded, or a run after a crash.
-		b.mark(ts.tool, "started again", ev.Time, Attr{"pegasus.tool.handle", x.Handle})
+		b.mark(ts.tool, "started again", ev.Time, attribute.String("pegasus.tool.handle", x.Handle))
 		return ts.tool
 	}
 	b.close(ts.tool, ev.Time, StatusError, "superseded")
@@ -625,24 +669,24 @@ func (b *builder) toolStarted(ts *taskState, ev eventlog.Event, x *fsm.ToolCallS
 	}
 	i := b.open(SpanID(ev.ID), ts.root, KindTool, name, ts.stream, ev.Time)
 	ts.tool, ts.toolKey = i, key
-	b.attr(i, "gen_ai.operation.name", "execute_tool")
-	b.attr(i, "gen_ai.tool.name", x.Tool)
-	b.attr(i, "gen_ai.tool.call.id", x.ToolCallID)
+	b.attr(i, attribute.String("gen_ai.operation.name", "execute_tool"))
+	b.attr(i, attribute.String("gen_ai.tool.name", x.Tool))
+	b.attr(i, attribute.String("gen_ai.tool.call.id", x.ToolCallID))
 	source := x.Source
 	if source == "" {
 		source = "built-in"
 	}
-	b.attr(i, "pegasus.tool.source", source)
+	b.attr(i, attribute.String("pegasus.tool.source", source))
 	if s, ok := strings.CutPrefix(x.Source, "mcp:"); ok {
-		b.attr(i, "pegasus.tool.mcp_server", s)
+		b.attr(i, attribute.String("pegasus.tool.mcp_server", s))
 	}
 	if s, ok := strings.CutPrefix(x.Source, "worker:"); ok {
-		b.attr(i, "pegasus.tool.capability", s)
+		b.attr(i, attribute.String("pegasus.tool.capability", s))
 	}
-	b.attr(i, "pegasus.broker_task", x.Task)
-	b.attr(i, "pegasus.step.index", int64(x.StepIndex))
+	b.attr(i, attribute.String("pegasus.broker_task", x.Task))
+	b.attr(i, attribute.Int64("pegasus.step.index", int64(x.StepIndex)))
 	if b.opt.Contents {
-		b.attr(i, "gen_ai.tool.call.arguments", x.Arguments)
+		b.attr(i, attribute.String("gen_ai.tool.call.arguments", x.Arguments))
 	}
 	return i
 }
@@ -655,17 +699,17 @@ func (b *builder) toolEnded(ts *taskState, ev eventlog.Event, x *fsm.ToolCallRes
 		// is drawn from the call's duration.
 		start := ev.Time.Add(-time.Duration(x.DurationMS) * time.Millisecond)
 		i = b.open(SpanIDFor(ev.ID, "tool"), ts.root, KindTool, "execute_tool "+x.Tool, ts.stream, start)
-		b.attr(i, "gen_ai.operation.name", "execute_tool")
-		b.attr(i, "gen_ai.tool.name", x.Tool)
-		b.attr(i, "gen_ai.tool.call.id", x.ToolCallID)
+		b.attr(i, attribute.String("gen_ai.operation.name", "execute_tool"))
+		b.attr(i, attribute.String("gen_ai.tool.name", x.Tool))
+		b.attr(i, attribute.String("gen_ai.tool.call.id", x.ToolCallID))
 	}
 	ts.tool = -1
-	b.attr(i, "pegasus.tool.duration_ms", x.DurationMS)
+	b.attr(i, attribute.Int64("pegasus.tool.duration_ms", x.DurationMS))
 	if b.opt.Contents {
-		b.attr(i, "gen_ai.tool.call.result", x.Result)
+		b.attr(i, attribute.String("gen_ai.tool.call.result", x.Result))
 	}
 	if x.Error != "" {
-		b.attr(i, "error.type", "tool_error")
+		b.attr(i, attribute.String("error.type", "tool_error"))
 		b.close(i, ev.Time, StatusError, x.Error)
 	} else {
 		b.close(i, ev.Time, StatusOK, "")
@@ -689,15 +733,17 @@ func (b *builder) endAll(ts *taskState, t time.Time, msg string) {
 func (b *builder) dispatchCreated(ts *taskState, ev eventlog.Event, x *fsm.DispatchCreatedBody) {
 	r := ts.root
 	b.spans[r].Name = "dispatch " + x.Title
-	b.attr(r, "pegasus.machine", "dispatch.task@1")
-	b.attr(r, "pegasus.source", x.Source)
-	b.attr(r, "pegasus.parent_task_id", x.ParentTaskID)
-	b.attr(r, "pegasus.dispatch.capabilities", x.RequiredCapabilities)
-	b.attr(r, "pegasus.dispatch.max_retries", int64(x.MaxRetries))
-	b.attr(r, "pegasus.dispatch.timeout_seconds", int64(x.TimeoutSeconds))
+	b.attr(r, attribute.String("pegasus.machine", "dispatch.task@1"))
+	b.attr(r, attribute.String("pegasus.source", x.Source))
+	b.attr(r, attribute.String("pegasus.parent_task_id", x.ParentTaskID))
+	if len(x.RequiredCapabilities) > 0 {
+		b.attr(r, attribute.StringSlice("pegasus.dispatch.capabilities", x.RequiredCapabilities))
+	}
+	b.attr(r, attribute.Int64("pegasus.dispatch.max_retries", int64(x.MaxRetries)))
+	b.attr(r, attribute.Int64("pegasus.dispatch.timeout_seconds", int64(x.TimeoutSeconds)))
 	b.openWait(ts, ev)
 	if !x.RunAt.IsZero() {
-		b.attr(ts.wait, "pegasus.dispatch.run_at", x.RunAt.UTC().Format(time.RFC3339Nano))
+		b.attr(ts.wait, attribute.String("pegasus.dispatch.run_at", x.RunAt.UTC().Format(time.RFC3339Nano)))
 	}
 }
 
@@ -718,17 +764,17 @@ func (b *builder) dispatchReport(ts *taskState, ev eventlog.Event, x *fsm.Dispat
 	}
 	switch fsm.EventType(ev.Type) {
 	case fsm.DispatchStarted:
-		b.mark(at, "started", ev.Time, Attr{"pegasus.message", x.Message})
+		b.mark(at, "started", ev.Time, attribute.String("pegasus.message", x.Message))
 	case fsm.DispatchProgress:
-		b.mark(at, "progress", ev.Time, Attr{"pegasus.message", x.Message})
+		b.mark(at, "progress", ev.Time, attribute.String("pegasus.message", x.Message))
 	case fsm.DispatchCompleted:
 		if b.opt.Contents {
-			b.attr(at, "pegasus.dispatch.result", x.Result)
+			b.attr(at, attribute.String("pegasus.dispatch.result", x.Result))
 		}
 		b.close(ts.attempt, ev.Time, StatusOK, "")
 		ts.attempt = -1
 		b.endWait(ts, ev.Time, StatusUnset, "")
-		b.attr(ts.root, "pegasus.task.state", "completed")
+		b.attr(ts.root, attribute.String("pegasus.task.state", "completed"))
 		b.close(ts.root, ev.Time, StatusOK, "")
 	case fsm.DispatchFailed:
 		b.close(ts.attempt, ev.Time, StatusError, x.Error)

@@ -227,12 +227,12 @@ func render(spans []traces.Span) string {
 		}
 		b.WriteString("\n")
 		for _, a := range s.Attrs {
-			fmt.Fprintf(&b, "%s  %s=%v\n", strings.Repeat("  ", d), a.Key, a.Value)
+			fmt.Fprintf(&b, "%s  %s=%v\n", strings.Repeat("  ", d), a.Key, a.Value.AsInterface())
 		}
 		for _, e := range s.Events {
 			fmt.Fprintf(&b, "%s  @+%s %s", strings.Repeat("  ", d), e.Time.Sub(t0), e.Name)
 			for _, a := range e.Attrs {
-				fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+				fmt.Fprintf(&b, " %s=%v", a.Key, a.Value.AsInterface())
 			}
 			b.WriteString("\n")
 		}
@@ -284,8 +284,8 @@ func TestBuildShape(t *testing.T) {
 	}
 	attr := func(s traces.Span, k string) any {
 		for _, a := range s.Attrs {
-			if a.Key == k {
-				return a.Value
+			if string(a.Key) == k {
+				return a.Value.AsInterface()
 			}
 		}
 		return nil
@@ -500,7 +500,7 @@ func TestBuildJSONable(t *testing.T) {
 	spans := traces.Build(tree(t), traces.Options{Contents: true})
 	for _, s := range spans {
 		for _, a := range s.Attrs {
-			if v, ok := a.Value.(string); ok && strings.HasPrefix(a.Key, "gen_ai.") && strings.HasSuffix(a.Key, "messages") && !json.Valid([]byte(v)) {
+			if v, ok := a.Value.AsInterface().(string); ok && strings.HasPrefix(string(a.Key), "gen_ai.") && strings.HasSuffix(string(a.Key), "messages") && !json.Valid([]byte(v)) {
 				t.Errorf("%s of %s is not JSON: %s", a.Key, s.Name, v)
 			}
 		}

@@ -68,7 +68,7 @@ func attrMap(attrs []Attr) map[string]any {
 	}
 	m := make(map[string]any, len(attrs))
 	for _, a := range attrs {
-		m[a.Key] = a.Value
+		m[string(a.Key)] = a.Value.AsInterface()
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Kind says what a span stands for; the waterfall colours by it.
@@ -28,12 +29,10 @@ const (
 	StatusError
 )
 
-// Attr is one span attribute. Value is a string, int64, float64, bool or
-// []string.
-type Attr struct {
-	Key   string
-	Value any
-}
+// Attr is one span attribute: OpenTelemetry's, so the export hands the
+// mapping's attributes to the SDK as they are. Values are strings,
+// int64s, float64s, bools or string slices.
+type Attr = attribute.KeyValue
 
 // SpanEvent is a point in time within a span (a retry, a budget refusal).
 type SpanEvent struct {

@@ -148,8 +148,8 @@ func TestTracesJaeger(t *testing.T) {
 			kinds[s.Kind]++
 			js := byID[hexID(s.SpanID)]
 			for _, a := range s.Attrs {
-				if v, ok := js.Tag(a.Key); !ok || fmt.Sprint(v) != fmt.Sprint(jsonValue(a.Value)) {
-					t.Errorf("span %q: attribute %s = %v in Jaeger, %v in the mapping", s.Name, a.Key, v, a.Value)
+				if v, ok := js.Tag(string(a.Key)); !ok || fmt.Sprint(v) != fmt.Sprint(jsonValue(a.Value.AsInterface())) {
+					t.Errorf("span %q: attribute %s = %v in Jaeger, %v in the mapping", s.Name, a.Key, v, a.Value.AsInterface())
 				}
 			}
 			switch s.Kind {

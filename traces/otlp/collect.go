@@ -51,22 +51,25 @@ func IsRoot(ev eventlog.Event) bool {
 	if ev.Stream == projection.MemoryStream || ev.Stream == projection.SystemStream {
 		return false
 	}
+	// A task that names a parent but was caused by none of its events (a
+	// broker task created through the API with parent_task_id) is in no
+	// tree (replay.TraceEvents joins by causation): it is a root of its
+	// own, whatever its body says.
+	if ev.Causation == (ulid.ULID{}) {
+		return true
+	}
 	// Nothing of the body outlives the call: decoded in place.
 	body, err := fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
 	if err != nil {
 		return false
 	}
-	// A task that names a parent but was caused by none of its events (a
-	// broker task created through the API with parent_task_id) is in no
-	// tree (replay.TraceEvents joins by causation): it is a root of its own.
-	orphan := ev.Causation == (ulid.ULID{})
 	switch b := body.(type) {
 	case *fsm.Input:
-		return b.ParentTaskID == "" || orphan
+		return b.ParentTaskID == ""
 	case *fsm.TaskCreatedBody:
-		return b.ParentTaskID == "" || orphan
+		return b.ParentTaskID == ""
 	case *fsm.DispatchCreatedBody:
-		return b.ParentTaskID == "" || orphan
+		return b.ParentTaskID == ""
 	}
 	return false
 }

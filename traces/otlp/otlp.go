@@ -14,16 +14,12 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
 	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+	resourcepb "go.opentelemetry.io/proto/otlp/resource/v1"
 
 	"github.com/pegasus-engine/pegasus/traces"
 )
@@ -72,8 +68,9 @@ func (o Options) Configured() bool {
 
 // Exporter sends spans to one collector. It is safe for concurrent use.
 type Exporter struct {
-	exp *otlptrace.Exporter
-	res *resource.Resource
+	client    otlptrace.Client
+	res       *resourcepb.Resource
+	resSchema string
 }
 
 // New returns an exporter for o. It sends nothing until Export.
@@ -100,8 +97,8 @@ func New(ctx context.Context, o Options) (*Exporter, error) {
 	if o.Headers != nil {
 		opts = append(opts, otlptracehttp.WithHeaders(o.Headers))
 	}
-	exp, err := otlptracehttp.New(ctx, opts...)
-	if err != nil {
+	client := otlptracehttp.NewClient(opts...)
+	if err := client.Start(ctx); err != nil {
 		return nil, fmt.Errorf("otlp: %w", err)
 	}
 	name := o.ServiceName
@@ -112,7 +109,7 @@ func New(ctx context.Context, o Options) (*Exporter, error) {
 		name = DefaultServiceName
 	}
 	res := resource.NewWithAttributes(semconv.SchemaURL, semconv.ServiceName(name))
-	return &Exporter{exp: exp, res: res}, nil
+	return &Exporter{client: client, res: resourceProto(res), resSchema: res.SchemaURL()}, nil
 }
 
 // Export sends spans in one request. Spans still open (Span.Open) are
@@ -122,7 +119,7 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	err := x.exp.ExportSpans(ctx, Snapshots(spans, x.res))
+	err := x.client.UploadTraces(ctx, resourceSpans(spans, x.res, x.resSchema))
 	if err == nil {
 		return nil
 	}
@@ -133,75 +130,7 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 }
 
 // Shutdown releases the exporter's connections.
-func (x *Exporter) Shutdown(ctx context.Context) error { return x.exp.Shutdown(ctx) }
-
-// Snapshots converts spans to the SDK's read-only spans under res, with
-// the mapping's ids and times.
-func Snapshots(spans []traces.Span, res *resource.Resource) []sdktrace.ReadOnlySpan {
-	out := make([]sdktrace.ReadOnlySpan, len(spans))
-	scope := instrumentation.Scope{Name: ScopeName}
-	// The attributes and events of all the spans share one backing array
-	// each: a few allocations per batch instead of a few per span.
-	nattrs, nevents := 0, 0
-	for i := range spans {
-		nattrs += len(spans[i].Attrs)
-		nevents += len(spans[i].Events)
-		for _, e := range spans[i].Events {
-			nattrs += len(e.Attrs)
-		}
-	}
-	kvs := make([]attribute.KeyValue, 0, nattrs)
-	evs := make([]sdktrace.Event, 0, nevents)
-	attrs := func(as []traces.Attr) []attribute.KeyValue {
-		if len(as) == 0 {
-			return nil
-		}
-		n := len(kvs)
-		kvs = appendAttributes(kvs, as)
-		return kvs[n:len(kvs):len(kvs)]
-	}
-	for i := range spans {
-		s := &spans[i]
-		tid := trace.TraceID(s.TraceID)
-		sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.SpanID), TraceFlags: trace.FlagsSampled})
-		var parent trace.SpanContext
-		if s.Parent != ([8]byte{}) {
-			parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID(s.Parent), TraceFlags: trace.FlagsSampled})
-		}
-		st := sdktrace.Status{Code: codes.Unset}
-		switch s.Status {
-		case traces.StatusOK:
-			st.Code = codes.Ok
-		case traces.StatusError:
-			st = sdktrace.Status{Code: codes.Error, Description: s.StatusMessage}
-		}
-		var sevs []sdktrace.Event
-		if len(s.Events) > 0 {
-			n := len(evs)
-			for _, e := range s.Events {
-				evs = append(evs, sdktrace.Event{Name: e.Name, Time: e.Time, Attributes: attrs(e.Attrs)})
-			}
-			sevs = evs[n:len(evs):len(evs)]
-		}
-		// A span is sent ending after it starts, at least by a
-		// nanosecond (an instant model call's span may not): Jaeger
-		// "sanitizes" a span that does not, with a warning attribute, at
-		// each write, and its copies are then not identical, so a span
-		// sent again would show twice.
-		end := s.End
-		if !end.After(s.Start) {
-			end = s.Start.Add(time.Nanosecond)
-		}
-		// Each span is converted once, straight to the SDK's snapshot
-		// (no slice of stubs in between).
-		out[i] = tracetest.SpanStub{
-			Name: s.Name, SpanContext: sc, Parent: parent, SpanKind: spanKind(s.Kind),
-			StartTime: s.Start, EndTime: end, Attributes: attrs(s.Attrs), Events: sevs,
-			Status: st, Resource: res, InstrumentationScope: scope,
-		}.Snapshot()
-	}
-	return out
-}
+func (x *Exporter) Shutdown(ctx context.Context) error { return x.client.Stop(ctx) }
 
 // spanKind is the OpenTelemetry kind of a span: model calls are client
 // calls to a provider; the rest is work inside the engine.
@@ -211,35 +140,4 @@ func spanKind(k traces.Kind) trace.SpanKind {
 		return trace.SpanKindClient
 	}
 	return trace.SpanKindInternal
-}
-
-// Attributes converts the mapping's attributes; a value of another type
-// than the documented ones is sent as its fmt form.
-func Attributes(as []traces.Attr) []attribute.KeyValue {
-	if len(as) == 0 {
-		return nil
-	}
-	return appendAttributes(make([]attribute.KeyValue, 0, len(as)), as)
-}
-
-func appendAttributes(kvs []attribute.KeyValue, as []traces.Attr) []attribute.KeyValue {
-	for _, a := range as {
-		switch v := a.Value.(type) {
-		case string:
-			kvs = append(kvs, attribute.String(a.Key, v))
-		case int64:
-			kvs = append(kvs, attribute.Int64(a.Key, v))
-		case int:
-			kvs = append(kvs, attribute.Int(a.Key, v))
-		case float64:
-			kvs = append(kvs, attribute.Float64(a.Key, v))
-		case bool:
-			kvs = append(kvs, attribute.Bool(a.Key, v))
-		case []string:
-			kvs = append(kvs, attribute.StringSlice(a.Key, v))
-		default:
-			kvs = append(kvs, attribute.String(a.Key, fmt.Sprint(v)))
-		}
-	}
-	return kvs
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/pegasus-engine/pegasus/traces"
 	"github.com/pegasus-engine/pegasus/traces/otlp"
@@ -24,12 +25,12 @@ func testSpans() []traces.Span {
 	tid := traces.TraceID(root)
 	r := traces.Span{TraceID: tid, SpanID: traces.SpanID(root), Name: "task T", Kind: traces.KindTask, Task: "T",
 		Start: t0, End: t0.Add(3 * time.Second), Status: traces.StatusOK,
-		Attrs: []traces.Attr{{Key: "pegasus.task.id", Value: "T"}}}
+		Attrs: []traces.Attr{attribute.String("pegasus.task.id", "T")}}
 	c := traces.Span{TraceID: tid, SpanID: traces.SpanID(child), Parent: r.SpanID, Name: "chat demo", Kind: traces.KindModel, Task: "T",
 		Start: t0.Add(time.Second), End: t0.Add(2 * time.Second), Status: traces.StatusError, StatusMessage: "rate limited",
-		Attrs: []traces.Attr{{Key: "gen_ai.operation.name", Value: "chat"}, {Key: "gen_ai.usage.input_tokens", Value: int64(12)},
-			{Key: "gen_ai.response.finish_reasons", Value: []string{"stop"}}, {Key: "ratio", Value: 0.5}, {Key: "streamed", Value: true}},
-		Events: []traces.SpanEvent{{Name: "retry", Time: t0.Add(1500 * time.Millisecond), Attrs: []traces.Attr{{Key: "attempt", Value: int64(2)}}}}}
+		Attrs: []traces.Attr{attribute.String("gen_ai.operation.name", "chat"), attribute.Int64("gen_ai.usage.input_tokens", 12),
+			attribute.StringSlice("gen_ai.response.finish_reasons", []string{"stop"}), attribute.Float64("ratio", 0.5), attribute.Bool("streamed", true)},
+		Events: []traces.SpanEvent{{Name: "retry", Time: t0.Add(1500 * time.Millisecond), Attrs: []traces.Attr{attribute.Int64("attempt", 2)}}}}
 	return []traces.Span{r, c}
 }
 
