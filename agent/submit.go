@@ -74,7 +74,7 @@ func (a *Agent) Submit(ctx context.Context, text, source, taskType string) (stri
 // which starts the machine. When a slot is free already, that TASK_CREATED
 // goes in the input's commit (submitAdmitted).
 func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
-	ev, err := a.inputEvent(&in)
+	ev, body, err := a.inputEvent(&in)
 	if err != nil {
 		return "", err
 	}
@@ -89,7 +89,7 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 		ev.Correlation = ev.ID
 	}
 	taskID := ev.ID.String()
-	res, admitted, err := a.submitAdmitted(ctx, taskID, ev, keyed)
+	res, admitted, err := a.submitAdmitted(ctx, taskID, ev, body, keyed)
 	if !admitted || (err != nil && keyed) {
 		// No slot free, or a keyed input's combined append refused (a
 		// retry whose input is stored already): the input on its own.
@@ -115,13 +115,13 @@ func (a *Agent) SubmitInput(ctx context.Context, in Input) (string, error) {
 // the task is another daemon's, or the input of a keyed submit is stored
 // already. The hook skips the input's dispatch (handedOff) and dispatches
 // the TASK_CREATED, whose stage holds the reserved slot.
-func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, keyed bool) (eventlog.AppendResult, bool, error) {
+func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.Event, body *fsm.Input, keyed bool) (eventlog.AppendResult, bool, error) {
 	if keyed && a.sched.slotFree() {
 		if _, err := a.log.Get(in.ID); !errors.Is(err, eventlog.ErrNotFound) {
 			return eventlog.AppendResult{}, false, nil // a retry, or the log failing: the plain path answers
 		}
 	}
-	created, ok := a.admitWithInput(taskID, &in)
+	created, ok := a.admitWithInput(taskID, &in, body)
 	if !ok {
 		return eventlog.AppendResult{}, false, nil
 	}
@@ -137,11 +137,11 @@ func (a *Agent) submitAdmitted(ctx context.Context, taskID string, in eventlog.E
 // the TASK_CREATED to append with in: the one admission would append once
 // in is folded. The hook will skip the input's dispatch (handedOff) and
 // dispatch the TASK_CREATED, whose stage holds the slot.
-func (a *Agent) admitWithInput(taskID string, in *eventlog.Event) (eventlog.Event, bool) {
+func (a *Agent) admitWithInput(taskID string, in *eventlog.Event, body *fsm.Input) (eventlog.Event, bool) {
 	if !a.sched.slotFree() || !a.owns(taskID) {
 		return eventlog.Event{}, false
 	}
-	t, ok := a.inputTask(taskID, in)
+	t, ok := a.inputTask(taskID, in, body)
 	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
 		return eventlog.Event{}, false
 	}
@@ -168,7 +168,7 @@ func (a *Agent) unadmit(taskID string) {
 // in order, and returns the TASK_CREATED of each input that got one, by
 // its index: SubmitInputs writes it in the batch's commit, as
 // submitAdmitted does for one input.
-func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]eventlog.Event {
+func (a *Agent) batchAdmissions(evs []eventlog.Event, bodies []*fsm.Input, drawn []bool) map[int]eventlog.Event {
 	var out map[int]eventlog.Event
 	for i := range evs {
 		if !drawn[i] {
@@ -178,7 +178,7 @@ func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]even
 			break // taken, or tasks wait: the rest of the batch waits too
 		}
 		// A key at its limit leaves the slots to the inputs after it.
-		if created, ok := a.admitWithInput(evs[i].ID.String(), &evs[i]); ok {
+		if created, ok := a.admitWithInput(evs[i].ID.String(), &evs[i], bodies[i]); ok {
 			if out == nil {
 				out = map[int]eventlog.Event{}
 			}
@@ -188,13 +188,10 @@ func (a *Agent) batchAdmissions(evs []eventlog.Event, drawn []bool) map[int]even
 	return out
 }
 
-// inputTask is task taskID as its input in alone leaves it, and whether
-// it then waits to be started (fsm.Next), as the fold will have it.
-func (a *Agent) inputTask(taskID string, in *eventlog.Event) (fsm.Task, bool) {
-	body, err := fsm.Decode(fsm.EventType(in.Type), in.Schema, in.Body)
-	if err != nil {
-		return fsm.Task{}, false
-	}
+// inputTask is task taskID as its input in (whose body is body, the one
+// in.Body encodes) alone leaves it, and whether it then waits to be
+// started (fsm.Next), as the fold will have it.
+func (a *Agent) inputTask(taskID string, in *eventlog.Event, body *fsm.Input) (fsm.Task, bool) {
 	t, err := fsm.Apply(fsm.Task{}, fsm.Event{ID: in.ID, Type: fsm.EventType(in.Type), Stream: taskID, Version: 1,
 		Correlation: in.Correlation, Body: body})
 	return t, err == nil && fsm.Next(&t).Kind == fsm.ActStart
@@ -203,7 +200,7 @@ func (a *Agent) inputTask(taskID string, in *eventlog.Event) (fsm.Task, bool) {
 // inputEvent applies in's defaults, checks it and returns the event that
 // creates its task: with in.ID as its id and correlation, zero when the
 // caller chose none.
-func (a *Agent) inputEvent(in *Input) (eventlog.Event, error) {
+func (a *Agent) inputEvent(in *Input) (eventlog.Event, *fsm.Input, error) {
 	if in.Kind == "" {
 		in.Kind = fsm.MessageReceived
 	}
@@ -214,7 +211,7 @@ func (a *Agent) inputEvent(in *Input) (eventlog.Event, error) {
 		in.TaskType = TypeGeneral
 	}
 	if err := a.checkInput(in); err != nil {
-		return eventlog.Event{}, err
+		return eventlog.Event{}, nil, err
 	}
 	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
 		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name, ConcurrencyKey: in.ConcurrencyKey}
@@ -223,9 +220,9 @@ func (a *Agent) inputEvent(in *Input) (eventlog.Event, error) {
 	}
 	inData, err := fsm.Encode(body)
 	if err != nil {
-		return eventlog.Event{}, err
+		return eventlog.Event{}, nil, err
 	}
-	return eventlog.Event{ID: in.ID, Type: string(in.Kind), Correlation: in.ID, Schema: fsm.SchemaVersion, Body: inData}, nil
+	return eventlog.Event{ID: in.ID, Type: string(in.Kind), Correlation: in.ID, Schema: fsm.SchemaVersion, Body: inData}, body, nil
 }
 
 // Submitted is one task of SubmitInputs: its id, and whether the log held
@@ -247,10 +244,11 @@ type Submitted struct {
 // eventlog.ErrIDReused. Two inputs of one batch may not share an ID.
 func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, error) {
 	evs := make([]eventlog.Event, len(ins))
+	bodies := make([]*fsm.Input, len(ins))
 	var bad batcherr.Error
 	first := make(map[ulid.ULID]int)
 	for i := range ins {
-		ev, err := a.inputEvent(&ins[i])
+		ev, body, err := a.inputEvent(&ins[i])
 		if err != nil {
 			bad.Add(i, err)
 			continue
@@ -262,7 +260,7 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			}
 			first[ev.ID] = i
 		}
-		evs[i] = ev
+		evs[i], bodies[i] = ev, body
 	}
 	if err := bad.Err(); err != nil {
 		return nil, err
@@ -283,7 +281,7 @@ func (a *Agent) SubmitInputs(ctx context.Context, ins []Input) ([]Submitted, err
 			drawn[i] = true
 		}
 	}
-	created := a.batchAdmissions(evs, drawn)
+	created := a.batchAdmissions(evs, bodies, drawn)
 	held, last, err := batcherr.CommitWith(ctx, a.log, a.app, evs, drawn, func(i int) []eventlog.Event {
 		if ev, ok := created[i]; ok {
 			return []eventlog.Event{ev}
