@@ -52,9 +52,9 @@ type batchKey struct {
 }
 
 // decodeBatch reads a batch's body and decodes its items with decode,
-// which is given each item's JSON and its index. Items that fail to
+// which is given each item's JSON, its index and the number of items. Items that fail to
 // decode are listed by index in the error.
-func (s *Server) decodeBatch(r *http.Request, decode func(i int, raw []byte) *apiError) (int, *apiError) {
+func (s *Server) decodeBatch(r *http.Request, decode func(i, n int, raw []byte) *apiError) (int, *apiError) {
 	if e := s.mutating(); e != nil {
 		return 0, e
 	}
@@ -78,7 +78,7 @@ func (s *Server) decodeBatch(r *http.Request, decode func(i int, raw []byte) *ap
 	}
 	var items []batchItemError
 	for i, raw := range body.Tasks {
-		if e := decode(i, raw); e != nil {
+		if e := decode(i, len(body.Tasks), raw); e != nil {
 			items = append(items, batchItemError{Index: i, Code: e.Code, Message: e.Message})
 		}
 	}
@@ -159,7 +159,10 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	var ins []agent.Input
 	var keys []string
-	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
+	n, e := s.decodeBatch(r, func(i, total int, raw []byte) *apiError {
+		if i == 0 {
+			ins, keys = make([]agent.Input, 0, total), make([]string, 0, total)
+		}
 		var item struct {
 			createRequest
 			batchKey
@@ -213,7 +216,10 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	var reqs []broker.CreateRequest
 	var keys []string
-	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
+	n, e := s.decodeBatch(r, func(i, total int, raw []byte) *apiError {
+		if i == 0 {
+			reqs, keys = make([]broker.CreateRequest, 0, total), make([]string, 0, total)
+		}
 		var item struct {
 			broker.CreateRequest
 			batchKey
