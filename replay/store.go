@@ -364,7 +364,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		k, v []byte
 		del  bool
 	}
-	var ops []kv
+	ops := make([]kv, 0, 5*len(p.Tasks)+len(p.Snapshots)+len(p.Facts)+len(p.Episodes)+2) // five keys at most per task
 	size := 0
 	var pace yield.Pacer // a background encoding: let the fold and the appends run
 	add := func(k, v []byte, del bool) {
