@@ -343,9 +343,7 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 	if err != nil {
 		return batchFailed(err, keys, s.fromBrokerError)
 	}
-	out := struct {
-		Tasks []DispatchJSON `json:"tasks"`
-	}{Tasks: make([]DispatchJSON, n)}
+	out := dispatchList{Tasks: make([]DispatchJSON, n)}
 	replayed := true
 	for i := range made {
 		out.Tasks[i] = toDispatchJSON(&made[i].Task)

@@ -70,9 +70,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 			jsonBufs.Put(buf)
 		}
 	}()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	var err error
+	if a, ok := v.(jsonAppender); ok {
+		o := jsonOut{b: buf.AvailableBuffer()}
+		a.appendJSON(&o)
+		o.b = append(o.b, '\n') // as json.Encoder ends a value
+		buf.Write(o.b)
+		err = o.err
+	} else {
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(v)
+	}
+	if err != nil {
 		buf.Reset()
 		status = http.StatusInternalServerError
 		buf.WriteString(`{"error":{"code":"internal","message":"internal error: the answer could not be encoded"}}` + "\n")
