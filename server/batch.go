@@ -113,6 +113,9 @@ func decodeItemsAtOnce[T any](data []byte) ([]T, bool) {
 	var body struct {
 		Tasks []T `json:"tasks"`
 	}
+	// Room for the items, which the decoder fills without growing it: an
+	// item is an object, so there are no more items than '{'.
+	body.Tasks = make([]T, 0, min(bytes.Count(data, []byte("{")), maxBatch))
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil || dec.More() || len(body.Tasks) == 0 || len(body.Tasks) > maxBatch {
