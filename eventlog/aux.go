@@ -34,6 +34,14 @@ type AuxBatch struct {
 	split int
 }
 
+// Grow makes room for n more writes in a batch IngestAux collects (it
+// does nothing for WriteAux's).
+func (a *AuxBatch) Grow(n int) {
+	if a.b == nil {
+		a.ops = slices.Grow(a.ops, n)
+	}
+}
+
 // SplitTables makes IngestAux write the batch as one sstable per run of
 // keys (in key order) that share their first n bytes, ingested together:
 // as atomically as one table. A table spanning several key ranges of a
