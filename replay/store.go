@@ -430,6 +430,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	add(keyMeta, mb, false)
 	fill := func(b *eventlog.AuxBatch) error {
 		b.SplitTables(len(prefTask)) // one table per key range: "proj/t/", "proj/s/", ...
+		b.Grow(len(ops))
 		for _, o := range ops {
 			if o.del {
 				b.Delete(o.k)
