@@ -155,8 +155,12 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if len(a.ops) == 0 {
 		return nil
 	}
-	// Sorted by key, the last write of each key kept.
-	slices.SortStableFunc(a.ops, func(x, y auxOp) int { return bytes.Compare(x.key, y.key) })
+	// Sorted by key (the caller may have written them in order already),
+	// the last write of each key kept.
+	byKey := func(x, y auxOp) int { return bytes.Compare(x.key, y.key) }
+	if !slices.IsSortedFunc(a.ops, byKey) {
+		slices.SortStableFunc(a.ops, byKey)
+	}
 	ops := a.ops[:0]
 	for i, o := range a.ops {
 		if i+1 < len(a.ops) && bytes.Equal(o.key, a.ops[i+1].key) {
