@@ -1,10 +1,13 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -428,6 +431,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		return err
 	}
 	add(keyMeta, mb, false)
+	ops = inKeyOrder(ops, func(o kv) []byte { return o.k })
 	fill := func(b *eventlog.AuxBatch) error {
 		b.SplitTables(len(prefTask)) // one table per key range: "proj/t/", "proj/s/", ...
 		b.Grow(len(ops))
@@ -453,6 +457,46 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	}
 	s.written.Add(int64(size))
 	return nil
+}
+
+// inKeyOrder returns ops sorted by key(op), so that the ingest that
+// writes them has no sorting left to do. A checkpoint's writes come task
+// by task, in the order of the tasks' ids: each key range ("proj/t/",
+// "proj/s/", ...) is in order already but for a few (the queue index, the
+// snapshots, memory), and the ranges are interleaved. So it puts each op
+// in its range (a counting sort on the ranges, in key order), then sorts
+// the ranges not in order yet. Keys are unique.
+func inKeyOrder[T any](ops []T, key func(T) []byte) []T {
+	type rangeKey [7]byte // a key's first len(prefTask) bytes ("proj/t/"), zeros after a shorter key
+	rangeOf := func(o T) (r rangeKey) {
+		copy(r[:], key(o))
+		return r
+	}
+	count := map[rangeKey]int{}
+	for _, o := range ops {
+		count[rangeOf(o)]++
+	}
+	ranges := slices.SortedFunc(maps.Keys(count), func(a, b rangeKey) int { return bytes.Compare(a[:], b[:]) })
+	start, at := make(map[rangeKey]int, len(ranges)), 0
+	for _, r := range ranges {
+		start[r] = at
+		at += count[r]
+	}
+	out := make([]T, len(ops))
+	next := maps.Clone(start)
+	for _, o := range ops {
+		r := rangeOf(o)
+		out[next[r]] = o
+		next[r]++
+	}
+	cmp := func(a, b T) int { return bytes.Compare(key(a), key(b)) }
+	for _, r := range ranges {
+		part := out[start[r] : start[r]+count[r]]
+		if !slices.IsSortedFunc(part, cmp) {
+			slices.SortFunc(part, cmp)
+		}
+	}
+	return out
 }
 
 // clear deletes every persisted projection key.
