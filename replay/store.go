@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"sync/atomic"
 
@@ -468,29 +467,38 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 // the ranges not in order yet. Keys are unique.
 func inKeyOrder[T any](ops []T, key func(T) []byte) []T {
 	type rangeKey [7]byte // a key's first len(prefTask) bytes ("proj/t/"), zeros after a shorter key
-	rangeOf := func(o T) (r rangeKey) {
+	var ranges []rangeKey // the ranges met, a dozen at most
+	var count []int
+	in := make([]int, len(ops)) // ops[i] is in ranges[in[i]]
+	for i, o := range ops {
+		var r rangeKey
 		copy(r[:], key(o))
-		return r
+		at := slices.Index(ranges, r)
+		if at < 0 {
+			at = len(ranges)
+			ranges, count = append(ranges, r), append(count, 0)
+		}
+		in[i] = at
+		count[at]++
 	}
-	count := map[rangeKey]int{}
-	for _, o := range ops {
-		count[rangeOf(o)]++
+	order := make([]int, len(ranges)) // the ranges in key order
+	for i := range order {
+		order[i] = i
 	}
-	ranges := slices.SortedFunc(maps.Keys(count), func(a, b rangeKey) int { return bytes.Compare(a[:], b[:]) })
-	start, at := make(map[rangeKey]int, len(ranges)), 0
-	for _, r := range ranges {
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ranges[a][:], ranges[b][:]) })
+	start, at := make([]int, len(ranges)), 0
+	for _, r := range order {
 		start[r] = at
 		at += count[r]
 	}
 	out := make([]T, len(ops))
-	next := maps.Clone(start)
-	for _, o := range ops {
-		r := rangeOf(o)
-		out[next[r]] = o
-		next[r]++
+	next := slices.Clone(start)
+	for i, o := range ops {
+		out[next[in[i]]] = o
+		next[in[i]]++
 	}
 	cmp := func(a, b T) int { return bytes.Compare(key(a), key(b)) }
-	for _, r := range ranges {
+	for r := range ranges {
 		part := out[start[r] : start[r]+count[r]]
 		if !slices.IsSortedFunc(part, cmp) {
 			slices.SortFunc(part, cmp)
