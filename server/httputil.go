@@ -65,7 +65,7 @@ var errShuttingDown = &apiError{status: http.StatusServiceUnavailable, Code: cod
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := jsonBufs.Get().(*bytes.Buffer)
 	defer func() {
-		if buf.Cap() <= 64<<10 {
+		if buf.Cap() <= maxPooledJSON {
 			buf.Reset()
 			jsonBufs.Put(buf)
 		}
@@ -94,6 +94,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
+
+// maxPooledJSON is the largest answer buffer writeJSON keeps for the next
+// answer: room for a batch of a hundred dispatch tasks (about 70 KiB),
+// which would otherwise grow a new buffer every time.
+const maxPooledJSON = 256 << 10
 
 var (
 	jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
