@@ -54,7 +54,7 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 	}
 	e.t = t
 	w := ""
-	if a := fsm.Next(&t); a.Kind == fsm.ActWaitWorker {
+	if a := fsm.Next(&e.t); a.Kind == fsm.ActWaitWorker { // &e.t: t stays on the stack
 		w = a.Task
 	}
 	b.setWorkerLocked(e, w)

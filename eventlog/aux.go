@@ -29,7 +29,27 @@ type AuxBatch struct {
 	// ops collects the writes instead of b (IngestAux).
 	ops []auxOp
 	err error
+	// split, when positive, makes IngestAux write one sstable per run of
+	// keys that share their first split bytes (SplitTables).
+	split int
 }
+
+// Grow makes room for n more writes in a batch IngestAux collects (it
+// does nothing for WriteAux's).
+func (a *AuxBatch) Grow(n int) {
+	if a.b == nil {
+		a.ops = slices.Grow(a.ops, n)
+	}
+}
+
+// SplitTables makes IngestAux write the batch as one sstable per run of
+// keys (in key order) that share their first n bytes, ingested together:
+// as atomically as one table. A table spanning several key ranges of a
+// read model (tasks, summaries, indexes) overlaps every older key between
+// them, so Pebble puts it in level 0 and compacts it with all of them;
+// tables of one range each, whose keys follow the older ones (new ids),
+// overlap nothing and are compacted far less. WriteAux ignores it.
+func (a *AuxBatch) SplitTables(n int) { a.split = n }
 
 // auxOp is one write collected for IngestAux.
 type auxOp struct {
@@ -108,8 +128,8 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	return nil
 }
 
-// IngestAux writes the aux writes fn makes as one sstable that it ingests
-// into the store: atomically and durably, like WriteAux, but through
+// IngestAux writes the aux writes fn makes as one sstable (or several,
+// AuxBatch.SplitTables) that it ingests into the store: atomically and durably, like WriteAux, but through
 // neither the write-ahead log nor the memtable. A large WriteAux batch
 // holds up the appends committed behind it until it is copied into the
 // memtable and its bytes are synced with theirs; an ingested sstable is
@@ -135,8 +155,12 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if len(a.ops) == 0 {
 		return nil
 	}
-	// Sorted by key, the last write of each key kept.
-	slices.SortStableFunc(a.ops, func(x, y auxOp) int { return bytes.Compare(x.key, y.key) })
+	// Sorted by key (the caller may have written them in order already),
+	// the last write of each key kept.
+	byKey := func(x, y auxOp) int { return bytes.Compare(x.key, y.key) }
+	if !slices.IsSortedFunc(a.ops, byKey) {
+		slices.SortStableFunc(a.ops, byKey)
+	}
 	ops := a.ops[:0]
 	for i, o := range a.ops {
 		if i+1 < len(a.ops) && bytes.Equal(o.key, a.ops[i+1].key) {
@@ -149,47 +173,72 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if l.dbClosed {
 		return ErrClosed
 	}
-	if err := l.ingestAux(ctx, ops); err != nil {
+	if err := l.ingestAux(ctx, ops, a.split); err != nil {
 		return l.poison(fmt.Errorf("eventlog: ingest aux: %w", err))
 	}
 	return nil
 }
 
-// ingestAux writes ops, sorted and unique, to a temporary sstable and
-// ingests it. A failure poisons the log like a failed WriteAux: the disk
-// is full or failing, and an ingest may have written the WAL (one that
-// overlaps the memtable is logged there) or the MANIFEST.
-func (l *Log) ingestAux(ctx context.Context, ops []auxOp) error {
+// ingestAux writes ops, sorted and unique, to temporary sstables (one per
+// run of keys sharing their first split bytes, split > 0; else one) and
+// ingests them together. A failure poisons the log like a failed
+// WriteAux: the disk is full or failing, and an ingest may have written
+// the WAL (one that overlaps the memtable is logged there) or the
+// MANIFEST.
+func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 	fs := l.opts.FS
-	path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
+	var paths []string
 	defer func() {
-		// Pebble linked (or copied) the file; a leftover is harmless.
-		if err := fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			l.opts.Logger.Warn("eventlog: removing an ingested sstable's temporary file", "err", err)
+		// Pebble linked (or copied) the files; a leftover is harmless.
+		for _, path := range paths {
+			if err := fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				l.opts.Logger.Warn("eventlog: removing an ingested sstable's temporary file", "err", err)
+			}
 		}
 	}()
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
 	var pace yield.Pacer // a background write: let the appends it competes with run
-	for _, o := range ops {
-		pace.Step(len(o.key) + len(o.value))
-		if o.del {
-			err = w.Delete(o.key)
-		} else {
-			err = w.Set(o.key, o.value)
+	for len(ops) > 0 {
+		n := len(ops)
+		if split > 0 {
+			n = 1
+			for n < len(ops) && samePrefix(ops[0].key, ops[n].key, len(auxPrefix)+split) {
+				n++
+			}
 		}
+		path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
+		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
-			w.Close()
 			return err
 		}
+		paths = append(paths, path)
+		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
+		for _, o := range ops[:n] {
+			pace.Step(len(o.key) + len(o.value))
+			if o.del {
+				err = w.Delete(o.key)
+			} else {
+				err = w.Set(o.key, o.value)
+			}
+			if err != nil {
+				w.Close()
+				return err
+			}
+		}
+		if err := w.Close(); err != nil { // syncs the file
+			return err
+		}
+		ops = ops[n:]
 	}
-	if err := w.Close(); err != nil { // syncs the file
-		return err
-	}
-	return l.ingest(ctx, path)
+	return l.ingest(ctx, paths)
+}
+
+// auxPrefix is what every aux key starts with in the store.
+var auxPrefix = []byte{PrefixAux}
+
+// samePrefix reports whether a and b share their first n bytes (a key
+// shorter than n shares only what it has with one of its own length).
+func samePrefix(a, b []byte, n int) bool {
+	return bytes.Equal(a[:min(n, len(a))], b[:min(n, len(b))])
 }
 
 // auxWritable returns why an aux write cannot start, if it cannot.
@@ -228,12 +277,12 @@ func removeIngestLeftovers(fs vfs.FS, dir string, logger *slog.Logger) {
 	}
 }
 
-// ingest ingests one sstable. Like a commit, a failure in Pebble's
+// ingest ingests sstables, atomically. Like a commit, a failure in Pebble's
 // Fatalf is recovered into a fatalError: it may have written the WAL (an
 // ingest that overlaps the memtable is logged there) or the MANIFEST.
-func (l *Log) ingest(ctx context.Context, path string) (err error) {
+func (l *Log) ingest(ctx context.Context, paths []string) (err error) {
 	defer recoverFatal(&err)
-	return l.db.Ingest(ctx, []string{path})
+	return l.db.Ingest(ctx, paths)
 }
 
 // GetAux returns a copy of the value of an aux key, or ErrNotFound.

@@ -221,3 +221,99 @@ func TestIngestLeftoversRemovedAtOpen(t *testing.T) {
 		t.Fatalf("ingested key: %q %v", v, err)
 	}
 }
+
+// TestIngestAuxSplitTables: a batch split into one sstable per key range
+// reads back as one table would (overrides, deletes, the last write of a
+// key), leaves no temporary file, and is ingested all or nothing: a
+// failure writing its second table leaves the first unseen.
+func TestIngestAuxSplitTables(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var creates atomic.Int32
+	failAt := int32(-1)
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpCreate && strings.Contains(op.Path, "aux-ingest-") {
+			if creates.Add(1) == atomic.LoadInt32(&failAt) {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	}))
+	l := mustOpen(t, "db", testOptions(fs))
+	if err := l.WriteAux(ctx, func(b *AuxBatch) error {
+		b.Set([]byte("p/1"), []byte("old"))
+		b.Set([]byte("q/1"), []byte("old"))
+		b.Set([]byte("r/gone"), []byte("old"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "s", NoStream, ev("E", "1"))
+	creates.Store(0)
+	if err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.SplitTables(2)
+		b.Set([]byte("q/2"), []byte("first"))
+		b.Set([]byte("p/2"), []byte("new"))
+		b.Set([]byte("p/1"), []byte("new"))
+		b.Delete([]byte("r/gone"))
+		b.Set([]byte("q/2"), []byte("last"))
+		b.Set([]byte("meta"), []byte("m"))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := creates.Load(); n != 4 {
+		t.Errorf("%d tables written, want 4 (me, p/, q/, r/)", n)
+	}
+	want := map[string]string{"p/1": "new", "p/2": "new", "q/1": "old", "q/2": "last", "r/gone": "", "meta": "m"}
+	check := func(l *Log, when string) {
+		t.Helper()
+		for k, w := range want {
+			v, err := l.GetAux([]byte(k))
+			if w == "" {
+				if !errors.Is(err, ErrNotFound) {
+					t.Errorf("%s: %s: %q, %v; want it deleted", when, k, v, err)
+				}
+				continue
+			}
+			if err != nil || string(v) != w {
+				t.Errorf("%s: %s: %q, %v; want %q", when, k, v, err, w)
+			}
+		}
+	}
+	check(l, "ingested")
+
+	creates.Store(0)
+	atomic.StoreInt32(&failAt, 2)
+	err := l.IngestAux(ctx, func(b *AuxBatch) error {
+		b.SplitTables(2)
+		b.Set([]byte("p/3"), []byte("x"))
+		b.Set([]byte("q/3"), []byte("x"))
+		return nil
+	})
+	if !errors.Is(err, ErrFailed) || !errors.Is(err, errorfs.ErrInjected) {
+		t.Fatalf("IngestAux failing at its second table: %v, want ErrFailed wrapping the injected error", err)
+	}
+	for _, k := range []string{"p/3", "q/3"} {
+		if _, err := l.GetAux([]byte(k)); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s after the failed ingest: %v, want ErrNotFound", k, err)
+		}
+	}
+	l.Close()
+	atomic.StoreInt32(&failAt, -1)
+	names, err := mem.List("db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "aux-ingest-") {
+			t.Fatalf("temporary file %s left", n)
+		}
+	}
+	l = mustOpen(t, "db", testOptions(fs))
+	defer closeLog(t, l)
+	check(l, "reopened")
+	if _, err := l.GetAux([]byte("p/3")); !errors.Is(err, ErrNotFound) || l.Head() != 1 {
+		t.Fatalf("reopened: p/3 %v, head %d; want ErrNotFound, head 1", err, l.Head())
+	}
+}

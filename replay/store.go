@@ -1,10 +1,12 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -364,7 +366,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		k, v []byte
 		del  bool
 	}
-	var ops []kv
+	ops := make([]kv, 0, 5*len(p.Tasks)+len(p.Snapshots)+len(p.Facts)+len(p.Episodes)+2) // five keys at most per task
 	size := 0
 	var pace yield.Pacer // a background encoding: let the fold and the appends run
 	add := func(k, v []byte, del bool) {
@@ -428,7 +430,10 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		return err
 	}
 	add(keyMeta, mb, false)
+	ops = inKeyOrder(ops, func(o kv) []byte { return o.k })
 	fill := func(b *eventlog.AuxBatch) error {
+		b.SplitTables(len(prefTask)) // one table per key range: "proj/t/", "proj/s/", ...
+		b.Grow(len(ops))
 		for _, o := range ops {
 			if o.del {
 				b.Delete(o.k)
@@ -451,6 +456,55 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	}
 	s.written.Add(int64(size))
 	return nil
+}
+
+// inKeyOrder returns ops sorted by key(op), so that the ingest that
+// writes them has no sorting left to do. A checkpoint's writes come task
+// by task, in the order of the tasks' ids: each key range ("proj/t/",
+// "proj/s/", ...) is in order already but for a few (the queue index, the
+// snapshots, memory), and the ranges are interleaved. So it puts each op
+// in its range (a counting sort on the ranges, in key order), then sorts
+// the ranges not in order yet. Keys are unique.
+func inKeyOrder[T any](ops []T, key func(T) []byte) []T {
+	type rangeKey [7]byte // a key's first len(prefTask) bytes ("proj/t/"), zeros after a shorter key
+	var ranges []rangeKey // the ranges met, a dozen at most
+	var count []int
+	in := make([]int, len(ops)) // ops[i] is in ranges[in[i]]
+	for i, o := range ops {
+		var r rangeKey
+		copy(r[:], key(o))
+		at := slices.Index(ranges, r)
+		if at < 0 {
+			at = len(ranges)
+			ranges, count = append(ranges, r), append(count, 0)
+		}
+		in[i] = at
+		count[at]++
+	}
+	order := make([]int, len(ranges)) // the ranges in key order
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return bytes.Compare(ranges[a][:], ranges[b][:]) })
+	start, at := make([]int, len(ranges)), 0
+	for _, r := range order {
+		start[r] = at
+		at += count[r]
+	}
+	out := make([]T, len(ops))
+	next := slices.Clone(start)
+	for i, o := range ops {
+		out[next[in[i]]] = o
+		next[in[i]]++
+	}
+	cmp := func(a, b T) int { return bytes.Compare(key(a), key(b)) }
+	for r := range ranges {
+		part := out[start[r] : start[r]+count[r]]
+		if !slices.IsSortedFunc(part, cmp) {
+			slices.SortFunc(part, cmp)
+		}
+	}
+	return out
 }
 
 // clear deletes every persisted projection key.

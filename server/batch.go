@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
+	"reflect"
 	"sync"
 
 	"github.com/oklog/ulid/v2"
@@ -51,41 +54,148 @@ type batchKey struct {
 	IdempotencyKey string `json:"idempotency_key"`
 }
 
-// decodeBatch reads a batch's body and decodes its items with decode,
-// which is given each item's JSON and its index. Items that fail to
-// decode are listed by index in the error.
-func (s *Server) decodeBatch(r *http.Request, decode func(i int, raw []byte) *apiError) (int, *apiError) {
+// decodeBatch reads a batch's body, decodes its items into values of T
+// and gives each to check with its index and the number of items. Items
+// that do not decode, or that check refuses, are listed by index in the
+// error. A body whose items all decode is decoded in one pass (one
+// json.Decoder for the whole body, no copy of each item); any other is
+// decoded item by item, which names each bad one: the answer is the same.
+func decodeBatch[T any](s *Server, r *http.Request, check func(i, total int, item *T) *apiError) (int, *apiError) {
 	if e := s.mutating(); e != nil {
 		return 0, e
 	}
 	if len(r.Header.Values("Idempotency-Key")) > 0 {
 		return 0, errBadRequest(`a batch takes no Idempotency-Key header: give each task its own "idempotency_key"`)
 	}
-	var body struct {
-		Tasks []json.RawMessage `json:"tasks"`
+	data, err := readBody(r)
+	if err != nil {
+		return 0, bodyReadError(err)
 	}
-	if e := decodeBody(r, &body, false); e != nil {
-		return 0, e
+	if len(bytes.TrimSpace(data)) == 0 {
+		return 0, errBadRequest("a JSON body is required")
+	}
+	items, ok := decodeItemsAtOnce[T](data)
+	var undecoded []*apiError // by index: why an item does not decode
+	if !ok {
+		var e *apiError
+		if items, undecoded, e = decodeItemsOneByOne[T](data); e != nil {
+			return 0, e
+		}
+	}
+	var bad []batchItemError
+	for i := range items {
+		var e *apiError
+		if undecoded != nil && undecoded[i] != nil {
+			e = undecoded[i]
+		} else {
+			e = check(i, len(items), &items[i])
+		}
+		if e != nil {
+			bad = append(bad, batchItemError{Index: i, Code: e.Code, Message: e.Message})
+		}
+	}
+	if bad != nil {
+		return 0, refusedItems(http.StatusBadRequest, bad, len(items))
+	}
+	return len(items), nil
+}
+
+// batchBody is a batch's body as decodeItemsOneByOne reads it.
+type batchBody struct {
+	Tasks []json.RawMessage `json:"tasks"`
+}
+
+// decodeItemsAtOnce decodes data, a batch's body, into its items with one
+// decoder, and reports whether it holds between one and maxBatch items
+// that all decode and all name their fields exactly (decodeJSON's rules).
+// When it does not, decodeItemsOneByOne says why.
+func decodeItemsAtOnce[T any](data []byte) ([]T, bool) {
+	var body struct {
+		Tasks []T `json:"tasks"`
+	}
+	// Room for the items, which the decoder fills without growing it: an
+	// item is an object, so there are no more items than '{'.
+	body.Tasks = make([]T, 0, min(bytes.Count(data, []byte("{")), maxBatch))
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || dec.More() || len(body.Tasks) == 0 || len(body.Tasks) > maxBatch {
+		return nil, false
+	}
+	if checkFieldNames(data, reflect.TypeFor[batchBody](), "") != nil {
+		return nil, false
+	}
+	var raw []byte
+	_ = eachMember(data, func(key string, v []byte) error {
+		if key == "tasks" {
+			raw = v
+		}
+		return nil
+	})
+	t, n := reflect.TypeFor[T](), 0
+	for item := range eachElement(raw) {
+		if n >= len(body.Tasks) || checkFieldNames(item, t, "") != nil {
+			return nil, false
+		}
+		n++
+	}
+	return body.Tasks, n == len(body.Tasks)
+}
+
+// decodeItemsOneByOne decodes data, a batch's body, into its items one at
+// a time. The second result, when not nil, holds by index why an item
+// does not decode; an error refuses the whole body.
+func decodeItemsOneByOne[T any](data []byte) ([]T, []*apiError, *apiError) {
+	var body batchBody
+	if e := decodeJSON(data, &body); e != nil {
+		return nil, nil, e
 	}
 	switch n := len(body.Tasks); {
 	case body.Tasks == nil:
-		return 0, errBadRequest(`"tasks" is required: an array of the tasks to create`)
+		return nil, nil, errBadRequest(`"tasks" is required: an array of the tasks to create`)
 	case n == 0:
-		return 0, errBadRequest(`"tasks" is empty: give at least one task`)
+		return nil, nil, errBadRequest(`"tasks" is empty: give at least one task`)
 	case n > maxBatch:
-		return 0, &apiError{status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
+		return nil, nil, &apiError{status: http.StatusRequestEntityTooLarge, Code: codeTooLarge,
 			Message: fmt.Sprintf("%d tasks in one batch, more than %d: split it into several requests", n, maxBatch)}
 	}
-	var items []batchItemError
+	items := make([]T, len(body.Tasks))
+	var undecoded []*apiError
 	for i, raw := range body.Tasks {
-		if e := decode(i, raw); e != nil {
-			items = append(items, batchItemError{Index: i, Code: e.Code, Message: e.Message})
+		if e := decodeJSON(raw, &items[i]); e != nil {
+			if undecoded == nil {
+				undecoded = make([]*apiError, len(items))
+			}
+			undecoded[i] = e
 		}
 	}
-	if items != nil {
-		return 0, refusedItems(http.StatusBadRequest, items, len(body.Tasks))
+	return items, undecoded, nil
+}
+
+// eachElement yields the bytes of each value of the JSON array in data,
+// which is well-formed (decoded already); a value that is not an array
+// yields nothing.
+func eachElement(data []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		i := skipSpace(data, 0)
+		if i >= len(data) || data[i] != '[' {
+			return
+		}
+		i++
+		for {
+			i = skipSpace(data, i)
+			if i < len(data) && data[i] == ',' {
+				i = skipSpace(data, i+1)
+			}
+			if i >= len(data) || data[i] == ']' {
+				return
+			}
+			end := skipValue(data, i)
+			if !yield(data[i:end]) {
+				return
+			}
+			i = end
+		}
 	}
-	return len(body.Tasks), nil
 }
 
 func refusedItems(status int, items []batchItemError, n int) *apiError {
@@ -159,19 +269,19 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 	}
 	var ins []agent.Input
 	var keys []string
-	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
-		var item struct {
-			createRequest
-			batchKey
+	type item struct {
+		createRequest
+		batchKey
+	}
+	n, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
+		if i == 0 {
+			ins, keys = make([]agent.Input, 0, total), make([]string, 0, total)
 		}
-		if e := decodeJSON(raw, &item); e != nil {
-			return e
-		}
-		in, e := item.input()
+		in, e := it.input()
 		if e == nil {
-			e = itemKey(item.IdempotencyKey)
+			e = itemKey(it.IdempotencyKey)
 		}
-		ins, keys = append(ins, in), append(keys, item.IdempotencyKey)
+		ins, keys = append(ins, in), append(keys, it.IdempotencyKey)
 		return e
 	})
 	if e != nil {
@@ -213,17 +323,17 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	var reqs []broker.CreateRequest
 	var keys []string
-	n, e := s.decodeBatch(r, func(i int, raw []byte) *apiError {
-		var item struct {
-			broker.CreateRequest
-			batchKey
+	type item struct {
+		broker.CreateRequest
+		batchKey
+	}
+	n, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
+		if i == 0 {
+			reqs, keys = make([]broker.CreateRequest, 0, total), make([]string, 0, total)
 		}
-		if e := decodeJSON(raw, &item); e != nil {
-			return e
-		}
-		item.AgentID = agentID
-		reqs, keys = append(reqs, item.CreateRequest), append(keys, item.IdempotencyKey)
-		return itemKey(item.IdempotencyKey)
+		it.AgentID = agentID
+		reqs, keys = append(reqs, it.CreateRequest), append(keys, it.IdempotencyKey)
+		return itemKey(it.IdempotencyKey)
 	})
 	if e != nil {
 		return e
@@ -236,9 +346,7 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 	if err != nil {
 		return batchFailed(err, keys, s.fromBrokerError)
 	}
-	out := struct {
-		Tasks []DispatchJSON `json:"tasks"`
-	}{Tasks: make([]DispatchJSON, n)}
+	out := dispatchList{Tasks: make([]DispatchJSON, n)}
 	replayed := true
 	for i := range made {
 		out.Tasks[i] = toDispatchJSON(&made[i].Task)

@@ -65,14 +65,24 @@ var errShuttingDown = &apiError{status: http.StatusServiceUnavailable, Code: cod
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := jsonBufs.Get().(*bytes.Buffer)
 	defer func() {
-		if buf.Cap() <= 64<<10 {
+		if buf.Cap() <= maxPooledJSON {
 			buf.Reset()
 			jsonBufs.Put(buf)
 		}
 	}()
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	var err error
+	if a, ok := v.(jsonAppender); ok {
+		o := jsonOut{b: buf.AvailableBuffer()}
+		a.appendJSON(&o)
+		o.b = append(o.b, '\n') // as json.Encoder ends a value
+		buf.Write(o.b)
+		err = o.err
+	} else {
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		err = enc.Encode(v)
+	}
+	if err != nil {
 		buf.Reset()
 		status = http.StatusInternalServerError
 		buf.WriteString(`{"error":{"code":"internal","message":"internal error: the answer could not be encoded"}}` + "\n")
@@ -84,6 +94,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }
+
+// maxPooledJSON is the largest answer buffer writeJSON keeps for the next
+// answer: room for a batch of a hundred dispatch tasks (about 70 KiB),
+// which would otherwise grow a new buffer every time.
+const maxPooledJSON = 256 << 10
 
 var (
 	jsonBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -107,7 +122,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 // would take "INPUT" for "input" (and keep the last of two "input"s). An
 // empty body is accepted when optional, leaving v as it is.
 func decodeBody(r *http.Request, v any, optional bool) *apiError {
-	data, err := io.ReadAll(r.Body)
+	data, err := readBody(r)
 	if err != nil {
 		return bodyReadError(err)
 	}
@@ -119,6 +134,36 @@ func decodeBody(r *http.Request, v any, optional bool) *apiError {
 	}
 	return decodeJSON(data, v)
 }
+
+// readBody reads r's body whole, into one buffer of the size its
+// Content-Length announces (io.ReadAll would grow and copy its buffer
+// from 512 bytes on). A larger body than announced still reads whole,
+// and the announced size counts only up to presizeLimit: the body's
+// reader (http.MaxBytesReader) bounds what is read, not the header.
+func readBody(r *http.Request) ([]byte, error) {
+	n := r.ContentLength
+	if n <= 0 || n > presizeLimit {
+		return io.ReadAll(r.Body)
+	}
+	data := make([]byte, 0, n+1) // one more byte: the read that sees EOF
+	for {
+		m, err := r.Body.Read(data[len(data):cap(data)])
+		data = data[:len(data)+m]
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return data, err
+		}
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+	}
+}
+
+// presizeLimit is the largest Content-Length readBody allocates for at
+// once: the default body limit.
+const presizeLimit = 1 << 20
 
 // decodeJSON is decodeBody's decoding of data, one JSON object, into v.
 func decodeJSON(data []byte, v any) *apiError {

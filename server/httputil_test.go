@@ -1,9 +1,11 @@
 package server
 
 import (
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -51,3 +53,25 @@ func TestDecodeBodyExactNames(t *testing.T) {
 		}
 	}
 }
+
+// TestReadBody: the body is read whole whatever its Content-Length says
+// (exact, unknown, smaller than the body, larger than presizeLimit), and a
+// body cut short of its Content-Length is an error.
+func TestReadBody(t *testing.T) {
+	body := strings.Repeat("x", 3000)
+	for name, cl := range map[string]int64{"exact": 3000, "unknown": -1, "smaller": 10, "huge": presizeLimit + 1} {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		r.ContentLength = cl
+		got, err := readBody(r)
+		if err != nil || string(got) != body {
+			t.Errorf("%s: got %d bytes, %v; want the %d bytes", name, len(got), err, len(body))
+		}
+	}
+	r := httptest.NewRequest("POST", "/", iotest.ErrReader(errShort))
+	r.ContentLength = 100
+	if _, err := readBody(r); err != errShort {
+		t.Errorf("a failing body: got %v, want %v", err, errShort)
+	}
+}
+
+var errShort = errors.New("short body")

@@ -257,6 +257,7 @@ func serveAction(cc *cli.Context, stderr io.Writer) error {
 	// at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tuneGC(os.Getenv, logger)
 	if f := cc.String("cpuprofile"); f != "" {
 		end, err := startCPUProfile(f)
 		if err != nil {

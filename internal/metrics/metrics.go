@@ -248,6 +248,11 @@ func (m *Metrics) observe(ev eventlog.Event) {
 			}
 		}
 	}
+	switch fsm.EventType(ev.Type) {
+	case fsm.ModelCalled, fsm.ToolCallCompleted, fsm.ToolCallFailed, fsm.TaskCompleted, fsm.TaskFailed:
+	default:
+		return // no body read below: most events (inputs, creations, dispatch) are not decoded
+	}
 	fe, err := replay.Decode(ev)
 	if err != nil {
 		return
