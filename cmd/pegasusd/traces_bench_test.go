@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,7 +52,13 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// The daemons run in this process: give it the collector's setting
+	// pegasusd runs with (gc.go), unless GOGC says otherwise.
+	if tuneGC(os.Getenv, slog.New(slog.DiscardHandler)) != 0 {
+		defer debug.SetGCPercent(100)
+	}
 	var offCPU, onCPU time.Duration
+	var offCommits, onCommits uint64
 	run := func(on bool) float64 {
 		cfg := testConfig(b)
 		cfg.server.MaxBodyBytes = 1 << 20
@@ -66,10 +75,13 @@ func BenchmarkTracesOverhead(b *testing.B) {
 		if on && endpoint != "" { // the export kept up: every ending sent (the queue is drained)
 			waitExported(b, td)
 		}
+		commits := td.d.engine.Log().Stats().Commits
 		if on {
 			onCPU += processCPU(b) - c0
+			onCommits += commits
 		} else {
 			offCPU += processCPU(b) - c0
+			offCommits += commits
 		}
 		return res.PerSec
 	}
@@ -100,6 +112,8 @@ func BenchmarkTracesOverhead(b *testing.B) {
 	tasks := float64(b.N * *traceBenchRounds)
 	b.ReportMetric(float64(offCPU.Microseconds())/tasks, "off-cpu-µs/task")
 	b.ReportMetric(float64(onCPU.Microseconds())/tasks, "on-cpu-µs/task")
+	b.ReportMetric(float64(offCommits)/tasks, "off-commits/task")
+	b.ReportMetric(float64(onCommits)/tasks, "on-commits/task")
 	b.Logf("off %v, on %v tasks/s (sink %s)", fmtRates(off), fmtRates(on), *traceBenchSink)
 }
 
