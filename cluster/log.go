@@ -165,9 +165,15 @@ type ReplicatedLog struct {
 	commits    commitCounters
 	// loose is the committer of streams of no partition (loose.go).
 	loose *looseCommitter
+	// combine sends the partitions' batches, several as one request
+	// (combine.go).
+	combine *combiner
 	// beforeBatch, if set (tests), is called before a committer
 	// publishes a batch of n appends to partition p.
 	beforeBatch func(p, n int)
+	// beforeCombine, if set (tests), is called before the combiner
+	// publishes a request of n partitions' batches (combine.go).
+	beforeCombine func(n int)
 	// beforeDeliver, if set (tests), is called before the follower's
 	// reader hands it a delivered message.
 	beforeDeliver func()
