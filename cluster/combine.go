@@ -48,6 +48,7 @@ type combiner struct {
 // combineReq is one partition's batch: its messages and its parts' checks
 // (publish), and where its outcome goes.
 type combineReq struct {
+	ctx    context.Context // its committer's: once it ends, the batch is not sent
 	wire   []wireMsg
 	checks []check
 	done   chan combineOutcome // buffered: the combiner never blocks on it
@@ -74,7 +75,7 @@ func (r *ReplicatedLog) combinerFor() *combiner {
 // publishCombined publishes one partition's batch (publish), with the
 // batches of other partitions that are ready at the same moment.
 func (r *ReplicatedLog) publishCombined(ctx context.Context, wire []wireMsg, checks []check) (uint64, error) {
-	req := &combineReq{wire: wire, checks: checks, done: make(chan combineOutcome, 1)}
+	req := &combineReq{ctx: ctx, wire: wire, checks: checks, done: make(chan combineOutcome, 1)}
 	select {
 	case r.combinerFor().reqs <- req:
 	case <-ctx.Done():
@@ -144,6 +145,19 @@ func takeCombined(pending []*combineReq) (take, rest []*combineReq) {
 // request's last.
 func (c *combiner) send(ctx context.Context, reqs []*combineReq) {
 	r := c.r
+	// A batch whose committer stopped waiting (its time ran out while
+	// the request before was in flight) is not sent.
+	live := reqs[:0]
+	for _, req := range reqs {
+		if err := req.ctx.Err(); err != nil {
+			req.done <- combineOutcome{err: err}
+			continue
+		}
+		live = append(live, req)
+	}
+	if reqs = live; len(reqs) == 0 {
+		return
+	}
 	if h := r.beforeCombine; h != nil {
 		h(len(reqs))
 	}
