@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/pegasus-engine/pegasus/cluster/natstest"
 	"github.com/pegasus-engine/pegasus/eventlog"
 )
@@ -77,9 +79,10 @@ func combinedSetup(ctx context.Context, t *testing.T, nc *natstest.Cluster, ttl 
 	return a, la, g, streams, ids, rest
 }
 
+// ulidPair is an event's id and the stream it was appended to.
 type ulidPair struct {
 	stream string
-	id     [16]byte
+	id     ulid.ULID
 }
 
 // TestCombinedRequestOfAStaleOwnerNotStored: the batches of two
@@ -113,7 +116,7 @@ func TestCombinedRequestOfAStaleOwnerNotStored(t *testing.T) {
 	}
 	for _, p := range ids {
 		if _, err := b.local.Get(p.id); !errors.Is(err, eventlog.ErrNotFound) {
-			t.Fatalf("the stale owner's event %x in %s is in the log (%v)", p.id, p.stream, err)
+			t.Fatalf("the stale owner's event %s in %s is in the log (%v)", p.id, p.stream, err)
 		}
 	}
 	wantVersions(t, b, map[string]uint64{streams[0]: 1, streams[1]: 1})
@@ -151,7 +154,7 @@ func TestCombinedRequestRefusedForOnePartition(t *testing.T) {
 	}
 	for _, p := range ids {
 		if _, err := b.local.Get(p.id); err != nil {
-			t.Fatalf("event %x of %s: %v", p.id, p.stream, err)
+			t.Fatalf("event %s of %s: %v", p.id, p.stream, err)
 		}
 	}
 	wantVersions(t, b, map[string]uint64{streams[0]: 2, streams[1]: 2, other: 1})
