@@ -81,14 +81,15 @@ type CommitStats struct {
 	Batches  uint64 // batches published
 	Refused  uint64 // batches JetStream refused (another node moved the partition, or a busy check)
 	Messages uint64 // messages in the stored batches
+	Combined uint64 // requests that carried the batches of several partitions (combine.go)
 }
 
-type commitCounters struct{ appends, batches, refused, messages atomic.Uint64 }
+type commitCounters struct{ appends, batches, refused, messages, combined atomic.Uint64 }
 
 // CommitStats returns the committers' counters since the log opened.
 func (r *ReplicatedLog) CommitStats() CommitStats {
 	c := &r.commits
-	return CommitStats{Appends: c.appends.Load(), Batches: c.batches.Load(), Refused: c.refused.Load(), Messages: c.messages.Load()}
+	return CommitStats{Appends: c.appends.Load(), Batches: c.batches.Load(), Refused: c.refused.Load(), Messages: c.messages.Load(), Combined: c.combined.Load()}
 }
 
 // ownedPartition is the partition every part of an append belongs to, if
@@ -237,8 +238,17 @@ func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 				replyAll(batch, ferr)
 				return
 			}
-			if !moved && !r.retryPause(ctx, deadline, &wait) {
+			if !moved && !errors.Is(err, errCombined) && !r.retryPause(ctx, deadline, &wait) {
 				replyAll(batch, fmt.Errorf("%w: partition %d's check refused as busy until the time ran out", ErrUnavailable, c.p))
+				return
+			}
+		case errors.Is(err, errCombined) && !isNoResponders(err):
+			// Refused with the batches of other partitions, maybe for
+			// one of theirs (combine.go): nothing was stored. Once the
+			// copy is caught up, it is checked again and sent by
+			// itself, which says what its own outcome is.
+			if _, ferr := c.caughtUp(ctx, deadline); ferr != nil {
+				replyAll(batch, ferr)
 				return
 			}
 		case isDuplicateInFlight(err) || isDuplicateInBatch(err):
@@ -330,7 +340,15 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	if h := r.beforeBatch; h != nil {
 		h(c.p, len(sent))
 	}
-	seq, err := r.publish(ctx, wire, checks)
+	// A first attempt goes with the batches of other partitions ready at
+	// the same moment (combine.go); a batch sent again goes by itself.
+	var seq uint64
+	var err error
+	if again {
+		seq, err = r.publish(ctx, wire, checks)
+	} else {
+		seq, err = r.publishCombined(ctx, wire, checks)
+	}
 	return sent, seq, err
 }
 

@@ -165,9 +165,15 @@ type ReplicatedLog struct {
 	commits    commitCounters
 	// loose is the committer of streams of no partition (loose.go).
 	loose *looseCommitter
+	// combine sends the partitions' batches, several as one request
+	// (combine.go).
+	combine *combiner
 	// beforeBatch, if set (tests), is called before a committer
 	// publishes a batch of n appends to partition p.
 	beforeBatch func(p, n int)
+	// beforeCombine, if set (tests), is called before the combiner
+	// publishes a request of n partitions' batches (combine.go).
+	beforeCombine func(n int)
 	// beforeDeliver, if set (tests), is called before the follower's
 	// reader hands it a delivered message.
 	beforeDeliver func()
@@ -439,6 +445,8 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 	own := ownQueue{}
 	var group []eventlog.Event // the events of one append's messages read so far
 	read := 0                  // and how many of its messages
+	var heads []partHead       // its parts, if it is this node's (ownacked.go)
+	foreign := false           // some of its messages are not this node's in flight
 	for {
 		var m jetstream.Msg
 		ok := true
@@ -452,7 +460,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 				r.fail(err)
 				return
 			} else if n > 0 {
-				group, read = nil, 0 // a partial read of the append written
+				group, read, heads, foreign = nil, 0, nil, false // a partial read of the append written
 			}
 			continue
 		}
@@ -469,6 +477,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			return
 		}
 		var parts []eventlog.StreamAppend
+		var written []ackedAppend // the appends in parts, with their parts' heads
 		var last uint64
 		moved := map[int]uint64{} // partition -> its last stream sequence in what is read
 		owned := map[int]Owner{}  // partition -> its last PARTITION_OWNED in what is read
@@ -478,8 +487,9 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			} else {
 				var evs []eventlog.Event
 				var i, n int
+				var w *wireMsg
 				if err == nil {
-					evs, i, n, err = r.decodeMessage(m, sseq)
+					evs, i, n, w, err = r.decodeMessage(m, sseq)
 				}
 				if err == nil && i != read+1 {
 					err = fmt.Errorf("message %d is part %d/%d of an append, after %d parts", sseq, i, n, read)
@@ -490,12 +500,24 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 					return
 				}
 				group, read = append(group, evs...), read+1
+				if w == nil {
+					foreign = true
+				} else if w.first || len(heads) == 0 {
+					heads = append(heads, partHead{res: w.res})
+				}
+				if w != nil {
+					heads[len(heads)-1].n += len(evs)
+				}
 				if read == n {
 					if _, err := r.local.Get(group[0].ID); err != nil {
 						parts = appendParts(parts, group)
+						if foreign {
+							heads = []partHead{{n: len(group)}}
+						}
+						written = append(written, ackedAppend{evs: group, heads: heads})
 					}
 					r.notePartitions(group, moved, owned)
-					group, read, last = nil, 0, sseq
+					group, read, last, heads, foreign = nil, 0, sseq, nil, false
 				}
 			}
 			if len(parts) >= maxApply {
@@ -508,7 +530,8 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			}
 		}
 		if len(parts) > 0 {
-			if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
+			res, err := r.local.AppendMulti(ctx, parts...)
+			if err != nil {
 				// The local copy's owner closes it after its last
 				// append, before Close stops the follower.
 				if ctx.Err() == nil && !errors.Is(err, eventlog.ErrClosed) {
@@ -517,6 +540,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 				r.fail(fmt.Errorf("%w: %v", ErrApply, err))
 				return
 			}
+			leaveResults(written, res)
 		}
 		if last > 0 {
 			applied = last
@@ -526,7 +550,7 @@ func (r *ReplicatedLog) follow(ctx context.Context, it jetstream.MessagesContext
 			r.fail(err)
 			return
 		} else if n > 0 {
-			group, read = nil, 0
+			group, read, heads, foreign = nil, 0, nil, false
 		}
 	}
 }
@@ -677,11 +701,14 @@ func (r *ReplicatedLog) catchUp(ctx context.Context) error {
 // decodeMessage returns the events the stream message m at sseq holds
 // and its part i of n. A message this node is appending, byte for byte as
 // it sent it, is not parsed again: its events are the ones it sent.
-func (r *ReplicatedLog) decodeMessage(m jetstream.Msg, sseq uint64) (evs []eventlog.Event, i, n int, err error) {
-	if evs, i, n, ok := r.ownMessage(m.Headers(), m.Data(), sseq); ok {
-		return evs, i, n, nil
+// own is the message as this node sent it, nil if it is not one of its
+// appends in flight.
+func (r *ReplicatedLog) decodeMessage(m jetstream.Msg, sseq uint64) (evs []eventlog.Event, i, n int, own *wireMsg, err error) {
+	if evs, i, n, w := r.ownWire(m.Headers(), m.Data(), sseq); w != nil {
+		return evs, i, n, w, nil
 	}
-	return decodeEvents(m.Headers(), m.Data(), sseq)
+	evs, i, n, err = decodeEvents(m.Headers(), m.Data(), sseq)
+	return evs, i, n, nil, err
 }
 
 // Append appends evs to stream with the log's guarantees (eventlog.Append),
@@ -744,7 +771,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 		if o.err != nil || o.res != nil {
 			return o.res, o.err
 		}
-		return r.appliedResult(ctx, parts, o.last)
+		return r.appliedResult(ctx, parts, wire, o.last)
 	}
 	if r.unpartitioned(parts) {
 		o := r.commitLoose(ctx, parts, wire)
@@ -752,7 +779,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 			if o.err != nil {
 				return nil, o.err
 			}
-			return r.appliedResult(ctx, parts, o.last)
+			return r.appliedResult(ctx, parts, wire, o.last)
 		}
 	}
 	var release func(last uint64)
@@ -779,7 +806,7 @@ func (r *ReplicatedLog) appendNew(ctx context.Context, parts []eventlog.StreamAp
 	if err != nil {
 		return nil, err
 	}
-	return r.appliedResult(ctx, parts, last) // last 0: found stored
+	return r.appliedResult(ctx, parts, wire, last) // last 0: found stored
 }
 
 // publishChecked publishes parts as one append checked by JetStream (each
@@ -847,10 +874,15 @@ func (r *ReplicatedLog) publishChecked(ctx context.Context, parts []eventlog.Str
 }
 
 // appliedResult waits until the local copy holds stream sequence last,
-// the append's last message, and returns the append's local positions.
-func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.StreamAppend, last uint64) ([]eventlog.AppendResult, error) {
+// the append's last message, and returns the append's local positions:
+// those the follower wrote them at, if it wrote them at their
+// acknowledgement (ownacked.go), else as the copy holds them.
+func (r *ReplicatedLog) appliedResult(ctx context.Context, parts []eventlog.StreamAppend, wire []wireMsg, last uint64) ([]eventlog.AppendResult, error) {
 	if err := r.waitApplied(ctx, last); err != nil {
 		return nil, err
+	}
+	if res, ok := writtenResults(wire, len(parts)); ok && last > 0 {
+		return res, nil
 	}
 	res, ok, err := r.storedAll(parts)
 	if !ok && err == nil {

@@ -34,6 +34,15 @@ type ackedAppend struct {
 	first uint64
 	msgs  int
 	evs   []eventlog.Event
+	// heads are its parts, in order: how many of evs each has, and
+	// where its local positions go once written.
+	heads []partHead
+}
+
+// partHead is one part of an acknowledged append.
+type partHead struct {
+	n   int
+	res *partResult
 }
 
 // last is the stream sequence of the append's last message.
@@ -59,6 +68,10 @@ func (r *ReplicatedLog) noteAcked(wire []wireMsg, last uint64) {
 	}
 	a := ackedAppend{first: last - uint64(len(wire)) + 1, msgs: len(wire), evs: make([]eventlog.Event, 0, events(wire))}
 	for k, w := range wire {
+		if w.first || len(a.heads) == 0 {
+			a.heads = append(a.heads, partHead{res: w.res})
+		}
+		a.heads[len(a.heads)-1].n += len(w.evs)
 		for _, ev := range w.evs {
 			a.evs = append(a.evs, asStored(ev, a.first+uint64(k)))
 		}
@@ -93,6 +106,7 @@ func (r *ReplicatedLog) applyOwn(ctx context.Context, q ownQueue, applied *uint6
 	var parts []eventlog.StreamAppend
 	moved := map[int]uint64{}
 	owned := map[int]Owner{}
+	var written []ackedAppend
 	end, n := *applied, 0
 	for {
 		a, ok := q[end+1]
@@ -102,6 +116,7 @@ func (r *ReplicatedLog) applyOwn(ctx context.Context, q ownQueue, applied *uint6
 		delete(q, a.first)
 		if _, err := r.local.Get(a.evs[0].ID); err != nil {
 			parts = appendParts(parts, a.evs)
+			written = append(written, a)
 		}
 		r.notePartitions(a.evs, moved, owned)
 		end, n = a.last(), n+1
@@ -115,14 +130,64 @@ func (r *ReplicatedLog) applyOwn(ctx context.Context, q ownQueue, applied *uint6
 		return 0, nil
 	}
 	if len(parts) > 0 {
-		if _, err := r.local.AppendMulti(ctx, parts...); err != nil {
+		res, err := r.local.AppendMulti(ctx, parts...)
+		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, eventlog.ErrClosed) {
 				r.opts.Logger.Error("the local copy stops following the stream", "err", err)
 			}
 			return 0, fmt.Errorf("%w: %v", ErrApply, err)
 		}
+		leaveResults(written, res)
 	}
 	*applied = end
 	r.noteApplied(end, moved, owned)
 	return n, nil
+}
+
+// leaveResults hands each part of the written appends its local positions
+// (res: the local append's, whose parts merged the runs of one stream),
+// before the copy says it holds them: their appenders need not read them
+// back.
+func leaveResults(written []ackedAppend, res []eventlog.AppendResult) {
+	var evs []eventlog.Event
+	for _, pr := range res {
+		evs = append(evs, pr.Events...)
+	}
+	total := 0
+	for _, a := range written {
+		total += len(a.evs)
+	}
+	if len(evs) != total {
+		return // the appenders read them from the copy
+	}
+	for _, a := range written {
+		for _, h := range a.heads {
+			part := evs[:h.n:h.n]
+			evs = evs[h.n:]
+			if h.res == nil || h.n == 0 {
+				continue
+			}
+			h.res.v.Store(&eventlog.AppendResult{FirstSeq: part[0].Seq, LastSeq: part[h.n-1].Seq, Version: part[h.n-1].Version, Events: part})
+		}
+	}
+}
+
+// writtenResults is the local positions of an append's n parts, if the
+// follower wrote it at its acknowledgement and left them all.
+func writtenResults(wire []wireMsg, n int) ([]eventlog.AppendResult, bool) {
+	res := make([]eventlog.AppendResult, 0, n)
+	for _, w := range wire {
+		if !w.first {
+			continue
+		}
+		if w.res == nil {
+			return nil, false
+		}
+		pr := w.res.v.Load()
+		if pr == nil {
+			return nil, false
+		}
+		res = append(res, *pr)
+	}
+	return res, len(res) == n
 }

@@ -58,3 +58,77 @@ func TestOwnAppendBeforeDelivery(t *testing.T) {
 		t.Fatalf("a applied %d, the stream ends at %d, want 3", got, last)
 	}
 }
+
+// TestAcknowledgedAppendsAnsweredFromTheWrite: the appends of one batch
+// (two of them to one stream, one over two streams, one part too large
+// for one message) are answered with the positions the follower wrote
+// them at, which are the copy's: the same as reading them back.
+func TestAcknowledgedAppendsAnsweredFromTheWrite(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a, _, _ := ownerOfAll(t, nc, "A", 3*time.Second)
+	a.rl.pack = 64 // a part of several events is several messages
+	streams := streamsIn(1, testParts, 3)
+	createStreams(ctx, t, a, streams...)
+	g := gateBatches(a)
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, streams[2], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		first <- err
+	}()
+	g.next(t)
+	body := []byte(`{"text":"a body longer than the packing limit of this test"}`)
+	appends := [][]eventlog.StreamAppend{
+		{{Stream: streams[0], Expected: eventlog.Exactly(1), Events: []eventlog.Event{{Type: "A1"}, {Type: "A2", Body: body}, {Type: "A3"}}}},
+		{{Stream: streams[1], Expected: eventlog.Exactly(1), Events: []eventlog.Event{{Type: "B1"}}},
+			{Stream: streams[2], Expected: eventlog.Exactly(2), Events: []eventlog.Event{{Type: "C1"}}}},
+		{{Stream: streams[0], Expected: eventlog.Exactly(4), Events: []eventlog.Event{{Type: "A4"}}}},
+	}
+	results := make([][]eventlog.AppendResult, len(appends))
+	errs := make([]error, len(appends))
+	var wg sync.WaitGroup
+	for i, parts := range appends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i == 2 {
+				waitQueued(t, a, 1, 2) // after the other two, in the same batch
+			}
+			results[i], errs[i] = a.rl.AppendMulti(ctx, parts...)
+		}()
+		if i < 2 {
+			waitQueued(t, a, 1, i+1)
+		}
+	}
+	waitQueued(t, a, 1, 3)
+	close(g.open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := g.next(t); n != 3 {
+		t.Fatalf("the batch holds %d appends, want 3", n)
+	}
+	wg.Wait()
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("append %d: %v", i, errs[i])
+		}
+		for k, pr := range res {
+			evs := pr.Events
+			if len(evs) != len(appends[i][k].Events) || pr.FirstSeq != evs[0].Seq || pr.LastSeq != evs[len(evs)-1].Seq || pr.Version != evs[len(evs)-1].Version {
+				t.Fatalf("append %d part %d: %d-%d v%d with %d events", i, k, pr.FirstSeq, pr.LastSeq, pr.Version, len(evs))
+			}
+			for j, ev := range evs {
+				got, err := a.local.Get(ev.ID)
+				if err != nil || got.Seq != ev.Seq || got.Version != ev.Version || got.Stream != appends[i][k].Stream ||
+					got.Type != appends[i][k].Events[j].Type || string(got.Body) != string(appends[i][k].Events[j].Body) {
+					t.Fatalf("append %d part %d event %d: %+v, the copy holds %+v (%v)", i, k, j, ev, got, err)
+				}
+			}
+		}
+	}
+	if v := [3]uint64{results[0][0].Version, results[1][0].Version, results[2][0].Version}; v != [3]uint64{4, 2, 5} {
+		t.Fatalf("versions %v, want [4 2 5]", v)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,6 +65,15 @@ type wireMsg struct {
 	data   []byte
 	schema string // HeaderSchema
 	sizes  string // HeaderSizes, "" for one event (format 1)
+	// res, on a part's first message, receives the part's local
+	// positions when the follower writes it at its acknowledgement
+	// (ownacked.go); shared by the copies of the message.
+	res *partResult
+}
+
+// partResult is where the follower leaves a part's local positions.
+type partResult struct {
+	v atomic.Pointer[eventlog.AppendResult]
 }
 
 // setHeader sets the message's id, its part i of n and its format's
@@ -113,6 +123,9 @@ func wireOf(parts []eventlog.StreamAppend, limit int) ([]wireMsg, error) {
 				flush()
 				wire = append(wire, wireMsg{first: j == 0, stream: p.Stream, id: ev.ID.String(), schema: schema})
 				cur = &wire[len(wire)-1]
+				if cur.first {
+					cur.res = new(partResult)
+				}
 			}
 			cur.evs = append(cur.evs, ev)
 			cur.data = append(cur.data, data...)
@@ -168,23 +181,31 @@ func (r *ReplicatedLog) noteSent(wire []wireMsg) func() {
 // ownMessage is decodeEvents for a message of this node's appends in
 // flight, without parsing its JSON: ok false if it is not one.
 func (r *ReplicatedLog) ownMessage(h nats.Header, data []byte, sseq uint64) (evs []eventlog.Event, i, n int, ok bool) {
+	evs, i, n, w := r.ownWire(h, data, sseq)
+	return evs, i, n, w != nil
+}
+
+// ownWire is ownMessage, with the message as this node sent it (nil: not
+// one of its appends in flight).
+func (r *ReplicatedLog) ownWire(h nats.Header, data []byte, sseq uint64) (evs []eventlog.Event, i, n int, w *wireMsg) {
 	v, found := r.sending.Load(h.Get(jetstream.MsgIDHeader))
 	if !found {
-		return nil, 0, 0, false
+		return nil, 0, 0, nil
 	}
-	w := v.(*wireMsg)
+	w = v.(*wireMsg)
 	if !bytes.Equal(w.data, data) || h.Get(HeaderSchema) != w.schema || h.Get(HeaderSizes) != w.sizes ||
 		(h.Get(HeaderFormat) == packedFormat) != (w.sizes != "") {
-		return nil, 0, 0, false
+		return nil, 0, 0, nil
 	}
+	var ok bool
 	if i, n, ok = batchPart(h); !ok {
-		return nil, 0, 0, false
+		return nil, 0, 0, nil
 	}
 	evs = make([]eventlog.Event, len(w.evs))
 	for k, ev := range w.evs {
 		evs[k] = asStored(ev, sseq)
 	}
-	return evs, i, n, true
+	return evs, i, n, w
 }
 
 // decodeEvents returns the events the stream message at sseq holds, in

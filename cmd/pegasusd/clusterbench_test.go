@@ -30,6 +30,7 @@ var (
 	clusterBenchProfile = flag.String("cluster-bench-cpuprofile", "", "TestClusterBench: write the one R3 daemon's CPU profile to this file")
 	clusterBenchServers = flag.String("cluster-bench-servers-cpuprofile", "", "TestClusterBench: write this process's CPU profile (the JetStream servers and the clients) during the one R3 daemon's run to this file")
 	clusterBenchR3      = flag.Bool("cluster-bench-r3", false, "TestClusterBench: measure embedded, raw JetStream and one R3 daemon only")
+	clusterBenchParts   = flag.Int("cluster-bench-partitions", 16, "TestClusterBench: the one R3 daemon's --cluster-partitions")
 )
 
 // runTasks submits n tasks over HTTP from 8 clients, spread over the
@@ -112,12 +113,12 @@ func TestClusterBench(t *testing.T) {
 	// of an event's size, each waiting for its acknowledgement.
 	raw := rawPublishRate(t, n3, 8, 3*time.Second)
 	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
-	r3flags := []string{"--cluster", n3.URL(), "--cluster-node", "a"}
+	r3flags := []string{"--cluster", n3.URL(), "--cluster-node", "a", "--cluster-partitions", strconv.Itoa(*clusterBenchParts)}
 	if *clusterBenchProfile != "" {
 		r3flags = append(r3flags, "--cpuprofile", *clusterBenchProfile)
 	}
 	p3 := startProc(t, bin, filepath.Join(t.TempDir(), "d"), r3flags...)
-	waitLeases(t, n3.JetStream(), "a", 16) // its appends go through the committers from the first task
+	waitLeases(t, n3.JetStream(), "a", *clusterBenchParts) // its appends go through the committers from the first task
 	info0 := streamInfo(t, n3, "PEGASUS_LOG")
 	c0, u0 := scrapeCounters(t, p3.url, ""), testCPU()
 	if *clusterBenchServers != "" {
