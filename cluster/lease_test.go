@@ -67,8 +67,11 @@ func TestLeasesFenceAStaleOwner(t *testing.T) {
 	const parts = 4
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A"})
-	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: 8, Node: "B"}) // the stream's recorded count wins
+	// The appends' time bound is the test's: under -race on a loaded
+	// machine a node's copy has taken over 5 s (the default) to apply the
+	// other node's append that its refused batch waits for.
+	a := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: parts, Node: "A", AckTimeout: testWait})
+	b := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: 8, Node: "B", AckTimeout: testWait}) // the stream's recorded count wins
 	if a.rl.parts != parts || b.rl.parts != parts {
 		t.Fatalf("partitions %d and %d, want %d", a.rl.parts, b.rl.parts, parts)
 	}
