@@ -153,7 +153,7 @@ func normalize(s string) string {
 	s = shortRE.ReplaceAllString(s, "…SHORTID")
 	s = ageRE.ReplaceAllString(" "+s+" ", " AGE ")
 	s = ageRE.ReplaceAllString(s, " AGE ") // adjacent columns
-	s = durRE.ReplaceAllString(s, "${1}") // present or not: a tool call under 1 ms shows none
+	s = durRE.ReplaceAllString(s, "${1}")  // present or not: a tool call under 1 ms shows none
 	s = rateRE.ReplaceAllString(s, "RATE")
 	return strings.Join(strings.Fields(s), " ")
 }
