@@ -168,33 +168,13 @@ func (p *protoArrays) value(v attribute.Value) *commonpb.AnyValue {
 	case attribute.FLOAT64:
 		av.Value = &commonpb.AnyValue_DoubleValue{DoubleValue: v.AsFloat64()}
 	case attribute.STRINGSLICE:
-		ss := v.AsStringSlice()
-		vals := p.list(len(ss))
-		for i, s := range ss {
-			vals[i].Value = p.str(s)
-		}
-		av.Value = &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}
+		av.Value = listValue(p, v.AsStringSlice(), func(e *commonpb.AnyValue, x string) { e.Value = p.str(x) })
 	case attribute.INT64SLICE:
-		xs := v.AsInt64Slice()
-		vals := p.list(len(xs))
-		for i, x := range xs {
-			vals[i].Value = &commonpb.AnyValue_IntValue{IntValue: x}
-		}
-		av.Value = &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}
+		av.Value = listValue(p, v.AsInt64Slice(), func(e *commonpb.AnyValue, x int64) { e.Value = &commonpb.AnyValue_IntValue{IntValue: x} })
 	case attribute.FLOAT64SLICE:
-		xs := v.AsFloat64Slice()
-		vals := p.list(len(xs))
-		for i, x := range xs {
-			vals[i].Value = &commonpb.AnyValue_DoubleValue{DoubleValue: x}
-		}
-		av.Value = &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}
+		av.Value = listValue(p, v.AsFloat64Slice(), func(e *commonpb.AnyValue, x float64) { e.Value = &commonpb.AnyValue_DoubleValue{DoubleValue: x} })
 	case attribute.BOOLSLICE:
-		xs := v.AsBoolSlice()
-		vals := p.list(len(xs))
-		for i, x := range xs {
-			vals[i].Value = &commonpb.AnyValue_BoolValue{BoolValue: x}
-		}
-		av.Value = &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}
+		av.Value = listValue(p, v.AsBoolSlice(), func(e *commonpb.AnyValue, x bool) { e.Value = &commonpb.AnyValue_BoolValue{BoolValue: x} })
 	case attribute.EMPTY:
 	default:
 		av.Value = p.str("INVALID")
@@ -207,6 +187,15 @@ func (p *protoArrays) str(s string) *commonpb.AnyValue_StringValue {
 	p.strs = p.strs[1:]
 	sv.StringValue = s
 	return sv
+}
+
+// listValue is xs as a list value, each element set by set.
+func listValue[T any](p *protoArrays, xs []T, set func(*commonpb.AnyValue, T)) *commonpb.AnyValue_ArrayValue {
+	vals := p.list(len(xs))
+	for i, x := range xs {
+		set(vals[i], x)
+	}
+	return &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: vals}}
 }
 
 // list is n AnyValues of a list.
