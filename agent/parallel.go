@@ -201,10 +201,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 					return nil
 				},
 			}
-			begin := a.opts.Now()
-			r.out, r.err = a.callTool(callCtx, r.tool, call)
-			r.dur = a.opts.Now().Sub(begin)
-			a.toolSem.release()
+			r.out, r.err, r.dur = a.callHeld(callCtx, r.tool, call)
 		})
 	}
 

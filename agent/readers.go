@@ -68,9 +68,7 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 		Notify:       func(msg string) { mu.Lock(); notes = append(notes, msg); mu.Unlock() },
 		RecordHandle: func(context.Context, string) error { return errHandleNotRecorded },
 	}
-	out, err := a.callTool(ctx, tool, call)
-	dur := a.opts.Now().Sub(begin)
-	a.toolSem.release()
+	out, err, dur := a.callHeld(ctx, tool, call)
 	if ctx.Err() != nil {
 		// Suspended, cancelled or stopping: nothing is recorded; the task
 		// runs the stage again when it next runs.

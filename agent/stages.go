@@ -310,10 +310,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 			return nil
 		},
 	}
-	begin := a.opts.Now()
-	out, err := a.callTool(ctx, tool, call)
-	dur := a.opts.Now().Sub(begin)
-	a.toolSem.release()
+	out, err, dur := a.callHeld(ctx, tool, call)
 	if ctx.Err() != nil {
 		// Suspended, cancelled or stopping: the outcome is not recorded.
 		// After a restart the call runs again with the same key.
@@ -349,6 +346,16 @@ func (a *Agent) awaitTool(ctx context.Context, name string) error {
 // moved (suspended, cancelled) or the agent stops: the handle is not
 // recorded and the call's outcome will not be either.
 var errHandleNotRecorded = errors.New("agent: the tool call's handle was not recorded: the task moved or the agent is stopping")
+
+// callHeld runs call of tool, for which the caller holds the tool
+// semaphore, gives the semaphore back, and says how long the call took.
+func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error, time.Duration) {
+	begin := a.opts.Now()
+	out, err := a.callTool(ctx, tool, call)
+	dur := a.opts.Now().Sub(begin)
+	a.toolSem.release()
+	return out, err, dur
+}
 
 // callTool runs one call with the per-call timeout. The tool runs on its
 // own goroutine so that a tool that ignores its context cannot hold the
