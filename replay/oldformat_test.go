@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -64,7 +63,9 @@ func TestOldFormatStreamIndex(t *testing.T) {
 	ctx := context.Background()
 	evs := replaytest.Generate(format3Seed, format3Config)
 	dir := t.TempDir()
-	copyFixture(t, format3Dir, dir)
+	if err := os.CopyFS(dir, os.DirFS(format3Dir)); err != nil {
+		t.Fatal(err)
+	}
 
 	ref, _ := func() (*eventlog.Log, vfs.FS) {
 		fs := vfs.NewMem()
@@ -138,23 +139,6 @@ func TestOldFormatStreamIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	same(t, "reopened", want, transcript(t, old))
-}
-
-func copyFixture(t *testing.T, src, dst string) {
-	t.Helper()
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func same(t *testing.T, what string, want, got []string) {
