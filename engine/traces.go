@@ -268,8 +268,11 @@ func (x *traceExporter) cursor() uint64 {
 func (x *traceExporter) follow(ctx context.Context) {
 	defer x.done.Done()
 	defer close(x.queue)
-	sub := x.l.Subscribe(ctx, x.read.Load()+1)
+	sub := x.l.SubscribeBuffered(ctx, x.read.Load()+1, followBuffer)
 	defer sub.Close()
+	pace := time.NewTimer(followPace)
+	pace.Stop() // armed when the follower catches up
+	defer pace.Stop()
 	running := map[string]bool{} // root tasks started since the follower started, or running then, not ended
 	for _, id := range x.carried {
 		running[id] = true
@@ -290,7 +293,16 @@ func (x *traceExporter) follow(ctx context.Context) {
 	if x.o.OpenInterval > 0 {
 		arm()
 	}
+	paced := false
 	for {
+		if paced {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pace.C:
+			}
+			paced = false
+		}
 		ev, err := sub.Next(wait)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -309,6 +321,15 @@ func (x *traceExporter) follow(ctx context.Context) {
 			}
 			x.logger.Error("the trace export stopped reading the log", "err", err)
 			return
+		}
+		if sub.Seq() > x.l.Head() {
+			// Caught up with the log: read again after a pace, so that
+			// the follower wakes a few dozen times a second rather than
+			// at every commit (waking costs the node's processors more
+			// than the few events a commit brings). Its subscription's
+			// buffer holds what commits meanwhile.
+			paced = true
+			pace.Reset(followPace)
 		}
 		isRoot := false
 		if ev.Version == 1 {
@@ -342,6 +363,14 @@ func (x *traceExporter) follow(ctx context.Context) {
 		}
 	}
 }
+
+// The follower reads in bursts: followPace after it caught up, with room
+// for followBuffer events committed meanwhile (beyond it, it reads them
+// from the log).
+const (
+	followPace   = 20 * time.Millisecond
+	followBuffer = 4096
+)
 
 // maxTraceBatch bounds how many queued traces one export request
 // carries (the SDK converts and encodes a request in one go: this bounds

@@ -11,7 +11,7 @@ import (
 // sequences that retention archived (Retire's holes), as Scan does.
 //
 // Memory is bounded: a live subscription buffers at most
-// Options.SubscriberBuffer events. The committer never waits for a
+// Options.SubscriberBuffer events (SubscribeBuffered: its own bound). The committer never waits for a
 // subscriber; if the buffer is full it drops the subscription back to
 // catch-up mode, where it reads from the log until it is current again.
 //
@@ -27,7 +27,8 @@ type Subscription struct {
 	// live is non-nil while registered with the committer. The committer
 	// closes it (under l.subMu) when it drops the subscription for falling
 	// behind.
-	live chan Event
+	live   chan Event
+	buffer int // live's capacity
 
 	closeOnce sync.Once
 	closeCh   chan struct{}
@@ -40,7 +41,15 @@ type Subscription struct {
 // ErrBeyondHead: the caller saw a sequence this log does not hold, and
 // waiting for it would silently skip the events before it.
 func (l *Log) Subscribe(ctx context.Context, fromSeq uint64) *Subscription {
-	s := &Subscription{l: l, ctx: ctx, next: max(fromSeq, 1), closeCh: make(chan struct{})}
+	return l.SubscribeBuffered(ctx, fromSeq, l.opts.SubscriberBuffer)
+}
+
+// SubscribeBuffered is Subscribe with room for buffer live events (at
+// least 1) instead of Options.SubscriberBuffer: a subscriber that reads
+// in bursts (waking now and then rather than at every commit) needs room
+// for what commits meanwhile, or it reads that from the log.
+func (l *Log) SubscribeBuffered(ctx context.Context, fromSeq uint64, buffer int) *Subscription {
+	s := &Subscription{l: l, ctx: ctx, next: max(fromSeq, 1), buffer: max(buffer, 1), closeCh: make(chan struct{})}
 	if head := l.Head(); s.next-1 > head {
 		s.err = beyondHead(s.next, head)
 	}
@@ -147,7 +156,7 @@ func (s *Subscription) next1(ctx context.Context) (Event, error) {
 			s.l.subMu.Unlock()
 			continue
 		}
-		s.live = make(chan Event, s.l.opts.SubscriberBuffer)
+		s.live = make(chan Event, s.buffer)
 		s.l.subs[s] = struct{}{}
 		s.l.subMu.Unlock()
 		if h := s.l.testHookLive; h != nil {
