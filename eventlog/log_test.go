@@ -390,16 +390,23 @@ func TestSubscriptionHandoff(t *testing.T) {
 	}
 }
 
+// boundedLog is a log whose subscriptions buffer 4 live events, holding
+// one event; live receives each subscription's switch to live (room for
+// n before the switch waits).
+func boundedLog(t *testing.T, n int) (l *Log, o *Options, live chan struct{}) {
+	o = testOptions(vfs.NewMem())
+	o.SubscriberBuffer = 4
+	l = mustOpen(t, "db", o)
+	t.Cleanup(func() { closeLog(t, l) })
+	mustAppend(t, l, "s", Any, ev("A", ""))
+	live = make(chan struct{}, n)
+	l.testHookLive = func(*Subscription) { live <- struct{}{} }
+	return l, o, live
+}
+
 func TestSlowSubscriberIsBounded(t *testing.T) {
 	ctx := context.Background()
-	o := testOptions(vfs.NewMem())
-	o.SubscriberBuffer = 4
-	l := mustOpen(t, "db", o)
-	defer closeLog(t, l)
-	mustAppend(t, l, "s", Any, ev("A", ""))
-
-	live := make(chan struct{}, 1)
-	l.testHookLive = func(*Subscription) { live <- struct{}{} }
+	l, o, live := boundedLog(t, 1)
 	sub := l.Subscribe(ctx, 1)
 	defer sub.Close()
 	if e, err := sub.Next(ctx); err != nil || e.Seq != 1 {

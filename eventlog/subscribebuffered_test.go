@@ -3,8 +3,6 @@ package eventlog
 import (
 	"context"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // TestSubscribeBuffered holds a subscription's own bound: with room for
@@ -13,14 +11,7 @@ import (
 // event in order.
 func TestSubscribeBuffered(t *testing.T) {
 	ctx := context.Background()
-	o := testOptions(vfs.NewMem())
-	o.SubscriberBuffer = 4
-	l := mustOpen(t, "db", o)
-	defer closeLog(t, l)
-	mustAppend(t, l, "s", Any, ev("A", ""))
-
-	live := make(chan struct{}, 2)
-	l.testHookLive = func(*Subscription) { live <- struct{}{} }
+	l, _, live := boundedLog(t, 2)
 	roomy, tight := l.SubscribeBuffered(ctx, 1, 64), l.Subscribe(ctx, 1)
 	defer roomy.Close()
 	defer tight.Close()
