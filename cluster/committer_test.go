@@ -103,7 +103,10 @@ const testParts = 4
 // the channel of the partitions it takes later.
 func ownerOfAll(t *testing.T, nc *natstest.Cluster, name string, ttl time.Duration) (*node, *Leases, chan int) {
 	t.Helper()
-	n := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: testParts, Node: name})
+	// A batch's deadline (AckTimeout) runs while a test holds it at a
+	// gate: it is as long as the test's wait, so a loaded machine never
+	// ends a held batch.
+	n := openNodeWith(t, nc, t.TempDir(), LogOptions{Partitions: testParts, Node: name, AckTimeout: testWait})
 	l, took := startLeases(t, n, LeaseOptions{TTL: ttl, NoBalance: true})
 	waitTook(t, took, 0, 1, 2, 3)
 	return n, l, took

@@ -376,12 +376,13 @@ func TestSubscriptionHandoff(t *testing.T) {
 	<-halfway
 	go subscribe(1)
 	go subscribe(l.Head())
+	wg.Wait()
 	// Resuming beyond the head is the caller's error, not a wait: the
-	// events before it would be skipped silently.
+	// events before it would be skipped silently. (Asked once the writers
+	// are done: while they write, the head may pass the position first.)
 	if _, err := l.Subscribe(ctx, l.Head()+5).Next(ctx); !errors.Is(err, ErrBeyondHead) {
 		t.Errorf("subscription beyond the head: %v, want ErrBeyondHead", err)
 	}
-	wg.Wait()
 	go subscribe(total - 10)
 	for range 4 {
 		if r := <-results; r.err != nil {
