@@ -125,7 +125,7 @@ func TestSecretsNeverExported(t *testing.T) {
 	text := full + `    # a literal credential, which the file should not hold
 ` // (comment only: the literal cases follow)
 	text = strings.Replace(text, `env: {LOG_LEVEL: warn}`, `env: {LOG_LEVEL: warn, API_TOKEN: literal-canary-789}`, 1)
-	text = strings.Replace(text, `url: http://127.0.0.1:9000/mcp`, `url: http://user:pw-canary-000@127.0.0.1:9000/mcp`, 1)
+	text = strings.Replace(text, `url: http://127.0.0.1:9000/mcp`, `url: http://user:pw-canary-000@127.0.0.1:9000/mcp?api_key=q-canary-111&v=1`, 1)
 	p := write(t, "pegasus.yaml", text, map[string]string{"general.md": "x"})
 	f, err := Load(p, testEnv)
 	if err != nil {

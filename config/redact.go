@@ -16,23 +16,11 @@ import (
 // Redacted is what a literal credential is printed as.
 const Redacted = "<redacted>"
 
-// sensitive says whether a header or variable of this name holds a
-// credential.
-func sensitive(name string) bool {
-	n := strings.ToLower(name)
-	for _, s := range []string{"auth", "token", "key", "secret", "password", "passwd", "cookie", "credential"} {
-		if strings.Contains(n, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // redactValue keeps a value made of ${NAME} references and text around
 // them only when the name is not a credential's; a credential written
 // literally becomes <redacted>.
 func redactValue(name, v string) string {
-	if !sensitive(name) {
+	if !llm.SensitiveName(name) {
 		return v
 	}
 	if strings.Contains(v, "${") {

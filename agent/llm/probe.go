@@ -30,23 +30,65 @@ type ProbeHints struct {
 	BaseURL, APIKey, Model string
 }
 
-// RedactURL hides the password of a URL's user information, for logs and
-// answers.
+// RedactURL hides what a URL may carry of a credential, for logs, answers
+// and printed configuration: the password of its user information, and
+// the value of each query parameter whose name is a credential's
+// (SensitiveName: ?api_key=..., ?token=...), unless that value is a
+// ${NAME} reference. The rest is kept as written.
 func RedactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
 		return s
 	}
-	if _, ok := u.User.Password(); !ok {
+	if u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			at := strings.Index(s, "@")
+			scheme := strings.Index(s, "://")
+			if at < 0 || scheme < 0 || at < scheme {
+				u.User = url.User(u.User.Username())
+				s = u.String()
+			} else {
+				s = s[:scheme+3] + u.User.Username() + ":" + redactedPassword + s[at:]
+			}
+		}
+	}
+	q := strings.IndexByte(s, '?')
+	if q < 0 || u.RawQuery == "" {
 		return s
 	}
-	u.User = url.User(u.User.Username())
-	at := strings.Index(s, "@")
-	scheme := strings.Index(s, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u.String()
+	query, frag, hasFrag := strings.Cut(s[q+1:], "#")
+	params := strings.Split(query, "&")
+	changed := false
+	for i, p := range params {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || v == "" || strings.Contains(v, "${") {
+			continue
+		}
+		if name, err := url.QueryUnescape(k); err == nil && SensitiveName(name) {
+			params[i] = k + "=" + redactedPassword
+			changed = true
+		}
 	}
-	return s[:scheme+3] + u.User.Username() + ":" + redactedPassword + s[at:]
+	if !changed {
+		return s
+	}
+	s = s[:q+1] + strings.Join(params, "&")
+	if hasFrag {
+		s += "#" + frag
+	}
+	return s
+}
+
+// SensitiveName says whether a header, variable or query parameter of
+// this name holds a credential.
+func SensitiveName(name string) bool {
+	n := strings.ToLower(name)
+	for _, w := range []string{"auth", "token", "key", "secret", "password", "passwd", "cookie", "credential", "signature", "sig"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
 }
 
 const redactedPassword = "<redacted>"

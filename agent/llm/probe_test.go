@@ -45,7 +45,19 @@ func TestProbe(t *testing.T) {
 			}
 		})
 	}
-	if got := RedactURL("https://u:pw@h/v1"); got != "https://u:<redacted>@h/v1" {
-		t.Errorf("RedactURL: %s", got)
+	for in, want := range map[string]string{
+		"https://u:pw@h/v1":                               "https://u:<redacted>@h/v1",
+		"https://u@h/v1":                                  "https://u@h/v1",
+		"https://h/mcp?api_key=canary&model=m":            "https://h/mcp?api_key=<redacted>&model=m",
+		"https://h/mcp?model=m&access_token=canary#frag":  "https://h/mcp?model=m&access_token=<redacted>#frag",
+		"https://h/mcp?Sig=canary&X-Amz-Signature=canary": "https://h/mcp?Sig=<redacted>&X-Amz-Signature=<redacted>",
+		"https://h/mcp?token=${TOKEN}":                    "https://h/mcp?token=${TOKEN}",
+		"https://u:pw@h/mcp?key=canary":                   "https://u:<redacted>@h/mcp?key=<redacted>",
+		"https://h/mcp?page=2&empty_token=":               "https://h/mcp?page=2&empty_token=",
+		"not a url at all":                                "not a url at all",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
