@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -120,6 +121,10 @@ type Set struct {
 
 	dirty     []*slot // changed since the last Flushed, once each
 	snapshots []Snapshot
+	// restored are the ids of finished tasks put back by RestoreTask since
+	// the last Flushed: with the dirty slots Flushed cleans, the only
+	// tasks it may evict (it evicted every other finished one before).
+	restored []string
 
 	// Estimated bytes held (see Bytes): every task in memory, the dirty
 	// ones among them, and the queued snapshots.
@@ -158,6 +163,9 @@ func (s *Set) RestoreTask(t fsm.Task, p *Progress, inputSeq uint64) {
 		sl.progress, sl.hasProg = *p, true
 	}
 	s.account(sl)
+	if t.State.IsTerminal() {
+		s.restored = append(s.restored, t.ID)
+	}
 }
 
 // account brings the byte counters up to date with a slot that changed.
@@ -433,6 +441,12 @@ func (s *Set) RestoreCold(sum *Summary) {
 // They stay in the persisted read model, and a late fact for one is folded
 // after RestoreTask.
 func (s *Set) Flushed(seq uint64) []string {
+	// The tasks to evict are among those this call cleans and those
+	// restored since the last call: every other finished task was
+	// evicted by an earlier call or is still dirty, so Flushed need not
+	// visit every task in memory.
+	ids := s.restored
+	s.restored = nil
 	keep := s.dirty[:0]
 	for _, sl := range s.dirty {
 		if sl.task.Seq > seq {
@@ -441,6 +455,9 @@ func (s *Set) Flushed(seq uint64) []string {
 		}
 		sl.dirty = false
 		s.dirtyBytes -= sl.bytes
+		if sl.task.State.IsTerminal() && !sl.cold {
+			ids = append(ids, sl.task.ID)
+		}
 	}
 	clear(s.dirty[len(keep):]) // drop the pointers: evicted slots must not stay reachable
 	s.dirty = keep
@@ -453,13 +470,17 @@ func (s *Set) Flushed(seq uint64) []string {
 	}
 	s.snapshots = append([]Snapshot(nil), s.snapshots[i:]...)
 	s.memory.ClearChanges(seq)
-	var ids []string
-	for id, sl := range s.tasks.slots {
-		if sl.task.State.IsTerminal() && !sl.dirty && !sl.cold {
-			ids = append(ids, id)
-		}
+	// A restored task may have been folded into (and be dirty again) or be
+	// listed twice: keep each id once, and only the finished, clean ones.
+	ids = slices.DeleteFunc(ids, func(id string) bool {
+		sl, ok := s.tasks.slots[id]
+		return !ok || !sl.task.State.IsTerminal() || sl.dirty || sl.cold
+	})
+	if len(ids) == 0 {
+		return nil
 	}
 	sort.Strings(ids)
+	ids = slices.Compact(ids)
 	for _, id := range ids {
 		s.taskBytes -= s.tasks.slots[id].bytes
 		s.tasks.Remove(id)
