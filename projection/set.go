@@ -367,16 +367,20 @@ func (s *Set) Pending() (Pending, error) {
 		return Pending{}, err
 	}
 	p := Pending{Seq: s.seq, Snapshots: append([]Snapshot(nil), s.snapshots...), Stats: stats}
-	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
-	for _, sl := range s.dirty {
-		r := TaskRecord{Task: sl.task, InputSeq: sl.inputSeq, Summary: Summarize(&sl.task)}
+	// Sorted as pointers, not as records of hundreds of bytes each (and
+	// in fold order, which is mostly id order, already).
+	dirty := slices.Clone(s.dirty)
+	slices.SortFunc(dirty, func(a, b *slot) int { return strings.Compare(a.task.ID, b.task.ID) })
+	p.Tasks = make([]TaskRecord, len(dirty))
+	progs := make([]Progress, len(dirty)) // one allocation for every record's copy
+	for i, sl := range dirty {
+		r := &p.Tasks[i]
+		r.Task, r.InputSeq, r.Summary = sl.task, sl.inputSeq, Summarize(&sl.task)
 		if sl.hasProg {
-			pr := sl.progress
-			r.Progress = &pr
+			progs[i] = sl.progress
+			r.Progress = &progs[i]
 		}
-		p.Tasks = append(p.Tasks, r)
 	}
-	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Task.ID < p.Tasks[j].Task.ID })
 	p.Facts, p.Episodes = s.memory.Changes()
 	return p, nil
 }
