@@ -112,7 +112,7 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 	evs := make([]eventlog.Event, len(reqs))
 	drawn := make([]bool, len(reqs)) // an id drawn here is in no log
 	parents := make([]string, len(reqs))
-	first := make(map[ulid.ULID]int)
+	var first map[ulid.ULID]int // the callers' ids: a drawn one is new
 	now := b.opts.Now()
 	for i := range reqs {
 		id := ids[i]
@@ -121,8 +121,12 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 		} else if j, dup := first[id]; dup {
 			bad.Add(i, usererr.Errorf(ErrInvalid, "the same id (idempotency key) as tasks[%d]", j))
 			continue
+		} else {
+			if first == nil {
+				first = make(map[ulid.ULID]int)
+			}
+			first[id] = i
 		}
-		first[id] = i
 		body, err := createdBody(id, &reqs[i])
 		if err == nil {
 			err = b.checkCreated(&body)
