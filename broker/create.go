@@ -112,7 +112,7 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 	evs := make([]eventlog.Event, len(reqs))
 	drawn := make([]bool, len(reqs)) // an id drawn here is in no log
 	parents := make([]string, len(reqs))
-	first := make(map[ulid.ULID]int)
+	var first map[ulid.ULID]int // the callers' ids: a drawn one is new
 	now := b.opts.Now()
 	for i := range reqs {
 		id := ids[i]
@@ -121,8 +121,12 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 		} else if j, dup := first[id]; dup {
 			bad.Add(i, usererr.Errorf(ErrInvalid, "the same id (idempotency key) as tasks[%d]", j))
 			continue
+		} else {
+			if first == nil {
+				first = make(map[ulid.ULID]int)
+			}
+			first[id] = i
 		}
-		first[id] = i
 		body, err := createdBody(id, &reqs[i])
 		if err == nil {
 			err = b.checkCreated(&body)
@@ -154,8 +158,23 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 		}
 	}
 	out := make([]Created, len(evs))
+	names := make([]string, len(evs))
+	b.mu.Lock()
 	for i := range evs {
-		t, err := b.Task(evs[i].ID.String())
+		// The index holds each live task as last folded, at or after the
+		// batch's commit once synced returned (while the broker runs): one
+		// lock for the batch instead of a read of the view per task.
+		names[i] = evs[i].ID.String()
+		if e := b.live[names[i]]; e != nil && b.running {
+			out[i] = Created{Task: e.t, Replayed: held[i]}
+		}
+	}
+	b.mu.Unlock()
+	for i := range evs {
+		if out[i].Task.ID != "" {
+			continue
+		}
+		t, err := b.Task(names[i]) // finished already, or the broker is not running
 		if err != nil {
 			return nil, err
 		}

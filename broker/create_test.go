@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/internal/batcherr"
 )
 
 func intp(n int) *int    { return &n }
@@ -210,6 +211,46 @@ func TestTaskError(t *testing.T) {
 		c.edit(&task)
 		if got := TaskError(&task); got != c.want {
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestCreateManyAnswers: a batch answers each task as folded, in order,
+// whether the broker runs (from its index) or not (from the view); a
+// caller's id given twice refuses the batch at the second; the same batch
+// sent again is answered as replayed, creating nothing twice.
+func TestCreateManyAnswers(t *testing.T) {
+	for _, run := range []bool{true, false} {
+		h := newHarnessRun(t, run)
+		key := h.b.newID()
+		reqs := []CreateRequest{
+			{AgentID: "alice", Title: "a", RequiredCapabilities: []string{"nobody"}},
+			{AgentID: "alice", Title: "b", Priority: 3, RequiredCapabilities: []string{"nobody"}},
+			{AgentID: "alice", Title: "c", RequiredCapabilities: []string{"nobody"}},
+		}
+		ids := []ulid.ULID{{}, key, {}}
+		made, err := h.b.CreateMany(h.ctx, ids, reqs)
+		if err != nil || len(made) != 3 {
+			t.Fatalf("run %v: %v, %d tasks", run, err, len(made))
+		}
+		for i, c := range made {
+			want, err := h.b.Task(c.Task.ID)
+			if err != nil || c.Replayed || c.Task.Dispatch.Title != reqs[i].Title || c.Task.Version != want.Version ||
+				c.Task.State != fsm.StatePending || c.Task.Priority != reqs[i].Priority {
+				t.Fatalf("run %v, task %d: %+v (%v), view %+v", run, i, c.Task, err, want)
+			}
+		}
+		if made[1].Task.ID != key.String() {
+			t.Fatalf("run %v: the keyed task is %s, want %s", run, made[1].Task.ID, key)
+		}
+		again, err := h.b.CreateMany(h.ctx, []ulid.ULID{key}, reqs[1:2])
+		if err != nil || !again[0].Replayed || again[0].Task.ID != key.String() {
+			t.Fatalf("run %v: sent again: %v %+v", run, err, again)
+		}
+		_, err = h.b.CreateMany(h.ctx, []ulid.ULID{{}, key, key}, reqs)
+		var be *batcherr.Error
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), "tasks[1]") {
+			t.Fatalf("run %v: the same id twice: %v", run, err)
 		}
 	}
 }

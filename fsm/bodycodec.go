@@ -1,7 +1,7 @@
 package fsm
 
 // The bodies every agent task records at each stage (and its input and
-// admission) are encoded by hand,
+// admission), and a dispatch task's creation, are encoded by hand,
 // with the Task's encoder (taskcodec.go): the same bytes internal/codec's
 // reflection encoder writes (TestEncodeBodyMatchesReflection), at a
 // fraction of its cost. Other bodies go through reflection.
@@ -33,6 +33,8 @@ func appendBody(dst []byte, b Body) ([]byte, bool) {
 		f := e.open()
 		e.fStr(&f, "message", v.Message)
 		e.close(f)
+	case *DispatchCreatedBody:
+		encDispatchCreated(&e, v)
 	default:
 		return dst, false
 	}
@@ -127,5 +129,27 @@ func encTaskCreated(e *taskEncoder, b *TaskCreatedBody) {
 	e.fStr(&f, "type_version", b.TypeVersion)
 	e.fStr(&f, "model", b.Model)
 	e.fStr(&f, "concurrency_key", b.ConcurrencyKey)
+	e.close(f)
+}
+
+func encDispatchCreated(e *taskEncoder, b *DispatchCreatedBody) {
+	f := e.open()
+	e.fStr(&f, "agent_id", b.AgentID)
+	e.fStr(&f, "title", b.Title)
+	e.fStr(&f, "description", b.Description)
+	e.fStr(&f, "owner", b.Owner)
+	e.fStrs(&f, "required_capabilities", b.RequiredCapabilities)
+	e.fInt(&f, "priority", b.Priority)
+	e.fInt(&f, "timeout_seconds", b.TimeoutSeconds)
+	e.fInt(&f, "max_retries", b.MaxRetries)
+	e.fBool(&f, "retry_eligible", b.RetryEligible)
+	e.fStr(&f, "source", b.Source)
+	e.fStr(&f, "parent_task_id", b.ParentTaskID)
+	e.fStrMap(&f, "metadata", b.Metadata)
+	e.fTime(&f, "run_at", b.RunAt)
+	e.fInt(&f, "heartbeat_seconds", b.HeartbeatSeconds)
+	e.fInt(&f, "retry_backoff_seconds", b.RetryBackoffSeconds)
+	e.fStr(&f, "concurrency_key", b.ConcurrencyKey)
+	e.fStrs(&f, "metadata_json", b.MetadataJSON)
 	e.close(f)
 }

@@ -31,6 +31,7 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 		func() Body { return &StepCompletedBody{} },
 		func() Body { return &TaskCompletedBody{} },
 		func() Body { return &TaskNotifyBody{} },
+		func() Body { return &DispatchCreatedBody{} },
 	}
 	for _, mk := range bodies {
 		check := func(i int, b Body) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -169,6 +170,8 @@ func decodeBody(data string, b Body) error {
 		})
 	case *ModelCalledBody:
 		return r.modelCalled(v)
+	case *DispatchCreatedBody:
+		return r.dispatchCreated(v)
 	}
 	// A body type without a reader here: the reflection path is still right.
 	return msgpack.NewDecoder(strings.NewReader(data)).Decode(b)
@@ -538,6 +541,113 @@ func (r *bodyReader) modelCalled(v *ModelCalledBody) error {
 			return true, list(r, &v.ToolCalls, r.toolCall)
 		case "finish_reason":
 			return true, r.str(&v.FinishReason)
+		}
+		return false, nil
+	})
+}
+
+func (r *bodyReader) strs(p *[]string) error {
+	return list(r, p, r.str)
+}
+
+// time reads a time as msgpack's decoder does into a time.Time field: nil
+// is the zero time, the timestamp extension (-1) of 4, 8 or 12 bytes is
+// time.Unix of its seconds and nanoseconds (in the local zone), and a zero
+// result is in UTC.
+func (r *bodyReader) time(p *time.Time) error {
+	c, err := r.d.code()
+	if err != nil {
+		return err
+	}
+	if c == 0xc0 {
+		*p = time.Time{}
+		return nil
+	}
+	if !isExt(c) {
+		return fmt.Errorf("msgpack: invalid code=%x decoding ext len", c)
+	}
+	n, err := r.d.extLen(c)
+	if err != nil {
+		return err
+	}
+	id, err := r.d.next(1)
+	if err != nil {
+		return err
+	}
+	if int8(id[0]) != -1 {
+		return fmt.Errorf("msgpack: got ext type=%d, wanted -1", int8(id[0]))
+	}
+	var tm time.Time
+	switch n {
+	case 4:
+		sec, err := r.d.uint(4)
+		if err != nil {
+			return err
+		}
+		tm = time.Unix(int64(sec), 0)
+	case 8:
+		sec, err := r.d.uint(8)
+		if err != nil {
+			return err
+		}
+		tm = time.Unix(int64(sec&0x00000003ffffffff), int64(sec>>34))
+	case 12:
+		nsec, err := r.d.uint(4)
+		if err != nil {
+			return err
+		}
+		sec, err := r.d.uint(8)
+		if err != nil {
+			return err
+		}
+		tm = time.Unix(int64(sec), int64(nsec))
+	default:
+		return fmt.Errorf("msgpack: invalid ext len=%d decoding time", n)
+	}
+	if tm.IsZero() {
+		tm = tm.UTC()
+	}
+	*p = tm
+	return nil
+}
+
+func (r *bodyReader) dispatchCreated(v *DispatchCreatedBody) error {
+	return r.object(func(k string) (bool, error) {
+		switch k {
+		case "agent_id":
+			return true, r.str(&v.AgentID)
+		case "title":
+			return true, r.str(&v.Title)
+		case "description":
+			return true, r.str(&v.Description)
+		case "owner":
+			return true, r.str(&v.Owner)
+		case "required_capabilities":
+			return true, r.strs(&v.RequiredCapabilities)
+		case "priority":
+			return true, r.int(&v.Priority)
+		case "timeout_seconds":
+			return true, r.int(&v.TimeoutSeconds)
+		case "max_retries":
+			return true, r.int(&v.MaxRetries)
+		case "retry_eligible":
+			return true, r.bool(&v.RetryEligible)
+		case "source":
+			return true, r.str(&v.Source)
+		case "parent_task_id":
+			return true, r.str(&v.ParentTaskID)
+		case "metadata":
+			return true, r.strMap(&v.Metadata)
+		case "run_at":
+			return true, r.time(&v.RunAt)
+		case "heartbeat_seconds":
+			return true, r.int(&v.HeartbeatSeconds)
+		case "retry_backoff_seconds":
+			return true, r.int(&v.RetryBackoffSeconds)
+		case "concurrency_key":
+			return true, r.str(&v.ConcurrencyKey)
+		case "metadata_json":
+			return true, r.strs(&v.MetadataJSON)
 		}
 		return false, nil
 	})

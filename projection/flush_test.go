@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -97,5 +98,67 @@ func TestCool(t *testing.T) {
 	mustApply(t, s, fail)
 	if s.Tasks().ActiveCount() != 1 || s.Bytes().Tasks < 100<<10 {
 		t.Fatalf("after restore: active %d, %+v", s.Tasks().ActiveCount(), s.Bytes())
+	}
+}
+
+// TestFlushedEvictsWhatItVisited: Flushed looks only at the tasks it
+// cleans and those restored since the last call, and still evicts exactly
+// what a look at every task would: each finished, clean task in memory
+// (restored ones too, and a restored one folded into again only once
+// clean), no task twice, nothing else. Random folds, restores, checkpoints
+// taken before some later events, and cooling, checked after each call.
+func TestFlushedEvictsWhatItVisited(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	s := NewSet(Options{})
+	sc := newScript()
+	var live []string                 // tasks created and not finished
+	finished := map[string]fsm.Task{} // finished tasks, their last state
+	for round := range 400 {
+		switch r := rng.IntN(10); {
+		case r < 4 || len(live) == 0:
+			live = append(live, mustApply(t, s, sc.ev("", created("cli"))).After.ID)
+		case r < 7:
+			i := rng.IntN(len(live))
+			id := live[i]
+			if !s.Tasks().Has(id) {
+				break // cooled
+			}
+			after := mustApply(t, s, sc.ev(id, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"})).After
+			finished[id] = after
+			live = append(live[:i], live[i+1:]...)
+		case r < 8:
+			for id, task := range finished {
+				if !s.Tasks().Has(id) {
+					s.RestoreTask(task, nil, 0) // a late fact is about to come, or not
+				}
+				break
+			}
+		default:
+			p, err := s.Pending()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rng.IntN(2) == 0 { // events folded while the checkpoint is written
+				live = append(live, mustApply(t, s, sc.ev("", created("cli"))).After.ID)
+			}
+			want := map[string]bool{}
+			for id, sl := range s.tasks.slots {
+				if sl.task.State.IsTerminal() && !sl.cold && (!sl.dirty || sl.task.Seq <= p.Seq) {
+					want[id] = true
+				}
+			}
+			got := s.Flushed(p.Seq)
+			if len(got) != len(want) {
+				t.Fatalf("round %d: evicted %d tasks, want %d", round, len(got), len(want))
+			}
+			for _, id := range got {
+				if !want[id] || s.Tasks().Has(id) {
+					t.Fatalf("round %d: evicted %s, not expected or still held", round, id)
+				}
+			}
+			if rng.IntN(3) == 0 {
+				s.Cool(0)
+			}
+		}
 	}
 }

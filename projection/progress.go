@@ -202,7 +202,7 @@ func contains(s []string, v string) bool {
 }
 
 // Encode returns the canonical encoding of p.
-func (p *Progress) Encode() ([]byte, error) { return marshal(p) }
+func (p *Progress) Encode() ([]byte, error) { return appendProgress(nil, p), nil }
 
 // The first byte of EncodeStored's encoding: where the description is.
 const (
@@ -218,11 +218,11 @@ const (
 // DecodeStored with the same task returns p.
 func (p *Progress) EncodeStored(t *fsm.Task) ([]byte, error) {
 	if p.Description == "" || p.Description != t.Context.InputText {
-		return marshalAppend([]byte{storedDescOwn}, p)
+		return appendProgress(append(make([]byte, 0, 128+len(p.Description)), storedDescOwn), p), nil
 	}
 	q := *p
 	q.Description = ""
-	return marshalAppend([]byte{storedDescInput}, &q)
+	return appendProgress(append(make([]byte, 0, 128), storedDescInput), &q), nil
 }
 
 // DecodeStored decodes an encoding written by EncodeStored for the task t.

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -120,6 +121,10 @@ type Set struct {
 
 	dirty     []*slot // changed since the last Flushed, once each
 	snapshots []Snapshot
+	// restored are the ids of finished tasks put back by RestoreTask since
+	// the last Flushed: with the dirty slots Flushed cleans, the only
+	// tasks it may evict (it evicted every other finished one before).
+	restored []string
 
 	// Estimated bytes held (see Bytes): every task in memory, the dirty
 	// ones among them, and the queued snapshots.
@@ -158,6 +163,9 @@ func (s *Set) RestoreTask(t fsm.Task, p *Progress, inputSeq uint64) {
 		sl.progress, sl.hasProg = *p, true
 	}
 	s.account(sl)
+	if t.State.IsTerminal() {
+		s.restored = append(s.restored, t.ID)
+	}
 }
 
 // account brings the byte counters up to date with a slot that changed.
@@ -359,16 +367,20 @@ func (s *Set) Pending() (Pending, error) {
 		return Pending{}, err
 	}
 	p := Pending{Seq: s.seq, Snapshots: append([]Snapshot(nil), s.snapshots...), Stats: stats}
-	p.Tasks = make([]TaskRecord, 0, len(s.dirty))
-	for _, sl := range s.dirty {
-		r := TaskRecord{Task: sl.task, InputSeq: sl.inputSeq, Summary: Summarize(&sl.task)}
+	// Sorted as pointers, not as records of hundreds of bytes each (and
+	// in fold order, which is mostly id order, already).
+	dirty := slices.Clone(s.dirty)
+	slices.SortFunc(dirty, func(a, b *slot) int { return strings.Compare(a.task.ID, b.task.ID) })
+	p.Tasks = make([]TaskRecord, len(dirty))
+	progs := make([]Progress, len(dirty)) // one allocation for every record's copy
+	for i, sl := range dirty {
+		r := &p.Tasks[i]
+		r.Task, r.InputSeq, r.Summary = sl.task, sl.inputSeq, Summarize(&sl.task)
 		if sl.hasProg {
-			pr := sl.progress
-			r.Progress = &pr
+			progs[i] = sl.progress
+			r.Progress = &progs[i]
 		}
-		p.Tasks = append(p.Tasks, r)
 	}
-	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Task.ID < p.Tasks[j].Task.ID })
 	p.Facts, p.Episodes = s.memory.Changes()
 	return p, nil
 }
@@ -433,6 +445,12 @@ func (s *Set) RestoreCold(sum *Summary) {
 // They stay in the persisted read model, and a late fact for one is folded
 // after RestoreTask.
 func (s *Set) Flushed(seq uint64) []string {
+	// The tasks to evict are among those this call cleans and those
+	// restored since the last call: every other finished task was
+	// evicted by an earlier call or is still dirty, so Flushed need not
+	// visit every task in memory.
+	ids := s.restored
+	s.restored = nil
 	keep := s.dirty[:0]
 	for _, sl := range s.dirty {
 		if sl.task.Seq > seq {
@@ -441,6 +459,9 @@ func (s *Set) Flushed(seq uint64) []string {
 		}
 		sl.dirty = false
 		s.dirtyBytes -= sl.bytes
+		if sl.task.State.IsTerminal() && !sl.cold {
+			ids = append(ids, sl.task.ID)
+		}
 	}
 	clear(s.dirty[len(keep):]) // drop the pointers: evicted slots must not stay reachable
 	s.dirty = keep
@@ -453,13 +474,17 @@ func (s *Set) Flushed(seq uint64) []string {
 	}
 	s.snapshots = append([]Snapshot(nil), s.snapshots[i:]...)
 	s.memory.ClearChanges(seq)
-	var ids []string
-	for id, sl := range s.tasks.slots {
-		if sl.task.State.IsTerminal() && !sl.dirty && !sl.cold {
-			ids = append(ids, id)
-		}
+	// A restored task may have been folded into (and be dirty again) or be
+	// listed twice: keep each id once, and only the finished, clean ones.
+	ids = slices.DeleteFunc(ids, func(id string) bool {
+		sl, ok := s.tasks.slots[id]
+		return !ok || !sl.task.State.IsTerminal() || sl.dirty || sl.cold
+	})
+	if len(ids) == 0 {
+		return nil
 	}
 	sort.Strings(ids)
+	ids = slices.Compact(ids)
 	for _, id := range ids {
 		s.taskBytes -= s.tasks.slots[id].bytes
 		s.tasks.Remove(id)
