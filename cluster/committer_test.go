@@ -42,19 +42,33 @@ func (g *batchGate) next(t *testing.T) int {
 	}
 }
 
-// waitQueued waits until k appends wait for partition p's committer.
+// waitQueued waits until k appends wait in partition p's committer's
+// queue.
 func waitQueued(t *testing.T, n *node, p, k int) {
+	t.Helper()
+	waitCommitter(t, n, p, k, func(c *committer) int { return len(c.reqs) })
+}
+
+// waitWaiting waits until k appends handed to partition p's committer
+// are in no batch yet (queued, or taken for its next batch).
+func waitWaiting(t *testing.T, n *node, p, k int) {
+	t.Helper()
+	waitCommitter(t, n, p, k, func(c *committer) int { return int(c.waiting.Load()) })
+}
+
+// waitCommitter waits until count gives k for partition p's committer.
+func waitCommitter(t *testing.T, n *node, p, k int, count func(*committer) int) {
 	t.Helper()
 	deadline := time.Now().Add(testWait)
 	for {
 		n.rl.mu.Lock()
 		c := n.rl.committers[p]
 		n.rl.mu.Unlock()
-		if c != nil && len(c.reqs) == k {
+		if c != nil && count(c) == k {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d appends never queued for partition %d", k, p)
+			t.Fatalf("%d appends never waited for partition %d's committer", k, p)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -129,25 +143,6 @@ func wantVersions(t *testing.T, n *node, want map[string]uint64) {
 		if got, _ := n.local.StreamVersion(s); got != v {
 			t.Errorf("stream %s at version %d, want %d", s, got, v)
 		}
-	}
-}
-
-// waitWaiting waits until k appends handed to partition p's committer
-// are in no batch yet.
-func waitWaiting(t *testing.T, n *node, p, k int) {
-	t.Helper()
-	deadline := time.Now().Add(testWait)
-	for {
-		n.rl.mu.Lock()
-		c := n.rl.committers[p]
-		n.rl.mu.Unlock()
-		if c != nil && int(c.waiting.Load()) == k {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d appends never waited for partition %d's committer", k, p)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -233,15 +228,7 @@ func TestCommitterJoinsTheWaitingBatch(t *testing.T) {
 	blocker := streamsIn(3, testParts, 1)[0]
 	createStreams(ctx, t, a, append(streams, blocker)...)
 	before := a.rl.CommitStats()
-	g := gateCombined(a)
-	first := make(chan error, 1)
-	go func() {
-		_, err := a.rl.Append(ctx, blocker, eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
-		first <- err
-	}()
-	if n := g.next(t); n != 1 {
-		t.Fatalf("the first request carries %d batches, want 1", n)
-	}
+	g, first := holdRequest(ctx, t, a, blocker)
 	// Partition 1's batch, checked, waits for the combiner.
 	waiting := make(chan error, 1)
 	go func() {
