@@ -23,6 +23,22 @@ func gateCombined(n *node) *batchGate {
 	return g
 }
 
+// holdRequest gates a's combiner and holds a first request, an append
+// to blocker (at version 1), at the gate; first gets its outcome.
+func holdRequest(ctx context.Context, t *testing.T, a *node, blocker string) (*batchGate, chan error) {
+	t.Helper()
+	g := gateCombined(a)
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, blocker, eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		first <- err
+	}()
+	if n := g.next(t); n != 1 {
+		t.Fatalf("the first request carries %d batches, want 1", n)
+	}
+	return g, first
+}
+
 // waitCombinerWaiting waits until k partitions' batches wait for the
 // combiner's next request.
 func waitCombinerWaiting(t *testing.T, n *node, k int) {
@@ -53,15 +69,7 @@ func combinedSetup(ctx context.Context, t *testing.T, nc *natstest.Cluster, ttl 
 	streams = []string{streamsIn(1, testParts, 1)[0], streamsIn(2, testParts, 1)[0]}
 	blocker := streamsIn(3, testParts, 1)[0]
 	createStreams(ctx, t, a, append(streams, blocker)...)
-	g = gateCombined(a)
-	first := make(chan error, 1)
-	go func() {
-		_, err := a.rl.Append(ctx, blocker, eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
-		first <- err
-	}()
-	if n := g.next(t); n != 1 {
-		t.Fatalf("the first request carries %d batches, want 1", n)
-	}
+	g, first := holdRequest(ctx, t, a, blocker)
 	fresh := newIDs(a, 2)
 	rest = make(chan []error, 1)
 	go func() { rest <- appendAll(ctx, a, streams, eventlog.Exactly(1), fresh) }()

@@ -43,6 +43,12 @@ type committer struct {
 	// committer's last acknowledged batch: the next batch waits until the
 	// local copy holds it, so that versions are read from the copy.
 	acked uint64
+	// carry is the append taken from reqs that goes first in the next
+	// batch (a hold, or one its batch had no room for).
+	carry *commitReq
+	// waiting counts the appends handed to this committer that are in no
+	// batch yet (tests).
+	waiting atomic.Int32
 }
 
 // commitReq is one AppendMulti waiting for its batch, or a hold: an
@@ -82,14 +88,15 @@ type CommitStats struct {
 	Refused  uint64 // batches JetStream refused (another node moved the partition, or a busy check)
 	Messages uint64 // messages in the stored batches
 	Combined uint64 // requests that carried the batches of several partitions (combine.go)
+	Joined   uint64 // appends that joined their partition's batch while it waited for a request (combine.go)
 }
 
-type commitCounters struct{ appends, batches, refused, messages, combined atomic.Uint64 }
+type commitCounters struct{ appends, batches, refused, messages, combined, joined atomic.Uint64 }
 
 // CommitStats returns the committers' counters since the log opened.
 func (r *ReplicatedLog) CommitStats() CommitStats {
 	c := &r.commits
-	return CommitStats{Appends: c.appends.Load(), Batches: c.batches.Load(), Refused: c.refused.Load(), Messages: c.messages.Load(), Combined: c.combined.Load()}
+	return CommitStats{Appends: c.appends.Load(), Batches: c.batches.Load(), Refused: c.refused.Load(), Messages: c.messages.Load(), Combined: c.combined.Load(), Joined: c.joined.Load()}
 }
 
 // ownedPartition is the partition every part of an append belongs to, if
@@ -130,13 +137,18 @@ func (r *ReplicatedLog) committerFor(p int) *committer {
 // its outcome.
 func (r *ReplicatedLog) commit(ctx context.Context, p int, parts []eventlog.StreamAppend, wire []wireMsg) commitOutcome {
 	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
-	return r.enqueue(ctx, r.committerFor(p).reqs, req)
+	c := r.committerFor(p)
+	return r.enqueue(ctx, c.reqs, req, &c.waiting)
 }
 
 // enqueue queues req for a committer and waits for its outcome.
-func (r *ReplicatedLog) enqueue(ctx context.Context, reqs chan<- *commitReq, req *commitReq) commitOutcome {
+// queued, if not nil, counts it in once queued.
+func (r *ReplicatedLog) enqueue(ctx context.Context, reqs chan<- *commitReq, req *commitReq, queued *atomic.Int32) commitOutcome {
 	select {
 	case reqs <- req:
+		if queued != nil {
+			queued.Add(1)
+		}
 	case <-ctx.Done():
 		return commitOutcome{err: ctx.Err()} // not queued: nothing sent
 	case <-r.ctx.Done():
@@ -154,10 +166,9 @@ func (r *ReplicatedLog) enqueue(ctx context.Context, reqs chan<- *commitReq, req
 // run takes the waiting appends, as many as a batch holds, and commits
 // them, until the log closes.
 func (c *committer) run(ctx context.Context) {
-	var carry *commitReq
 	for {
-		first := carry
-		carry = nil
+		first := c.carry
+		c.carry = nil
 		if first == nil {
 			select {
 			case first = <-c.reqs:
@@ -176,7 +187,7 @@ func (c *committer) run(ctx context.Context) {
 			select {
 			case req := <-c.reqs:
 				if req.release != nil || msgs+len(req.wire) > maxBatch {
-					carry = req
+					c.carry = req
 					break gather
 				}
 				batch, msgs = append(batch, req), msgs+len(req.wire)
@@ -212,6 +223,7 @@ const (
 // append.
 func (c *committer) commit(ctx context.Context, batch []*commitReq) {
 	r := c.r
+	c.waiting.Add(-int32(len(batch)))
 	deadline := time.Now().Add(r.opts.AckTimeout)
 	wait := firstRetryWait
 	for attempt := 0; len(batch) > 0; attempt++ {
@@ -342,14 +354,11 @@ func (c *committer) send(ctx context.Context, batch []*commitReq, again bool) ([
 	}
 	// A first attempt goes with the batches of other partitions ready at
 	// the same moment (combine.go); a batch sent again goes by itself.
-	var seq uint64
-	var err error
 	if again {
-		seq, err = r.publish(ctx, wire, checks)
-	} else {
-		seq, err = r.publishCombined(ctx, wire, checks)
+		seq, err := r.publish(ctx, wire, checks)
+		return sent, seq, err
 	}
-	return sent, seq, err
+	return c.publishCombined(ctx, sent, v, wire, checks)
 }
 
 // batchVersions is a batch's view of its streams' versions: the local

@@ -42,19 +42,33 @@ func (g *batchGate) next(t *testing.T) int {
 	}
 }
 
-// waitQueued waits until k appends wait for partition p's committer.
+// waitQueued waits until k appends wait in partition p's committer's
+// queue.
 func waitQueued(t *testing.T, n *node, p, k int) {
+	t.Helper()
+	waitCommitter(t, n, p, k, func(c *committer) int { return len(c.reqs) })
+}
+
+// waitWaiting waits until k appends handed to partition p's committer
+// are in no batch yet (queued, or taken for its next batch).
+func waitWaiting(t *testing.T, n *node, p, k int) {
+	t.Helper()
+	waitCommitter(t, n, p, k, func(c *committer) int { return int(c.waiting.Load()) })
+}
+
+// waitCommitter waits until count gives k for partition p's committer.
+func waitCommitter(t *testing.T, n *node, p, k int, count func(*committer) int) {
 	t.Helper()
 	deadline := time.Now().Add(testWait)
 	for {
 		n.rl.mu.Lock()
 		c := n.rl.committers[p]
 		n.rl.mu.Unlock()
-		if c != nil && len(c.reqs) == k {
+		if c != nil && count(c) == k {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d appends never queued for partition %d", k, p)
+			t.Fatalf("%d appends never waited for partition %d's committer", k, p)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -132,6 +146,14 @@ func wantVersions(t *testing.T, n *node, want map[string]uint64) {
 	}
 }
 
+// batchSizes records the size of every batch a committer checks, without
+// holding it.
+func batchSizes(n *node) chan int {
+	sizes := make(chan int, 16)
+	n.rl.beforeBatch = func(_, size int) { sizes <- size }
+	return sizes
+}
+
 // TestCommitterJoinsTheNextBatch: while a partition's batch is in flight,
 // the owner's appends that arrive gather and go as the next batch, one
 // request, with no refusal and no pause: the owner never races itself.
@@ -143,29 +165,30 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	streams := streamsIn(1, testParts, 6)
 	createStreams(ctx, t, a, streams...)
 	before, commits := a.rl.CommitStats(), a.local.Stats().Commits
-	g := gateBatches(a)
+	sizes := batchSizes(a)
+	g := gateCombined(a) // the batch is in flight: taken for a request
 	first := make(chan error, 1)
 	go func() {
 		_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
 		first <- err
 	}()
 	if n := g.next(t); n != 1 {
-		t.Fatalf("the first batch holds %d appends, want 1", n)
+		t.Fatalf("the first request carries %d batches, want 1", n)
 	}
 	rest := make(chan []error, 1)
 	go func() { rest <- appendAll(ctx, a, streams[1:], eventlog.Exactly(1), newIDs(a, 5)) }()
-	waitQueued(t, a, 1, 5)
+	waitWaiting(t, a, 1, 5)
 	close(g.open)
 	if err := <-first; err != nil {
 		t.Fatal(err)
-	}
-	if n := g.next(t); n != 5 {
-		t.Fatalf("the next batch holds %d appends, want the 5 that waited", n)
 	}
 	for i, err := range <-rest {
 		if err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
+	}
+	if a, b := <-sizes, <-sizes; a != 1 || b != 5 {
+		t.Fatalf("batches of %d and %d appends, want 1 and the 5 that waited", a, b)
 	}
 	st := a.rl.CommitStats()
 	if got := st.Batches - before.Batches; got != 2 {
@@ -174,6 +197,9 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	if st.Refused != before.Refused {
 		t.Errorf("%d batches refused: the owner raced itself", st.Refused-before.Refused)
 	}
+	if st.Joined != before.Joined {
+		t.Errorf("%d appends joined a batch already in flight", st.Joined-before.Joined)
+	}
 	// The follower writes a batch in one local commit (two batches: two
 	// commits, or a few more if something else appended meanwhile), not
 	// one per append (six).
@@ -181,6 +207,77 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 		t.Errorf("the local copy took %d commits for 2 batches of 6 appends", got)
 	}
 	want := map[string]uint64{}
+	for _, s := range streams {
+		want[s] = 2
+	}
+	wantVersions(t, a, want)
+}
+
+// TestCommitterJoinsTheWaitingBatch: a partition's batch that waits for
+// the combiner (another partition's request is in flight) is not sealed:
+// the owner's appends to the partition that arrive meanwhile, checked
+// against the batch's view, join it, and go in the same request instead
+// of waiting for its outcome. One that conflicts with the batch is
+// answered at once and the others still join.
+func TestCommitterJoinsTheWaitingBatch(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	a, _, _ := ownerOfAll(t, nc, "A", 3*time.Second)
+	streams := streamsIn(1, testParts, 6)
+	blocker := streamsIn(3, testParts, 1)[0]
+	createStreams(ctx, t, a, append(streams, blocker)...)
+	before := a.rl.CommitStats()
+	g, first := holdRequest(ctx, t, a, blocker)
+	// Partition 1's batch, checked, waits for the combiner.
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
+		waiting <- err
+	}()
+	waitCombinerWaiting(t, a, 1)
+	// Five appends to its other streams, and one to its first stream at
+	// the version the waiting batch moves it from: a conflict.
+	rest := make(chan []error, 1)
+	go func() { rest <- appendAll(ctx, a, streams[1:], eventlog.Exactly(1), newIDs(a, 5)) }()
+	_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "LATE"})
+	if !errors.Is(err, eventlog.ErrConflict) {
+		t.Fatalf("an append at the version the waiting batch moves on: %v, want a conflict", err)
+	}
+	deadline := time.Now().Add(testWait)
+	for a.rl.CommitStats().Joined-before.Joined != 5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d appends joined the waiting batch, want 5", a.rl.CommitStats().Joined-before.Joined)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.open <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := g.next(t); n != 1 {
+		t.Fatalf("the next request carries %d batches, want partition 1's", n)
+	}
+	close(g.open)
+	if err := <-waiting; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range <-rest {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+	st := a.rl.CommitStats()
+	if got := st.Batches - before.Batches; got != 2 {
+		t.Errorf("%d batches, want 2: the blocker's and partition 1's", got)
+	}
+	if got := st.Appends - before.Appends; got != 7 {
+		t.Errorf("%d appends stored, want 7", got)
+	}
+	if st.Refused != before.Refused {
+		t.Errorf("%d batches refused", st.Refused-before.Refused)
+	}
+	want := map[string]uint64{blocker: 2}
 	for _, s := range streams {
 		want[s] = 2
 	}
@@ -202,18 +299,27 @@ func TestCommitterStaleOwnerBatchNotStored(t *testing.T) {
 	_, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, NoBalance: true})
 	streams := streamsIn(2, testParts, 5)
 	createStreams(ctx, t, a, streams...)
-	g := gateBatches(a)
+	// The first batch is held in flight (taken for a request); the next,
+	// of the four appends that wait meanwhile, is held once checked.
+	inFlight := gateCombined(a)
+	g := &batchGate{sizes: make(chan int, 16), open: make(chan struct{})}
+	a.rl.beforeBatch = func(_, size int) {
+		if size == 4 {
+			g.sizes <- size
+			<-g.open
+		}
+	}
 	first := make(chan error, 1)
 	go func() {
 		_, err := a.rl.Append(ctx, streams[0], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
 		first <- err
 	}()
-	g.next(t)
+	inFlight.next(t)
 	ids := newIDs(a, 4)
 	rest := make(chan []error, 1)
 	go func() { rest <- appendAll(ctx, a, streams[1:], eventlog.Exactly(1), ids) }()
-	waitQueued(t, a, 2, 4)
-	g.open <- struct{}{} // the first batch goes while A still holds the partition
+	waitWaiting(t, a, 2, 4)
+	close(inFlight.open) // the first batch goes while A still holds the partition
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}

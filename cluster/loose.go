@@ -193,5 +193,5 @@ func (c *looseCommitter) commit(ctx context.Context, batch []*commitReq) looseDo
 // committer and waits for its outcome.
 func (r *ReplicatedLog) commitLoose(ctx context.Context, parts []eventlog.StreamAppend, wire []wireMsg) commitOutcome {
 	req := &commitReq{ctx: ctx, parts: parts, wire: wire, done: make(chan commitOutcome, 1)}
-	return r.enqueue(ctx, r.looseFor().reqs, req)
+	return r.enqueue(ctx, r.looseFor().reqs, req, nil)
 }

@@ -71,7 +71,8 @@ func TestAcknowledgedAppendsAnsweredFromTheWrite(t *testing.T) {
 	a.rl.pack = 64 // a part of several events is several messages
 	streams := streamsIn(1, testParts, 3)
 	createStreams(ctx, t, a, streams...)
-	g := gateBatches(a)
+	sizes := batchSizes(a)
+	g := gateCombined(a) // the first batch in flight, the others wait
 	first := make(chan error, 1)
 	go func() {
 		_, err := a.rl.Append(ctx, streams[2], eventlog.Exactly(1), eventlog.Event{Type: "STEP"})
@@ -93,21 +94,21 @@ func TestAcknowledgedAppendsAnsweredFromTheWrite(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			if i == 2 {
-				waitQueued(t, a, 1, 2) // after the other two, in the same batch
+				waitWaiting(t, a, 1, 2) // after the other two, in the same batch
 			}
 			results[i], errs[i] = a.rl.AppendMulti(ctx, parts...)
 		}()
 		if i < 2 {
-			waitQueued(t, a, 1, i+1)
+			waitWaiting(t, a, 1, i+1)
 		}
 	}
-	waitQueued(t, a, 1, 3)
+	waitWaiting(t, a, 1, 3)
 	close(g.open)
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if n := g.next(t); n != 3 {
-		t.Fatalf("the batch holds %d appends, want 3", n)
+	if n, m := <-sizes, <-sizes; n != 1 || m != 3 {
+		t.Fatalf("batches of %d and %d appends, want 1 and 3", n, m)
 	}
 	wg.Wait()
 	for i, res := range results {
