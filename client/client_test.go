@@ -92,7 +92,8 @@ func TestTasks(t *testing.T) {
 	if errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrKeyReused) {
 		t.Fatalf("%v matches other sentinels", err)
 	}
-	c3, err := c.Submit(ctx, api.CreateTask{Input: "?"})
+	failedSource := unique("client-test-failed")
+	c3, err := c.Submit(ctx, api.CreateTask{Input: "?", Source: failedSource})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestTasks(t *testing.T) {
 	if want := []string{first.TaskID, q.TaskID}; !slices.Equal(ids, want) {
 		t.Fatalf("All source=client-test, one per page: %v, want %v", ids, want)
 	}
-	page, err := c.List(ctx, client.ListOptions{States: []string{api.StateFailed}, Limit: 10})
+	page, err := c.List(ctx, client.ListOptions{States: []string{api.StateFailed}, Sources: []string{failedSource}, Limit: 10})
 	if err != nil || len(page.Tasks) == 0 || page.Tasks[0].TaskID != c3.TaskID {
 		t.Fatalf("List state=failed: %+v, %v", page, err)
 	}

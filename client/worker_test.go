@@ -96,12 +96,13 @@ func fastClient(t *testing.T, server, agent string) *client.Client {
 // TestWorkerConcurrency: a worker with MaxTasks 3 runs three handlers at
 // once, and never a fourth while they run.
 func TestWorkerConcurrency(t *testing.T) {
-	c := fastClient(t, server, "conc-worker")
+	c := fastClient(t, server, unique("conc-worker"))
 	var running, most atomic.Int32
 	arrived := make(chan string, 10)
 	release := make(chan struct{})
 	var seen calls
-	runWorker(t, c, client.WorkerOptions{Capabilities: []string{"conc"}, MaxTasks: 3}, func(ctx context.Context, task *client.Task) (any, error) {
+	capConc := unique("conc") // the daemon is shared: a run of its own
+	runWorker(t, c, client.WorkerOptions{Capabilities: []string{capConc}, MaxTasks: 3}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		n := running.Add(1)
 		defer running.Add(-1)
@@ -111,7 +112,7 @@ func TestWorkerConcurrency(t *testing.T) {
 		<-release
 		return "ok", nil
 	})
-	ids := create(t, c, 6, api.CreateDispatch{Title: "conc", RequiredCapabilities: []string{"conc"}})
+	ids := create(t, c, 6, api.CreateDispatch{Title: "conc", RequiredCapabilities: []string{capConc}})
 	for range 3 {
 		select {
 		case <-arrived:
@@ -139,9 +140,10 @@ func TestWorkerConcurrency(t *testing.T) {
 // TestWorkerHeartbeat: a task with heartbeat_seconds 1 whose handler runs
 // 2.5 s is not timed out: the worker's heartbeats keep it alive.
 func TestWorkerHeartbeat(t *testing.T) {
-	c := fastClient(t, server, "hb-worker")
+	c := fastClient(t, server, unique("hb-worker"))
 	var seen calls
-	runWorker(t, c, client.WorkerOptions{Capabilities: []string{"hb"}}, func(ctx context.Context, task *client.Task) (any, error) {
+	capHb := unique("hb") // the daemon is shared: a run of its own
+	runWorker(t, c, client.WorkerOptions{Capabilities: []string{capHb}}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		select { // the work itself: 2.5 heartbeat periods
 		case <-time.After(2500 * time.Millisecond):
@@ -150,7 +152,7 @@ func TestWorkerHeartbeat(t *testing.T) {
 		}
 		return "slow", nil
 	})
-	id := create(t, c, 1, api.CreateDispatch{Title: "slow", RequiredCapabilities: []string{"hb"}, HeartbeatSeconds: 1})[0]
+	id := create(t, c, 1, api.CreateDispatch{Title: "slow", RequiredCapabilities: []string{capHb}, HeartbeatSeconds: 1})[0]
 	d := waitDispatch(t, c, id, func(d api.DispatchTask) bool {
 		return d.Status != api.StatusPending && d.Status != api.StatusAssigned && d.Status != api.StatusInProgress
 	})
@@ -171,9 +173,10 @@ func TestWorkerHeartbeat(t *testing.T) {
 // TestWorkerFailures: a handler's error fails the attempt and the broker
 // retries it; a Permanent error dead-letters the task at once.
 func TestWorkerFailures(t *testing.T) {
-	c := fastClient(t, server, "fail-worker")
+	c := fastClient(t, server, unique("fail-worker"))
 	var seen calls
-	runWorker(t, c, client.WorkerOptions{Capabilities: []string{"fail"}}, func(ctx context.Context, task *client.Task) (any, error) {
+	capFail := unique("fail") // the daemon is shared: a run of its own
+	runWorker(t, c, client.WorkerOptions{Capabilities: []string{capFail}}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		switch {
 		case task.Title == "corrupt":
@@ -183,8 +186,8 @@ func TestWorkerFailures(t *testing.T) {
 		}
 		return "second time lucky", nil
 	})
-	corrupt := create(t, c, 1, api.CreateDispatch{Title: "corrupt", RequiredCapabilities: []string{"fail"}})[0]
-	flaky := create(t, c, 1, api.CreateDispatch{Title: "flaky", RequiredCapabilities: []string{"fail"}})[0]
+	corrupt := create(t, c, 1, api.CreateDispatch{Title: "corrupt", RequiredCapabilities: []string{capFail}})[0]
+	flaky := create(t, c, 1, api.CreateDispatch{Title: "flaky", RequiredCapabilities: []string{capFail}})[0]
 	d := waitDispatch(t, c, corrupt, func(d api.DispatchTask) bool { return d.DeadLettered })
 	if d.DeadLetterReason != "not_retry_eligible" || d.Error != "corrupt input" || d.RetryCount != 0 || seen.get()[corrupt] != 1 {
 		t.Fatalf("the permanent failure: %+v, handled %d times", d, seen.get()[corrupt])
@@ -199,21 +202,22 @@ func TestWorkerFailures(t *testing.T) {
 // and Run returns only when the running handler has finished and its
 // task is completed.
 func TestWorkerDrain(t *testing.T) {
-	c := fastClient(t, server, "drain-worker")
+	c := fastClient(t, server, unique("drain-worker"))
 	var seen calls
 	started := make(chan struct{})
 	release := make(chan struct{})
-	stop := runWorker(t, c, client.WorkerOptions{Capabilities: []string{"drain"}}, func(ctx context.Context, task *client.Task) (any, error) {
+	capDrain := unique("drain") // the daemon is shared: a run of its own
+	stop := runWorker(t, c, client.WorkerOptions{Capabilities: []string{capDrain}}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		close(started)
 		<-release
 		return "drained", nil
 	})
-	first := create(t, c, 1, api.CreateDispatch{Title: "first", RequiredCapabilities: []string{"drain"}})[0]
+	first := create(t, c, 1, api.CreateDispatch{Title: "first", RequiredCapabilities: []string{capDrain}})[0]
 	<-started
 	stopped := make(chan error)
 	go func() { stopped <- stop() }()
-	second := create(t, c, 1, api.CreateDispatch{Title: "second", RequiredCapabilities: []string{"drain"}})[0]
+	second := create(t, c, 1, api.CreateDispatch{Title: "second", RequiredCapabilities: []string{capDrain}})[0]
 	select {
 	case err := <-stopped:
 		t.Fatalf("Run returned (%v) while a handler ran", err)
@@ -235,15 +239,16 @@ func TestWorkerDrain(t *testing.T) {
 // after the drain began has its context cancelled; its task is failed,
 // retryable, and Run says so.
 func TestWorkerShutdownTimeout(t *testing.T) {
-	c := fastClient(t, server, "stuck-worker")
+	c := fastClient(t, server, unique("stuck-worker"))
 	started := make(chan struct{})
-	stop := runWorker(t, c, client.WorkerOptions{Capabilities: []string{"stuck"}, ShutdownTimeout: 100 * time.Millisecond},
+	capStuck := unique("stuck") // the daemon is shared: a run of its own
+	stop := runWorker(t, c, client.WorkerOptions{Capabilities: []string{capStuck}, ShutdownTimeout: 100 * time.Millisecond},
 		func(ctx context.Context, task *client.Task) (any, error) {
 			close(started)
 			<-ctx.Done()
 			return nil, ctx.Err()
 		})
-	id := create(t, c, 1, api.CreateDispatch{Title: "stuck", RequiredCapabilities: []string{"stuck"}})[0]
+	id := create(t, c, 1, api.CreateDispatch{Title: "stuck", RequiredCapabilities: []string{capStuck}})[0]
 	<-started
 	if err := stop(); !errors.Is(err, client.ErrShutdownTimeout) {
 		t.Fatalf("Run: %v, want ErrShutdownTimeout", err)
@@ -282,7 +287,7 @@ func TestWorkerSurvivesKill(t *testing.T) {
 	defer func() { _ = d.Kill() }()
 	ct := &countingTransport{path: "/api/v1/tasks"}
 	o := fast
-	o.AgentID, o.HTTPClient = "crash-worker", &http.Client{Transport: ct}
+	o.AgentID, o.HTTPClient = unique("crash-worker"), &http.Client{Transport: ct}
 	c, err := client.New(d.URL, &o)
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +295,8 @@ func TestWorkerSurvivesKill(t *testing.T) {
 	var seen calls
 	holding := make(chan struct{})
 	release := make(chan struct{})
-	runWorker(t, c, client.WorkerOptions{Capabilities: []string{"crash"}, MaxTasks: 2}, func(ctx context.Context, task *client.Task) (any, error) {
+	capCrash := unique("crash") // the daemon is shared: a run of its own
+	runWorker(t, c, client.WorkerOptions{Capabilities: []string{capCrash}, MaxTasks: 2}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		if task.Title == "hold" {
 			close(holding)
@@ -298,7 +304,7 @@ func TestWorkerSurvivesKill(t *testing.T) {
 		}
 		return task.Title, nil
 	})
-	spec := api.CreateDispatch{RequiredCapabilities: []string{"crash"}}
+	spec := api.CreateDispatch{RequiredCapabilities: []string{capCrash}}
 	spec.Title = "before"
 	before := create(t, c, 1, spec)[0]
 	waitDispatch(t, c, before, completed)
