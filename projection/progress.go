@@ -217,12 +217,17 @@ const (
 // input can be large, and the task's record already holds it.
 // DecodeStored with the same task returns p.
 func (p *Progress) EncodeStored(t *fsm.Task) ([]byte, error) {
+	return p.AppendStored(nil, t)
+}
+
+// AppendStored appends EncodeStored's encoding of p to dst.
+func (p *Progress) AppendStored(dst []byte, t *fsm.Task) ([]byte, error) {
 	if p.Description == "" || p.Description != t.Context.InputText {
-		return marshalAppend([]byte{storedDescOwn}, p)
+		return marshalAppend(append(dst, storedDescOwn), p)
 	}
 	q := *p
 	q.Description = ""
-	return marshalAppend([]byte{storedDescInput}, &q)
+	return marshalAppend(append(dst, storedDescInput), &q)
 }
 
 // DecodeStored decodes an encoding written by EncodeStored for the task t.
