@@ -443,6 +443,7 @@ type foldVerifier struct {
 	lingering map[string]uint64 // terminal tasks with work due at the last eviction -> their version
 	since     int               // events since the last eviction
 	reloads   int               // evicted tasks read back for a late event
+	buf       []byte            // digest's and compareProjections' encodings
 }
 
 // evictedTask is what compareProjections needs of a task that left the
@@ -530,23 +531,21 @@ func (fv *foldVerifier) evict() error {
 }
 
 // digest is what compareProjections needs of t once it left the fold.
+// Each encoding is hashed in one reused buffer.
 func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, error) {
-	tb, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
-	if err != nil {
-		return nil, err
-	}
+	fv.buf = projection.AppendStoredTask(fv.buf[:0], t, set.InputSeq(t.ID))
+	e := &evictedTask{task: maphash.Bytes(fv.seed, fv.buf)}
 	sum := projection.Summarize(t)
 	sb, err := sum.Encode()
 	if err != nil {
 		return nil, err
 	}
-	e := &evictedTask{task: maphash.Bytes(fv.seed, tb), summary: maphash.Bytes(fv.seed, sb), queueKey: string(sum.QueueKey())}
+	e.summary, e.queueKey = maphash.Bytes(fv.seed, sb), string(sum.QueueKey())
 	if p, ok := set.Progress(t.ID); ok {
-		pb, err := p.EncodeStored(t)
-		if err != nil {
+		if fv.buf, err = p.AppendStored(fv.buf[:0], t); err != nil {
 			return nil, err
 		}
-		e.progress, e.hasProgress = maphash.Bytes(fv.seed, pb), true
+		e.progress, e.hasProgress = maphash.Bytes(fv.seed, fv.buf), true
 	}
 	return e, nil
 }
@@ -817,8 +816,8 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 	want := func(prefix string, t *fsm.Task) ([]byte, bool, error) {
 		switch prefix {
 		case prefTask:
-			b, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
-			return b, true, err
+			fv.buf = projection.AppendStoredTask(fv.buf[:0], t, set.InputSeq(t.ID))
+			return fv.buf, true, nil
 		case prefSum:
 			sum := projection.Summarize(t)
 			b, err := sum.Encode()
@@ -828,12 +827,12 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if !ok {
 			return nil, false, nil
 		}
-		b, err := p.EncodeStored(t)
-		return b, true, err
+		fv.buf, err = p.AppendStored(fv.buf[:0], t)
+		return fv.buf, true, err
 	}
 	for _, kind := range []struct{ prefix, what string }{{prefTask, "task"}, {prefSum, "summary"}, {prefProg, "progress"}} {
-		seen := map[string]bool{}
-		it := st.log.ScanAux([]byte(kind.prefix))
+		seen := make(map[string]bool, len(tasks)+len(fv.evicted))
+		it := st.log.ScanAuxBorrowed([]byte(kind.prefix))
 		for n := 0; it.Next(); n++ {
 			if n&1023 == 0 {
 				if err := ctx.Err(); err != nil {
@@ -907,7 +906,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		}
 	}
 	seen := map[string]bool{}
-	it := st.log.ScanAux([]byte(prefActive))
+	it := st.log.ScanAuxBorrowed([]byte(prefActive))
 	for it.Next() {
 		id := string(it.Key()[len(prefActive):])
 		seen[id] = true
@@ -944,7 +943,7 @@ func checkQueueIndex(st *store, tasks []fsm.Task, fv *foldVerifier, bad func([]b
 			want[id] = e.queueKey
 		}
 	}
-	it := st.log.ScanAux([]byte(prefQueue))
+	it := st.log.ScanAuxBorrowed([]byte(prefQueue))
 	defer it.Close()
 	for it.Next() {
 		key := string(it.Key()[len(prefQueue):])
