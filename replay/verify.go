@@ -137,10 +137,13 @@ type VerifyOptions struct {
 	OnEvent func(seq uint64)
 	// OnProgress, if set, is called through every phase of the audit,
 	// about every 1,024 keys or events and at the start of each phase:
-	// eventlog's own audit ("log: records", "log: stream index", ...; see
-	// eventlog.VerifyProgress), "fold" (Done is the sequence folded,
-	// Total the head), "projections" (the persisted projections compared
-	// with the fold at their sequence), and "fold" again to the head.
+	// "fold" (the walk over the records, checked by eventlog's audit and
+	// folded; Done is the sequence folded, Total the head), "projections"
+	// (the persisted projections compared with the fold at their
+	// sequence), "fold" again to the head, then the rest of eventlog's own
+	// audit ("log: holes", "log: stream index", ...; see
+	// eventlog.VerifyProgress). When the records have a problem, the
+	// fold walks them again after the audit, from "fold" on once more.
 	OnProgress func(eventlog.VerifyProgress)
 
 	// twoWalks makes Verify audit the records, then fold them in a
@@ -165,6 +168,12 @@ type VerifyOptions struct {
 //   - the persisted projections equal to the fresh fold at the sequence
 //     they reflect, and every persisted snapshot equal to the fresh fold
 //     at its version.
+//
+// The records are read once: the fold reads them from eventlog's audit
+// (eventlog.Audit) as it checks them. When the audit finds a problem in
+// the records, the fold reads them again in a walk of its own that steps
+// over what it cannot read; either way the Report is the same as an audit
+// followed by a fold.
 //
 // A nil error with a Report that is not OK means the log has problems;
 // Report.FirstProblem names the first bad position. An error means the
