@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -120,6 +121,21 @@ func TestVerifyReadsTheRecordsOnce(t *testing.T) {
 	rep := verifyDir(t, fs)
 	if !rep.OK() || rep.walks != 1 || rep.Events != len(evs) {
 		t.Fatalf("%s: %d walks over the records, %d events; want 1, %d", rep.Summary(), rep.walks, rep.Events, len(evs))
+	}
+	// Holes that retention recorded are no problem of the records: one walk.
+	l := openLog(t, fs, "db", false)
+	var streams []string
+	for _, ev := range evs {
+		if ev.Type == string(fsm.TaskCreated) && len(streams) < 2 {
+			streams = append(streams, ev.Stream)
+		}
+	}
+	if _, err := l.Retire(context.Background(), retirementOf(t, l, ulid.MustParse("01JDQ00000000000000000MANI"), streams...)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if rep := verifyDir(t, fs); rep.walks != 1 || rep.Log.Holes == 0 {
+		t.Fatalf("%s: %d walks over the records, %d holes; want 1, some", rep.Summary(), rep.walks, rep.Log.Holes)
 	}
 	rawEdit(t, fs, func(db *pebble.DB) {
 		if err := db.Delete(eventlog.EventKey(uint64(len(evs)/2)), pebble.Sync); err != nil {
