@@ -88,8 +88,20 @@ func (s *logStore) AppendMulti(ctx context.Context, parts []Part) error {
 	return err
 }
 
-// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads.
-func (s *logStore) ScanBorrowed() (int, error) { return countEvents(s.l.ScanBorrowed(1)) }
+// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads: each
+// event in place (Iterator.Current).
+func (s *logStore) ScanBorrowed() (int, error) {
+	it := s.l.ScanBorrowed(1)
+	n := 0
+	for it.Next() {
+		if it.Current().Seq == 0 {
+			it.Close()
+			return n, errors.New("bad event")
+		}
+		n++
+	}
+	return n, it.Close()
+}
 
 func (s *logStore) ScanAll() (int, error) { return countEvents(s.l.Scan(1, eventlog.Forward)) }
 
