@@ -304,11 +304,21 @@ func (l *Log) GetAux(key []byte) ([]byte, error) {
 }
 
 // AuxIterator iterates aux keys with a prefix in key order. Key and Value
-// return copies the caller owns.
+// return copies the caller owns (but from ScanAuxBorrowed).
 type AuxIterator struct {
-	inner *Iterator // reuses the registration and Close handling
-	key   []byte
-	value []byte
+	inner  *Iterator // reuses the registration and Close handling
+	key    []byte
+	value  []byte
+	borrow bool // ScanAuxBorrowed: key and value reuse their buffers
+}
+
+// ScanAuxBorrowed is ScanAux for a reader that copies what it keeps: Key
+// and Value are valid only until the next call to Next or Close. An audit
+// that compares every record and keeps none saves two copies of each.
+func (l *Log) ScanAuxBorrowed(prefix []byte) *AuxIterator {
+	a := l.ScanAux(prefix)
+	a.borrow = true
+	return a
 }
 
 // ScanAux iterates the aux keys that start with prefix (nil for all).
@@ -364,8 +374,11 @@ func (a *AuxIterator) Next() bool {
 		it.err = storageError("scan aux", err)
 		return false
 	}
-	a.key = append([]byte{}, it.it.Key()[1:]...)
-	a.value = append([]byte{}, v...)
+	if a.borrow {
+		a.key, a.value = append(a.key[:0], it.it.Key()[1:]...), append(a.value[:0], v...)
+	} else {
+		a.key, a.value = append([]byte{}, it.it.Key()[1:]...), append([]byte{}, v...)
+	}
 	return true
 }
 

@@ -62,6 +62,17 @@ func wantProblem(t *testing.T, l *Log, seq uint64, reason string) Report {
 	if rep.OK() || ce.Seq != seq || !strings.Contains(ce.Reason, reason) {
 		t.Fatalf("first problem %v, want seq %d %q; all: %v", ce, seq, reason, rep.Problems)
 	}
+	// An audit in steps, its records read as it walks them, finds the same.
+	a, nerr := l.NewAudit(context.Background(), nil)
+	if nerr != nil {
+		t.Fatal(nerr)
+	}
+	for a.Next() {
+	}
+	arep, aerr := a.Finish()
+	if fmt.Sprintf("%+v %v", arep, aerr) != fmt.Sprintf("%+v %v", rep, err) {
+		t.Fatalf("audit in steps: %+v %v\nVerify: %+v %v", arep, aerr, rep, err)
+	}
 	return rep
 }
 

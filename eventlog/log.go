@@ -95,6 +95,7 @@ type Log struct {
 	dbClosed bool
 	itersMu  sync.Mutex
 	iters    map[*Iterator]struct{}
+	audits   map[*Audit]struct{} // NewAudit's, under itersMu too
 }
 
 // Open opens (creating if needed, unless read-only) the log in dir.
@@ -895,6 +896,10 @@ func (l *Log) Close() error {
 		it.forceClose(ErrClosed)
 	}
 	l.iters = nil
+	for a := range l.audits {
+		a.release()
+	}
+	l.audits = nil
 	l.itersMu.Unlock()
 	l.dbClosed = true
 	var merr error

@@ -267,6 +267,12 @@ func (it *Iterator) Event() Event {
 	return it.ev
 }
 
+// Current is the current event in place, without Event's copy: valid
+// until the next call to Next or Close, and not to be changed. For a
+// reader that reads each event once and copies what it keeps (a fold
+// over ScanBorrowed); from the goroutine that calls Next.
+func (it *Iterator) Current() *Event { return &it.ev }
+
 // Err returns the error that ended the iteration, if any.
 func (it *Iterator) Err() error {
 	it.mu.Lock()

@@ -27,6 +27,9 @@ func TestScanBorrowed(t *testing.T) {
 			t.Fatalf("borrowed scan ended at %d: %v", n, got.Err())
 		}
 		w, g := want.Event(), got.Event()
+		if c := got.Current(); fmt.Sprintf("%+v", *c) != fmt.Sprintf("%+v", g) {
+			t.Fatalf("event %d: in place %+v, Event %+v", n, *c, g)
+		}
 		// What a caller keeps it copies; compare the copies.
 		gs, gt, gb := strings.Clone(g.Stream), strings.Clone(g.Type), bytes.Clone(g.Body)
 		if w.Seq != g.Seq || w.Stream != gs || w.Type != gt || !bytes.Equal(w.Body, gb) || w.ID != g.ID || fmt.Sprint(w.Metadata) != fmt.Sprint(g.Metadata) {

@@ -165,23 +165,32 @@ func (l *Log) VerifyWith(ctx context.Context, o *VerifyOptions) (Report, error) 
 	}
 	snap := l.db.NewSnapshot()
 	defer snap.Close()
-	v := verifier{ctx: ctx, r: snap, hash: newEntryHasher()}
+	v := l.newVerifier(ctx, snap, o)
+	v.start()
+	return v.finish(v.run())
+}
+
+// newVerifier is an audit of r, a snapshot of l.
+func (l *Log) newVerifier(ctx context.Context, r pebble.Reader, o *VerifyOptions) *verifier {
+	v := &verifier{ctx: ctx, r: r, hash: newEntryHasher()}
 	if o != nil {
 		v.progress = o.OnProgress
 	}
-	start := func() {
+	v.start = func() {
 		if loss := l.loss; loss != nil && l.readOnly {
 			// Found missing at Open: the first problem, at the first lost seq.
 			v.rep.add(Problem{Seq: loss.Head + 1, File: loss.File, Offset: loss.Offset, Reason: loss.Error()})
 		}
 	}
-	start()
-	err := v.run()
+	return v
+}
+
+// finish ends an audit whose passes returned err: when an index disagreed
+// with the records, it audits again looking every entry up, to say where.
+func (v *verifier) finish(err error) (Report, error) {
 	if err == nil && v.want != v.got {
-		// An index disagrees with the records: audit again, looking every
-		// entry up, to say where.
 		v.rep, v.lookups, v.want, v.got = Report{Lookups: true}, true, [nIndexes]digest{}, [nIndexes]digest{}
-		start()
+		v.start()
 		err = v.run()
 	}
 	if err != nil {
@@ -252,6 +261,9 @@ type verifier struct {
 	holes  *pebble.Iterator
 	format uint32
 	head   uint64 // the last record's sequence, for progress
+	// start adds the problems known before the audit (a loss found at
+	// Open); it runs again with the lookups.
+	start func()
 }
 
 func (v *verifier) iter(prefix byte) (*pebble.Iterator, error) {
@@ -294,13 +306,22 @@ func exact(it *pebble.Iterator, key []byte) (val []byte, ok bool, err error) {
 // Report promises. A pass returns an error only when it cannot go on (I/O,
 // ctx); what it finds wrong goes to the Report.
 func (v *verifier) run() error {
+	defer v.close()
+	if err := v.open(); err != nil {
+		return err
+	}
+	v.begin("records", v.head)
+	if err := v.checkLog(); err != nil {
+		return err
+	}
+	return v.afterRecords()
+}
+
+// open checks the format key and opens the iterators the passes look
+// records and entries up with; close closes them.
+func (v *verifier) open() error {
 	v.checkFormat()
 	v.look = map[byte]*pebble.Iterator{}
-	defer func() {
-		for _, it := range v.look {
-			it.Close()
-		}
-	}()
 	for _, p := range []byte{PrefixEvent, PrefixStream, PrefixID, PrefixCausation} {
 		it, err := v.iter(p)
 		if err != nil {
@@ -314,16 +335,28 @@ func (v *verifier) run() error {
 		return err
 	}
 	var err error
-	if v.holes, err = newHoleIter(v.r); err != nil {
-		return err
+	v.holes, err = newHoleIter(v.r)
+	return err
+}
+
+func (v *verifier) close() {
+	for _, it := range v.look {
+		it.Close()
 	}
-	defer v.holes.Close()
+	v.look = nil
+	if v.holes != nil {
+		v.holes.Close()
+		v.holes = nil
+	}
+}
+
+// afterRecords makes the passes after the records'.
+func (v *verifier) afterRecords() error {
 	for _, pass := range []struct {
 		phase string
 		total func() uint64
 		run   func() error
 	}{
-		{"records", func() uint64 { return v.head }, v.checkLog},
 		{"holes", nil, v.checkHoles},
 		{"stream index", func() uint64 { return v.want[idxStream].n }, v.checkStreamIndex},
 		{"id index", func() uint64 { return v.want[idxID].n }, v.checkIDIndex},
@@ -385,50 +418,58 @@ func (v *verifier) walk(prefix byte, fn func(it *pebble.Iterator) error) error {
 func (v *verifier) checkLog() error {
 	next := uint64(1)
 	return v.walk(PrefixEvent, func(it *pebble.Iterator) error {
-		seq, ok := ParseEventKey(it.Key())
-		if !ok {
-			v.rep.add(Problem{Key: it.Key(), Reason: "malformed event key"})
-			return nil
-		}
-		if seq != next {
-			// Report from the first sequence no hole covers.
-			if u, err := uncovered(v.holes, next, seq-1); err != nil {
-				v.rep.add(Problem{Seq: next, Reason: fmt.Sprintf("records %d to %d missing", next, seq-1)})
-			} else if u < seq {
-				v.rep.add(Problem{Seq: u, Reason: fmt.Sprintf("records %d to %d missing", u, seq-1)})
-			}
-		}
-		next = seq + 1
-		v.rep.Head = seq
-		v.rep.Events++
-		val, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		if err := decodeAtAs(val, seq, &v.ev, decodeBorrow); err != nil { // v.ev is not kept
-			v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
-			return nil
-		}
-		ev := &v.ev
-		if !v.lookups {
-			v.digestRecord(ev)
-			return nil
-		}
-		if err := v.checkStreamEntry(ev); err != nil {
-			return err
-		}
-		v.key = appendIDIndexKey(v.key[:0], ev.ID)
-		v.checkSeqEntry(v.look[PrefixID], seq, "id index entry for "+ev.ID.String())
-		if ev.Causation != (ulid.ULID{}) {
-			v.key = appendCausationIndexKey(v.key[:0], ev.Causation, seq)
-			if _, ok, err := exact(v.look[PrefixCausation], v.key); err != nil {
-				return err
-			} else if !ok {
-				v.rep.add(Problem{Seq: seq, Reason: "causation index entry for " + ev.Causation.String() + " missing"})
-			}
-		}
-		return nil
+		_, err := v.record(it, &next)
+		return err
 	})
+}
+
+// record is pass 1 on the record it is at; next is the sequence expected
+// there. It returns the record, decoded with its stream, type and body
+// borrowed from it, or nil when the record has a problem (reported).
+func (v *verifier) record(it *pebble.Iterator, next *uint64) (*Event, error) {
+	seq, ok := ParseEventKey(it.Key())
+	if !ok {
+		v.rep.add(Problem{Key: it.Key(), Reason: "malformed event key"})
+		return nil, nil
+	}
+	if seq != *next {
+		// Report from the first sequence no hole covers.
+		if u, err := uncovered(v.holes, *next, seq-1); err != nil {
+			v.rep.add(Problem{Seq: *next, Reason: fmt.Sprintf("records %d to %d missing", *next, seq-1)})
+		} else if u < seq {
+			v.rep.add(Problem{Seq: u, Reason: fmt.Sprintf("records %d to %d missing", u, seq-1)})
+		}
+	}
+	*next = seq + 1
+	v.rep.Head = seq
+	v.rep.Events++
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := decodeAtAs(val, seq, &v.ev, decodeBorrow); err != nil { // v.ev is not kept
+		v.rep.add(Problem{Seq: seq, Reason: reasonOf(err)})
+		return nil, nil
+	}
+	ev := &v.ev
+	if !v.lookups {
+		v.digestRecord(ev)
+		return ev, nil
+	}
+	if err := v.checkStreamEntry(ev); err != nil {
+		return nil, err
+	}
+	v.key = appendIDIndexKey(v.key[:0], ev.ID)
+	v.checkSeqEntry(v.look[PrefixID], seq, "id index entry for "+ev.ID.String())
+	if ev.Causation != (ulid.ULID{}) {
+		v.key = appendCausationIndexKey(v.key[:0], ev.Causation, seq)
+		if _, ok, err := exact(v.look[PrefixCausation], v.key); err != nil {
+			return nil, err
+		} else if !ok {
+			v.rep.add(Problem{Seq: seq, Reason: "causation index entry for " + ev.Causation.String() + " missing"})
+		}
+	}
+	return ev, nil
 }
 
 // digestRecord adds the index entries a record calls for to the digests

@@ -217,12 +217,17 @@ const (
 // input can be large, and the task's record already holds it.
 // DecodeStored with the same task returns p.
 func (p *Progress) EncodeStored(t *fsm.Task) ([]byte, error) {
+	return p.AppendStored(make([]byte, 0, 128+len(p.Description)), t)
+}
+
+// AppendStored appends EncodeStored's encoding of p to dst.
+func (p *Progress) AppendStored(dst []byte, t *fsm.Task) ([]byte, error) {
 	if p.Description == "" || p.Description != t.Context.InputText {
-		return appendProgress(append(make([]byte, 0, 128+len(p.Description)), storedDescOwn), p), nil
+		return appendProgress(append(dst, storedDescOwn), p), nil
 	}
 	q := *p
 	q.Description = ""
-	return appendProgress(append(make([]byte, 0, 128), storedDescInput), &q), nil
+	return appendProgress(append(dst, storedDescInput), &q), nil
 }
 
 // DecodeStored decodes an encoding written by EncodeStored for the task t.

@@ -52,16 +52,21 @@ func (r InputRef) IsZero() bool { return r.Seq == 0 }
 // input is then referred to rather than copied. DecodeStoredTask reverses
 // it.
 func EncodeStoredTask(t *fsm.Task, inputSeq uint64) ([]byte, error) {
+	return AppendStoredTask(nil, t, inputSeq), nil
+}
+
+// AppendStoredTask appends EncodeStoredTask's encoding of t to dst: a
+// reader that only compares or hashes it reuses one buffer.
+func AppendStoredTask(dst []byte, t *fsm.Task, inputSeq uint64) []byte {
 	if inputSeq == 0 || len(t.Context.InputText) < InputRefMin {
-		return fsm.AppendTask([]byte{storedTaskCopy}, t), nil
+		return fsm.AppendTask(append(dst, storedTaskCopy), t)
 	}
-	b := make([]byte, 17)
-	b[0] = storedTaskRef
-	binary.BigEndian.PutUint64(b[1:], inputSeq)
-	binary.BigEndian.PutUint64(b[9:], uint64(len(t.Context.InputText)))
+	dst = append(dst, storedTaskRef)
+	dst = binary.BigEndian.AppendUint64(dst, inputSeq)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(t.Context.InputText)))
 	q := *t // Context is inline: the copy's input can be cleared
 	q.Context.InputText = ""
-	return fsm.AppendTask(b, &q), nil
+	return fsm.AppendTask(dst, &q)
 }
 
 // DecodeStoredTask decodes an encoding written by EncodeStoredTask. When

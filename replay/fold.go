@@ -92,6 +92,9 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		it = src.Events(ctx, last+1)
 	}
 	defer it.Close()
+	// eventlog's iterators hand out the event in place, without Event's
+	// copy under the iterator's lock.
+	cur, _ := it.(interface{ Current() *eventlog.Event })
 	var ch Change // one for the whole loop: OnChange takes its address
 	for n := 0; it.Next(); n++ {
 		if n&1023 == 0 {
@@ -99,7 +102,12 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 				return res, err
 			}
 		}
-		ev := it.Event()
+		var ev eventlog.Event
+		if cur != nil {
+			ev = *cur.Current()
+		} else {
+			ev = it.Event()
+		}
 		if ev.Seq <= last {
 			continue
 		}

@@ -96,8 +96,9 @@ type Report struct {
 	Archives *ArchiveReport `json:"archives,omitempty"`
 
 	// evicted counts the tasks the fold held no longer at the end,
-	// reloads those read back for a late event (for the tests).
-	evicted, reloads int
+	// reloads those read back for a late event, walks the walks over
+	// the records (for the tests).
+	evicted, reloads, walks int
 }
 
 // OK reports whether verify found nothing wrong.
@@ -136,11 +137,19 @@ type VerifyOptions struct {
 	OnEvent func(seq uint64)
 	// OnProgress, if set, is called through every phase of the audit,
 	// about every 1,024 keys or events and at the start of each phase:
-	// eventlog's own audit ("log: records", "log: stream index", ...; see
-	// eventlog.VerifyProgress), "fold" (Done is the sequence folded,
-	// Total the head), "projections" (the persisted projections compared
-	// with the fold at their sequence), and "fold" again to the head.
+	// "fold" (the walk over the records, checked by eventlog's audit and
+	// folded; Done is the sequence folded, Total the head), "projections"
+	// (the persisted projections compared with the fold at their
+	// sequence), "fold" again to the head, then the rest of eventlog's own
+	// audit ("log: holes", "log: stream index", ...; see
+	// eventlog.VerifyProgress). When the records have a problem, the
+	// fold walks them again after the audit, from "fold" on once more.
 	OnProgress func(eventlog.VerifyProgress)
+
+	// twoWalks makes Verify audit the records, then fold them in a
+	// second walk, as it does when the records have a problem (for the
+	// tests).
+	twoWalks bool
 
 	// evictEvery is how many events the fold takes between two evictions
 	// of the finished tasks; 0 means evictEvery. Tests evict after every
@@ -160,6 +169,12 @@ type VerifyOptions struct {
 //     they reflect, and every persisted snapshot equal to the fresh fold
 //     at its version.
 //
+// The records are read once: the fold reads them from eventlog's audit
+// (eventlog.Audit) as it checks them. When the audit finds a problem in
+// the records, the fold reads them again in a walk of its own that steps
+// over what it cannot read; either way the Report is the same as an audit
+// followed by a fold.
+//
 // A nil error with a Report that is not OK means the log has problems;
 // Report.FirstProblem names the first bad position. An error means the
 // audit could not run (I/O, a cancelled context).
@@ -177,10 +192,29 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 	if vo.OnProgress != nil {
 		progress = vo.OnProgress
 	}
-	lrep, err := l.VerifyWith(ctx, &eventlog.VerifyOptions{OnProgress: func(p eventlog.VerifyProgress) {
+	// One walk over the records: the fold reads them from eventlog's
+	// audit as it checks them. The fold's findings wait in their own
+	// Report until the audit's are in, so that the Report lists them in
+	// the order of an audit followed by a fold.
+	walking := !vo.twoWalks
+	audit, err := l.NewAudit(ctx, &eventlog.VerifyOptions{OnProgress: func(p eventlog.VerifyProgress) {
+		if walking && p.Phase == "records" {
+			return // the fold's progress stands for the walk
+		}
 		p.Phase = "log: " + p.Phase
 		progress(p)
 	}})
+	if err != nil {
+		return nil, fmt.Errorf("replay: verify: %w", err)
+	}
+	defer audit.Close()
+	frep := &Report{Head: rep.Head}
+	ferr := errUnsound
+	if walking {
+		ferr = verifyFold(ctx, l, o, vo, frep, progress, &auditSource{a: audit, head: rep.Head}, audit.Archived())
+		walking = false
+	}
+	lrep, err := audit.Finish()
 	if err != nil && !eventlog.IsCorruption(err) {
 		return nil, fmt.Errorf("replay: verify: %w", err)
 	}
@@ -196,7 +230,50 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 			return nil, err
 		}
 	}
+	switch {
+	case errors.Is(ferr, errUnsound) || (lrep.Holes > 0) != audit.Archived():
+		// The records have a problem: fold them again the way that steps
+		// over what it cannot read.
+		rep.walks = 2
+		if err := verifyFold(ctx, l, o, vo, rep, progress, &resumeSource{r: FromLog(l)}, lrep.Holes > 0); err != nil {
+			return nil, err
+		}
+	case ferr != nil:
+		return nil, ferr
+	default:
+		rep.merge(frep)
+		rep.walks = 1
+	}
+	rep.Duration = time.Since(start)
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.EventsPerSecond = float64(rep.Events) / s
+	}
+	return rep, nil
+}
 
+// merge adds what a fold found (into a Report of its own) to r, as if
+// found after what r has.
+func (r *Report) merge(f *Report) {
+	for _, p := range f.Problems {
+		r.add(p)
+	}
+	r.ProblemCount += f.ProblemCount - len(f.Problems)
+	if p := f.FirstProblem; p != nil {
+		if fp := r.FirstProblem; fp == nil || (p.Seq != 0 && (fp.Seq == 0 || p.Seq < fp.Seq)) {
+			r.FirstProblem = p
+		}
+	}
+	r.Events, r.Refused, r.Tasks, r.Snapshots = f.Events, f.Refused, f.Tasks, f.Snapshots
+	r.Checkpoint, r.evicted, r.reloads = f.Checkpoint, f.evicted, f.reloads
+	if f.ProjectionsNote != "" {
+		r.ProjectionsNote = f.ProjectionsNote
+	}
+}
+
+// verifyFold is Verify's fold of src, a walk over l's records: to the
+// persisted projections' sequence, where it compares them, then to the
+// end. archived says that retention removed records from l.
+func verifyFold(ctx context.Context, l *eventlog.Log, o *Options, vo *VerifyOptions, rep *Report, progress func(eventlog.VerifyProgress), src Source, archived bool) error {
 	st := &store{log: l}
 	var m meta
 	compareAt := uint64(0)
@@ -205,7 +282,7 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 	case errors.Is(err, eventlog.ErrNotFound):
 		rep.ProjectionsNote = "no persisted projections"
 	case err != nil:
-		return nil, err
+		return err
 	case codec.Decode(raw, &m) != nil:
 		rep.add(Problem{Kind: ProblemProjection, Key: quoteKey(keyMeta), Reason: "projection meta does not decode"})
 	case m.Format != FormatVersion || m.Identity != projection.Identity(o.setOptions(true)):
@@ -220,25 +297,24 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 
 	snaps, err := snapshotKeys(l)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fv := newFoldVerifier(rep, vo)
-	fv.snaps, fv.log, fv.progress = snaps, l, progress
+	fv.snaps, fv.log, fv.progress, fv.archived = snaps, l, progress, archived
 	fresh, err := NewView(o)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fv.evictFrom(fresh, rep.Checkpoint)
-	src := &resumeSource{r: FromLog(l)}
 	if m.Seq != 0 && rep.Checkpoint == m.Seq {
 		progress(eventlog.VerifyProgress{Phase: "fold", Total: rep.Head})
 		if err := fv.fold(ctx, fresh, src, AtSeq(compareAt)); err != nil {
-			return nil, err
+			return err
 		}
 		if fresh.Seq() == compareAt {
 			progress(eventlog.VerifyProgress{Phase: "projections"})
 			if err := compareProjections(ctx, rep, st, fresh, compareAt, fv); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
@@ -248,15 +324,11 @@ func Verify(ctx context.Context, l *eventlog.Log, vo *VerifyOptions) (*Report, e
 	}
 	progress(eventlog.VerifyProgress{Phase: "fold", Done: fresh.Seq(), Total: rep.Head})
 	if err := fv.fold(ctx, fresh, src, Bound{}); err != nil {
-		return nil, err
+		return err
 	}
 	rep.Tasks = fresh.set.Tasks().Len() + len(fv.evicted)
 	rep.evicted, rep.reloads = len(fv.evicted), fv.reloads
-	rep.Duration = time.Since(start)
-	if s := rep.Duration.Seconds(); s > 0 {
-		rep.EventsPerSecond = float64(rep.Events) / s
-	}
-	return rep, nil
+	return nil
 }
 
 // VerifySource audits a source that is not a Pebble log (an NDJSON
@@ -304,6 +376,60 @@ func (s *resumeSource) borrowedEvents(ctx context.Context, from uint64) Iterator
 	return s.r.Log.ScanChecked(max(from, s.skip), true)
 }
 
+// auditSource is eventlog's audit walking the records (eventlog.Audit),
+// read as a fold's source: every record the audit found sound, in order,
+// borrowed. The first problem the audit finds in the records, or a walk
+// that does not end at head, ends the fold with errUnsound.
+type auditSource struct {
+	a    *eventlog.Audit
+	head uint64 // the log's head when verify started: a scan reads no further
+	last uint64 // the last sequence handed out
+}
+
+// errUnsound ends a fold of an auditSource whose audit found a problem in
+// the records.
+var errUnsound = errors.New("replay: verify: the records have a problem")
+
+func (s *auditSource) Events(ctx context.Context, from uint64) Iterator {
+	return &auditIterator{s: s}
+}
+
+func (s *auditSource) borrowedEvents(ctx context.Context, from uint64) Iterator {
+	return &auditIterator{s: s}
+}
+
+// auditIterator goes on from where the last one stopped: a bounded fold
+// stops at its bound, the next goes on from there.
+type auditIterator struct {
+	s   *auditSource
+	ev  eventlog.Event
+	err error
+}
+
+func (it *auditIterator) Next() bool {
+	s := it.s
+	if it.err != nil {
+		return false
+	}
+	if !s.a.Next() {
+		if !s.a.Sound() || s.last != s.head {
+			it.err = errUnsound
+		}
+		return false
+	}
+	it.ev = s.a.Event()
+	if it.ev.Seq > s.head {
+		it.err = errUnsound
+		return false
+	}
+	s.last = it.ev.Seq
+	return true
+}
+
+func (it *auditIterator) Event() eventlog.Event { return it.ev }
+func (it *auditIterator) Err() error            { return it.err }
+func (it *auditIterator) Close() error          { return nil }
+
 type foldVerifier struct {
 	rep       *Report
 	snaps     map[string]struct{} // string(snapKey) of every persisted snapshot
@@ -316,6 +442,7 @@ type foldVerifier struct {
 	missing   map[string]bool   // of which the hole is a missing or unreadable record
 	unread    int               // records the fold could not read
 	progress  func(eventlog.VerifyProgress)
+	archived  bool // retention removed records from the log
 
 	// Eviction (see evict); view is nil when the fold keeps every task.
 	view      *View
@@ -325,6 +452,7 @@ type foldVerifier struct {
 	lingering map[string]uint64 // terminal tasks with work due at the last eviction -> their version
 	since     int               // events since the last eviction
 	reloads   int               // evicted tasks read back for a late event
+	buf       []byte            // digest's and compareProjections' encodings
 }
 
 // evictedTask is what compareProjections needs of a task that left the
@@ -412,23 +540,21 @@ func (fv *foldVerifier) evict() error {
 }
 
 // digest is what compareProjections needs of t once it left the fold.
+// Each encoding is hashed in one reused buffer.
 func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, error) {
-	tb, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
-	if err != nil {
-		return nil, err
-	}
+	fv.buf = projection.AppendStoredTask(fv.buf[:0], t, set.InputSeq(t.ID))
+	e := &evictedTask{task: maphash.Bytes(fv.seed, fv.buf)}
 	sum := projection.Summarize(t)
 	sb, err := sum.Encode()
 	if err != nil {
 		return nil, err
 	}
-	e := &evictedTask{task: maphash.Bytes(fv.seed, tb), summary: maphash.Bytes(fv.seed, sb), queueKey: string(sum.QueueKey())}
+	e.summary, e.queueKey = maphash.Bytes(fv.seed, sb), string(sum.QueueKey())
 	if p, ok := set.Progress(t.ID); ok {
-		pb, err := p.EncodeStored(t)
-		if err != nil {
+		if fv.buf, err = p.AppendStored(fv.buf[:0], t); err != nil {
 			return nil, err
 		}
-		e.progress, e.hasProgress = maphash.Bytes(fv.seed, pb), true
+		e.progress, e.hasProgress = maphash.Bytes(fv.seed, fv.buf), true
 	}
 	return e, nil
 }
@@ -484,7 +610,7 @@ func (fv *foldVerifier) fold(ctx context.Context, v *View, src Source, b Bound) 
 		fv.rep.Events += res.Events
 		fv.rep.Refused += res.Refused
 		if res.Gaps > 0 && !fv.vo.AllowGaps {
-			if _, isLog := src.(*resumeSource); !isLog {
+			if !isLogSource(src) {
 				fv.rep.add(Problem{Kind: ProblemSequence, Seq: res.FirstGap,
 					Reason: fmt.Sprintf("global sequence has %d gap(s); the first missing is %d", res.Gaps, res.FirstGap)})
 			}
@@ -509,6 +635,16 @@ func (fv *foldVerifier) fold(ctx context.Context, v *View, src Source, b Bound) 
 		}
 		rs.skip = ce.Seq + 1
 	}
+}
+
+// isLogSource reports whether src reads a Pebble log, whose gaps are
+// retention's holes (the audit checks them).
+func isLogSource(src Source) bool {
+	switch src.(type) {
+	case *resumeSource, *auditSource:
+		return true
+	}
+	return false
 }
 
 // check is the OnChange of a verify fold: it turns what the fold saw into
@@ -658,7 +794,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 	}
 	if fv.unread > 0 {
 		rep.ProjectionsNote = "persisted stats not compared: the log has unreadable records"
-	} else if rep.Log != nil && rep.Log.Holes > 0 {
+	} else if fv.archived {
 		// The stats count the history the daemon folded, archived tasks
 		// included; a fold of the live log cannot (docs/retention.md).
 		rep.ProjectionsNote = "persisted stats not compared: retention archived part of the log"
@@ -689,8 +825,8 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 	want := func(prefix string, t *fsm.Task) ([]byte, bool, error) {
 		switch prefix {
 		case prefTask:
-			b, err := projection.EncodeStoredTask(t, set.InputSeq(t.ID))
-			return b, true, err
+			fv.buf = projection.AppendStoredTask(fv.buf[:0], t, set.InputSeq(t.ID))
+			return fv.buf, true, nil
 		case prefSum:
 			sum := projection.Summarize(t)
 			b, err := sum.Encode()
@@ -700,12 +836,12 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		if !ok {
 			return nil, false, nil
 		}
-		b, err := p.EncodeStored(t)
-		return b, true, err
+		fv.buf, err = p.AppendStored(fv.buf[:0], t)
+		return fv.buf, true, err
 	}
 	for _, kind := range []struct{ prefix, what string }{{prefTask, "task"}, {prefSum, "summary"}, {prefProg, "progress"}} {
-		seen := map[string]bool{}
-		it := st.log.ScanAux([]byte(kind.prefix))
+		seen := make(map[string]bool, len(tasks)+len(fv.evicted))
+		it := st.log.ScanAuxBorrowed([]byte(kind.prefix))
 		for n := 0; it.Next(); n++ {
 			if n&1023 == 0 {
 				if err := ctx.Err(); err != nil {
@@ -779,7 +915,7 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 		}
 	}
 	seen := map[string]bool{}
-	it := st.log.ScanAux([]byte(prefActive))
+	it := st.log.ScanAuxBorrowed([]byte(prefActive))
 	for it.Next() {
 		id := string(it.Key()[len(prefActive):])
 		seen[id] = true
@@ -816,7 +952,7 @@ func checkQueueIndex(st *store, tasks []fsm.Task, fv *foldVerifier, bad func([]b
 			want[id] = e.queueKey
 		}
 	}
-	it := st.log.ScanAux([]byte(prefQueue))
+	it := st.log.ScanAuxBorrowed([]byte(prefQueue))
 	defer it.Close()
 	for it.Next() {
 		key := string(it.Key()[len(prefQueue):])

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -52,9 +53,10 @@ func verifyDir(t *testing.T, fs vfs.FS) *Report {
 	t.Helper()
 	l := openLog(t, fs, "db", true)
 	defer l.Close()
-	var reps [2]*Report
-	for i, every := range []int{1, 1 << 30} {
-		rep, err := Verify(context.Background(), l, &VerifyOptions{Options: &Options{SnapshotEvery: 3}, evictEvery: every})
+	var reps [3]*Report
+	for i, vo := range []VerifyOptions{{evictEvery: 1}, {evictEvery: 1 << 30}, {evictEvery: 1, twoWalks: true}} {
+		vo.Options = &Options{SnapshotEvery: 3}
+		rep, err := Verify(context.Background(), l, &vo)
 		if err != nil {
 			t.Fatalf("verify could not run: %v", err)
 		}
@@ -63,11 +65,19 @@ func verifyDir(t *testing.T, fs vfs.FS) *Report {
 	}
 	str := func(r *Report) string {
 		c := *r
-		c.Log, c.FirstProblem, c.evicted, c.reloads = nil, nil, 0, 0
+		c.Log, c.FirstProblem, c.evicted, c.reloads, c.walks = nil, nil, 0, 0, 0
 		return fmt.Sprintf("%+v %+v %v", c, *r.Log, r.FirstProblem)
 	}
 	if a, b := str(reps[0]), str(reps[1]); a != b {
 		t.Fatalf("verify evicting finished tasks reports\n%s\nand keeping them\n%s", a, b)
+	}
+	// One walk over the records proves what an audit then a fold of
+	// the records in a second walk prove.
+	if a, b := str(reps[0]), str(reps[2]); a != b {
+		t.Fatalf("verify in one walk reports\n%s\nand in two walks\n%s", a, b)
+	}
+	if reps[2].walks != 2 || reps[0].walks != reps[1].walks {
+		t.Fatalf("walks %d, %d, %d", reps[0].walks, reps[1].walks, reps[2].walks)
 	}
 	return reps[0]
 }
@@ -99,6 +109,41 @@ func TestVerifyHealthyLog(t *testing.T) {
 	if rep.Events != len(evs) || rep.Checkpoint != uint64(len(evs)) || rep.Snapshots == 0 || rep.Tasks != 30 {
 		t.Fatalf("verify did not check everything: events %d/%d, checkpoint %d, snapshots %d, tasks %d",
 			rep.Events, len(evs), rep.Checkpoint, rep.Snapshots, rep.Tasks)
+	}
+}
+
+// TestVerifyReadsTheRecordsOnce: on a sound log the fold reads the
+// records from eventlog's audit as it checks them, one walk; on a log with
+// a damaged record it folds them again in a second walk (verifyDir checks
+// that both report the same as two walks).
+func TestVerifyReadsTheRecordsOnce(t *testing.T) {
+	fs, evs := healthyLog(t)
+	rep := verifyDir(t, fs)
+	if !rep.OK() || rep.walks != 1 || rep.Events != len(evs) {
+		t.Fatalf("%s: %d walks over the records, %d events; want 1, %d", rep.Summary(), rep.walks, rep.Events, len(evs))
+	}
+	// Holes that retention recorded are no problem of the records: one walk.
+	l := openLog(t, fs, "db", false)
+	var streams []string
+	for _, ev := range evs {
+		if ev.Type == string(fsm.TaskCreated) && len(streams) < 2 {
+			streams = append(streams, ev.Stream)
+		}
+	}
+	if _, err := l.Retire(context.Background(), retirementOf(t, l, ulid.MustParse("01JDQ00000000000000000MANI"), streams...)); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if rep := verifyDir(t, fs); rep.walks != 1 || rep.Log.Holes == 0 {
+		t.Fatalf("%s: %d walks over the records, %d holes; want 1, some", rep.Summary(), rep.walks, rep.Log.Holes)
+	}
+	rawEdit(t, fs, func(db *pebble.DB) {
+		if err := db.Delete(eventlog.EventKey(uint64(len(evs)/2)), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if rep := verifyDir(t, fs); rep.OK() || rep.walks != 2 {
+		t.Fatalf("%s: %d walks over the records; want a problem and 2", rep.Summary(), rep.walks)
 	}
 }
 
@@ -348,7 +393,7 @@ func TestVerifyEvictsFinishedTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[log: records log: holes log: stream index log: id index log: causation index log: other keys fold projections fold]"
+	want := "[fold projections fold log: holes log: stream index log: id index log: causation index log: other keys]"
 	if fmt.Sprint(phases) != want {
 		t.Fatalf("phases %v, want %s", phases, want)
 	}

@@ -88,8 +88,9 @@ func (s *logStore) AppendMulti(ctx context.Context, parts []Part) error {
 	return err
 }
 
-// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads.
-func (s *logStore) ScanBorrowed() (int, error) { return countEvents(s.l.ScanBorrowed(1)) }
+// ScanBorrowed is ScanAll through Log.ScanBorrowed, as a fold reads: each
+// event in place (Iterator.Current).
+func (s *logStore) ScanBorrowed() (int, error) { return countEventsIn(s.l.ScanBorrowed(1), true) }
 
 func (s *logStore) ScanAll() (int, error) { return countEvents(s.l.Scan(1, eventlog.Forward)) }
 
@@ -98,10 +99,20 @@ func (s *logStore) ReadStream(stream string) (int, error) {
 }
 
 // countEvents reads it to the end and closes it, checking each event.
-func countEvents(it *eventlog.Iterator) (int, error) {
+func countEvents(it *eventlog.Iterator) (int, error) { return countEventsIn(it, false) }
+
+// countEventsIn is countEvents; inPlace reads each event in place
+// (Iterator.Current) rather than a copy (Iterator.Event).
+func countEventsIn(it *eventlog.Iterator, inPlace bool) (int, error) {
 	n := 0
 	for it.Next() {
-		if it.Event().Seq == 0 {
+		var seq uint64
+		if inPlace {
+			seq = it.Current().Seq
+		} else {
+			seq = it.Event().Seq
+		}
+		if seq == 0 {
 			it.Close()
 			return n, errors.New("bad event")
 		}
