@@ -84,7 +84,7 @@ func BenchmarkMCPAgent(b *testing.B) {
 func BenchmarkMCPAgentDeep(b *testing.B) { benchAgentDeep(b, echoRow) }
 
 // BenchmarkMCPAgentDeepPinned is BenchmarkMCPAgentDeep with the server on
-// core 0 and this process on core 1, as BenchmarkMCPDirectPinned.
+// one core and this process on another, as BenchmarkMCPDirectPinned.
 func BenchmarkMCPAgentDeepPinned(b *testing.B) { benchAgentDeep(b, pinnedRow) }
 
 // BenchmarkMCPAgentDeepSlow is BenchmarkMCPAgentDeep calling a tool that
@@ -295,11 +295,16 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 			}
 		})
 	}
-	// The pinned rows' setup: the server under taskset on core 0, this
-	// process on core 1 until the subtest ends.
+	// The pinned rows' setup: the server under taskset on one core, this
+	// process on another until the subtest ends.
 	t.Run("pinned", func(t *testing.T) {
 		pm := start(t, testOptions(), pinnedRow.server(t, "pinned"))
 		waitReady(t, pm, "pinned")
+		server, self := cpusAllowed(t, serverPid(pm)), cpusAllowed(t, os.Getpid())
+		if strings.ContainsAny(server, ",-") || strings.ContainsAny(self, ",-") || server == self {
+			t.Errorf("the server may run on cores %s and this process on %s: want one core each, not the same", server, self)
+		}
+		t.Logf("the server runs on core %s, this process on core %s", server, self)
 		tool := benchTool{"pinned__echo", echoTool.args, echoTool.want}
 		r := runAgentTasks(t, agent.Options{Providers: []tools.Provider{pm}}, serverPid(pm), tool, 4, 1, 30, func() {}, func() {})
 		if len(r.tasks) != 30 || len(r.calls) != 30 {
@@ -383,4 +388,19 @@ func loadAverage() string {
 		return strings.Join(f[:3], " ")
 	}
 	return "unknown"
+}
+
+// cpusAllowed is the Cpus_allowed_list of process pid ("1", "0-1").
+func cpusAllowed(t *testing.T, pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Skip(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Skip("no Cpus_allowed_list")
+	return ""
 }

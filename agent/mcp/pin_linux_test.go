@@ -8,22 +8,33 @@ import (
 	"unsafe"
 )
 
-// pinSelf pins every thread of this process to cpu (new threads inherit
-// the mask of the thread that makes them) and sets GOMAXPROCS to 1, as
-// `taskset -c CPU` would have at the start; the returned function undoes
-// both. ok is false when the mask cannot be set.
-func pinSelf(cpu int) (restore func(), ok bool) {
+// pinPair picks the first two cores this process may run on, pins every
+// thread of this process to the second (new threads inherit the mask of
+// the thread that makes them) and sets GOMAXPROCS to 1, as `taskset -c
+// CPU` would have at the start, and returns the first, for the server;
+// restore undoes both. ok is false when there are not two cores or the
+// mask cannot be set.
+func pinPair() (server int, restore func(), ok bool) {
 	var all, one [16]uint64
 	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(all), uintptr(unsafe.Pointer(&all))); e != 0 {
-		return nil, false
+		return 0, nil, false
 	}
-	one[cpu/64] = 1 << (cpu % 64)
+	var cpus []int
+	for cpu := 0; cpu < len(all)*64 && len(cpus) < 2; cpu++ {
+		if all[cpu/64]&(1<<(cpu%64)) != 0 {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if len(cpus) < 2 {
+		return 0, nil, false
+	}
+	one[cpus[1]/64] = 1 << (cpus[1] % 64)
 	if !setAffinity(&one) {
 		setAffinity(&all)
-		return nil, false
+		return 0, nil, false
 	}
 	runtime.GOMAXPROCS(1)
-	return func() {
+	return cpus[0], func() {
 		setAffinity(&all)
 		runtime.SetDefaultGOMAXPROCS()
 	}, true

@@ -2,5 +2,5 @@
 
 package mcp
 
-// pinSelf cannot pin a process outside Linux.
-func pinSelf(int) (func(), bool) { return nil, false }
+// pinPair cannot pin a process outside Linux.
+func pinPair() (int, func(), bool) { return 0, nil, false }
