@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -247,6 +248,12 @@ func (l *Log) commitLoop() {
 		if !ok {
 			return
 		}
+		// Let the goroutines that are runnable now make their appends
+		// first: with one P (GOMAXPROCS 1, a daemon under taskset -c N or
+		// on a one-core container) the first request's sender hands its P
+		// straight to this loop, which would otherwise commit every
+		// request on its own, and expect one the next time.
+		runtime.Gosched()
 		group = append(group[:0], req)
 		n, size := req.nevents, req.nbytes
 		open, waiting := true, false

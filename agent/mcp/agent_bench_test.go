@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,9 @@ import (
 // after), on a real log (Pebble on the file system, every append synced).
 // 16 tasks run at once, with 16 tool slots, so that 16 calls can be in
 // flight as in BenchmarkMCPDirect. One call per task: tasks/s is calls/s.
+
+// localTool is localEcho's call.
+var localTool = benchTool{"local_echo", echoTool.args, echoTool.want}
 
 // localEcho answers like server-everything's echo, in the process.
 type localEcho struct{}
@@ -71,16 +75,34 @@ func (m callMany) Complete(_ context.Context, req llm.Request, report func(llm.A
 func BenchmarkMCPAgent(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency, 1)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), mcpTool(echoTool), benchConcurrency, 1)
 }
 
 // BenchmarkMCPAgentDeep is BenchmarkMCPAgent with 128 tasks in flight
 // and still 16 tool slots: the calls to the server are as many at once,
 // the tasks' other stages (their synced appends) overlap more.
-func BenchmarkMCPAgentDeep(b *testing.B) {
-	m := start(b, testOptions(), everythingStdio(b, "everything"))
+func BenchmarkMCPAgentDeep(b *testing.B) { benchAgentDeep(b, echoRow) }
+
+// BenchmarkMCPAgentDeepPinned is BenchmarkMCPAgentDeep with the server on
+// one core and this process on another, as BenchmarkMCPDirectPinned.
+func BenchmarkMCPAgentDeepPinned(b *testing.B) { benchAgentDeep(b, pinnedRow) }
+
+// BenchmarkMCPAgentDeepSlow is BenchmarkMCPAgentDeep calling a tool that
+// takes 50 ms, as BenchmarkMCPDirectSlow.
+func BenchmarkMCPAgentDeepSlow(b *testing.B) { benchAgentDeep(b, slowRow) }
+
+// benchAgentDeep runs 128 tasks at once through the agent, 16 tool slots,
+// each calling s's tool once.
+func benchAgentDeep(b *testing.B, s benchSetup) {
+	m := start(b, testOptions(), s.server(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 128, 1)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), mcpTool(s.tool), 128, 1)
+}
+
+// mcpTool is t as the agent's model names it.
+func mcpTool(t benchTool) benchTool {
+	t.name = "everything__" + t.name
+	return t
 }
 
 // BenchmarkMCPAgentParallel is BenchmarkMCPAgent with 4 tasks in flight
@@ -90,7 +112,7 @@ func BenchmarkMCPAgentDeep(b *testing.B) {
 func BenchmarkMCPAgentParallel(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", benchConcurrency/4, 4)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), mcpTool(echoTool), benchConcurrency/4, 4)
 }
 
 // BenchmarkMCPAgentParallelDeep is BenchmarkMCPAgentParallel with 32 tasks
@@ -100,13 +122,13 @@ func BenchmarkMCPAgentParallel(b *testing.B) {
 func BenchmarkMCPAgentParallelDeep(b *testing.B) {
 	m := start(b, testOptions(), everythingStdio(b, "everything"))
 	waitReady(b, m, "everything")
-	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), "everything__echo", "Echo: hello", 32, 4)
+	benchAgent(b, agent.Options{Providers: []tools.Provider{m}}, serverPid(m), mcpTool(echoTool), 32, 4)
 }
 
 // BenchmarkMCPAgentLocal runs the same tasks with an echo tool in the
 // process instead of the MCP server: the agent's own ceiling.
 func BenchmarkMCPAgentLocal(b *testing.B) {
-	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, 0, "local_echo", "Echo: hello", benchConcurrency, 1)
+	benchAgent(b, agent.Options{Tools: []tools.Tool{localEcho{}}}, 0, localTool, benchConcurrency, 1)
 }
 
 // benchAgent runs tasks whose model calls tool perTurn times in one turn
@@ -115,9 +137,9 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // latency from the events' commit times (TOOL_CALL_STARTED to
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
 // the CPU this process and the server's (pid, if any) used.
-func benchAgent(b *testing.B, opts agent.Options, pid int, tool, want string, inflight, perTurn int) {
+func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, inflight, perTurn int) {
 	tasks := (b.N + perTurn - 1) / perTurn
-	r := runAgentTasks(b, opts, pid, tool, want, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
+	r := runAgentTasks(b, opts, pid, tool, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
 	n := float64(tasks * perTurn)
 	b.ReportMetric(n/r.elapsed.Seconds(), "calls/s")
 	b.ReportMetric(toolbench.MS(toolbench.Quantile(r.calls, 0.50)), "call-p50-ms")
@@ -147,15 +169,15 @@ type agentRun struct {
 // once, each calling tool perTurn times in its first turn; begin is called
 // when the agent is ready, before the first task, and end after the last
 // task's end, before the teardown.
-func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string, inflight, perTurn, n int, begin, end func()) agentRun {
+func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, inflight, perTurn, n int, begin, end func()) agentRun {
 	l, err := eventlog.Open(tb.TempDir(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer l.Close()
-	opts.Model = toolbench.CallOnce{Tool: tool, Arguments: `{"message":"hello"}`}
+	opts.Model = toolbench.CallOnce{Tool: tool.name, Arguments: tool.args}
 	if perTurn > 1 {
-		opts.Model = callMany{tool: tool, arguments: `{"message":"hello"}`, n: perTurn}
+		opts.Model = callMany{tool: tool.name, arguments: tool.args, n: perTurn}
 	}
 	opts.DisableReflection = true
 	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
@@ -190,7 +212,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool, want string
 					return
 				}
 				task, err := a.WaitForTask(ctx, id)
-				if err != nil || task.State != fsm.StateCompleted || task.Context.FinalResult != want {
+				if err != nil || task.State != fsm.StateCompleted || task.Context.FinalResult != tool.want {
 					tb.Errorf("task %s: %v %s %q", id, err, task.State, task.Context.FinalResult)
 					return
 				}
@@ -250,18 +272,19 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		opts      agent.Options
-		tool      string
+		tool      benchTool
 		inflight  int
 		perTurn   int
 		serverPid int
 	}{
-		{"mcp", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, 1, serverPid(m)},
-		{"local", agent.Options{Tools: []tools.Tool{localEcho{}}}, "local_echo", 4, 1, 0},
-		{"deep", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 24, 1, serverPid(m)},
-		{"parallel", agent.Options{Providers: []tools.Provider{m}}, "everything__echo", 4, 4, serverPid(m)},
+		{"mcp", agent.Options{Providers: []tools.Provider{m}}, mcpTool(echoTool), 4, 1, serverPid(m)},
+		{"local", agent.Options{Tools: []tools.Tool{localEcho{}}}, localTool, 4, 1, 0},
+		{"deep", agent.Options{Providers: []tools.Provider{m}}, mcpTool(echoTool), 24, 1, serverPid(m)},
+		{"parallel", agent.Options{Providers: []tools.Provider{m}}, mcpTool(echoTool), 4, 4, serverPid(m)},
+		{"slow", agent.Options{Providers: []tools.Provider{m}}, mcpTool(slowTool), 24, 1, serverPid(m)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, "Echo: hello", c.inflight, c.perTurn, 30, func() {}, func() {})
+			r := runAgentTasks(t, c.opts, c.serverPid, c.tool, c.inflight, c.perTurn, 30, func() {}, func() {})
 			if len(r.tasks) != 30 || r.events == 0 || r.appends == 0 {
 				t.Errorf("%d tasks, %d events, %d appends; want 30 tasks", len(r.tasks), r.events, r.appends)
 			}
@@ -272,6 +295,22 @@ func TestMCPAgentBenchWorkload(t *testing.T) {
 			}
 		})
 	}
+	// The pinned rows' setup: the server under taskset on one core, this
+	// process on another until the subtest ends.
+	t.Run("pinned", func(t *testing.T) {
+		pm := start(t, testOptions(), pinnedRow.server(t, "pinned"))
+		waitReady(t, pm, "pinned")
+		server, self := cpusAllowed(t, serverPid(pm)), cpusAllowed(t, os.Getpid())
+		if strings.ContainsAny(server, ",-") || strings.ContainsAny(self, ",-") || server == self {
+			t.Errorf("the server may run on cores %s and this process on %s: want one core each, not the same", server, self)
+		}
+		t.Logf("the server runs on core %s, this process on core %s", server, self)
+		tool := benchTool{"pinned__echo", echoTool.args, echoTool.want}
+		r := runAgentTasks(t, agent.Options{Providers: []tools.Provider{pm}}, serverPid(pm), tool, 4, 1, 30, func() {}, func() {})
+		if len(r.tasks) != 30 || len(r.calls) != 30 {
+			t.Errorf("%d tasks, %d calls; want 30", len(r.tasks), len(r.calls))
+		}
+	})
 }
 
 // TestMCPAgentOverheadRatio prints the agent's MCP calls/s as a fraction
@@ -285,23 +324,32 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 	if os.Getenv("PEGASUS_MCP_RATIO") == "" {
 		t.Skip("set PEGASUS_MCP_RATIO=1 to measure")
 	}
+	t.Logf("load average at the start: %s", loadAverage())
 	results := map[string]testing.BenchmarkResult{}
+	// Each row's ratio is to its base, the direct row of the same setup.
 	rows := []struct {
-		name string
-		f    func(*testing.B)
+		name, base string
+		f          func(*testing.B)
 	}{
-		{"direct", BenchmarkMCPDirect}, {"manager", BenchmarkMCPManager},
-		{"agent", BenchmarkMCPAgent}, {"agent, local tool", BenchmarkMCPAgentLocal}, {"agent, 128 tasks", BenchmarkMCPAgentDeep},
-		{"agent, 4 tasks x 4 calls", BenchmarkMCPAgentParallel}, {"agent, 32 tasks x 4 calls", BenchmarkMCPAgentParallelDeep},
+		{"direct", "", BenchmarkMCPDirect}, {"manager", "direct", BenchmarkMCPManager},
+		{"agent", "direct", BenchmarkMCPAgent}, {"agent, local tool", "direct", BenchmarkMCPAgentLocal},
+		{"agent, 128 tasks", "direct", BenchmarkMCPAgentDeep},
+		{"agent, 4 tasks x 4 calls", "direct", BenchmarkMCPAgentParallel},
+		{"agent, 32 tasks x 4 calls", "direct", BenchmarkMCPAgentParallelDeep},
+		{"direct, pinned", "", BenchmarkMCPDirectPinned},
+		{"agent, 128 tasks, pinned", "direct, pinned", BenchmarkMCPAgentDeepPinned},
+		{"direct, 50 ms tool", "", BenchmarkMCPDirectSlow},
+		{"agent, 128 tasks, 50 ms tool", "direct, 50 ms tool", BenchmarkMCPAgentDeepSlow},
 	}
 	for _, r := range rows {
 		res := testing.Benchmark(r.f)
 		if res.N == 0 {
-			t.Fatalf("%s did not run (is testdata/npm installed?)", r.name)
+			t.Fatalf("%s did not run (is testdata/npm installed? taskset?)", r.name)
 		}
 		results[r.name] = res
-		t.Logf("%-27s %s", r.name+":", res)
+		t.Logf("%-30s %s", r.name+":", res)
 	}
+	t.Logf("load average at the end: %s", loadAverage())
 	// calls/s: the agent rows report it (a row of several calls per task
 	// runs whole tasks, a few calls more than b.N).
 	perSec := func(name string) float64 {
@@ -310,10 +358,20 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 		}
 		return 1e9 / float64(results[name].NsPerOp())
 	}
-	direct := perSec("direct")
-	t.Logf("%d concurrent calls: direct %.0f calls/s", benchConcurrency, direct)
-	for _, r := range rows[1:] {
-		t.Logf("ratio %-27s %.3f (%.0f calls/s)", r.name+"/direct:", perSec(r.name)/direct, perSec(r.name))
+	// CPU per call, in µs: this process's and the server's.
+	cpuPerCall := func(name string) (goUS, serverUS float64) {
+		e, c := results[name].Extra, perSec(name)
+		return e["go-cores"] / c * 1e6, e["server-cores"] / c * 1e6
+	}
+	t.Logf("%d concurrent calls", benchConcurrency)
+	for _, r := range rows {
+		goUS, serverUS := cpuPerCall(r.name)
+		if r.base == "" {
+			t.Logf("%-30s %.0f calls/s; CPU per call: Go %.0f µs, server %.0f µs", r.name+":", perSec(r.name), goUS, serverUS)
+			continue
+		}
+		t.Logf("ratio %-30s %.3f (%.0f calls/s; CPU per call: Go %.0f µs, server %.0f µs)", r.name+"/"+r.base+":",
+			perSec(r.name)/perSec(r.base), perSec(r.name), goUS, serverUS)
 	}
 	t.Logf("the target row (0.9): %q, 16 calls at the server at every moment, each a task of its own; %q is the same with 4 calls per model turn",
 		"agent, 128 tasks", "agent, 32 tasks x 4 calls")
@@ -321,4 +379,28 @@ func TestMCPAgentOverheadRatio(t *testing.T) {
 	l := results["agent, local tool"].Extra
 	t.Logf("tool stage (TOOL_CALL_STARTED to TOOL_CALL_COMPLETED, commit times): p50 %.2f ms, p99 %.2f ms; with the local tool p50 %.2f ms, p99 %.2f ms",
 		a["call-p50-ms"], a["call-p99-ms"], l["call-p50-ms"], l["call-p99-ms"])
+}
+
+// loadAverage is the first three fields of /proc/loadavg, or "unknown".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
+}
+
+// cpusAllowed is the Cpus_allowed_list of process pid ("1", "0-1").
+func cpusAllowed(t *testing.T, pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Skip(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Skip("no Cpus_allowed_list")
+	return ""
 }

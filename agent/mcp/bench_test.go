@@ -23,21 +23,87 @@ import (
 // benchConcurrency is the number of calls in flight at once.
 const benchConcurrency = 16
 
+// benchTool is a tool the benchmarks call, the arguments they call it
+// with and its answer.
+type benchTool struct{ name, args, want string }
+
+var (
+	// echoTool answers at once: a call costs only CPU, the server's and
+	// the client's.
+	echoTool = benchTool{"echo", `{"message":"hello"}`, "Echo: hello"}
+	// slowTool waits 50 ms in the server (a timer, no CPU) before it
+	// answers, as a tool that does real work would.
+	slowTool = benchTool{"trigger-long-running-operation", `{"duration":0.05,"steps":1}`,
+		"Long running operation completed. Duration: 0.05 seconds, Steps: 1."}
+)
+
+// benchSetup is what a row calls and where its two sides run: pinned,
+// the server runs on the first core this process may use (taskset) and
+// this process on the second with GOMAXPROCS 1, the same for the direct
+// program and the agent.
+type benchSetup struct {
+	tool   benchTool
+	pinned bool
+}
+
+var (
+	echoRow   = benchSetup{tool: echoTool}
+	pinnedRow = benchSetup{tool: echoTool, pinned: true}
+	slowRow   = benchSetup{tool: slowTool}
+)
+
+// server returns the server-everything configuration of s, and pins this
+// process until b ends when s is pinned.
+func (s benchSetup) server(b testing.TB, name string) ServerConfig {
+	bin := npmBin(b, "mcp-server-everything")
+	if !s.pinned {
+		return ServerConfig{Name: name, Command: bin, Args: []string{"stdio"}}
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		b.Skip("pinning needs taskset")
+	}
+	core, restore, ok := pinPair()
+	if !ok {
+		b.Skip("cannot pin this process and the server to two cores")
+	}
+	b.Cleanup(restore)
+	return ServerConfig{Name: name, Command: taskset, Args: []string{"-c", strconv.Itoa(core), bin, "stdio"}}
+}
+
 // BenchmarkMCPDirect calls server-everything's echo over stdio with the
 // SDK alone, 16 calls at once: the baseline of BenchmarkMCPManager.
-func BenchmarkMCPDirect(b *testing.B) {
-	bin := npmBin(b, "mcp-server-everything")
+func BenchmarkMCPDirect(b *testing.B) { benchDirect(b, echoRow) }
+
+// BenchmarkMCPDirectPinned is BenchmarkMCPDirect with the server on one
+// core and this process on another (benchSetup).
+func BenchmarkMCPDirectPinned(b *testing.B) { benchDirect(b, pinnedRow) }
+
+// BenchmarkMCPDirectSlow is BenchmarkMCPDirect calling a tool that takes
+// 50 ms.
+func BenchmarkMCPDirectSlow(b *testing.B) { benchDirect(b, slowRow) }
+
+// benchDirect calls s's tool with the SDK alone, 16 calls at once.
+func benchDirect(b *testing.B, s benchSetup) {
+	cfg := s.server(b, "everything")
+	var args map[string]any
+	if err := json.Unmarshal([]byte(s.tool.args), &args); err != nil {
+		b.Fatal(err)
+	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil)
 	ctx := context.Background()
-	cmd := exec.Command(bin, "stdio")
+	cmd := exec.Command(cfg.Command, cfg.Args...)
 	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 500 * time.Millisecond}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cs.Close()
 	concurrently(b, cmd.Process.Pid, func() error {
-		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "hello"},
+		r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: s.tool.name, Arguments: args,
 			Meta: mcp.Meta{MetaIdempotencyKey: "k"}})
+		if err == nil && (r.IsError || len(r.Content) == 0) {
+			err = fmt.Errorf("%s: an error or no content: %+v", s.tool.name, r)
+		}
 		return err
 	})
 }

@@ -477,8 +477,7 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		}
 		s.stderr.reset()
 		cmd.Stderr = s.stderr
-		transport = &taskTransport{inner: &mcp.CommandTransport{Command: cmd,
-			TerminateDuration: s.m.opts.TerminateTimeout}, st: sess.tasks}
+		transport = &taskTransport{inner: &stdioTransport{cmd: cmd, terminate: s.m.opts.TerminateTimeout}, st: sess.tasks}
 		defer func() {
 			if cmd.Process != nil {
 				s.mu.Lock()
