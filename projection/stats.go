@@ -26,6 +26,34 @@ const maxIterationBucket = 100
 type Stats struct {
 	opts StatsOptions
 	s    statsState
+	// keys caches ByMachineState's keys (machine name, a space, the
+	// state): a fold counts a task at every change of state, and building
+	// the key each time was an allocation per event. Not persisted.
+	keys map[machineState]string
+}
+
+// machineState is the key of Stats.keys.
+type machineState struct {
+	machine string
+	state   fsm.State
+}
+
+// maxStateKeys bounds Stats.keys (machine names come from the log); past
+// it the cache starts over.
+const maxStateKeys = 1024
+
+// stateKey returns t's ByMachineState key.
+func (st *Stats) stateKey(t *fsm.Task) string {
+	k := machineState{t.Machine.Name, t.State}
+	if s, ok := st.keys[k]; ok {
+		return s
+	}
+	if st.keys == nil || len(st.keys) >= maxStateKeys {
+		st.keys = make(map[machineState]string, 16)
+	}
+	s := t.Machine.Name + " " + string(t.State)
+	st.keys[machineState{strings.Clone(t.Machine.Name), t.State}] = s
+	return s
 }
 
 // StatsOptions bound the stats projection. Changing them changes what is
@@ -100,8 +128,9 @@ func bump[K comparable](m *map[K]int64, k K, d int64) {
 	if *m == nil {
 		*m = map[K]int64{}
 	}
-	(*m)[k] += d
-	if (*m)[k] == 0 {
+	if n := (*m)[k] + d; n != 0 {
+		(*m)[k] = n
+	} else {
 		delete(*m, k)
 	}
 }
@@ -194,7 +223,7 @@ func (st *Stats) byState(t *fsm.Task, d int64) {
 	if t.Machine.Name != fsm.DispatchMachineName {
 		bump(&st.s.ByState, t.State, d)
 	}
-	bump(&st.s.ByMachineState, t.Machine.Name+" "+string(t.State), d)
+	bump(&st.s.ByMachineState, st.stateKey(t), d)
 }
 
 // minute adds to the bucket of t's minute if it is inside the window,

@@ -95,7 +95,15 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 	// eventlog's iterators hand out the event in place, without Event's
 	// copy under the iterator's lock.
 	cur, _ := it.(interface{ Current() *eventlog.Event })
-	var ch Change // one for the whole loop: OnChange takes its address
+	// One Change for the whole loop. Without OnChange it stays on the
+	// stack: the tasks and events copied into it on every step then cost
+	// no write barriers while the collector runs. OnChange takes its
+	// address, so with a hook it lives on the heap.
+	var local Change
+	var hooked *Change
+	if opts.OnChange != nil {
+		hooked = new(Change)
+	}
 	for n := 0; it.Next(); n++ {
 		if n&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -125,8 +133,17 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 			}
 			res.Gaps++
 		}
-		if err := v.step(ctx, ev, &ch, own != nil); err != nil {
-			return res, err
+		var refused bool
+		if hooked != nil {
+			if err := v.step(ctx, ev, hooked, own != nil); err != nil {
+				return res, err
+			}
+			refused = hooked.Err != nil
+		} else {
+			if err := v.step(ctx, ev, &local, own != nil); err != nil {
+				return res, err
+			}
+			refused = local.Err != nil
 		}
 		last = ev.Seq
 		if res.From == 0 {
@@ -134,11 +151,11 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		}
 		res.To = ev.Seq
 		res.Events++
-		if ch.Err != nil {
+		if refused {
 			res.Refused++
 		}
-		if opts.OnChange != nil {
-			if err := opts.OnChange(&ch); err != nil {
+		if hooked != nil {
+			if err := opts.OnChange(hooked); err != nil {
 				return res, err
 			}
 		}

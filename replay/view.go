@@ -115,7 +115,7 @@ func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change, shared b
 	if derr != nil {
 		ch.Change = v.set.Refuse(fe, derr)
 	} else {
-		ch.Change = v.set.Apply(fe)
+		v.set.ApplyTo(&ch.Change, fe)
 	}
 	if ch.Err != nil {
 		v.nIssue++
