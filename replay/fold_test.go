@@ -2,11 +2,14 @@ package replay
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
 // TestOwnerTake: a borrowed event taken by the fold shares nothing with the
@@ -28,5 +31,126 @@ func TestOwnerTake(t *testing.T) {
 	}
 	if len(o.names) > maxInterned {
 		t.Fatalf("%d names interned, more than %d", len(o.names), maxInterned)
+	}
+}
+
+// TestOwnerTakeArena: bodies copied into the owner's chunks stay intact
+// after their source is overwritten and after later bodies fill the chunk
+// and the next ones, and an append to one body does not reach the next.
+func TestOwnerTakeArena(t *testing.T) {
+	o := newOwner()
+	rng := rand.New(rand.NewPCG(testSeed(t), 3))
+	src := make([]byte, 2*arenaMax)
+	var got, want [][]byte
+	for i := range 4 * arenaChunk / 16 {
+		n := rng.IntN(arenaMax + arenaMax/2) // some over arenaMax, some empty
+		for j := range n {
+			src[j] = byte(i + j)
+		}
+		ev := eventlog.Event{Stream: "s", Type: "T", Body: src[:n]}
+		o.take(&ev)
+		if len(ev.Body) != n || (n > 0 && &ev.Body[0] == &src[0]) {
+			t.Fatalf("body %d: %d bytes, sharing the source: %v", i, len(ev.Body), n > 0 && &ev.Body[0] == &src[0])
+		}
+		for j := range src {
+			src[j] = 0xff
+		}
+		got, want = append(got, ev.Body), append(want, bytes.Clone(ev.Body))
+		if i > 0 && len(got[i-1]) > 0 {
+			_ = append(got[i-1], 0xee, 0xee, 0xee, 0xee)
+		}
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("body %d changed after it was taken", i)
+		}
+		for j, c := range got[i] {
+			if c != byte(i+j) {
+				t.Fatalf("body %d, byte %d: %#x, want %#x", i, j, c, byte(i+j))
+			}
+		}
+	}
+}
+
+// scribbleSource hands out its events borrowed, as a Pebble log does
+// (eventlog.ScanBorrowed): stream, type and body are read from one buffer
+// that the next event, and the end of the scan, write over.
+type scribbleSource struct {
+	*MemLog
+	bufs []*[]byte // the iterators' buffers, overwritten once more at the end
+}
+
+func (s *scribbleSource) borrowedEvents(ctx context.Context, from uint64) Iterator {
+	it := &scribbleIter{in: s.MemLog.Events(ctx, from), buf: new([]byte)}
+	s.bufs = append(s.bufs, it.buf)
+	return it
+}
+
+func (s *scribbleSource) scribble() {
+	for _, b := range s.bufs {
+		for i := range *b {
+			(*b)[i] = 'X'
+		}
+	}
+}
+
+type scribbleIter struct {
+	in  Iterator
+	buf *[]byte
+	ev  eventlog.Event
+}
+
+func (it *scribbleIter) Next() bool {
+	b := *it.buf
+	for i := range b {
+		b[i] = 'X' // what the previous event lent is gone
+	}
+	if !it.in.Next() {
+		return false
+	}
+	ev := it.in.Event()
+	b = append(append(append(b[:0], ev.Stream...), ev.Type...), ev.Body...)
+	*it.buf = b
+	ns, nt := len(ev.Stream), len(ev.Type)
+	ev.Stream = unsafe.String(unsafe.SliceData(b), ns)
+	ev.Type = unsafe.String(&b[ns], nt)
+	if ev.Body != nil {
+		ev.Body = b[ns+nt : len(b) : len(b)]
+	}
+	it.ev = ev
+	return true
+}
+
+func (it *scribbleIter) Event() eventlog.Event { return it.ev }
+func (it *scribbleIter) Err() error            { return it.in.Err() }
+func (it *scribbleIter) Close() error          { return it.in.Close() }
+
+// TestFoldBorrowedBodiesOutliveTheirSource: a fold that reads borrowed
+// events (the bodies copied into the fold's chunks, the decoded strings
+// aliasing them) gives the state of a fold of owned events, read after
+// every buffer it borrowed from was overwritten; with inputs under and
+// over the size that goes into a chunk.
+func TestFoldBorrowedBodiesOutliveTheirSource(t *testing.T) {
+	seed := testSeed(t)
+	for _, size := range []int{64, 3 * arenaMax} {
+		evs := replaytest.Generate(seed, replaytest.Config{Tasks: 60, Concurrency: 20, InputSize: size})
+		mem := mustMem(t, evs)
+		ref := dump(t, foldMem(t, mem))
+		src := &scribbleSource{MemLog: mem}
+		v, err := NewView(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// In pieces, so that the later folds' chunks are new ones.
+		for v.Seq() < mem.Head() {
+			if _, err := Fold(context.Background(), v, src, FoldOptions{Bound: AtSeq(v.Seq() + 97)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(src.bufs) < 2 {
+			t.Fatalf("the fold read borrowed %d times", len(src.bufs))
+		}
+		src.scribble()
+		sameState(t, fmt.Sprintf("borrowed fold, inputs of %d bytes", size), ref, dump(t, v))
 	}
 }

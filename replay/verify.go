@@ -453,6 +453,7 @@ type foldVerifier struct {
 	since     int               // events since the last eviction
 	reloads   int               // evicted tasks read back for a late event
 	buf       []byte            // digest's and compareProjections' encodings
+	before    fsm.Task          // check's copy of the task before a step, for fsm.Next
 }
 
 // evictedTask is what compareProjections needs of a task that left the
@@ -606,7 +607,7 @@ func newFoldVerifier(rep *Report, vo *VerifyOptions) *foldVerifier {
 // records so that one bad record does not hide the rest of the log.
 func (fv *foldVerifier) fold(ctx context.Context, v *View, src Source, b Bound) error {
 	for {
-		res, err := Fold(ctx, v, src, FoldOptions{Bound: b, OnChange: fv.check})
+		res, err := Fold(ctx, v, src, FoldOptions{Bound: b, verify: fv})
 		fv.rep.Events += res.Events
 		fv.rep.Refused += res.Refused
 		if res.Gaps > 0 && !fv.vo.AllowGaps {
@@ -647,8 +648,9 @@ func isLogSource(src Source) bool {
 	return false
 }
 
-// check is the OnChange of a verify fold: it turns what the fold saw into
-// problems.
+// check is the hook of a verify fold (FoldOptions.verify): it turns what
+// the fold saw into problems. It keeps nothing of ch (the fold's Change is
+// on its stack): what it records it copies.
 func (fv *foldVerifier) check(ch *Change) error {
 	ev := &ch.Raw
 	at := func(kind ProblemKind, format string, args ...any) {
@@ -706,8 +708,12 @@ func (fv *foldVerifier) check(ch *Change) error {
 		// suspend, resume, cancel) come from outside and answer nothing.
 		// Legal is not enough: a TASK_COMPLETED in completed is legal once,
 		// but due only while the result is not recorded.
-		if before := &ch.Before; before.State != fsm.StateNone && !fsm.IsCommand(ch.Event.Type) {
-			if due := fsm.Next(before); !due.Answered(ch.Event.Type) {
+		if ch.Before.State != fsm.StateNone && !fsm.IsCommand(ch.Event.Type) {
+			// fsm.Next keeps its argument from the escape analysis (a
+			// call through the machine's interface): it gets a copy, so
+			// that the fold's Change stays on the stack.
+			fv.before = ch.Before
+			if due := fsm.Next(&fv.before); !due.Answered(ch.Event.Type) {
 				fv.undue[ev.Stream] = true
 				at(ProblemUndue, "the task's first event that answers no due work: %s was due (%s)", due.Kind, due)
 			}
