@@ -26,34 +26,79 @@ const maxIterationBucket = 100
 type Stats struct {
 	opts StatsOptions
 	s    statsState
-	// keys caches ByMachineState's keys (machine name, a space, the
-	// state): a fold counts a task at every change of state, and building
-	// the key each time was an allocation per event. Not persisted.
-	keys map[machineState]string
+	// cells count the tasks in each machine and state since s's ByState
+	// and ByMachineState were last brought up to date (DecodeStats, or
+	// settle when the cells are many): a fold counts a task at every
+	// change of state, and a map update per count (two in each map) was
+	// most of the stats' time. index finds a cell by machine and state.
+	// Not persisted: Encode and Report add the cells to the maps.
+	cells []stateCell
+	index map[machineState]int32
 }
 
-// machineState is the key of Stats.keys.
+// machineState is the key of Stats.index.
 type machineState struct {
 	machine string
 	state   fsm.State
 }
 
-// maxStateKeys bounds Stats.keys (machine names come from the log); past
-// it the cache starts over.
+// stateCell is one machine and state's count in Stats.cells.
+type stateCell struct {
+	key     string // ByMachineState's key: the machine name, a space, the state
+	state   fsm.State
+	byState bool // counted in ByState too (not a broker task, see byState)
+	n       int64
+}
+
+// maxStateKeys bounds Stats.cells (machine names come from the log); past
+// it the cells are settled into the maps and start over.
 const maxStateKeys = 1024
 
-// stateKey returns t's ByMachineState key.
-func (st *Stats) stateKey(t *fsm.Task) string {
-	k := machineState{t.Machine.Name, t.State}
-	if s, ok := st.keys[k]; ok {
-		return s
+// cell returns t's cell, adding it if new.
+func (st *Stats) cell(t *fsm.Task) *stateCell {
+	if i, ok := st.index[machineState{t.Machine.Name, t.State}]; ok {
+		return &st.cells[i]
 	}
-	if st.keys == nil || len(st.keys) >= maxStateKeys {
-		st.keys = make(map[machineState]string, 16)
+	if len(st.cells) >= maxStateKeys {
+		st.settle()
 	}
-	s := t.Machine.Name + " " + string(t.State)
-	st.keys[machineState{strings.Clone(t.Machine.Name), t.State}] = s
-	return s
+	if st.index == nil {
+		st.index = make(map[machineState]int32, 16)
+	}
+	name := strings.Clone(t.Machine.Name)
+	st.cells = append(st.cells, stateCell{key: name + " " + string(t.State), state: t.State,
+		byState: name != fsm.DispatchMachineName})
+	st.index[machineState{name, t.State}] = int32(len(st.cells) - 1)
+	return &st.cells[len(st.cells)-1]
+}
+
+// settle adds the cells to ByState and ByMachineState and empties them.
+func (st *Stats) settle() {
+	addCells(&st.s.ByState, &st.s.ByMachineState, st.cells)
+	st.cells = st.cells[:0]
+	clear(st.index)
+}
+
+// addCells adds cells to the counts by state and by machine and state.
+func addCells(byState *map[fsm.State]int64, byMachineState *map[string]int64, cells []stateCell) {
+	for i := range cells {
+		c := &cells[i]
+		if c.n == 0 {
+			continue
+		}
+		if c.byState {
+			bump(byState, c.state, c.n)
+		}
+		bump(byMachineState, c.key, c.n)
+	}
+}
+
+// states returns ByState and ByMachineState with the cells added, without
+// changing st (Report runs under a read lock).
+func (st *Stats) states() (map[fsm.State]int64, map[string]int64) {
+	byState, byMachineState := copyMap(st.s.ByState), copyMap(st.s.ByMachineState)
+	addCells(&byState, &byMachineState, st.cells)
+	return byState, byMachineState
 }
 
 // StatsOptions bound the stats projection. Changing them changes what is
@@ -219,12 +264,7 @@ func (st *Stats) task(ev fsm.Event, before, after *fsm.Task) {
 // it is a broker task (dispatch.task shares completed and failed with
 // pegasus.task but not their meaning; its figures are by_machine_state's
 // and GET /api/v1/stats').
-func (st *Stats) byState(t *fsm.Task, d int64) {
-	if t.Machine.Name != fsm.DispatchMachineName {
-		bump(&st.s.ByState, t.State, d)
-	}
-	bump(&st.s.ByMachineState, st.stateKey(t), d)
-}
+func (st *Stats) byState(t *fsm.Task, d int64) { st.cell(t).n += d }
 
 // minute adds to the bucket of t's minute if it is inside the window,
 // moving the window forward when t is the newest minute seen.
@@ -354,9 +394,10 @@ type statsWire struct {
 // Encode returns the canonical encoding of the stats.
 func (st *Stats) Encode() ([]byte, error) {
 	s := &st.s
+	byState, byMachineState := st.states()
 	return marshal(&statsWire{
 		Events: s.Events, Refused: s.Refused, Created: s.Created, Completed: s.Completed, Failed: s.Failed,
-		ByState: sortedKV(s.ByState), ByMachineState: sortedKV(s.ByMachineState), ByMachine: sortedKV(s.ByMachine), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
+		ByState: sortedKV(byState), ByMachineState: sortedKV(byMachineState), ByMachine: sortedKV(s.ByMachine), ByType: sortedKV(s.ByType), BySource: sortedKV(s.BySource),
 		Inputs: sortedKV(s.Inputs), System: sortedKV(s.System), MemoryEvents: s.MemoryEvents,
 		FailureReasons: sortedKV(s.FailureReasons), Minutes: s.Minutes, LastMinute: s.LastMinute,
 		Durations: s.Durations.wire(), CompletedDur: s.CompletedDur.wire(), FailedDur: s.FailedDur.wire(),
@@ -457,6 +498,7 @@ func durationReport(h *Histogram) DurationReport {
 // Report returns the stats as shown to users. Maps are copies.
 func (st *Stats) Report() StatsReport {
 	s := &st.s
+	byState, byMachineState := st.states()
 	r := StatsReport{
 		Events: s.Events, Refused: s.Refused, Tasks: s.Created, Completed: s.Completed, Failed: s.Failed,
 		ByState: map[fsm.State]int64{}, ByMachine: copyMap(s.ByMachine), ByType: copyMap(s.ByType), BySource: copyMap(s.BySource),
@@ -466,15 +508,15 @@ func (st *Stats) Report() StatsReport {
 		WindowMinutes: st.opts.Window,
 	}
 	for _, state := range fsm.States {
-		r.ByState[state] = s.ByState[state]
+		r.ByState[state] = byState[state]
 	}
-	for state, n := range s.ByState {
+	for state, n := range byState {
 		if n != 0 {
 			r.ByState[state] = n // the states of older machines, when some task is in one
 		}
 	}
 	r.ByMachineState = map[string]map[fsm.State]int64{}
-	for k, n := range s.ByMachineState {
+	for k, n := range byMachineState {
 		name, state, _ := strings.Cut(k, " ")
 		if r.ByMachineState[name] == nil {
 			r.ByMachineState[name] = map[fsm.State]int64{}

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -63,5 +65,55 @@ func TestStatsByMachineState(t *testing.T) {
 	}
 	if got := back.Report().ByMachineState[fsm.DispatchMachineName][fsm.StatePending]; got != 1 {
 		t.Fatalf("decoded: %v", back.Report().ByMachineState)
+	}
+}
+
+// TestStatsStateCells: the counts by state kept in cells give what a map
+// update per count gives, across an encoding and decoding, and past the
+// bound of cells (which settles them into the maps).
+func TestStatsStateCells(t *testing.T) {
+	st := NewStats(StatsOptions{})
+	wantState, wantMS := map[fsm.State]int64{}, map[string]int64{}
+	states := []fsm.State{fsm.StateIdle, fsm.StateCompleted, fsm.StateFailed}
+	count := func(st *Stats, i int, d int64) {
+		task := fsm.Task{Machine: fsm.MachineRef{Name: fmt.Sprintf("m%d", i%(maxStateKeys+7))}, State: states[i%len(states)]}
+		if i%5 == 0 {
+			task.Machine.Name = fsm.DispatchMachineName
+		}
+		st.byState(&task, d)
+		if task.Machine.Name != fsm.DispatchMachineName {
+			bump(&wantState, task.State, d)
+		}
+		bump(&wantMS, task.Machine.Name+" "+string(task.State), d)
+	}
+	check := func(what string, st *Stats) {
+		t.Helper()
+		byState, byMS := st.states()
+		if !maps.Equal(byState, wantState) || !maps.Equal(byMS, wantMS) {
+			t.Fatalf("%s: by state %v, want %v; by machine and state: %d keys, want %d", what, byState, wantState, len(byMS), len(wantMS))
+		}
+	}
+	for i := range 3 * maxStateKeys {
+		count(st, i, 1)
+	}
+	for i := 0; i < 3*maxStateKeys; i += 2 {
+		count(st, i, -1) // half the counts go back to zero
+	}
+	check("folded", st)
+	b, err := st.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeStats(b, StatsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("decoded", back)
+	for i := range maxStateKeys / 2 {
+		count(back, i, 1)
+	}
+	check("decoded, then folded", back)
+	if r := back.Report(); r.ByState[fsm.StateIdle] != wantState[fsm.StateIdle] {
+		t.Fatalf("report: %d idle, want %d", r.ByState[fsm.StateIdle], wantState[fsm.StateIdle])
 	}
 }
