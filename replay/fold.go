@@ -263,8 +263,8 @@ const maxInterned = 8192
 // arenaChunk is the size of the chunks small bodies are copied into;
 // a body over arenaMax gets an allocation of its own.
 const (
-	arenaChunk = 4 << 10
-	arenaMax   = 512
+	arenaChunk = 8 << 10
+	arenaMax   = 1 << 10
 )
 
 func newOwner() *owner { return &owner{names: make(map[string]string, 256)} }
