@@ -245,52 +245,25 @@ type borrower interface {
 // the stream and type names interned (a fold sees few distinct names at a
 // time: the tasks in flight and the event types).
 //
-// Small bodies are copied into a shared chunk (an arena) rather than one
-// allocation each: the decoded strings alias the copy (fsm.DecodeShared),
-// so a chunk lives as long as any task holds a string of one of its
-// bodies, and is freed with the last of them. Bytes handed out are never
-// written again: a full chunk is left to those who hold it and a new one
-// started. The chunk is small, so a task that outlives its neighbours in
-// the log keeps little of theirs alive.
+// Each body gets a copy of its own: the decoded strings alias it
+// (fsm.DecodeShared), so a task keeps alive the bodies it holds strings
+// of and nothing else. (Small bodies copied into shared chunks were tried
+// and not kept: a task that outlives its neighbours in the log would keep
+// their chunks alive, memory the budget does not count.)
 type owner struct {
 	names map[string]string
-	arena []byte // the chunk being filled: len is what is handed out
 }
 
 // maxInterned bounds the interned names; past it the table starts over.
 const maxInterned = 8192
 
-// arenaChunk is the size of the chunks small bodies are copied into;
-// a body over arenaMax gets an allocation of its own.
-const (
-	arenaChunk = 8 << 10
-	arenaMax   = 1 << 10
-)
-
 func newOwner() *owner { return &owner{names: make(map[string]string, 256)} }
 
 func (o *owner) take(ev *eventlog.Event) {
 	ev.Stream, ev.Type = o.intern(ev.Stream), o.intern(ev.Type)
-	ev.Body = o.body(ev.Body)
-}
-
-// body returns the fold's own copy of b (b itself when empty: no bytes to
-// read).
-func (o *owner) body(b []byte) []byte {
-	n := len(b)
-	switch {
-	case n == 0:
-		return b
-	case n > arenaMax:
-		return bytes.Clone(b)
-	case cap(o.arena)-len(o.arena) < n:
-		o.arena = make([]byte, 0, arenaChunk)
+	if len(ev.Body) > 0 {
+		ev.Body = bytes.Clone(ev.Body)
 	}
-	at := len(o.arena)
-	o.arena = append(o.arena, b...)
-	// The capacity ends with the body: an append to it reallocates
-	// instead of writing over the next body.
-	return o.arena[at : at+n : at+n]
 }
 
 func (o *owner) intern(b string) string {
