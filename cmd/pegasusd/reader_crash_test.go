@@ -1,0 +1,330 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+)
+
+var readerCrashCycles = flag.Int("reader-crash-cycles", 20, "kill -9 cycles in TestReaderCrashRecovery")
+
+// readerModel is the scripted model (scriptedReply) whose completions the
+// test can hold: once armed, the next completion asked with a tool result
+// in its conversation (a completion asked while the daemon holds the
+// previous answer and a reader's result, unrecorded) signals hit and, in
+// hold mode, does not answer until the daemon is gone; in release mode it
+// answers first, then signals, so that the kill lands while the daemon
+// records what it held.
+type readerModel struct {
+	*httptest.Server
+
+	mu      sync.Mutex
+	armed   bool
+	release bool          // answer, then signal
+	hit     chan struct{} // one signal per arming
+}
+
+func startReaderModel(t *testing.T) *readerModel {
+	t.Helper()
+	m := &readerModel{hit: make(chan struct{}, 1)}
+	m.Server = httptest.NewServer(http.HandlerFunc(m.serve))
+	t.Cleanup(m.Close)
+	return m
+}
+
+// arm makes the next completion asked with an answer held signal hit.
+func (m *readerModel) arm(release bool) {
+	m.mu.Lock()
+	m.armed, m.release = true, release
+	m.mu.Unlock()
+}
+
+// disarm stops holding completions (the daemon is gone).
+func (m *readerModel) disarm() {
+	m.mu.Lock()
+	m.armed = false
+	m.mu.Unlock()
+	select {
+	case <-m.hit:
+	default:
+	}
+}
+
+func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/models":
+		fmt.Fprint(w, `{"data":[{"id":"reader-1"}]}`)
+		return
+	case "/v1/chat/completions":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	var req chatRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	held := false // a tool result after the input: an answer is held
+	for _, msg := range req.Messages {
+		held = held || msg.Role == "tool"
+	}
+	m.mu.Lock()
+	fire := m.armed && held
+	release := m.release
+	if fire {
+		m.armed = false
+	}
+	m.mu.Unlock()
+	if fire && !release {
+		m.hit <- struct{}{}
+		<-r.Context().Done() // the daemon was killed
+		return
+	}
+	msg := map[string]any{"role": "assistant"}
+	content, call := scriptedReply(req.Messages)
+	finish := "stop"
+	if call != nil {
+		msg["content"], msg["tool_calls"], finish = nil, []chatToolCall{*call}, "tool_calls"
+	} else {
+		msg["content"] = content
+	}
+	json.NewEncoder(w).Encode(map[string]any{
+		"model":   "reader-1",
+		"choices": []any{map[string]any{"message": msg, "finish_reason": finish}},
+		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 5},
+	})
+	if fire {
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		m.hit <- struct{}{}
+	}
+}
+
+// The reader tasks: read-only built-ins, one per model answer, the last
+// answer quoting their results line by line.
+const readerDoor = "- the door code is 4217"
+
+var readerInputs = []string{
+	"call current_time {}",
+	"call current_time {}\ncall memory_list {}\ncall memory_read {\"path\":\"facts/door.md\"}",
+	"call memory_read {\"path\":\"facts/door.md\"}\ncall current_time {}",
+}
+
+// TestReaderCrashRecovery kills pegasusd with SIGKILL under a load of
+// tasks that only call read-only built-ins (current_time, memory_list,
+// memory_read), which are recorded with the model's answer that asked for
+// them, the first answer held while the next model call runs. Each cycle
+// kills at one of three points, at random: after a number of
+// acknowledgements, while a model call runs with an answer held, or just
+// after the model answered such a call, while the daemon appends what it
+// held. After a last clean run: every acknowledged task completed once,
+// with every result the model asked for; no reader's call was recorded
+// twice or apart from its result; every task recorded one model answer per
+// tool call plus the last; and verify is clean.
+func TestReaderCrashRecovery(t *testing.T) {
+	seed, rng := crashRun(t)
+	model := startReaderModel(t)
+	bin := rigDaemon(t)
+	data := filepath.Join(t.TempDir(), "data")
+	cfg := filepath.Join(t.TempDir(), "pegasus.yaml")
+	config := fmt.Sprintf("models:\n  - {name: scripted, baseUrl: %q, model: reader-1, maxAttempts: 1, default: true}\n", model.URL+"/v1")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", cfg, "--no-reflection"}
+
+	// The memory the readers read, written by a task before any crash.
+	ackedAll := map[string]bool{}
+	p := startProc(t, bin, data, args...)
+	seedID := submitAndWait(t, p, fmt.Sprintf("call memory_write {\"path\":\"facts/door.md\",\"content\":%q}", readerDoor))
+	ackedAll[seedID] = true
+
+	kills := map[string]int{}
+	for cycle := range *readerCrashCycles {
+		if cycle > 0 {
+			p = startProc(t, bin, data, args...)
+		}
+		killAfter := rng.IntN(9)
+		switch mode := rng.IntN(3); mode {
+		case 0:
+			kills["after acknowledgements"]++
+			killUnderLoad(t, p, readerInputs, seed, cycle, 4, killAfter, ackedAll)
+		default:
+			release := mode == 2
+			if release {
+				kills["as the held answer is recorded"]++
+			} else {
+				kills["while an answer is held"]++
+			}
+			killAtModel(t, p, model, release, seed, cycle, killAfter, ackedAll)
+		}
+	}
+
+	p = startProc(t, bin, data, args...)
+	finishAll(t, p, ackedAll)
+	p.stop(t)
+	t.Logf("%d acknowledged tasks, kills: %v", len(ackedAll), kills)
+	checkLog(t, data, ackedAll)
+	checkReaders(t, data, ackedAll)
+}
+
+// submitAndWait submits input to p and waits until its task finished.
+func submitAndWait(t *testing.T, p *proc, input string) string {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"input": input})
+	resp, err := http.Post(p.url+"/v1/tasks", "application/json", strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		TaskID string `json:"task_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("submit: %d %v", resp.StatusCode, err)
+	}
+	finishAll(t, p, map[string]bool{c.TaskID: true})
+	return c.TaskID
+}
+
+// killAtModel runs four submitters of readerInputs against p, arms the
+// model once killAfter submissions were acknowledged, and kills p when
+// the model signals; every acknowledged task id goes to ackedAll.
+func killAtModel(t *testing.T, p *proc, m *readerModel, release bool, seed uint64, cycle, killAfter int, ackedAll map[string]bool) {
+	t.Helper()
+	acked := make(chan string)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		sub := rand.New(rand.NewPCG(seed, uint64(cycle*10+i)))
+		go func() { defer wg.Done(); submitter(p.url, readerInputs, sub, acked, stop) }()
+	}
+	submitted := make(chan struct{})
+	go func() { wg.Wait(); close(submitted) }()
+	if killAfter == 0 {
+		m.arm(release)
+	}
+	timeout := time.After(testTimeout) // a bound for the failure only
+	for n := 0; ; {
+		select {
+		case id := <-acked:
+			ackedAll[id] = true
+			if n++; n == killAfter {
+				m.arm(release)
+			}
+			continue
+		case <-m.hit:
+		case <-submitted:
+			close(stop)
+			t.Fatalf("every submitter stopped after %d acknowledgements: the daemon died or refused them\n%s", n, p.output())
+		case <-timeout:
+			p.kill(t)
+			close(stop)
+			t.Fatalf("the model was not asked with an answer held within %v (%d acknowledgements)\n%s", testTimeout, n, p.output())
+		}
+		break
+	}
+	p.kill(t)
+	m.disarm()
+	close(stop)
+	for {
+		select {
+		case id := <-acked:
+			ackedAll[id] = true
+		case <-submitted:
+			return
+		}
+	}
+}
+
+// checkReaders audits the reader tasks of a stopped daemon's data
+// directory: a reader's TOOL_CALL_STARTED is followed, in its task's
+// stream, by its outcome, and no key is started twice; a completed task
+// recorded one model answer per tool call plus the last, and its result
+// answers each call (the door code for each memory_read, the file for
+// each memory_list).
+func checkReaders(t *testing.T, data string, acked map[string]bool) {
+	t.Helper()
+	l, v := openVerified(t, data)
+	streams := map[string][]eventlog.Event{}
+	it := l.Scan(1, eventlog.Forward)
+	defer it.Close()
+	for it.Next() {
+		ev := it.Event()
+		if !strings.HasPrefix(ev.Stream, "$") {
+			ev.Body = append([]byte(nil), ev.Body...)
+			streams[ev.Stream] = append(streams[ev.Stream], ev)
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	readers := 0
+	for id, evs := range streams {
+		keys := map[string]int{}
+		tools := map[string]int{}
+		models, calls := 0, 0
+		for i, ev := range evs {
+			switch fsm.EventType(ev.Type) {
+			case fsm.ModelCalled:
+				models++
+			case fsm.ToolCallStarted:
+				calls++
+				b, err := fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				started := b.(*fsm.ToolCallStartedBody)
+				if keys[started.IdempotencyKey]++; keys[started.IdempotencyKey] > 1 && started.Tool != "memory_write" {
+					t.Errorf("task %s: %s started twice with key %s", id, started.Tool, started.IdempotencyKey)
+				}
+				tools[started.Tool]++
+				if started.Tool == "memory_write" {
+					continue
+				}
+				readers++
+				if i+1 == len(evs) || (evs[i+1].Type != string(fsm.ToolCallCompleted) && evs[i+1].Type != string(fsm.ToolCallFailed)) || evs[i+1].Causation != ev.ID {
+					t.Errorf("task %s: %s's start %s is not followed by its outcome", id, started.Tool, ev.ID)
+				}
+			}
+		}
+		task, err := v.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.State != fsm.StateCompleted {
+			t.Errorf("task %s is %s, not completed", id, task.State)
+			continue
+		}
+		if models != calls+1 {
+			t.Errorf("task %s recorded %d model answers for %d tool calls", id, models, calls)
+		}
+		res := task.Context.FinalResult
+		if strings.Count(res, readerDoor) != tools["memory_read"] || strings.Count(res, "- facts/door.md (") != tools["memory_list"] {
+			t.Errorf("task %s: the result does not answer its calls %v: %q", id, tools, res)
+		}
+		if strings.Contains(task.Context.FinalResult, "error") {
+			t.Errorf("task %s: a call failed: %q", id, task.Context.FinalResult)
+		}
+	}
+	if readers == 0 {
+		t.Error("no reader was called")
+	}
+	t.Logf("%d tasks, %d reader calls", len(streams), readers)
+}
