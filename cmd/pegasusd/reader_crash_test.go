@@ -134,7 +134,8 @@ var readerInputs = []string{
 // held. After a last clean run: every acknowledged task completed once,
 // with every result the model asked for; no reader's call was recorded
 // twice or apart from its result; every task recorded one model answer per
-// tool call plus the last; and verify is clean.
+// tool call plus the last; and verify (in process and pegasus-replay's)
+// is clean. -reader-crash-cycles=N runs longer.
 func TestReaderCrashRecovery(t *testing.T) {
 	seed, rng := crashRun(t)
 	model := startReaderModel(t)
@@ -180,6 +181,7 @@ func TestReaderCrashRecovery(t *testing.T) {
 	t.Logf("%d acknowledged tasks, kills: %v", len(ackedAll), kills)
 	checkLog(t, data, ackedAll)
 	checkReaders(t, data, ackedAll)
+	(&toolRig{t: t, replay: buildReplay(t)}).replayCmd("--data-dir", data, "verify") // exit 1 on a problem
 }
 
 // submitAndWait submits input to p and waits until its task finished.
