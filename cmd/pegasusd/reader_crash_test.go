@@ -20,7 +20,7 @@ import (
 
 var readerCrashCycles = flag.Int("reader-crash-cycles", 20, "kill -9 cycles in TestReaderCrashRecovery")
 
-// readerModel is the scripted model (scriptedReply) whose completions the
+// readerModel is an OpenAI-compatible model (readerReply) whose completions the
 // test can hold: once armed, the next completion asked with a tool result
 // in its conversation (a completion asked while the daemon holds the
 // previous answer and a reader's result, unrecorded) signals hit and, in
@@ -94,10 +94,10 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg := map[string]any{"role": "assistant"}
-	content, call := scriptedReply(req.Messages)
+	content, calls := readerReply(req.Messages)
 	finish := "stop"
-	if call != nil {
-		msg["content"], msg["tool_calls"], finish = nil, []chatToolCall{*call}, "tool_calls"
+	if calls != nil {
+		msg["content"], msg["tool_calls"], finish = nil, calls, "tool_calls"
 	} else {
 		msg["content"] = content
 	}
@@ -114,14 +114,53 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// The reader tasks: read-only built-ins, one per model answer, the last
-// answer quoting their results line by line.
+// readerReply is the model's next answer to msgs: each line of the task's
+// input is one answer's tool calls, `call TOOL {JSON}`, several separated
+// by " | "; once every line was asked, the answer is the results, one per
+// line.
+func readerReply(msgs []chatMessage) (string, []chatToolCall) {
+	user := -1 // the task's input: the last user message
+	for i, m := range msgs {
+		if m.Role == "user" {
+			user = i
+		}
+	}
+	if user < 0 || msgs[user].Content == nil {
+		return "nothing to do", nil
+	}
+	turns, asked := 0, 0
+	var results []string
+	for _, m := range msgs[user+1:] {
+		if m.Role == "assistant" && len(m.ToolCalls) > 0 {
+			turns++
+			asked += len(m.ToolCalls)
+		}
+		if m.Role == "tool" && m.Content != nil {
+			results = append(results, *m.Content)
+		}
+	}
+	lines := strings.Split(*msgs[user].Content, "\n")
+	if turns >= len(lines) {
+		return strings.Join(results, "\n"), nil
+	}
+	var calls []chatToolCall
+	for c := range strings.SplitSeq(lines[turns], " | ") {
+		name, args, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(c), "call "), " ")
+		tc := chatToolCall{ID: fmt.Sprintf("call_%d", asked+len(calls)+1), Type: "function"}
+		tc.Function.Name, tc.Function.Arguments = name, args
+		calls = append(calls, tc)
+	}
+	return "", calls
+}
+
+// The reader tasks: read-only built-ins, one or two per model answer, the
+// last answer quoting their results line by line.
 const readerDoor = "- the door code is 4217"
 
 var readerInputs = []string{
 	"call current_time {}",
 	"call current_time {}\ncall memory_list {}\ncall memory_read {\"path\":\"facts/door.md\"}",
-	"call memory_read {\"path\":\"facts/door.md\"}\ncall current_time {}",
+	"call memory_read {\"path\":\"facts/door.md\"} | call current_time {}\ncall memory_list {} | call memory_read {\"path\":\"facts/door.md\"}",
 }
 
 // TestReaderCrashRecovery kills pegasusd with SIGKILL under a load of
@@ -258,7 +297,8 @@ func killAtModel(t *testing.T, p *proc, m *readerModel, release bool, seed uint6
 // checkReaders audits the reader tasks of a stopped daemon's data
 // directory: a reader's TOOL_CALL_STARTED is followed, in its task's
 // stream, by its outcome, and no key is started twice; a completed task
-// recorded one model answer per tool call plus the last, and its result
+// recorded one model answer per line of its input plus the last and one
+// start per call it asked for (nothing twice), and its result
 // answers each call (the door code for each memory_read, the file for
 // each memory_list).
 func checkReaders(t *testing.T, data string, acked map[string]bool) {
@@ -314,8 +354,13 @@ func checkReaders(t *testing.T, data string, acked map[string]bool) {
 			t.Errorf("task %s is %s, not completed", id, task.State)
 			continue
 		}
-		if models != calls+1 {
-			t.Errorf("task %s recorded %d model answers for %d tool calls", id, models, calls)
+		b, err := fsm.Decode(fsm.EventType(evs[0].Type), evs[0].Schema, evs[0].Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		input := b.(*fsm.Input).Text
+		if turns := strings.Count(input, "\n") + 1; models != turns+1 || calls != strings.Count(input, "call ") {
+			t.Errorf("task %s recorded %d model answers and %d tool calls for %q", id, models, calls, input)
 		}
 		res := task.Context.FinalResult
 		if strings.Count(res, readerDoor) != tools["memory_read"] || strings.Count(res, "- facts/door.md (") != tools["memory_list"] {
