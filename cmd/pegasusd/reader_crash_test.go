@@ -20,46 +20,43 @@ import (
 
 var readerCrashCycles = flag.Int("reader-crash-cycles", 20, "kill -9 cycles in TestReaderCrashRecovery")
 
-// readerModel is an OpenAI-compatible model (readerReply) whose completions the
-// test can hold: once armed, the next completion asked with a tool result
-// in its conversation (a completion asked while the daemon holds the
-// previous answer and a reader's result, unrecorded) signals hit and, in
-// hold mode, does not answer until the daemon is gone; in release mode it
-// answers first, then signals, so that the kill lands while the daemon
-// records what it held.
+// readerModel is an OpenAI-compatible model (readerReply) whose
+// completions the test can hold: once armed, the next completion asked
+// with a tool result in its conversation (the second of a task runs with
+// the first answer and the readers' results held, unrecorded) closes the
+// arming's channel and, in hold mode, does not answer until the daemon is
+// gone; in release mode it answers first, then closes the channel, so
+// that the kill lands while the daemon records what it held.
 type readerModel struct {
 	*httptest.Server
 
 	mu      sync.Mutex
-	armed   bool
-	release bool          // answer, then signal
-	hit     chan struct{} // one signal per arming
+	armed   chan struct{} // nil: not armed
+	release bool          // answer, then close armed
 }
 
 func startReaderModel(t *testing.T) *readerModel {
 	t.Helper()
-	m := &readerModel{hit: make(chan struct{}, 1)}
+	m := &readerModel{}
 	m.Server = httptest.NewServer(http.HandlerFunc(m.serve))
 	t.Cleanup(m.Close)
 	return m
 }
 
-// arm makes the next completion asked with an answer held signal hit.
-func (m *readerModel) arm(release bool) {
+// arm returns a channel that the next completion asked with a tool
+// result closes.
+func (m *readerModel) arm(release bool) <-chan struct{} {
 	m.mu.Lock()
-	m.armed, m.release = true, release
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	m.armed, m.release = make(chan struct{}), release
+	return m.armed
 }
 
 // disarm stops holding completions (the daemon is gone).
 func (m *readerModel) disarm() {
 	m.mu.Lock()
-	m.armed = false
+	m.armed = nil
 	m.mu.Unlock()
-	select {
-	case <-m.hit:
-	default:
-	}
 }
 
 func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
@@ -81,15 +78,15 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 	for _, msg := range req.Messages {
 		held = held || msg.Role == "tool"
 	}
+	var fire chan struct{}
 	m.mu.Lock()
-	fire := m.armed && held
 	release := m.release
-	if fire {
-		m.armed = false
+	if held {
+		fire, m.armed = m.armed, nil
 	}
 	m.mu.Unlock()
-	if fire && !release {
-		m.hit <- struct{}{}
+	if fire != nil && !release {
+		close(fire)
 		<-r.Context().Done() // the daemon was killed
 		return
 	}
@@ -106,11 +103,11 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 		"choices": []any{map[string]any{"message": msg, "finish_reason": finish}},
 		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 5},
 	})
-	if fire {
+	if fire != nil {
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
 		}
-		m.hit <- struct{}{}
+		close(fire)
 	}
 }
 
@@ -258,8 +255,9 @@ func killAtModel(t *testing.T, p *proc, m *readerModel, release bool, seed uint6
 	}
 	submitted := make(chan struct{})
 	go func() { wg.Wait(); close(submitted) }()
+	var hit <-chan struct{} // nil until armed
 	if killAfter == 0 {
-		m.arm(release)
+		hit = m.arm(release)
 	}
 	timeout := time.After(testTimeout) // a bound for the failure only
 	for n := 0; ; {
@@ -267,10 +265,10 @@ func killAtModel(t *testing.T, p *proc, m *readerModel, release bool, seed uint6
 		case id := <-acked:
 			ackedAll[id] = true
 			if n++; n == killAfter {
-				m.arm(release)
+				hit = m.arm(release)
 			}
 			continue
-		case <-m.hit:
+		case <-hit:
 		case <-submitted:
 			close(stop)
 			t.Fatalf("every submitter stopped after %d acknowledgements: the daemon died or refused them\n%s", n, p.output())
