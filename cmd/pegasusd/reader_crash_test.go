@@ -164,17 +164,19 @@ var readerInputs = []string{
 }
 
 // TestReaderCrashRecovery kills pegasusd with SIGKILL under a load of
-// tasks that only call read-only built-ins (current_time, memory_list,
+// tasks that call read-only built-ins (current_time, memory_list,
 // memory_read), which are recorded with the model's answer that asked for
-// them, the first answer held while the next model call runs. Each cycle
-// kills at one of three points, at random: after a number of
-// acknowledgements, while a model call runs with an answer held, or just
-// after the model answered such a call, while the daemon appends what it
-// held. After a last clean run: every acknowledged task completed once,
-// with every result the model asked for; no reader's call was recorded
-// twice or apart from its result; every task recorded one model answer per
-// tool call plus the last; and verify (in process and pegasus-replay's)
-// is clean. -reader-crash-cycles=N runs longer.
+// them, the first answer held while the next model call runs (and, mixed
+// in, tasks whose turn runs memory_append and readers in one batch). Each
+// cycle kills at one of three points, at random: after a number of
+// acknowledgements, while a model call that reads a reader's result runs,
+// or just after the model answered such a call, while the daemon appends
+// what it held. After a last clean run: every acknowledged task completed
+// once, with every result the model asked for and one model answer per
+// answer with tool calls plus the last; in the tasks that call only
+// readers, no reader's call was recorded twice or apart from its result;
+// and verify (in process and pegasus-replay's) is clean.
+// -reader-crash-cycles=N runs longer.
 func TestReaderCrashRecovery(t *testing.T) {
 	seed, rng := crashRun(t)
 	model := startReaderModel(t)
