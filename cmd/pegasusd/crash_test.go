@@ -189,6 +189,12 @@ func killUnderLoad(t *testing.T, p *proc, inputs []string, seed uint64, cycle, w
 	}
 	p.kill(t)
 	close(stop)
+	collectAcked(acked, submitted, ackedAll)
+}
+
+// collectAcked records the acknowledgements that arrive until every
+// submitter has returned: those answered before the kill count too.
+func collectAcked(acked <-chan string, submitted <-chan struct{}, ackedAll map[string]bool) {
 	for {
 		select {
 		case id := <-acked:

@@ -287,14 +287,7 @@ func killAtModel(t *testing.T, p *proc, m *readerModel, release bool, seed uint6
 	p.kill(t)
 	m.disarm()
 	close(stop)
-	for {
-		select {
-		case id := <-acked:
-			ackedAll[id] = true
-		case <-submitted:
-			return
-		}
-	}
+	collectAcked(acked, submitted, ackedAll)
 }
 
 // checkReaders audits the tasks of a stopped daemon's data directory: in
