@@ -33,6 +33,7 @@ type enqueueFlags struct {
 	rounds             int
 	tasks, clients     int
 	batch              int
+	desc               int // bytes of description per broker task
 	run                func(string) bool
 	profiles           string
 }
@@ -118,11 +119,15 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 	tr := &http.Transport{MaxIdleConnsPerHost: f.clients, MaxConnsPerHost: f.clients}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: time.Minute}
+	desc := ""
+	if f.desc > 0 {
+		desc = fmt.Sprintf(`,"description":%q`, strings.Repeat("d", f.desc))
+	}
 	body := func(req int) []byte {
 		var b bytes.Buffer
 		item := func(i int) {
 			if sh.broker {
-				fmt.Fprintf(&b, `{"title":"job %d.%d.%d","required_capabilities":["nobody"]}`, round, req, i)
+				fmt.Fprintf(&b, `{"title":"job %d.%d.%d"%s,"required_capabilities":["nobody"]}`, round, req, i, desc)
 			} else {
 				fmt.Fprintf(&b, `{"input":"job %d.%d.%d"}`, round, req, i)
 			}
