@@ -255,7 +255,7 @@ func (w *agentWorker) step(ctx context.Context, all bool) {
 	b := w.b
 	var tasks []fsm.Task
 	if all {
-		tasks = b.liveTasks()
+		tasks = b.AgentTasks(AgentWorkerID) // the index knows whom each live task waits for
 	} else {
 		for _, id := range w.noted() {
 			if t, err := b.tasks.Task(id); err == nil {

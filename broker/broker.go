@@ -659,15 +659,14 @@ func (b *Broker) again(id string) {
 	b.mu.Unlock()
 }
 
-// liveTasks returns the live dispatch tasks as last folded, oldest first.
+// liveTasks returns the live dispatch tasks, oldest first, as the view
+// folded them now (a task that finished since the index saw it is left
+// out).
 func (b *Broker) liveTasks() []fsm.Task {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	es := make([]*entry, 0, len(b.live))
-	for _, e := range b.live {
-		es = append(es, e)
-	}
-	return sortedTasks(es)
+	ids := sortedIDs(b.live)
+	b.mu.Unlock()
+	return b.viewTasks(ids, func(t *fsm.Task) bool { return !t.IsTerminal() })
 }
 
 // aliveLocked reports whether worker id (w) may get a new task now: seen

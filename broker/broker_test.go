@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -580,5 +581,59 @@ func TestSharedLiveness(t *testing.T) {
 	h.b.SeenElsewhere("w2", old)
 	if w, _ := h.b.Worker("w2"); !w.Alive || w.LastSeen.Equal(old) {
 		t.Fatalf("an older sighting replaced a newer one: %+v", w)
+	}
+}
+
+// TestIndexHoldsOnlySchedulingFields: the loop's index keeps what its
+// decisions read, not a task's text (it would keep every queued task's
+// text in memory outside the view's budget), and shares no dispatch
+// fields with the view; every answer still carries the whole task.
+func TestIndexHoldsOnlySchedulingFields(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1, "gpu")
+	desc := strings.Repeat("d", 4096)
+	body := fsm.DispatchDefaults(fsm.DispatchCreatedBody{AgentID: "alice", Title: "big", Description: desc,
+		RequiredCapabilities: []string{"gpu"}, MaxRetries: fsm.DefaultMaxRetries, RetryEligible: true,
+		Metadata: map[string]string{"k": "v"}})
+	created := h.createBody(body)
+	queued := h.createBody(body)
+	for _, c := range []fsm.Task{created, queued} {
+		if c.Dispatch.Description != desc || c.Metadata["k"] != "v" {
+			t.Fatalf("created task %s lost its fields: %+v", c.ID, c.Dispatch)
+		}
+	}
+	h.waitTask(created.ID, "assigned", assignedTo("w1"))
+	h.settle()
+
+	h.b.mu.Lock()
+	for id, e := range h.b.live {
+		view, err := h.b.tasks.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.t.Dispatch == view.Dispatch {
+			t.Errorf("index entry %s shares the view's dispatch fields", id)
+		}
+		if e.t.Dispatch.Description != "" || e.t.Dispatch.Title != "" || e.t.Metadata != nil || e.t.History != nil {
+			t.Errorf("index entry %s holds the task's text: title %q, %d bytes of description, metadata %v, %d transitions",
+				id, e.t.Dispatch.Title, len(e.t.Dispatch.Description), e.t.Metadata, len(e.t.History))
+		}
+	}
+	n := len(h.b.live)
+	h.b.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("index holds %d tasks, want 2", n)
+	}
+
+	live := h.b.Live()
+	mine := h.b.AgentTasks("w1")
+	if len(live) != 2 || len(mine) != 1 || mine[0].ID != created.ID {
+		t.Fatalf("Live %d tasks, AgentTasks(w1) %d, want 2 and 1 (%s)", len(live), len(mine), created.ID)
+	}
+	for _, x := range append(live, mine...) {
+		if x.Dispatch.Description != desc || x.Dispatch.Title != "big" || x.Metadata["k"] != "v" || len(x.History) == 0 {
+			t.Errorf("task %s answered without its fields: title %q, %d bytes of description, metadata %v",
+				x.ID, x.Dispatch.Title, len(x.Dispatch.Description), x.Metadata)
+		}
 	}
 }

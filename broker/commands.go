@@ -98,12 +98,12 @@ func (b *Broker) Live() []fsm.Task { return b.liveTasks() }
 // costs the worker's own tasks, not the queue.
 func (b *Broker) AgentTasks(agent string) []fsm.Task {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	es := make([]*entry, 0, len(b.byWorker[agent]))
-	for _, e := range b.byWorker[agent] {
-		es = append(es, e)
-	}
-	return sortedTasks(es)
+	ids := sortedIDs(b.byWorker[agent])
+	b.mu.Unlock()
+	return b.viewTasks(ids, func(t *fsm.Task) bool {
+		a := fsm.Next(t)
+		return a.Kind == fsm.ActWaitWorker && a.Task == agent
+	})
 }
 
 // WaitAgent is Wait for worker agent's long poll: cond is checked at once

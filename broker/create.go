@@ -157,24 +157,12 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 			b.children.add(parents[i], evs[i].ID.String())
 		}
 	}
+	// The view folded the batch once synced returned: each task as folded
+	// at or after its commit. (The broker's index holds only what
+	// scheduling reads, not the whole task.)
 	out := make([]Created, len(evs))
-	names := make([]string, len(evs))
-	b.mu.Lock()
 	for i := range evs {
-		// The index holds each live task as last folded, at or after the
-		// batch's commit once synced returned (while the broker runs): one
-		// lock for the batch instead of a read of the view per task.
-		names[i] = evs[i].ID.String()
-		if e := b.live[names[i]]; e != nil && b.running {
-			out[i] = Created{Task: e.t, Replayed: held[i]}
-		}
-	}
-	b.mu.Unlock()
-	for i := range evs {
-		if out[i].Task.ID != "" {
-			continue
-		}
-		t, err := b.Task(names[i]) // finished already, or the broker is not running
+		t, err := b.Task(evs[i].ID.String())
 		if err != nil {
 			return nil, err
 		}

@@ -21,7 +21,7 @@ import (
 // entry is a live dispatch task as last folded, with its place in the
 // index. Guarded by Broker.mu.
 type entry struct {
-	t      fsm.Task
+	t      fsm.Task  // only what scheduling reads (schedulingCopy); answers read the view
 	worker string    // the worker the task counts against (assigned, running); "" none
 	due    time.Time // its time in Broker.due; zero: not there
 	queued bool      // in Broker.ready
@@ -52,7 +52,7 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		e = &entry{}
 		b.live[id] = e
 	}
-	e.t = t
+	e.t = schedulingCopy(&t)
 	w := ""
 	if a := fsm.Next(&e.t); a.Kind == fsm.ActWaitWorker { // &e.t: t stays on the stack
 		w = a.Task
@@ -62,6 +62,43 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		b.signalLocked(w) // its state changed: a long poll may match now
 	}
 	b.dirty[id] = struct{}{}
+}
+
+// schedulingCopy is the part of dispatch task t that the broker's
+// decisions read: what fsm.Next, the queue order, the choice of a worker,
+// unwanted and the decisions' events need. It shares nothing with t but
+// the few strings it keeps (ids, capabilities). The rest (title,
+// description, owner, result, error, progress, metadata, history, the
+// agent context) stays in the view, which holds it within its memory
+// budget and drops it from memory beyond: a full copy of each live task
+// here would keep every queued task's text in memory, outside the budget.
+// Everything that answers with a task reads it from the view.
+func schedulingCopy(t *fsm.Task) fsm.Task {
+	d := t.Dispatch
+	return fsm.Task{
+		ID: t.ID, Machine: t.Machine, State: t.State,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Priority: t.Priority,
+		Version: t.Version, Seq: t.Seq, LastEvent: t.LastEvent,
+		ParentID: t.ParentID, ConcurrencyKey: t.ConcurrencyKey,
+		Context: fsm.Context{Source: t.Context.Source},
+		Dispatch: &fsm.Dispatch{
+			RequiredCapabilities: d.RequiredCapabilities,
+			AssignedAgent:        d.AssignedAgent,
+			AssignedAt:           d.AssignedAt,
+			StartedAt:            d.StartedAt,
+			LastProgressAt:       d.LastProgressAt,
+			RetryCount:           d.RetryCount,
+			MaxRetries:           d.MaxRetries,
+			RetryEligible:        d.RetryEligible,
+			TimeoutSeconds:       d.TimeoutSeconds,
+			HeartbeatSeconds:     d.HeartbeatSeconds,
+			RetryBackoffSeconds:  d.RetryBackoffSeconds,
+			RunAt:                d.RunAt,
+			NotBefore:            d.NotBefore,
+			DeadLettered:         d.DeadLettered,
+			Requeues:             d.Requeues,
+		},
+	}
 }
 
 // setWorkerLocked moves e to worker w's tasks, waking both workers' long
@@ -154,13 +191,28 @@ func (b *Broker) nextDueLocked() time.Time {
 	return b.due[0].at
 }
 
-// sortedTasks copies the tasks of es, by id (oldest first). Called with
+// sortedIDs returns the ids of es, sorted (oldest first). Called with
 // b.mu held.
-func sortedTasks(es []*entry) []fsm.Task {
-	slices.SortFunc(es, func(x, y *entry) int { return strings.Compare(x.t.ID, y.t.ID) })
-	out := make([]fsm.Task, len(es))
-	for i, e := range es {
-		out[i] = e.t
+func sortedIDs(es map[string]*entry) []string {
+	ids := make([]string, 0, len(es))
+	for id := range es {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// viewTasks reads the tasks ids from the view, whole, in order, leaving
+// out those keep refuses and those the view does not have. Called without
+// b.mu (a task that left the view's memory is read from disk).
+func (b *Broker) viewTasks(ids []string, keep func(*fsm.Task) bool) []fsm.Task {
+	out := make([]fsm.Task, 0, len(ids))
+	for _, id := range ids {
+		t, err := b.tasks.Task(id)
+		if err != nil || t.Dispatch == nil || !keep(&t) {
+			continue
+		}
+		out = append(out, t)
 	}
 	return out
 }

@@ -33,6 +33,7 @@ type enqueueFlags struct {
 	rounds             int
 	tasks, clients     int
 	batch              int
+	desc               int // bytes of description per broker task
 	run                func(string) bool
 	profiles           string
 }
@@ -60,6 +61,7 @@ type enqueueResult struct {
 	tasks       int
 	elapsed     time.Duration
 	cpu         time.Duration // the daemon's user+system time, 0 when unknown
+	rss, peak   int64         // the daemon's resident memory after the run and its peak, in bytes; 0 when unknown
 	load, load2 string
 }
 
@@ -69,6 +71,9 @@ func (r enqueueResult) String() string {
 	s := fmt.Sprintf("%8.0f tasks/s  %6d tasks in %6.2fs", r.perSec(), r.tasks, r.elapsed.Seconds())
 	if r.cpu > 0 {
 		s += fmt.Sprintf("  daemon CPU %5.1f µs/task (%.2f cores)", float64(r.cpu.Microseconds())/float64(r.tasks), r.cpu.Seconds()/r.elapsed.Seconds())
+	}
+	if r.peak > 0 {
+		s += fmt.Sprintf("  RSS %4d MiB (peak %4d MiB)", r.rss>>20, r.peak>>20)
 	}
 	return s + fmt.Sprintf("  (load %s -> %s)", r.load, r.load2)
 }
@@ -114,11 +119,15 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 	tr := &http.Transport{MaxIdleConnsPerHost: f.clients, MaxConnsPerHost: f.clients}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: time.Minute}
+	desc := ""
+	if f.desc > 0 {
+		desc = fmt.Sprintf(`,"description":%q`, strings.Repeat("d", f.desc))
+	}
 	body := func(req int) []byte {
 		var b bytes.Buffer
 		item := func(i int) {
 			if sh.broker {
-				fmt.Fprintf(&b, `{"title":"job %d.%d.%d","required_capabilities":["nobody"]}`, round, req, i)
+				fmt.Fprintf(&b, `{"title":"job %d.%d.%d"%s,"required_capabilities":["nobody"]}`, round, req, i, desc)
 			} else {
 				fmt.Fprintf(&b, `{"input":"job %d.%d.%d"}`, round, req, i)
 			}
@@ -194,7 +203,38 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 			res.cpu = cpu1 - cpu0
 		}
 	}
+	res.rss, res.peak = procRSS(d)
 	return res, firstErr
+}
+
+// procRSS is the daemon's resident memory now and its peak (VmRSS and
+// VmHWM of /proc/PID/status), in bytes, or zeros when unknown. With the
+// tasks still queued (the broker shapes), it is what a container's limit
+// must hold at that queue length.
+func procRSS(d *daemonProc) (rss, peak int64) {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, val, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		if name == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak
 }
 
 // procCPU is the user and system time the daemon used so far (from

@@ -83,6 +83,7 @@ func main() {
 	flag.IntVar(&ef.tasks, "enqueue-n", 20000, "with -enqueue: tasks per shape")
 	flag.IntVar(&ef.clients, "enqueue-clients", 16, "with -enqueue: clients")
 	flag.IntVar(&ef.batch, "enqueue-batch", 100, "with -enqueue: tasks per batch request")
+	flag.IntVar(&ef.desc, "enqueue-desc", 0, "with -enqueue: bytes of description in each broker task")
 	flag.StringVar(&ef.profiles, "enqueue-cpuprofile", "", "with -enqueue: write each daemon's CPU profile into this directory")
 	flag.Parse()
 	fail := func(err error) {

@@ -112,6 +112,9 @@ type run struct {
 	want int64
 }
 
+// drainTimeout bounds the drain of a run's workers at its end.
+const drainTimeout = 10 * time.Second
+
 // Run runs the workload and returns its figures. It fails on the first
 // request the daemon refuses, or when ctx ends before every task is done.
 func Run(ctx context.Context, cfg Config) (Result, error) {
@@ -126,9 +129,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	r.lat = make([]time.Duration, 0, r.want)
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	workers := make([]*client.Client, cfg.Workers)
+	// Drain the run's workers when it ends: they stop polling, but stay
+	// alive for the broker until its worker TTL, and a next run against
+	// the same daemon (workers of its own) would have its tasks assigned
+	// to them and never done.
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(parent), drainTimeout)
+		defer dcancel()
+		for i, w := range workers {
+			if w != nil {
+				_, _ = w.Drain(dctx, cfg.Prefix+strconv.Itoa(i)) // best effort: the run's figures stand
+			}
+		}
+	}()
 	for i := range workers {
 		if workers[i], err = r.cs.as(cfg.Prefix + strconv.Itoa(i)); err != nil {
 			return Result{}, err
