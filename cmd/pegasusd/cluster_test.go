@@ -256,43 +256,36 @@ func waitLeases(t *testing.T, js jetstream.JetStream, node string, parts int) {
 }
 
 // waitOwners waits until each node holds as many partitions' leases as
-// want says, watching the lease bucket.
+// want says. It polls the lease bucket (leaseOwners, each read bounded by
+// 2 s) rather than watching it: a test may have just stopped the NATS
+// server that led the bucket's stream, and a watch created then can wait
+// out its request's timeout while the stream elects a leader.
 func waitOwners(t *testing.T, js jetstream.JetStream, want map[string]int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, "PEGASUS_LEASES")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	owner := map[string]string{}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var got map[string]int
 	for {
-		select {
-		case e := <-w.Updates():
-			if e != nil && strings.HasPrefix(e.Key(), "partition.") {
-				owner[e.Key()] = string(e.Value())
-				if e.Operation() != jetstream.KeyValuePut {
-					delete(owner, e.Key())
+		c, cancelC := context.WithTimeout(ctx, 2*time.Second)
+		kv, err := js.KeyValue(c, "PEGASUS_LEASES")
+		cancelC()
+		if err == nil {
+			if got = leaseOwners(ctx, kv); got != nil {
+				done := true
+				for node, k := range want {
+					done = done && got[node] == k
+				}
+				if done {
+					return
 				}
 			}
-			n := map[string]int{}
-			for _, v := range owner {
-				n[v]++
-			}
-			done := true
-			for node, k := range want {
-				done = done && n[node] == k
-			}
-			if done {
-				return
-			}
+		}
+		select {
+		case <-tick.C:
 		case <-ctx.Done():
-			t.Fatalf("the partitions' owners never were %v: %v", want, owner)
+			t.Fatalf("the partitions' owners never were %v within %v: last read %v", want, testTimeout, got)
 		}
 	}
 }
