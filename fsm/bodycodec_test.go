@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -15,12 +14,7 @@ import (
 // random bodies with every field filled or empty, and they decode back
 // to the body.
 func TestEncodeBodyMatchesReflection(t *testing.T) {
-	seed := *encodeSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (-encode.seed to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
+	rng := randfill.Rand(t, *encodeSeed, "encode.seed", 2)
 	bodies := []func() Body{
 		func() Body { return &Input{Kind: MessageReceived} },
 		func() Body { return &TaskCreatedBody{} },

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -122,12 +121,7 @@ func TestBodyReaderSkipsUnknownKeys(t *testing.T) {
 // times in every timestamp form and zone, empty and nil fields) both with
 // the reader and with msgpack's reflection, and requires the same result.
 func TestBodyReaderMatchesReflectionRandom(t *testing.T) {
-	seed := *encodeSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (-encode.seed to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := randfill.Rand(t, *encodeSeed, "encode.seed", 3)
 	for i := range 1000 {
 		want := &DispatchCreatedBody{}
 		randfill.Fill(rng, reflect.ValueOf(want).Elem())

@@ -17,12 +17,7 @@ var encodeSeed = flag.Uint64("encode.seed", 0, "seed of TestEncodeTaskMatchesRef
 // reflection encoder (internal/codec) writes, for random tasks with every
 // field filled or empty, and the bytes decode back to the task.
 func TestEncodeTaskMatchesReflection(t *testing.T) {
-	seed := *encodeSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (-encode.seed to repeat)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := randfill.Rand(t, *encodeSeed, "encode.seed", 1)
 	n := 1000
 	if testing.Short() {
 		n = 300

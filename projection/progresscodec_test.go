@@ -2,7 +2,6 @@ package projection
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 
@@ -18,12 +17,7 @@ import (
 // verify's byte comparison, do not change with it; EncodeStored's output
 // decodes back to the record.
 func TestEncodeProgressMatchesReflection(t *testing.T) {
-	seed := *summarySeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (rerun with -summary.seed %d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 4))
+	rng := randfill.Rand(t, *summarySeed, "summary.seed", 4)
 	for i := range 2000 {
 		var p Progress // every field by reflection: a new one is filled, and must be encoded
 		randfill.Fill(rng, reflect.ValueOf(&p).Elem())

@@ -3,7 +3,6 @@ package projection
 import (
 	"bytes"
 	"flag"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -20,12 +19,7 @@ var summarySeed = flag.Uint64("summary.seed", 0, "seed of TestEncodeSummaryMatch
 // for random summaries with every field filled or empty, so that persisted
 // summaries, and verify's byte comparison, do not change with it.
 func TestEncodeSummaryMatchesReflection(t *testing.T) {
-	seed := *summarySeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (rerun with -summary.seed %d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := randfill.Rand(t, *summarySeed, "summary.seed", 3)
 	for i := range 2000 {
 		var s Summary // every field by reflection: a new one is filled, and must be encoded
 		randfill.Fill(rng, reflect.ValueOf(&s).Elem())
