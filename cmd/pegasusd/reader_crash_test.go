@@ -90,19 +90,8 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // the daemon was killed
 		return
 	}
-	msg := map[string]any{"role": "assistant"}
 	content, calls := readerReply(req.Messages)
-	finish := "stop"
-	if calls != nil {
-		msg["content"], msg["tool_calls"], finish = nil, calls, "tool_calls"
-	} else {
-		msg["content"] = content
-	}
-	json.NewEncoder(w).Encode(map[string]any{
-		"model":   "reader-1",
-		"choices": []any{map[string]any{"message": msg, "finish_reason": finish}},
-		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 5},
-	})
+	writeCompletion(w, "reader-1", content, calls)
 	if fire != nil {
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
@@ -116,13 +105,8 @@ func (m *readerModel) serve(w http.ResponseWriter, r *http.Request) {
 // by " | "; once every line was asked, the answer is the results, one per
 // line.
 func readerReply(msgs []chatMessage) (string, []chatToolCall) {
-	user := -1 // the task's input: the last user message
-	for i, m := range msgs {
-		if m.Role == "user" {
-			user = i
-		}
-	}
-	if user < 0 || msgs[user].Content == nil {
+	user := lastUser(msgs)
+	if user < 0 {
 		return "nothing to do", nil
 	}
 	turns, asked := 0, 0

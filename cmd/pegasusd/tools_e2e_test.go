@@ -107,30 +107,50 @@ func (m *scriptedModel) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	msg := map[string]any{"role": "assistant"}
 	content, call := scriptedReply(req.Messages)
-	finish := "stop"
+	var calls []chatToolCall
 	if call != nil {
-		msg["content"], msg["tool_calls"], finish = nil, []chatToolCall{*call}, "tool_calls"
+		calls = []chatToolCall{*call}
+	}
+	writeCompletion(w, m.name, content, calls)
+}
+
+// writeCompletion writes a chat completion of model: the tool calls if
+// any, else the text content.
+func writeCompletion(w io.Writer, model, content string, calls []chatToolCall) {
+	msg := map[string]any{"role": "assistant"}
+	finish := "stop"
+	if calls != nil {
+		msg["content"], msg["tool_calls"], finish = nil, calls, "tool_calls"
 	} else {
 		msg["content"] = content
 	}
 	json.NewEncoder(w).Encode(map[string]any{
-		"model":   m.name,
+		"model":   model,
 		"choices": []any{map[string]any{"message": msg, "finish_reason": finish}},
 		"usage":   map[string]int{"prompt_tokens": 10, "completion_tokens": 5},
 	})
 }
 
-// scriptedReply is the model's next answer to msgs: a tool call, or text.
-func scriptedReply(msgs []chatMessage) (string, *chatToolCall) {
-	user := -1 // the task's input: the last user message
+// lastUser is the index of the task's input in msgs, the last user
+// message; -1 when there is none, or it has no content.
+func lastUser(msgs []chatMessage) int {
+	user := -1
 	for i, m := range msgs {
 		if m.Role == "user" {
 			user = i
 		}
 	}
-	if user < 0 || msgs[user].Content == nil {
+	if user >= 0 && msgs[user].Content == nil {
+		return -1
+	}
+	return user
+}
+
+// scriptedReply is the model's next answer to msgs: a tool call, or text.
+func scriptedReply(msgs []chatMessage) (string, *chatToolCall) {
+	user := lastUser(msgs)
+	if user < 0 {
 		return "nothing to do", nil
 	}
 	input := *msgs[user].Content
