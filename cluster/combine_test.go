@@ -149,11 +149,7 @@ func TestCombinedRequestRefusedForOnePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(g.open)
-	for i, err := range <-rest {
-		if err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
+	noAppendErrors(t, <-rest)
 	if after := a.rl.CommitStats(); after.Refused < before.Refused+2 {
 		t.Fatalf("refused batches %d -> %d: the combined request was not refused as a whole", before.Refused, after.Refused)
 	}

@@ -101,6 +101,17 @@ func appendAll(ctx context.Context, n *node, streams []string, exp eventlog.Expe
 	return errs
 }
 
+// noAppendErrors fails the test at the first append (appendAll) that
+// failed.
+func noAppendErrors(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+	}
+}
+
 func newIDs(n *node, k int) []ulid.ULID {
 	ids := make([]ulid.ULID, k)
 	for i := range ids {
@@ -182,11 +193,7 @@ func TestCommitterJoinsTheNextBatch(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	for i, err := range <-rest {
-		if err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
+	noAppendErrors(t, <-rest)
 	if a, b := <-sizes, <-sizes; a != 1 || b != 5 {
 		t.Fatalf("batches of %d and %d appends, want 1 and the 5 that waited", a, b)
 	}
@@ -262,11 +269,7 @@ func TestCommitterJoinsTheWaitingBatch(t *testing.T) {
 	if err := <-waiting; err != nil {
 		t.Fatal(err)
 	}
-	for i, err := range <-rest {
-		if err != nil {
-			t.Fatalf("append %d: %v", i, err)
-		}
-	}
+	noAppendErrors(t, <-rest)
 	st := a.rl.CommitStats()
 	if got := st.Batches - before.Batches; got != 2 {
 		t.Errorf("%d batches, want 2: the blocker's and partition 1's", got)
