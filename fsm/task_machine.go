@@ -402,12 +402,11 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 	return sharedStep(1, n, from, ev)
 }
 
-// setPlan installs a new plan: a copy of p's steps, which the fold marks
-// done (never in the event's body), and no call or child pending.
+// setPlan installs a new plan, and no call or child pending. The task
+// shares the plan with the event's body: markStepDone marks a step on a
+// copy, so the body is never changed.
 func setPlan(n *Task, p *Plan) {
-	c := *p
-	c.Steps = append([]PlanStep(nil), p.Steps...)
-	n.Context.Plan = &c
+	n.Context.Plan = p
 	n.Context.PendingCall = nil
 	n.Context.PendingSubTask = nil
 }
