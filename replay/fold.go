@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -252,7 +253,15 @@ type borrower interface {
 // their chunks alive, memory the budget does not count.)
 type owner struct {
 	names map[string]string
+	// recent caches interned names by a hash of their ends: a fold's
+	// streams and types repeat within a few events, and a hit costs one
+	// comparison where the map hashes the whole name and probes a table
+	// of thousands.
+	recent [1 << recentBits]string
 }
+
+// recentBits is the log2 of owner.recent's size.
+const recentBits = 10
 
 // maxInterned bounds the interned names; past it the table starts over.
 const maxInterned = 8192
@@ -267,6 +276,33 @@ func (o *owner) take(ev *eventlog.Event) {
 }
 
 func (o *owner) intern(b string) string {
+	slot := &o.recent[nameHash(b)>>(64-recentBits)]
+	if *slot == b {
+		return *slot
+	}
+	s := o.internSlow(b)
+	*slot = s
+	return s
+}
+
+// nameHash mixes a name's length and its first and last eight bytes:
+// event types differ at one end or the other, and stream names (ids) in
+// their random tail.
+func nameHash(b string) uint64 {
+	h := uint64(len(b))
+	if len(b) >= 8 {
+		h ^= binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(b), len(b))) * 0x9e3779b97f4a7c15
+		h ^= binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(b[len(b)-8:]), 8)) * 0xc2b2ae3d27d4eb4f
+	} else {
+		for i := 0; i < len(b); i++ {
+			h = h*31 + uint64(b[i])
+		}
+		h *= 0x9e3779b97f4a7c15
+	}
+	return h
+}
+
+func (o *owner) internSlow(b string) string {
 	if s, ok := o.names[b]; ok {
 		return s
 	}
