@@ -51,8 +51,83 @@ func DecodeShared(et EventType, schema uint16, data string) (Body, error) {
 	return decode(et, schema, data)
 }
 
+// Bodies decodes bodies into values it keeps, one per body type that
+// Apply never keeps a pointer to (the results of steps, inputs,
+// TASK_CREATED, the facts that record strings), instead of a new value
+// per event; a fold that neither keeps its events nor hands them to
+// anyone uses one. The zero Bodies is ready to use; it is not safe for
+// concurrent use.
+type Bodies struct {
+	input     Input
+	created   TaskCreatedBody
+	step      StepCompletedBody
+	result    ToolCallResultBody
+	completed TaskCompletedBody
+	model     ModelCalledBody
+	failed    TaskFailedBody
+	notify    TaskNotifyBody
+	suspended TaskSuspendedBody
+	resumed   TaskResumedBody
+}
+
+// DecodeShared is DecodeShared (the package's) but for the value it
+// decodes into: a body of a type bs keeps is valid only until bs decodes
+// the next body of that type. Its slices, maps and strings are new (or
+// substrings of data) as DecodeShared's are, so what Apply keeps of them
+// stays valid; the value itself must not be kept.
+func (bs *Bodies) DecodeShared(et EventType, schema uint16, data string) (Body, error) {
+	return decodeInto(et, schema, data, bs.reused(et))
+}
+
+// reused returns the kept value for et, cleared, or nil when et's bodies
+// are not reused.
+func (bs *Bodies) reused(et EventType) Body {
+	switch et {
+	case MessageReceived, WebhookTriggered, ScheduleFired:
+		bs.input = Input{}
+		return &bs.input
+	case TaskCreated:
+		bs.created = TaskCreatedBody{}
+		return &bs.created
+	case StepCompleted:
+		bs.step = StepCompletedBody{}
+		return &bs.step
+	case ToolCallCompleted, ToolCallFailed:
+		bs.result = ToolCallResultBody{}
+		return &bs.result
+	case TaskCompleted:
+		bs.completed = TaskCompletedBody{}
+		return &bs.completed
+	case ModelCalled:
+		bs.model = ModelCalledBody{}
+		return &bs.model
+	case TaskFailed:
+		bs.failed = TaskFailedBody{}
+		return &bs.failed
+	case TaskNotify:
+		bs.notify = TaskNotifyBody{}
+		return &bs.notify
+	case TaskSuspended:
+		bs.suspended = TaskSuspendedBody{}
+		return &bs.suspended
+	case TaskResumed:
+		bs.resumed = TaskResumedBody{}
+		return &bs.resumed
+	}
+	return nil
+}
+
 func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, error) {
-	b, ok := newBody(et)
+	return decodeInto(et, schema, data, nil)
+}
+
+// decodeInto is decode into b, a cleared body of et's type, or into a new
+// one when b is nil.
+func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body) (Body, error) {
+	ok := b != nil
+	if !ok {
+		b, ok = newBody(et)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, et)
 	}
