@@ -111,6 +111,12 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 	if opts.OnChange != nil {
 		hooked = new(Change)
 	}
+	// Without a hook nothing keeps a decoded event past its step, so
+	// the bodies Apply keeps no pointer to are decoded into reused values.
+	var bodies *fsm.Bodies
+	if hooked == nil && own != nil {
+		bodies = new(fsm.Bodies)
+	}
 	for n := 0; it.Next(); n++ {
 		if n&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -142,12 +148,12 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		}
 		var refused bool
 		if hooked != nil {
-			if err := v.step(ctx, ev, hooked, own != nil); err != nil {
+			if err := v.step(ctx, ev, hooked, own != nil, nil); err != nil {
 				return res, err
 			}
 			refused = hooked.Err != nil
 		} else {
-			if err := v.step(ctx, ev, &local, own != nil); err != nil {
+			if err := v.step(ctx, ev, &local, own != nil, bodies); err != nil {
 				return res, err
 			}
 			refused = local.Err != nil
@@ -196,14 +202,20 @@ var ErrBusy = errors.New("replay: another fold is running on this view")
 // $system and other reserved streams (they are counted, never
 // interpreted). On error the envelope is still filled
 // in, so the fold can record the refusal where it happened.
-func Decode(ev eventlog.Event) (fsm.Event, error) { return decode(ev, false) }
+func Decode(ev eventlog.Event) (fsm.Event, error) { return decode(ev, false, nil) }
 
 // decode is Decode; with shared, ev.Body is the fold's own copy (owner.take),
-// never changed, and the decoded strings alias it (fsm.DecodeShared).
-func decode(ev eventlog.Event, shared bool) (fsm.Event, error) {
+// never changed, and the decoded strings alias it (fsm.DecodeShared). With
+// bodies too, the body may be one of bodies' reused values: the event must
+// not be kept past the fold's step.
+func decode(ev eventlog.Event, shared bool, bodies *fsm.Bodies) (fsm.Event, error) {
 	body := func() (fsm.Body, error) {
 		if shared && len(ev.Body) > 0 {
-			return fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
+			data := unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body))
+			if bodies != nil {
+				return bodies.DecodeShared(fsm.EventType(ev.Type), ev.Schema, data)
+			}
+			return fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, data)
 		}
 		return fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
 	}
