@@ -150,7 +150,8 @@ func TestBodyReaderMatchesReflectionRandom(t *testing.T) {
 // end every body decoded is compared again through a shallow copy taken
 // when it was decoded: a slice, map or pointer that a later decode wrote
 // into (which a task would then see change) fails it, and so does a field
-// left over from the previous body of the type.
+// left over from the previous body of the type. The new messages of a
+// step's result are the documented exception.
 func TestBodiesMatchReflectionRandom(t *testing.T) {
 	rng := randfill.Rand(t, *encodeSeed, "encode.seed", 4)
 	var bs Bodies
@@ -198,6 +199,14 @@ func TestBodiesMatchReflectionRandom(t *testing.T) {
 		all = append(all, decoded{et, shallow, viaReflection})
 	}
 	for i, d := range all {
+		// The new messages of a step's result are decoded into one
+		// reused array (Apply copies them): left out here.
+		switch b := d.shallow.Addr().Interface().(type) {
+		case *StepCompletedBody:
+			b.NewMessages, d.want.(*StepCompletedBody).NewMessages = nil, nil
+		case *ToolCallResultBody:
+			b.NewMessages, d.want.(*ToolCallResultBody).NewMessages = nil, nil
+		}
 		if !reflect.DeepEqual(d.shallow.Addr().Interface(), d.want) {
 			t.Fatalf("%d %s: changed by a later decode:\nnow  %+v\nwant %+v", i, d.et, d.shallow.Interface(), d.want)
 		}

@@ -68,15 +68,29 @@ type Bodies struct {
 	notify    TaskNotifyBody
 	suspended TaskSuspendedBody
 	resumed   TaskResumedBody
+	r         bodyReader // for every body, instead of the pool's
+	// msgs is the array the new messages of the reused step results are
+	// decoded into: Apply appends copies of them to the task's messages.
+	msgs []Message
 }
 
 // DecodeShared is DecodeShared (the package's) but for the value it
 // decodes into: a body of a type bs keeps is valid only until bs decodes
 // the next body of that type. Its slices, maps and strings are new (or
 // substrings of data) as DecodeShared's are, so what Apply keeps of them
-// stays valid; the value itself must not be kept.
+// stays valid, but for the NewMessages array of STEP_COMPLETED and
+// TOOL_CALL_COMPLETED or _FAILED, which is reused too (Apply copies the
+// messages: it keeps their strings and tool calls, not the array). The
+// value itself must not be kept.
 func (bs *Bodies) DecodeShared(et EventType, schema uint16, data string) (Body, error) {
-	return decodeInto(et, schema, data, bs.reused(et))
+	switch et {
+	case StepCompleted, ToolCallCompleted, ToolCallFailed:
+		bs.r.spareMsgs = &bs.msgs
+	}
+	b, err := decodeInto(et, schema, data, bs.reused(et), &bs.r)
+	bs.r.d.reset("") // keeps no body alive
+	bs.r.spareMsgs = nil
+	return b, err
 }
 
 // reused returns the kept value for et, cleared, or nil when et's bodies
@@ -118,12 +132,12 @@ func (bs *Bodies) reused(et EventType) Body {
 }
 
 func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, error) {
-	return decodeInto(et, schema, data, nil)
+	return decodeInto(et, schema, data, nil, nil)
 }
 
 // decodeInto is decode into b, a cleared body of et's type, or into a new
-// one when b is nil.
-func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body) (Body, error) {
+// one when b is nil; with r's reader, or one from the pool when r is nil.
+func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body, r *bodyReader) (Body, error) {
 	ok := b != nil
 	if !ok {
 		b, ok = newBody(et)
@@ -137,7 +151,13 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 	if err := codec.CheckShape(data); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
-	if err := decodeBody(string(data), b); err != nil {
+	var err error
+	if r != nil {
+		err = r.body(string(data), b)
+	} else {
+		err = decodeBody(string(data), b)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
 	switch in := b.(type) {
