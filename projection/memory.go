@@ -136,6 +136,14 @@ func DecodeMemory(et fsm.EventType, schema uint16, data []byte) (fsm.Body, error
 	if schema != MemorySchemaVersion {
 		return nil, fmt.Errorf("%w: %s schema %d (this build reads %d)", fsm.ErrSchema, et, schema, MemorySchemaVersion)
 	}
+	if len(data) > 0 && (data[0]&0xf0 == 0x90 || data[0] == 0xdc || data[0] == 0xdd) {
+		// A struct written as an array, which no encoder of the project
+		// writes: msgpack's reflection reads it by position.
+		if err := unmarshal(data, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 	if err := codec.CheckShape(data); err != nil {
 		return nil, fmt.Errorf("%w: %T: %v", ErrMalformed, b, err)
 	}
@@ -152,15 +160,7 @@ func DecodeMemory(et fsm.EventType, schema uint16, data []byte) (fsm.Body, error
 func memoryField(b fsm.Body) func(string) *string {
 	switch v := b.(type) {
 	case *MemoryWrittenBody:
-		return func(k string) *string {
-			switch k {
-			case "path":
-				return &v.Path
-			case "content":
-				return &v.Content
-			}
-			return nil
-		}
+		return pathContent(&v.Path, &v.Content)
 	case *MemoryPatchedBody:
 		return func(k string) *string {
 			switch k {
@@ -176,15 +176,7 @@ func memoryField(b fsm.Body) func(string) *string {
 			return nil
 		}
 	case *MemoryAppendedBody:
-		return func(k string) *string {
-			switch k {
-			case "path":
-				return &v.Path
-			case "content":
-				return &v.Content
-			}
-			return nil
-		}
+		return pathContent(&v.Path, &v.Content)
 	case *EpisodeRecordedBody:
 		return func(k string) *string {
 			switch k {
@@ -203,6 +195,19 @@ func memoryField(b fsm.Body) func(string) *string {
 		}
 	}
 	return func(string) *string { return nil }
+}
+
+// pathContent is memoryField for a body of a path and a content.
+func pathContent(path, content *string) func(string) *string {
+	return func(k string) *string {
+		switch k {
+		case "path":
+			return path
+		case "content":
+			return content
+		}
+		return nil
+	}
 }
 
 // Fact is one long-term memory fact as the memory projection serves it.
