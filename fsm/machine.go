@@ -125,8 +125,8 @@ func DefaultMachine() Machine { return machines[CurrentMachine] }
 // that t can observe, so t itself stays a valid snapshot.
 //
 // The returned task may share memory with ev.Body (the reasoning, the
-// pending call, the reflection, maps and strings) and never modifies it:
-// treat an applied body as immutable, as the log does.
+// plan, the pending call, the reflection, maps and strings) and never
+// modifies it: treat an applied body as immutable, as the log does.
 func Apply(t Task, ev Event) (Task, error) {
 	m, err := machineOf(t, ev)
 	if err != nil {
