@@ -98,37 +98,34 @@ func (bs *Bodies) DecodeShared(et EventType, schema uint16, data string) (Body, 
 func (bs *Bodies) reused(et EventType) Body {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired:
-		bs.input = Input{}
-		return &bs.input
+		return cleared(&bs.input)
 	case TaskCreated:
-		bs.created = TaskCreatedBody{}
-		return &bs.created
+		return cleared(&bs.created)
 	case StepCompleted:
-		bs.step = StepCompletedBody{}
-		return &bs.step
+		return cleared(&bs.step)
 	case ToolCallCompleted, ToolCallFailed:
-		bs.result = ToolCallResultBody{}
-		return &bs.result
+		return cleared(&bs.result)
 	case TaskCompleted:
-		bs.completed = TaskCompletedBody{}
-		return &bs.completed
+		return cleared(&bs.completed)
 	case ModelCalled:
-		bs.model = ModelCalledBody{}
-		return &bs.model
+		return cleared(&bs.model)
 	case TaskFailed:
-		bs.failed = TaskFailedBody{}
-		return &bs.failed
+		return cleared(&bs.failed)
 	case TaskNotify:
-		bs.notify = TaskNotifyBody{}
-		return &bs.notify
+		return cleared(&bs.notify)
 	case TaskSuspended:
-		bs.suspended = TaskSuspendedBody{}
-		return &bs.suspended
+		return cleared(&bs.suspended)
 	case TaskResumed:
-		bs.resumed = TaskResumedBody{}
-		return &bs.resumed
+		return cleared(&bs.resumed)
 	}
 	return nil
+}
+
+// cleared sets *p to the zero value and returns p.
+func cleared[T any](p *T) *T {
+	var zero T
+	*p = zero
+	return p
 }
 
 func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, error) {
