@@ -24,6 +24,9 @@ import (
 // or none (DecodeShared), instead of one allocation per string.
 type bodyReader struct {
 	d mpReader
+	// spareMsgs, when set, is an array that the new messages of a step's
+	// result (STEP_COMPLETED, TOOL_CALL_*) are decoded into (see Bodies).
+	spareMsgs *[]Message
 }
 
 var bodyReaders = sync.Pool{New: func() any { return &bodyReader{} }}
@@ -31,9 +34,15 @@ var bodyReaders = sync.Pool{New: func() any { return &bodyReader{} }}
 // decodeBody decodes data, already checked by codec.CheckShape, into b.
 func decodeBody(data string, b Body) error {
 	r := bodyReaders.Get().(*bodyReader)
-	defer bodyReaders.Put(r)
+	err := r.body(data, b)
+	r.d.reset("") // the pool must not keep the body alive
+	bodyReaders.Put(r)
+	return err
+}
+
+// body decodes data into b.
+func (r *bodyReader) body(data string, b Body) error {
 	r.d.reset(data)
-	defer r.d.reset("") // the pool must not keep the body alive
 	switch v := b.(type) {
 	case *Input:
 		return r.input(v)
@@ -101,7 +110,7 @@ func decodeBody(data string, b Body) error {
 			case "duration_ms":
 				return true, r.int64(&v.DurationMS)
 			case "new_messages":
-				return true, list(r, &v.NewMessages, r.message)
+				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs)
 			case "source":
 				return true, r.str(&v.Source)
 			case "task":
@@ -119,7 +128,7 @@ func decodeBody(data string, b Body) error {
 			case "result":
 				return true, r.str(&v.Result)
 			case "new_messages":
-				return true, list(r, &v.NewMessages, r.message)
+				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs)
 			}
 			return false, nil
 		})
@@ -222,6 +231,37 @@ func list[T any](r *bodyReader, p *[]T, elem func(*T) error) error {
 		return nil
 	}
 	s := make([]T, n)
+	for i := range s {
+		if err := elem(&s[i]); err != nil {
+			return err
+		}
+	}
+	*p = s
+	return nil
+}
+
+// listSpare is list, decoding into *spare's array when it is large
+// enough, else into a new one that becomes *spare; a nil spare is list.
+func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T) error {
+	if spare == nil {
+		return list(r, p, elem)
+	}
+	n, err := r.d.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		*p = nil
+		return nil
+	}
+	s := *spare
+	if s != nil && cap(s) >= n {
+		s = s[:n]
+		clear(s)
+	} else {
+		s = make([]T, n)
+		*spare = s
+	}
 	for i := range s {
 		if err := elem(&s[i]); err != nil {
 			return err

@@ -51,8 +51,94 @@ func DecodeShared(et EventType, schema uint16, data string) (Body, error) {
 	return decode(et, schema, data)
 }
 
+// Bodies decodes bodies into values it keeps, one per body type that
+// Apply never keeps a pointer to (the results of steps, inputs,
+// TASK_CREATED, the facts that record strings), instead of a new value
+// per event; a fold that neither keeps its events nor hands them to
+// anyone uses one. The zero Bodies is ready to use; it is not safe for
+// concurrent use.
+type Bodies struct {
+	input     Input
+	created   TaskCreatedBody
+	step      StepCompletedBody
+	result    ToolCallResultBody
+	completed TaskCompletedBody
+	model     ModelCalledBody
+	failed    TaskFailedBody
+	notify    TaskNotifyBody
+	suspended TaskSuspendedBody
+	resumed   TaskResumedBody
+	r         bodyReader // for every body, instead of the pool's
+	// msgs is the array the new messages of the reused step results are
+	// decoded into: Apply appends copies of them to the task's messages.
+	msgs []Message
+}
+
+// DecodeShared is DecodeShared (the package's) but for the value it
+// decodes into: a body of a type bs keeps is valid only until bs decodes
+// the next body of that type. Its slices, maps and strings are new (or
+// substrings of data) as DecodeShared's are, so what Apply keeps of them
+// stays valid, but for the NewMessages array of STEP_COMPLETED and
+// TOOL_CALL_COMPLETED or _FAILED, which is reused too (Apply copies the
+// messages: it keeps their strings and tool calls, not the array). The
+// value itself must not be kept.
+func (bs *Bodies) DecodeShared(et EventType, schema uint16, data string) (Body, error) {
+	switch et {
+	case StepCompleted, ToolCallCompleted, ToolCallFailed:
+		bs.r.spareMsgs = &bs.msgs
+	}
+	b, err := decodeInto(et, schema, data, bs.reused(et), &bs.r)
+	bs.r.d.reset("") // keeps no body alive
+	bs.r.spareMsgs = nil
+	return b, err
+}
+
+// reused returns the kept value for et, cleared, or nil when et's bodies
+// are not reused.
+func (bs *Bodies) reused(et EventType) Body {
+	switch et {
+	case MessageReceived, WebhookTriggered, ScheduleFired:
+		return cleared(&bs.input)
+	case TaskCreated:
+		return cleared(&bs.created)
+	case StepCompleted:
+		return cleared(&bs.step)
+	case ToolCallCompleted, ToolCallFailed:
+		return cleared(&bs.result)
+	case TaskCompleted:
+		return cleared(&bs.completed)
+	case ModelCalled:
+		return cleared(&bs.model)
+	case TaskFailed:
+		return cleared(&bs.failed)
+	case TaskNotify:
+		return cleared(&bs.notify)
+	case TaskSuspended:
+		return cleared(&bs.suspended)
+	case TaskResumed:
+		return cleared(&bs.resumed)
+	}
+	return nil
+}
+
+// cleared sets *p to the zero value and returns p.
+func cleared[T any](p *T) *T {
+	var zero T
+	*p = zero
+	return p
+}
+
 func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, error) {
-	b, ok := newBody(et)
+	return decodeInto(et, schema, data, nil, nil)
+}
+
+// decodeInto is decode into b, a cleared body of et's type, or into a new
+// one when b is nil; with r's reader, or one from the pool when r is nil.
+func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body, r *bodyReader) (Body, error) {
+	ok := b != nil
+	if !ok {
+		b, ok = newBody(et)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, et)
 	}
@@ -62,7 +148,13 @@ func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, err
 	if err := codec.CheckShape(data); err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
-	if err := decodeBody(string(data), b); err != nil {
+	var err error
+	if r != nil {
+		err = r.body(string(data), b)
+	} else {
+		err = decodeBody(string(data), b)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
 	}
 	switch in := b.(type) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -246,6 +247,22 @@ func TestDescribeStable(t *testing.T) {
 	for range 10 {
 		if Describe(task.Clone()) != d {
 			t.Fatal("Describe is not stable")
+		}
+	}
+}
+
+// TestMachineRefString: the machines of this build and any other print
+// as NAME@VERSION.
+func TestMachineRefString(t *testing.T) {
+	for _, m := range Machines() {
+		ref := m.Ref()
+		if got, want := ref.String(), ref.Name+"@"+strconv.Itoa(ref.Version); got != want {
+			t.Errorf("%+v: %q, want %q", ref, got, want)
+		}
+	}
+	for _, ref := range []MachineRef{{Name: MachineName, Version: 7}, {Name: "x", Version: 1}, {}} {
+		if got, want := ref.String(), ref.Name+"@"+strconv.Itoa(ref.Version); got != want {
+			t.Errorf("%+v: %q, want %q", ref, got, want)
 		}
 	}
 }

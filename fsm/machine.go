@@ -76,7 +76,19 @@ func ParseMachineRef(s string) (MachineRef, error) {
 }
 
 // String renders r as NAME@VERSION, the form ParseMachineRef reads.
-func (r MachineRef) String() string { return r.Name + "@" + strconv.Itoa(r.Version) }
+func (r MachineRef) String() string {
+	// The machines of this build, without building the string: the fold
+	// names a task's machine in its stats and summary.
+	switch {
+	case r.Name == MachineName && r.Version == 1:
+		return MachineName + "@1"
+	case r.Name == MachineName && r.Version == 0:
+		return MachineName + "@0"
+	case r.Name == DispatchMachineName && r.Version == 1:
+		return DispatchMachineName + "@1"
+	}
+	return r.Name + "@" + strconv.Itoa(r.Version)
+}
 
 // MachineFor returns the machine named by ref. The empty ref is not resolved
 // here: only a TASK_CREATED body may leave it empty (meaning CurrentMachine).
@@ -113,8 +125,8 @@ func DefaultMachine() Machine { return machines[CurrentMachine] }
 // that t can observe, so t itself stays a valid snapshot.
 //
 // The returned task may share memory with ev.Body (the reasoning, the
-// pending call, the reflection, maps and strings) and never modifies it:
-// treat an applied body as immutable, as the log does.
+// plan, the pending call, the reflection, maps and strings) and never
+// modifies it: treat an applied body as immutable, as the log does.
 func Apply(t Task, ev Event) (Task, error) {
 	m, err := machineOf(t, ev)
 	if err != nil {

@@ -312,6 +312,9 @@ func start(v int, n *Task, ev *Event) error {
 	n.Context.InputMetadata = b.InputMetadata
 	n.Context.Source = b.Source
 	n.Context.Iteration = 1
+	if n.History == nil {
+		n.History = make([]Transition, 0, historyCap) // as create does
+	}
 	moveTo(n, StateIdle, firstState(v), ev)
 	return nil
 }
@@ -365,7 +368,7 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 		}
 		setPlan(n, &b.Plan)
 		n.Context.Reasoning = &b.Reasoning
-		n.Context.Messages = append(n.Context.Messages, b.NewMessages...)
+		appendMessages(n, b.NewMessages, len(b.Plan.Steps))
 		moveTo(n, from, StateActing, ev)
 		return nil
 
@@ -402,12 +405,11 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 	return sharedStep(1, n, from, ev)
 }
 
-// setPlan installs a new plan: a copy of p's steps, which the fold marks
-// done (never in the event's body), and no call or child pending.
+// setPlan installs a new plan, and no call or child pending. The task
+// shares the plan with the event's body: markStepDone marks a step on a
+// copy, so the body is never changed.
 func setPlan(n *Task, p *Plan) {
-	c := *p
-	c.Steps = append([]PlanStep(nil), p.Steps...)
-	n.Context.Plan = &c
+	n.Context.Plan = p
 	n.Context.PendingCall = nil
 	n.Context.PendingSubTask = nil
 }
@@ -601,6 +603,18 @@ func finishStep(v int, n *Task, from State, ev *Event) {
 	default:
 		moveTo(n, from, StateCompleted, ev)
 	}
+}
+
+// appendMessages appends msgs to n's messages. When that takes a new
+// array, the array has room for more messages too: a plan's steps bring a
+// message each with their results, which a fold would otherwise append by
+// growing the array again and again.
+func appendMessages(n *Task, msgs []Message, more int) {
+	m := n.Context.Messages
+	if len(m)+len(msgs) > cap(m) {
+		m = slices.Grow(m, len(msgs)+more)
+	}
+	n.Context.Messages = append(m, msgs...)
 }
 
 // recordResult records the outcome of the current step and the messages

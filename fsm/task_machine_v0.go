@@ -240,8 +240,40 @@ func (taskMachineV0) step(n *Task, from State, ev *Event) error {
 // markStepDone marks the current step of n's plan completed, on a copy of
 // the plan, so the task the caller passed to Apply keeps its own.
 func markStepDone(n *Task) {
-	p := *n.Context.Plan
-	p.Steps = append([]PlanStep(nil), p.Steps...)
+	p := copyPlan(n.Context.Plan)
 	p.CurrentStep().Completed = true
-	n.Context.Plan = &p
+	n.Context.Plan = p
+}
+
+// copyPlan copies p and its steps (sharing their parameter maps), in one
+// allocation for a plan of up to eight steps: a fold copies the plan at
+// every step it finishes.
+func copyPlan(p *Plan) *Plan {
+	var c *Plan
+	var steps []PlanStep
+	switch n := len(p.Steps); {
+	case n <= 2:
+		b := new(struct {
+			p Plan
+			s [2]PlanStep
+		})
+		c, steps = &b.p, b.s[:0]
+	case n <= 4:
+		b := new(struct {
+			p Plan
+			s [4]PlanStep
+		})
+		c, steps = &b.p, b.s[:0]
+	case n <= 8:
+		b := new(struct {
+			p Plan
+			s [8]PlanStep
+		})
+		c, steps = &b.p, b.s[:0]
+	default:
+		c, steps = new(Plan), make([]PlanStep, 0, n)
+	}
+	*c = *p
+	c.Steps = append(steps, p.Steps...)
+	return c
 }

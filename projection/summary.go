@@ -61,7 +61,12 @@ func cut(s string, n int) string {
 // checks the bytes). A field added to Summary must be added here too; that
 // test fails until it is.
 func (s *Summary) Encode() ([]byte, error) {
-	w := fsm.NewMapWriter(make([]byte, 0, 96+len(s.ID)+len(s.Input)+len(s.Error)))
+	return s.AppendEncode(make([]byte, 0, 96+len(s.ID)+len(s.Input)+len(s.Error))), nil
+}
+
+// AppendEncode appends Encode's encoding of s to dst.
+func (s *Summary) AppendEncode(dst []byte) []byte {
+	w := fsm.NewMapWriter(dst)
 	w.Str("id", s.ID)
 	w.Str("type", s.Type)
 	w.Str("state", string(s.State))
@@ -75,7 +80,7 @@ func (s *Summary) Encode() ([]byte, error) {
 	w.Uint64("seq", s.Seq)
 	w.Str("input", s.Input)
 	w.Str("error", s.Error)
-	return w.Close(), nil
+	return w.Close()
 }
 
 // DecodeSummary decodes an encoding written by Summary.Encode.

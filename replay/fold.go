@@ -1,8 +1,8 @@
 package replay
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -110,6 +110,12 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 	if opts.OnChange != nil {
 		hooked = new(Change)
 	}
+	// Without a hook nothing keeps a decoded event past its step, so
+	// the bodies Apply keeps no pointer to are decoded into reused values.
+	var bodies *fsm.Bodies
+	if hooked == nil && own != nil {
+		bodies = new(fsm.Bodies)
+	}
 	for n := 0; it.Next(); n++ {
 		if n&1023 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -141,12 +147,12 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 		}
 		var refused bool
 		if hooked != nil {
-			if err := v.step(ctx, ev, hooked, own != nil); err != nil {
+			if err := v.step(ctx, ev, hooked, own != nil, nil); err != nil {
 				return res, err
 			}
 			refused = hooked.Err != nil
 		} else {
-			if err := v.step(ctx, ev, &local, own != nil); err != nil {
+			if err := v.step(ctx, ev, &local, own != nil, bodies); err != nil {
 				return res, err
 			}
 			refused = local.Err != nil
@@ -195,14 +201,20 @@ var ErrBusy = errors.New("replay: another fold is running on this view")
 // $system and other reserved streams (they are counted, never
 // interpreted). On error the envelope is still filled
 // in, so the fold can record the refusal where it happened.
-func Decode(ev eventlog.Event) (fsm.Event, error) { return decode(ev, false) }
+func Decode(ev eventlog.Event) (fsm.Event, error) { return decode(ev, false, nil) }
 
 // decode is Decode; with shared, ev.Body is the fold's own copy (owner.take),
-// never changed, and the decoded strings alias it (fsm.DecodeShared).
-func decode(ev eventlog.Event, shared bool) (fsm.Event, error) {
+// never changed, and the decoded strings alias it (fsm.DecodeShared). With
+// bodies too, the body may be one of bodies' reused values: the event must
+// not be kept past the fold's step.
+func decode(ev eventlog.Event, shared bool, bodies *fsm.Bodies) (fsm.Event, error) {
 	body := func() (fsm.Body, error) {
 		if shared && len(ev.Body) > 0 {
-			return fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body)))
+			data := unsafe.String(unsafe.SliceData(ev.Body), len(ev.Body))
+			if bodies != nil {
+				return bodies.DecodeShared(fsm.EventType(ev.Type), ev.Schema, data)
+			}
+			return fsm.DecodeShared(fsm.EventType(ev.Type), ev.Schema, data)
 		}
 		return fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
 	}
@@ -252,7 +264,15 @@ type borrower interface {
 // their chunks alive, memory the budget does not count.)
 type owner struct {
 	names map[string]string
+	// recent caches interned names by a hash of their ends: a fold's
+	// streams and types repeat within a few events, and a hit costs one
+	// comparison where the map hashes the whole name and probes a table
+	// of thousands.
+	recent [1 << recentBits]string
 }
+
+// recentBits is the log2 of owner.recent's size.
+const recentBits = 10
 
 // maxInterned bounds the interned names; past it the table starts over.
 const maxInterned = 8192
@@ -262,11 +282,41 @@ func newOwner() *owner { return &owner{names: make(map[string]string, 256)} }
 func (o *owner) take(ev *eventlog.Event) {
 	ev.Stream, ev.Type = o.intern(ev.Stream), o.intern(ev.Type)
 	if len(ev.Body) > 0 {
-		ev.Body = bytes.Clone(ev.Body)
+		// Copied as a string: its allocation is not cleared first, as a
+		// byte slice's spare capacity is. The fold never writes to it.
+		s := string(ev.Body)
+		ev.Body = unsafe.Slice(unsafe.StringData(s), len(s))
 	}
 }
 
 func (o *owner) intern(b string) string {
+	slot := &o.recent[nameHash(b)>>(64-recentBits)]
+	if *slot == b {
+		return *slot
+	}
+	s := o.internSlow(b)
+	*slot = s
+	return s
+}
+
+// nameHash mixes a name's length and its first and last eight bytes:
+// event types differ at one end or the other, and stream names (ids) in
+// their random tail.
+func nameHash(b string) uint64 {
+	h := uint64(len(b))
+	if len(b) >= 8 {
+		h ^= binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(b), len(b))) * 0x9e3779b97f4a7c15
+		h ^= binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(b[len(b)-8:]), 8)) * 0xc2b2ae3d27d4eb4f
+	} else {
+		for i := 0; i < len(b); i++ {
+			h = h*31 + uint64(b[i])
+		}
+		h *= 0x9e3779b97f4a7c15
+	}
+	return h
+}
+
+func (o *owner) internSlow(b string) string {
 	if s, ok := o.names[b]; ok {
 		return s
 	}

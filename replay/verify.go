@@ -546,12 +546,10 @@ func (fv *foldVerifier) digest(set *projection.Set, t *fsm.Task) (*evictedTask, 
 	fv.buf = projection.AppendStoredTask(fv.buf[:0], t, set.InputSeq(t.ID))
 	e := &evictedTask{task: maphash.Bytes(fv.seed, fv.buf)}
 	sum := projection.Summarize(t)
-	sb, err := sum.Encode()
-	if err != nil {
-		return nil, err
-	}
-	e.summary, e.queueKey = maphash.Bytes(fv.seed, sb), string(sum.QueueKey())
+	fv.buf = sum.AppendEncode(fv.buf[:0])
+	e.summary, e.queueKey = maphash.Bytes(fv.seed, fv.buf), string(sum.QueueKey())
 	if p, ok := set.Progress(t.ID); ok {
+		var err error
 		if fv.buf, err = p.AppendStored(fv.buf[:0], t); err != nil {
 			return nil, err
 		}
@@ -835,8 +833,8 @@ func compareProjections(ctx context.Context, rep *Report, st *store, fresh *View
 			return fv.buf, true, nil
 		case prefSum:
 			sum := projection.Summarize(t)
-			b, err := sum.Encode()
-			return b, true, err
+			fv.buf = sum.AppendEncode(fv.buf[:0])
+			return fv.buf, true, nil
 		}
 		p, ok := set.Progress(t.ID)
 		if !ok {

@@ -92,8 +92,8 @@ func (v *View) Seq() uint64 {
 // needs it, apply through the Set, start a checkpoint if one is due. It is
 // the body of Fold's loop and nothing else calls it. It writes the change
 // in place (a Change is over a kilobyte: two tasks).
-func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change, shared bool) error {
-	fe, derr := decode(ev, shared)
+func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change, shared bool, bodies *fsm.Bodies) error {
+	fe, derr := decode(ev, shared, bodies)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.ckErr; err != nil {
