@@ -197,7 +197,7 @@ type Broker struct {
 	workersVer uint64                       // the version of WorkersStream folded into workers
 	seen       map[string]time.Time         // worker liveness: requests here, and SeenElsewhere
 	shared     map[string]time.Time         // when Seen last gave a worker to Options.Share
-	changed    chan struct{}                // closed and replaced after every dispatch event folded
+	changed    chan struct{}                // closed after every dispatch event folded; made when a waiter asks (nil: none waits)
 	kick       chan struct{}                // wakes the loop (buffered 1)
 	agentWake  chan struct{}                // wakes the built-in worker's loop (RunAgentWorker), nil before
 	agentAll   atomic.Bool                  // the built-in worker looks at every live task at its next wake (CheckAll)
@@ -213,7 +213,7 @@ type Broker struct {
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
 		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
-		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
+		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, kick: make(chan struct{}, 1),
 		children: newChildIndex()}
 	if b.app = b.opts.Appender; b.app == nil {
 		b.app = l
@@ -380,17 +380,34 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 // notify wakes the loop and everyone waiting for a change.
 func (b *Broker) notify() {
 	b.mu.Lock()
-	close(b.changed)
-	b.changed = make(chan struct{})
+	b.changedLocked()
 	b.mu.Unlock()
 	b.wake()
+}
+
+// changedLocked wakes everyone waiting for a change (Wait). Called with
+// b.mu held.
+func (b *Broker) changedLocked() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 }
 
 // decision is a broker decision on a task taken by step under b.mu and
 // appended after it.
 type decision struct {
-	t  fsm.Task
+	t  fsm.Task // the task's id, version and last event; no dispatch part
 	ev typedBody
+}
+
+// decisionOn is decision ev on the index's task t. The decision is
+// appended after b.mu is released, while t's dispatch part (an entry's,
+// rewritten in place) may change: it keeps none of it.
+func decisionOn(t *fsm.Task, ev typedBody) decision {
+	c := *t
+	c.Dispatch = nil
+	return decision{c, ev}
 }
 
 // step does the work due now: it looks at the live tasks that changed or
@@ -423,7 +440,7 @@ func (b *Broker) step(ctx context.Context) time.Time {
 				if e.queued {
 					b.unqueueLocked(e)
 				}
-				decisions = append(decisions, decision{*t, eventOf(fsm.DispatchCancelled, &fsm.DispatchCancelledBody{AgentID: BrokerAgent, Reason: why})})
+				decisions = append(decisions, decisionOn(t, eventOf(fsm.DispatchCancelled, &fsm.DispatchCancelledBody{AgentID: BrokerAgent, Reason: why})))
 				continue
 			}
 		}
@@ -447,7 +464,7 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			if !b.owns(id) {
 				continue // its owner's broker decides
 			}
-			decisions = append(decisions, decision{*t, b.ownerDecision(t, act.Kind)})
+			decisions = append(decisions, decisionOn(t, b.ownerDecision(t, act.Kind)))
 		}
 	}
 	decisions = b.assignLocked(now, decisions)
@@ -520,7 +537,7 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 			skipped = append(skipped, e)
 			continue
 		}
-		ds = append(ds, decision{e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})})
+		ds = append(ds, decisionOn(&e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})))
 		load[w]++
 		room--
 	}
@@ -759,7 +776,12 @@ func lastSeq(r eventlog.AppendResult) uint64 {
 // Wait blocks until cond holds for the broker's view of things (checked
 // at once and after every dispatch or worker event), or ctx ends.
 func (b *Broker) Wait(ctx context.Context, cond func() bool) error {
-	return b.waitOn(ctx, cond, func() chan struct{} { return b.changed })
+	return b.waitOn(ctx, cond, func() chan struct{} {
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		return b.changed
+	})
 }
 
 // waitOn checks cond at once and after each close of the channel that

@@ -21,11 +21,12 @@ import (
 // entry is a live dispatch task as last folded, with its place in the
 // index. Guarded by Broker.mu.
 type entry struct {
-	t      fsm.Task  // only what scheduling reads (schedulingCopy); answers read the view
-	worker string    // the worker the task counts against (assigned, running); "" none
-	due    time.Time // its time in Broker.due; zero: not there
-	queued bool      // in Broker.ready
-	qkey   string    // while queued: its requirement key (reqKey), counted in Broker.readyKeys
+	t      fsm.Task     // only what scheduling reads (schedulingCopy); answers read the view
+	d      fsm.Dispatch // t.Dispatch's storage, rewritten in place under b.mu
+	worker string       // the worker the task counts against (assigned, running); "" none
+	due    time.Time    // its time in Broker.due; zero: not there
+	queued bool         // in Broker.ready
+	qkey   string       // while queued: its requirement key (reqKey), counted in Broker.readyKeys
 }
 
 // observeLocked records t, task id as the view folded it now (ok false:
@@ -52,7 +53,7 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		e = &entry{}
 		b.live[id] = e
 	}
-	e.t = schedulingCopy(&t)
+	e.t = schedulingCopyTo(&t, &e.d)
 	w := ""
 	if a := fsm.Next(&e.t); a.Kind == fsm.ActWaitWorker { // &e.t: t stays on the stack
 		w = a.Task
@@ -73,31 +74,38 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 // budget and drops it from memory beyond: a full copy of each live task
 // here would keep every queued task's text in memory, outside the budget.
 // Everything that answers with a task reads it from the view.
-func schedulingCopy(t *fsm.Task) fsm.Task {
+func schedulingCopy(t *fsm.Task) fsm.Task { return schedulingCopyTo(t, new(fsm.Dispatch)) }
+
+// schedulingCopyTo is schedulingCopy with its dispatch part written into
+// *to: an entry keeps it in place, one allocation per task instead of one
+// per observation. Nothing outside b.mu reads an entry's dispatch part
+// (decisions leave it out: decisionOn).
+func schedulingCopyTo(t *fsm.Task, to *fsm.Dispatch) fsm.Task {
 	d := t.Dispatch
+	*to = fsm.Dispatch{
+		RequiredCapabilities: d.RequiredCapabilities,
+		AssignedAgent:        d.AssignedAgent,
+		AssignedAt:           d.AssignedAt,
+		StartedAt:            d.StartedAt,
+		LastProgressAt:       d.LastProgressAt,
+		RetryCount:           d.RetryCount,
+		MaxRetries:           d.MaxRetries,
+		RetryEligible:        d.RetryEligible,
+		TimeoutSeconds:       d.TimeoutSeconds,
+		HeartbeatSeconds:     d.HeartbeatSeconds,
+		RetryBackoffSeconds:  d.RetryBackoffSeconds,
+		RunAt:                d.RunAt,
+		NotBefore:            d.NotBefore,
+		DeadLettered:         d.DeadLettered,
+		Requeues:             d.Requeues,
+	}
 	return fsm.Task{
 		ID: t.ID, Machine: t.Machine, State: t.State,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Priority: t.Priority,
 		Version: t.Version, Seq: t.Seq, LastEvent: t.LastEvent,
 		ParentID: t.ParentID, ConcurrencyKey: t.ConcurrencyKey,
-		Context: fsm.Context{Source: t.Context.Source},
-		Dispatch: &fsm.Dispatch{
-			RequiredCapabilities: d.RequiredCapabilities,
-			AssignedAgent:        d.AssignedAgent,
-			AssignedAt:           d.AssignedAt,
-			StartedAt:            d.StartedAt,
-			LastProgressAt:       d.LastProgressAt,
-			RetryCount:           d.RetryCount,
-			MaxRetries:           d.MaxRetries,
-			RetryEligible:        d.RetryEligible,
-			TimeoutSeconds:       d.TimeoutSeconds,
-			HeartbeatSeconds:     d.HeartbeatSeconds,
-			RetryBackoffSeconds:  d.RetryBackoffSeconds,
-			RunAt:                d.RunAt,
-			NotBefore:            d.NotBefore,
-			DeadLettered:         d.DeadLettered,
-			Requeues:             d.Requeues,
-		},
+		Context:  fsm.Context{Source: t.Context.Source},
+		Dispatch: to,
 	}
 }
 
