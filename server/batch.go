@@ -327,7 +327,7 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 		broker.CreateRequest
 		batchKey
 	}
-	n, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
+	_, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
 		if i == 0 {
 			reqs, keys = make([]broker.CreateRequest, 0, total), make([]string, 0, total)
 		}
@@ -346,15 +346,28 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 	if err != nil {
 		return batchFailed(err, keys, s.fromBrokerError)
 	}
-	out := dispatchList{Tasks: make([]DispatchJSON, n)}
 	replayed := true
 	for i := range made {
-		out.Tasks[i] = toDispatchJSON(&made[i].Task)
 		replayed = replayed && made[i].Replayed
 	}
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, createdList(made))
 	return nil
+}
+
+// createdList is the answer {"tasks": [...]} of a broker batch: the
+// tasks made, each encoded as its DispatchJSON, one at a time.
+type createdList []broker.Created
+
+func (l createdList) appendJSON(o *jsonOut) {
+	o.raw(`{"tasks":[`)
+	for i := range l {
+		if i > 0 {
+			o.raw(",")
+		}
+		toDispatchJSON(&l[i].Task).appendJSON(o)
+	}
+	o.raw("]}")
 }
