@@ -110,6 +110,16 @@ type batchBody struct {
 // that all decode and all name their fields exactly (decodeJSON's rules).
 // When it does not, decodeItemsOneByOne says why.
 func decodeItemsAtOnce[T any](data []byte) ([]T, bool) {
+	if _, ok := any((*T)(nil)).(fastDecoder); ok {
+		if items, ok := decodeItemsFast[T](data); ok {
+			return items, true
+		}
+	}
+	return decodeItemsReflect[T](data)
+}
+
+// decodeItemsReflect is decodeItemsAtOnce with encoding/json.
+func decodeItemsReflect[T any](data []byte) ([]T, bool) {
 	var body struct {
 		Tasks []T `json:"tasks"`
 	}
@@ -323,11 +333,7 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	var reqs []broker.CreateRequest
 	var keys []string
-	type item struct {
-		broker.CreateRequest
-		batchKey
-	}
-	_, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
+	_, e := decodeBatch(s, r, func(i, total int, it *brokerItem) *apiError {
 		if i == 0 {
 			reqs, keys = make([]broker.CreateRequest, 0, total), make([]string, 0, total)
 		}

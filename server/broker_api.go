@@ -176,7 +176,7 @@ func (s *Server) apiCreate(w http.ResponseWriter, r *http.Request, agentID strin
 		return e
 	}
 	var req broker.CreateRequest
-	if e := decodeBody(r, &req, false); e != nil {
+	if e := decodeBody(r, (*createBody)(&req), false); e != nil {
 		return e
 	}
 	req.AgentID = agentID

@@ -167,6 +167,9 @@ const presizeLimit = 1 << 20
 
 // decodeJSON is decodeBody's decoding of data, one JSON object, into v.
 func decodeJSON(data []byte, v any) *apiError {
+	if fd, ok := v.(fastDecoder); ok && json.Valid(data) && fd.decodeFast(data) {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
