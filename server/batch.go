@@ -348,32 +348,50 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 	if err != nil {
 		return s.fromBrokerError(err)
 	}
-	made, err := s.broker.b.CreateMany(r.Context(), ids, reqs)
+	// Each task made is encoded as CreateEach hands it out.
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer putJSONBuf(buf)
+	out := dispatchListOut{jsonOut: jsonOut{b: buf.AvailableBuffer()}}
+	replayed := true
+	err = s.broker.b.CreateEach(r.Context(), ids, reqs, func(_ int, t *fsm.Task, held bool) {
+		out.add(t)
+		replayed = replayed && held
+	})
 	if err != nil {
 		return batchFailed(err, keys, s.fromBrokerError)
 	}
-	replayed := true
-	for i := range made {
-		replayed = replayed && made[i].Replayed
-	}
+	*buf = *bytes.NewBuffer(out.b[:0]) // the pool keeps the room the answer took
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusCreated, createdList(made))
+	writeJSON(w, http.StatusCreated, &out)
 	return nil
 }
 
-// createdList is the answer {"tasks": [...]} of a broker batch: the
-// tasks made, each encoded as its DispatchJSON, one at a time.
-type createdList []broker.Created
+// dispatchListOut is the answer {"tasks": [...]} of a broker batch, its
+// tasks appended one at a time, each as its DispatchJSON.
+type dispatchListOut struct {
+	jsonOut
+	n int
+}
 
-func (l createdList) appendJSON(o *jsonOut) {
-	o.raw(`{"tasks":[`)
-	for i := range l {
-		if i > 0 {
-			o.raw(",")
-		}
-		toDispatchJSON(&l[i].Task).appendJSON(o)
+func (l *dispatchListOut) add(t *fsm.Task) {
+	if l.n == 0 {
+		l.raw(`{"tasks":[`)
+	} else {
+		l.raw(",")
+	}
+	l.n++
+	toDispatchJSON(t).appendJSON(&l.jsonOut)
+}
+
+func (l *dispatchListOut) appendJSON(o *jsonOut) {
+	o.b = append(o.b, l.b...)
+	if l.n == 0 {
+		o.raw(`{"tasks":[`)
 	}
 	o.raw("]}")
+	if o.err == nil {
+		o.err = l.err
+	}
 }

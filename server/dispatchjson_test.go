@@ -94,17 +94,19 @@ func TestDispatchJSONAsEncodingJSON(t *testing.T) {
 		type plain DispatchJSON // the same fields, without appendJSON
 		check("task", j, plain(j))
 	}
-	made := createdList{
-		{Task: fsm.Task{ID: "a", State: fsm.StatePending, Dispatch: &fsm.Dispatch{Title: "<b>\"x\"</b>", RequiredCapabilities: []string{"gpu"}}}},
-		{Task: fsm.Task{ID: "b", State: fsm.StateCompleted, Dispatch: &fsm.Dispatch{Result: `{"n": 1}`, CompletedAt: time.Unix(5, 0)}}, Replayed: true},
-		{Task: fsm.Task{ID: "c", Metadata: map[string]string{"k": "v"}, Dispatch: &fsm.Dispatch{}}},
+	made := []fsm.Task{
+		{ID: "a", State: fsm.StatePending, Dispatch: &fsm.Dispatch{Title: "<b>\"x\"</b>", RequiredCapabilities: []string{"gpu"}}},
+		{ID: "b", State: fsm.StateCompleted, Dispatch: &fsm.Dispatch{Result: `{"n": 1}`, CompletedAt: time.Unix(5, 0)}},
+		{ID: "c", Metadata: map[string]string{"k": "v"}, Dispatch: &fsm.Dispatch{}},
 	}
+	var answer dispatchListOut
 	var plains []DispatchJSON
 	for i := range made {
-		plains = append(plains, toDispatchJSON(&made[i].Task))
+		answer.add(&made[i])
+		plains = append(plains, toDispatchJSON(&made[i]))
 	}
-	check("list", made, plainList{plains})
-	check("empty list", createdList{}, plainList{Tasks: []DispatchJSON{}})
+	check("list", &answer, plainList{plains})
+	check("empty list", &dispatchListOut{}, plainList{Tasks: []DispatchJSON{}})
 	bad := task()
 	bad.CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	check("a year beyond 9999", bad, struct{ T time.Time }{bad.CreatedAt})
