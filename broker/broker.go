@@ -187,7 +187,7 @@ type Broker struct {
 	mu         sync.Mutex
 	live       map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
 	byWorker   map[string]map[string]*entry // the live tasks each worker runs
-	dirty      map[string]struct{}          // live tasks changed since the loop last looked
+	dirty      []*entry                     // live tasks changed since the loop last looked, each once (entry.dirty)
 	due        dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
 	ready      readyHeap                    // pending tasks due now, in queue order
 	readyKeys  map[string]int               // entries in ready per requirement key (reqKey)
@@ -212,7 +212,7 @@ type Broker struct {
 // live dispatch tasks and the registered workers loaded.
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
-		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
+		byWorker: map[string]map[string]*entry{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
 		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, kick: make(chan struct{}, 1),
 		children: newChildIndex()}
 	if b.app = b.opts.Appender; b.app == nil {
@@ -344,8 +344,8 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 				}
 				b.mu.Lock()
 				for _, c := range kids {
-					if _, ok := b.live[c]; ok {
-						b.dirty[c] = struct{}{}
+					if e, ok := b.live[c]; ok {
+						b.markLocked(e)
 					}
 				}
 				b.mu.Unlock()
@@ -422,19 +422,20 @@ func (b *Broker) step(ctx context.Context) time.Time {
 	b.mu.Lock()
 	if now.Sub(b.lastFull) >= b.opts.CheckInterval {
 		b.lastFull = now
-		for id := range b.live {
-			b.dirty[id] = struct{}{}
+		for _, e := range b.live {
+			b.markLocked(e)
 		}
 	}
 	b.popDueLocked(now)
-	for id := range b.dirty {
-		delete(b.dirty, id)
-		e := b.live[id]
-		if e == nil {
+	dirty := b.dirty
+	b.dirty = nil
+	for _, e := range dirty {
+		e.dirty = false
+		if e.gone {
 			continue
 		}
-		t := &e.t
-		act := fsm.Next(t)
+		id, t := e.t.ID, &e.t
+		act := fsm.Action{Kind: e.next, At: e.nextAt}
 		if act.Kind == fsm.ActAssign || act.Kind == fsm.ActWaitWorker {
 			if why := b.unwanted(t); why != "" && b.owns(id) {
 				if e.queued {
@@ -466,6 +467,10 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			}
 			decisions = append(decisions, decisionOn(t, b.ownerDecision(t, act.Kind)))
 		}
+	}
+	if b.dirty == nil { // none marked meanwhile: keep the room
+		clear(dirty)
+		b.dirty = dirty[:0]
 	}
 	decisions = b.assignLocked(now, decisions)
 	b.compactLocked()
@@ -520,8 +525,8 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 		if b.live[e.t.ID] != e || !b.owns(e.t.ID) {
 			continue // finished meanwhile, or its partition was given away
 		}
-		if act := fsm.Next(&e.t); act.Kind != fsm.ActAssign || act.At.After(now) {
-			b.dirty[e.t.ID] = struct{}{}
+		if e.next != fsm.ActAssign || e.nextAt.After(now) {
+			b.markLocked(e)
 			continue
 		}
 		if blocked[key] {
@@ -670,8 +675,8 @@ func (b *Broker) CheckAll() {
 // the task marks it too.
 func (b *Broker) again(id string) {
 	b.mu.Lock()
-	if _, ok := b.live[id]; ok {
-		b.dirty[id] = struct{}{}
+	if e, ok := b.live[id]; ok {
+		b.markLocked(e)
 	}
 	b.mu.Unlock()
 }

@@ -177,9 +177,10 @@ func (b *Broker) CreateEach(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 	// The view folded the batch once synced returned: each task as folded
 	// at or after its commit. (The broker's index holds only what
 	// scheduling reads, not the whole task.)
+	var t fsm.Task // one for every call (t is valid during the call only)
 	for i := range evs {
-		t, err := b.Task(evs[i].ID.String())
-		if err != nil {
+		var err error
+		if t, err = b.Task(evs[i].ID.String()); err != nil {
 			return err
 		}
 		each(i, &t, held[i])

@@ -21,12 +21,16 @@ import (
 // entry is a live dispatch task as last folded, with its place in the
 // index. Guarded by Broker.mu.
 type entry struct {
-	t      fsm.Task     // only what scheduling reads (schedulingCopy); answers read the view
-	d      fsm.Dispatch // t.Dispatch's storage, rewritten in place under b.mu
-	worker string       // the worker the task counts against (assigned, running); "" none
-	due    time.Time    // its time in Broker.due; zero: not there
-	queued bool         // in Broker.ready
-	qkey   string       // while queued: its requirement key (reqKey), counted in Broker.readyKeys
+	t      fsm.Task       // only what scheduling reads (schedulingCopy); answers read the view
+	d      fsm.Dispatch   // t.Dispatch's storage, rewritten in place under b.mu
+	next   fsm.ActionKind // fsm.Next(&t).Kind, as of t
+	nextAt time.Time      // fsm.Next(&t).At
+	dirty  bool           // in Broker.dirty
+	gone   bool           // left Broker.live (finished, or the view lost it)
+	worker string         // the worker the task counts against (assigned, running); "" none
+	due    time.Time      // its time in Broker.due; zero: not there
+	queued bool           // in Broker.ready
+	qkey   string         // while queued: its requirement key (reqKey), counted in Broker.readyKeys
 }
 
 // observeLocked records t, task id as the view folded it now (ok false:
@@ -41,7 +45,7 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		if e != nil {
 			b.setWorkerLocked(e, "")
 			delete(b.live, id)
-			delete(b.dirty, id)
+			e.gone = true
 			// Its places in the heaps are stale now: keep only what orders
 			// them (the ready heap must not see its keys change), not the task.
 			e.t = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}
@@ -54,15 +58,25 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		b.live[id] = e
 	}
 	e.t = schedulingCopyTo(&t, &e.d)
+	a := fsm.Next(&e.t) // &e.t: t stays on the stack
+	e.next, e.nextAt = a.Kind, a.At
 	w := ""
-	if a := fsm.Next(&e.t); a.Kind == fsm.ActWaitWorker { // &e.t: t stays on the stack
+	if a.Kind == fsm.ActWaitWorker {
 		w = a.Task
 	}
 	b.setWorkerLocked(e, w)
 	if w != "" {
 		b.signalLocked(w) // its state changed: a long poll may match now
 	}
-	b.dirty[id] = struct{}{}
+	b.markLocked(e)
+}
+
+// markLocked has the next step look at live task e.
+func (b *Broker) markLocked(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		b.dirty = append(b.dirty, e)
+	}
 }
 
 // schedulingCopy is the part of dispatch task t that the broker's
@@ -155,7 +169,7 @@ func (b *Broker) popDueLocked(now time.Time) {
 		d := heap.Pop(&b.due).(dueAt)
 		if b.live[d.e.t.ID] == d.e && d.e.due.Equal(d.at) {
 			d.e.due = time.Time{}
-			b.dirty[d.e.t.ID] = struct{}{}
+			b.markLocked(d.e)
 		}
 	}
 }
