@@ -287,7 +287,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		b.running = false
 		b.mu.Unlock()
 	}()
-	sub := b.log.Subscribe(ctx, b.from+1)
+	sub := b.log.SubscribeBuffered(ctx, b.from+1, followBuffer)
 	defer sub.Close()
 	errc := make(chan error, 1)
 	go func() {
@@ -306,6 +306,13 @@ func (b *Broker) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// followBuffer is how many events the broker's followers (its index, the
+// built-in agent worker) have buffered before the log drops them to
+// reading back what they missed: more than a commit of 16 batches of 100
+// tasks, so that a flood of batches is followed from memory, not read
+// back from storage event by event.
+const followBuffer = 4096
 
 // sleep waits between two steps of a loop: for a wake-up, for d to pass
 // (elapsed true), or for what ends the loop (the context, or the error of
