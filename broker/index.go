@@ -48,7 +48,7 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 			e.gone = true
 			// Its places in the heaps are stale now: keep only what orders
 			// them (the ready heap must not see its keys change), not the task.
-			e.t = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}
+			e.t, e.d = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}, fsm.Dispatch{}
 			e.due = time.Time{}
 		}
 		return
