@@ -75,7 +75,7 @@ func (b *Broker) AgentCapabilities() []string {
 // of a child it runs, does what is due for the broker tasks assigned to
 // it. maxTasks is how many it runs at once (0 means 1).
 func (b *Broker) RunAgentWorker(ctx context.Context, maxTasks int) error {
-	sub := b.log.Subscribe(ctx, b.log.Head()+1)
+	sub := b.log.SubscribeBuffered(ctx, b.log.Head()+1, followBuffer)
 	defer sub.Close()
 	if err := b.RegisterAgentWorker(ctx, maxTasks); err != nil {
 		return err

@@ -187,7 +187,7 @@ type Broker struct {
 	mu         sync.Mutex
 	live       map[string]*entry            // dispatch tasks that are not finished, as last folded (index.go)
 	byWorker   map[string]map[string]*entry // the live tasks each worker runs
-	dirty      map[string]struct{}          // live tasks changed since the loop last looked
+	dirty      []*entry                     // live tasks changed since the loop last looked, each once (entry.dirty)
 	due        dueHeap                      // when live tasks fall due (deadlines, run_at, backoffs)
 	ready      readyHeap                    // pending tasks due now, in queue order
 	readyKeys  map[string]int               // entries in ready per requirement key (reqKey)
@@ -197,7 +197,7 @@ type Broker struct {
 	workersVer uint64                       // the version of WorkersStream folded into workers
 	seen       map[string]time.Time         // worker liveness: requests here, and SeenElsewhere
 	shared     map[string]time.Time         // when Seen last gave a worker to Options.Share
-	changed    chan struct{}                // closed and replaced after every dispatch event folded
+	changed    chan struct{}                // closed after every dispatch event folded; made when a waiter asks (nil: none waits)
 	kick       chan struct{}                // wakes the loop (buffered 1)
 	agentWake  chan struct{}                // wakes the built-in worker's loop (RunAgentWorker), nil before
 	agentAll   atomic.Bool                  // the built-in worker looks at every live task at its next wake (CheckAll)
@@ -212,8 +212,8 @@ type Broker struct {
 // live dispatch tasks and the registered workers loaded.
 func New(l *eventlog.Log, tasks Tasks, opts Options) (*Broker, error) {
 	b := &Broker{log: l, tasks: tasks, opts: opts.EnsureDefaults(), live: map[string]*entry{},
-		byWorker: map[string]map[string]*entry{}, dirty: map[string]struct{}{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
-		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, changed: make(chan struct{}), kick: make(chan struct{}, 1),
+		byWorker: map[string]map[string]*entry{}, workerCh: map[string]chan struct{}{}, readyKeys: map[string]int{},
+		workers: projection.Workers{}, seen: map[string]time.Time{}, shared: map[string]time.Time{}, kick: make(chan struct{}, 1),
 		children: newChildIndex()}
 	if b.app = b.opts.Appender; b.app == nil {
 		b.app = l
@@ -287,7 +287,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		b.running = false
 		b.mu.Unlock()
 	}()
-	sub := b.log.Subscribe(ctx, b.from+1)
+	sub := b.log.SubscribeBuffered(ctx, b.from+1, followBuffer)
 	defer sub.Close()
 	errc := make(chan error, 1)
 	go func() {
@@ -306,6 +306,13 @@ func (b *Broker) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// followBuffer is how many events the broker's followers (its index, the
+// built-in agent worker) have buffered before the log drops them to
+// reading back what they missed: more than a commit of 16 batches of 100
+// tasks, so that a flood of batches is followed from memory, not read
+// back from storage event by event.
+const followBuffer = 4096
 
 // sleep waits between two steps of a loop: for a wake-up, for d to pass
 // (elapsed true), or for what ends the loop (the context, or the error of
@@ -344,8 +351,8 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 				}
 				b.mu.Lock()
 				for _, c := range kids {
-					if _, ok := b.live[c]; ok {
-						b.dirty[c] = struct{}{}
+					if e, ok := b.live[c]; ok {
+						b.markLocked(e)
 					}
 				}
 				b.mu.Unlock()
@@ -380,17 +387,34 @@ func (b *Broker) follow(ctx context.Context, sub *eventlog.Subscription) error {
 // notify wakes the loop and everyone waiting for a change.
 func (b *Broker) notify() {
 	b.mu.Lock()
-	close(b.changed)
-	b.changed = make(chan struct{})
+	b.changedLocked()
 	b.mu.Unlock()
 	b.wake()
+}
+
+// changedLocked wakes everyone waiting for a change (Wait). Called with
+// b.mu held.
+func (b *Broker) changedLocked() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 }
 
 // decision is a broker decision on a task taken by step under b.mu and
 // appended after it.
 type decision struct {
-	t  fsm.Task
+	t  fsm.Task // the task's id, version and last event; no dispatch part
 	ev typedBody
+}
+
+// decisionOn is decision ev on the index's task t. The decision is
+// appended after b.mu is released, while t's dispatch part (an entry's,
+// rewritten in place) may change: it keeps none of it.
+func decisionOn(t *fsm.Task, ev typedBody) decision {
+	c := *t
+	c.Dispatch = nil
+	return decision{c, ev}
 }
 
 // step does the work due now: it looks at the live tasks that changed or
@@ -405,25 +429,26 @@ func (b *Broker) step(ctx context.Context) time.Time {
 	b.mu.Lock()
 	if now.Sub(b.lastFull) >= b.opts.CheckInterval {
 		b.lastFull = now
-		for id := range b.live {
-			b.dirty[id] = struct{}{}
+		for _, e := range b.live {
+			b.markLocked(e)
 		}
 	}
 	b.popDueLocked(now)
-	for id := range b.dirty {
-		delete(b.dirty, id)
-		e := b.live[id]
-		if e == nil {
+	dirty := b.dirty
+	b.dirty = nil
+	for _, e := range dirty {
+		e.dirty = false
+		if e.gone {
 			continue
 		}
-		t := &e.t
-		act := fsm.Next(t)
+		id, t := e.t.ID, &e.t
+		act := fsm.Action{Kind: e.next, At: e.nextAt}
 		if act.Kind == fsm.ActAssign || act.Kind == fsm.ActWaitWorker {
 			if why := b.unwanted(t); why != "" && b.owns(id) {
 				if e.queued {
 					b.unqueueLocked(e)
 				}
-				decisions = append(decisions, decision{*t, eventOf(fsm.DispatchCancelled, &fsm.DispatchCancelledBody{AgentID: BrokerAgent, Reason: why})})
+				decisions = append(decisions, decisionOn(t, eventOf(fsm.DispatchCancelled, &fsm.DispatchCancelledBody{AgentID: BrokerAgent, Reason: why})))
 				continue
 			}
 		}
@@ -447,8 +472,12 @@ func (b *Broker) step(ctx context.Context) time.Time {
 			if !b.owns(id) {
 				continue // its owner's broker decides
 			}
-			decisions = append(decisions, decision{*t, b.ownerDecision(t, act.Kind)})
+			decisions = append(decisions, decisionOn(t, b.ownerDecision(t, act.Kind)))
 		}
+	}
+	if b.dirty == nil { // none marked meanwhile: keep the room
+		clear(dirty)
+		b.dirty = dirty[:0]
 	}
 	decisions = b.assignLocked(now, decisions)
 	b.compactLocked()
@@ -503,8 +532,8 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 		if b.live[e.t.ID] != e || !b.owns(e.t.ID) {
 			continue // finished meanwhile, or its partition was given away
 		}
-		if act := fsm.Next(&e.t); act.Kind != fsm.ActAssign || act.At.After(now) {
-			b.dirty[e.t.ID] = struct{}{}
+		if e.next != fsm.ActAssign || e.nextAt.After(now) {
+			b.markLocked(e)
 			continue
 		}
 		if blocked[key] {
@@ -520,7 +549,7 @@ func (b *Broker) assignLocked(now time.Time, ds []decision) []decision {
 			skipped = append(skipped, e)
 			continue
 		}
-		ds = append(ds, decision{e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})})
+		ds = append(ds, decisionOn(&e.t, eventOf(fsm.DispatchAssigned, &fsm.DispatchAssignedBody{AgentID: BrokerAgent, Worker: w, Score: score})))
 		load[w]++
 		room--
 	}
@@ -653,8 +682,8 @@ func (b *Broker) CheckAll() {
 // the task marks it too.
 func (b *Broker) again(id string) {
 	b.mu.Lock()
-	if _, ok := b.live[id]; ok {
-		b.dirty[id] = struct{}{}
+	if e, ok := b.live[id]; ok {
+		b.markLocked(e)
 	}
 	b.mu.Unlock()
 }
@@ -759,7 +788,12 @@ func lastSeq(r eventlog.AppendResult) uint64 {
 // Wait blocks until cond holds for the broker's view of things (checked
 // at once and after every dispatch or worker event), or ctx ends.
 func (b *Broker) Wait(ctx context.Context, cond func() bool) error {
-	return b.waitOn(ctx, cond, func() chan struct{} { return b.changed })
+	return b.waitOn(ctx, cond, func() chan struct{} {
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		return b.changed
+	})
 }
 
 // waitOn checks cond at once and after each close of the channel that

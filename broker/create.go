@@ -105,14 +105,30 @@ type Created struct {
 // with a *batcherr.Error naming each by its index. A parent_task_id must
 // name a task that exists before the batch.
 func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateRequest) ([]Created, error) {
+	out := make([]Created, len(reqs))
+	err := b.CreateEach(ctx, ids, reqs, func(i int, t *fsm.Task, replayed bool) {
+		out[i] = Created{Task: *t, Replayed: replayed}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CreateEach is CreateMany giving each task made, as folded, to each in
+// order (i is its request's index) instead of a slice of them: a caller
+// that only encodes them copies none. t is valid during the call only.
+// each is called only once every task is committed; when CreateEach
+// returns an error it may have been called for some.
+func (b *Broker) CreateEach(ctx context.Context, ids []ulid.ULID, reqs []CreateRequest, each func(i int, t *fsm.Task, replayed bool)) error {
 	if len(ids) != len(reqs) {
-		return nil, fmt.Errorf("broker: CreateMany: %d ids for %d requests", len(ids), len(reqs))
+		return fmt.Errorf("broker: CreateMany: %d ids for %d requests", len(ids), len(reqs))
 	}
 	var bad batcherr.Error
 	evs := make([]eventlog.Event, len(reqs))
-	drawn := make([]bool, len(reqs)) // an id drawn here is in no log
-	parents := make([]string, len(reqs))
-	var first map[ulid.ULID]int // the callers' ids: a drawn one is new
+	bodies := make([]fsm.DispatchCreatedBody, len(reqs)) // one allocation, not one per body
+	drawn := make([]bool, len(reqs))                     // an id drawn here is in no log
+	var first map[ulid.ULID]int                          // the callers' ids: a drawn one is new
 	now := b.opts.Now()
 	for i := range reqs {
 		id := ids[i]
@@ -127,48 +143,49 @@ func (b *Broker) CreateMany(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 			}
 			first[id] = i
 		}
-		body, err := createdBody(id, &reqs[i])
+		body := &bodies[i]
+		var err error
+		*body, err = createdBody(id, &reqs[i])
 		if err == nil {
-			err = b.checkCreated(&body)
+			err = b.checkCreated(body)
 		}
 		if err != nil {
 			bad.Add(i, err)
 			continue
 		}
-		data, err := fsm.Encode(&body)
+		data, err := fsm.Encode(body)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		parents[i] = body.ParentTaskID
 		evs[i] = eventlog.Event{ID: id, Type: string(fsm.DispatchCreated), Time: now, Schema: fsm.SchemaVersion, Body: data}
 	}
 	if err := bad.Err(); err != nil {
-		return nil, err
+		return err
 	}
 	held, last, err := batcherr.Commit(ctx, b.log, b.app, evs, drawn)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.synced(ctx, last); err != nil {
-		return nil, err
+		return err
 	}
 	for i := range evs {
-		if !held[i] {
-			b.children.add(parents[i], evs[i].ID.String())
+		if !held[i] && bodies[i].ParentTaskID != "" {
+			b.children.add(bodies[i].ParentTaskID, evs[i].ID.String())
 		}
 	}
 	// The view folded the batch once synced returned: each task as folded
 	// at or after its commit. (The broker's index holds only what
 	// scheduling reads, not the whole task.)
-	out := make([]Created, len(evs))
+	var t fsm.Task // one for every call (t is valid during the call only)
 	for i := range evs {
-		t, err := b.Task(evs[i].ID.String())
-		if err != nil {
-			return nil, err
+		var err error
+		if t, err = b.Task(evs[i].ID.String()); err != nil {
+			return err
 		}
-		out[i] = Created{Task: t, Replayed: held[i]}
+		each(i, &t, held[i])
 	}
-	return out, nil
+	return nil
 }
 
 // checkCreated refuses a body the machine would not take, or whose parent

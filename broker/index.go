@@ -21,11 +21,16 @@ import (
 // entry is a live dispatch task as last folded, with its place in the
 // index. Guarded by Broker.mu.
 type entry struct {
-	t      fsm.Task  // only what scheduling reads (schedulingCopy); answers read the view
-	worker string    // the worker the task counts against (assigned, running); "" none
-	due    time.Time // its time in Broker.due; zero: not there
-	queued bool      // in Broker.ready
-	qkey   string    // while queued: its requirement key (reqKey), counted in Broker.readyKeys
+	t      fsm.Task       // only what scheduling reads (schedulingCopy); answers read the view
+	d      fsm.Dispatch   // t.Dispatch's storage, rewritten in place under b.mu
+	next   fsm.ActionKind // fsm.Next(&t).Kind, as of t
+	nextAt time.Time      // fsm.Next(&t).At
+	dirty  bool           // in Broker.dirty
+	gone   bool           // left Broker.live (finished, or the view lost it)
+	worker string         // the worker the task counts against (assigned, running); "" none
+	due    time.Time      // its time in Broker.due; zero: not there
+	queued bool           // in Broker.ready
+	qkey   string         // while queued: its requirement key (reqKey), counted in Broker.readyKeys
 }
 
 // observeLocked records t, task id as the view folded it now (ok false:
@@ -40,10 +45,10 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		if e != nil {
 			b.setWorkerLocked(e, "")
 			delete(b.live, id)
-			delete(b.dirty, id)
+			e.gone = true
 			// Its places in the heaps are stale now: keep only what orders
 			// them (the ready heap must not see its keys change), not the task.
-			e.t = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}
+			e.t, e.d = fsm.Task{ID: e.t.ID, Priority: e.t.Priority, CreatedAt: e.t.CreatedAt}, fsm.Dispatch{}
 			e.due = time.Time{}
 		}
 		return
@@ -52,16 +57,26 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 		e = &entry{}
 		b.live[id] = e
 	}
-	e.t = schedulingCopy(&t)
+	e.t = schedulingCopyTo(&t, &e.d)
+	a := fsm.Next(&e.t) // &e.t: t stays on the stack
+	e.next, e.nextAt = a.Kind, a.At
 	w := ""
-	if a := fsm.Next(&e.t); a.Kind == fsm.ActWaitWorker { // &e.t: t stays on the stack
+	if a.Kind == fsm.ActWaitWorker {
 		w = a.Task
 	}
 	b.setWorkerLocked(e, w)
 	if w != "" {
 		b.signalLocked(w) // its state changed: a long poll may match now
 	}
-	b.dirty[id] = struct{}{}
+	b.markLocked(e)
+}
+
+// markLocked has the next step look at live task e.
+func (b *Broker) markLocked(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		b.dirty = append(b.dirty, e)
+	}
 }
 
 // schedulingCopy is the part of dispatch task t that the broker's
@@ -73,31 +88,38 @@ func (b *Broker) observeLocked(id string, t fsm.Task, ok bool) {
 // budget and drops it from memory beyond: a full copy of each live task
 // here would keep every queued task's text in memory, outside the budget.
 // Everything that answers with a task reads it from the view.
-func schedulingCopy(t *fsm.Task) fsm.Task {
+func schedulingCopy(t *fsm.Task) fsm.Task { return schedulingCopyTo(t, new(fsm.Dispatch)) }
+
+// schedulingCopyTo is schedulingCopy with its dispatch part written into
+// *to: an entry keeps it in place, one allocation per task instead of one
+// per observation. Nothing outside b.mu reads an entry's dispatch part
+// (decisions leave it out: decisionOn).
+func schedulingCopyTo(t *fsm.Task, to *fsm.Dispatch) fsm.Task {
 	d := t.Dispatch
+	*to = fsm.Dispatch{
+		RequiredCapabilities: d.RequiredCapabilities,
+		AssignedAgent:        d.AssignedAgent,
+		AssignedAt:           d.AssignedAt,
+		StartedAt:            d.StartedAt,
+		LastProgressAt:       d.LastProgressAt,
+		RetryCount:           d.RetryCount,
+		MaxRetries:           d.MaxRetries,
+		RetryEligible:        d.RetryEligible,
+		TimeoutSeconds:       d.TimeoutSeconds,
+		HeartbeatSeconds:     d.HeartbeatSeconds,
+		RetryBackoffSeconds:  d.RetryBackoffSeconds,
+		RunAt:                d.RunAt,
+		NotBefore:            d.NotBefore,
+		DeadLettered:         d.DeadLettered,
+		Requeues:             d.Requeues,
+	}
 	return fsm.Task{
 		ID: t.ID, Machine: t.Machine, State: t.State,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, Priority: t.Priority,
 		Version: t.Version, Seq: t.Seq, LastEvent: t.LastEvent,
 		ParentID: t.ParentID, ConcurrencyKey: t.ConcurrencyKey,
-		Context: fsm.Context{Source: t.Context.Source},
-		Dispatch: &fsm.Dispatch{
-			RequiredCapabilities: d.RequiredCapabilities,
-			AssignedAgent:        d.AssignedAgent,
-			AssignedAt:           d.AssignedAt,
-			StartedAt:            d.StartedAt,
-			LastProgressAt:       d.LastProgressAt,
-			RetryCount:           d.RetryCount,
-			MaxRetries:           d.MaxRetries,
-			RetryEligible:        d.RetryEligible,
-			TimeoutSeconds:       d.TimeoutSeconds,
-			HeartbeatSeconds:     d.HeartbeatSeconds,
-			RetryBackoffSeconds:  d.RetryBackoffSeconds,
-			RunAt:                d.RunAt,
-			NotBefore:            d.NotBefore,
-			DeadLettered:         d.DeadLettered,
-			Requeues:             d.Requeues,
-		},
+		Context:  fsm.Context{Source: t.Context.Source},
+		Dispatch: to,
 	}
 }
 
@@ -147,7 +169,7 @@ func (b *Broker) popDueLocked(now time.Time) {
 		d := heap.Pop(&b.due).(dueAt)
 		if b.live[d.e.t.ID] == d.e && d.e.due.Equal(d.at) {
 			d.e.due = time.Time{}
-			b.dirty[d.e.t.ID] = struct{}{}
+			b.markLocked(d.e)
 		}
 	}
 }

@@ -104,7 +104,11 @@ func (l *SpendLedger) Apply(ev *fsm.Event) {
 		ts := l.task(ev.Stream)
 		ts.key, ts.model = b.ConcurrencyKey, b.Model
 	case *fsm.DispatchCreatedBody:
-		l.task(ev.Stream).key = b.ConcurrencyKey
+		// A task without a key and without an entry reads as one with an
+		// empty key: a broker task takes an entry only for its key.
+		if b.ConcurrencyKey != "" || l.tasks[ev.Stream] != nil {
+			l.task(ev.Stream).key = b.ConcurrencyKey
+		}
 	case *fsm.ModelCalledBody:
 		ts := l.task(ev.Stream)
 		s := Spend{Calls: 1, PromptTokens: int64(b.PromptTokens), CompletionTokens: int64(b.CompletionTokens),

@@ -110,6 +110,16 @@ type batchBody struct {
 // that all decode and all name their fields exactly (decodeJSON's rules).
 // When it does not, decodeItemsOneByOne says why.
 func decodeItemsAtOnce[T any](data []byte) ([]T, bool) {
+	if _, ok := any((*T)(nil)).(fastDecoder); ok {
+		if items, ok := decodeItemsFast[T](data); ok {
+			return items, true
+		}
+	}
+	return decodeItemsReflect[T](data)
+}
+
+// decodeItemsReflect is decodeItemsAtOnce with encoding/json.
+func decodeItemsReflect[T any](data []byte) ([]T, bool) {
 	var body struct {
 		Tasks []T `json:"tasks"`
 	}
@@ -323,11 +333,7 @@ func (s *Server) createTasks(w http.ResponseWriter, r *http.Request) *apiError {
 func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID string) *apiError {
 	var reqs []broker.CreateRequest
 	var keys []string
-	type item struct {
-		broker.CreateRequest
-		batchKey
-	}
-	n, e := decodeBatch(s, r, func(i, total int, it *item) *apiError {
+	_, e := decodeBatch(s, r, func(i, total int, it *brokerItem) *apiError {
 		if i == 0 {
 			reqs, keys = make([]broker.CreateRequest, 0, total), make([]string, 0, total)
 		}
@@ -342,19 +348,50 @@ func (s *Server) apiCreateBatch(w http.ResponseWriter, r *http.Request, agentID 
 	if err != nil {
 		return s.fromBrokerError(err)
 	}
-	made, err := s.broker.b.CreateMany(r.Context(), ids, reqs)
+	// Each task made is encoded as CreateEach hands it out.
+	buf := jsonBufs.Get().(*bytes.Buffer)
+	defer putJSONBuf(buf)
+	out := dispatchListOut{jsonOut: jsonOut{b: buf.AvailableBuffer()}}
+	replayed := true
+	err = s.broker.b.CreateEach(r.Context(), ids, reqs, func(_ int, t *fsm.Task, held bool) {
+		out.add(t)
+		replayed = replayed && held
+	})
 	if err != nil {
 		return batchFailed(err, keys, s.fromBrokerError)
 	}
-	out := dispatchList{Tasks: make([]DispatchJSON, n)}
-	replayed := true
-	for i := range made {
-		out.Tasks[i] = toDispatchJSON(&made[i].Task)
-		replayed = replayed && made[i].Replayed
-	}
+	*buf = *bytes.NewBuffer(out.b[:0]) // the pool keeps the room the answer took
 	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
-	writeJSON(w, http.StatusCreated, out)
+	writeJSON(w, http.StatusCreated, &out)
 	return nil
+}
+
+// dispatchListOut is the answer {"tasks": [...]} of a broker batch, its
+// tasks appended one at a time, each as its DispatchJSON.
+type dispatchListOut struct {
+	jsonOut
+	n int
+}
+
+func (l *dispatchListOut) add(t *fsm.Task) {
+	if l.n == 0 {
+		l.raw(`{"tasks":[`)
+	} else {
+		l.raw(",")
+	}
+	l.n++
+	toDispatchJSON(t).appendJSON(&l.jsonOut)
+}
+
+func (l *dispatchListOut) appendJSON(o *jsonOut) {
+	o.b = append(o.b, l.b...)
+	if l.n == 0 {
+		o.raw(`{"tasks":[`)
+	}
+	o.raw("]}")
+	if o.err == nil {
+		o.err = l.err
+	}
 }

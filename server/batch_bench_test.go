@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 )
@@ -37,3 +38,31 @@ type discardWriter struct{}
 func (discardWriter) Header() http.Header         { return http.Header{} }
 func (discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (discardWriter) WriteHeader(int)             {}
+
+// BenchmarkDecodeBrokerBatch is the decoding of a broker batch of 100
+// items as pegasus-bench -enqueue sends them, with encoding/json alone
+// and with the hand decoder.
+func BenchmarkDecodeBrokerBatch(b *testing.B) {
+	var body []byte
+	body = append(body, `{"tasks":[`...)
+	for i := range 100 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = fmt.Appendf(body, `{"title":"job 0.%d.%d","required_capabilities":["nobody"]}`, i, i)
+	}
+	body = append(body, "]}"...)
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) ([]brokerItem, bool)
+	}{{"encoding-json", decodeItemsReflect[brokerItem]}, {"by-hand", decodeItemsAtOnce[brokerItem]}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := c.decode(body); !ok {
+					b.Fatal("not decoded")
+				}
+			}
+		})
+	}
+}

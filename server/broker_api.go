@@ -141,6 +141,10 @@ type DispatchJSON struct {
 	Children             []string        `json:"children,omitempty"`
 }
 
+// noMetadata is the metadata of every task without any: one empty map,
+// which nothing writes to, instead of one per answer.
+var noMetadata = anyMetadata{}
+
 func toDispatchJSON(t *fsm.Task) DispatchJSON {
 	d := t.Dispatch
 	j := DispatchJSON{
@@ -148,9 +152,12 @@ func toDispatchJSON(t *fsm.Task) DispatchJSON {
 		Status: t.State, AssignedAgent: d.AssignedAgent, CreatedAt: t.CreatedAt, AssignedAt: d.AssignedAt, StartedAt: d.StartedAt,
 		UpdatedAt: t.UpdatedAt, Error: broker.TaskError(t), RetryCount: d.RetryCount, MaxRetries: d.MaxRetries, RetryEligible: d.RetryEligible,
 		TimeoutSeconds: d.TimeoutSeconds, Priority: t.Priority, Source: t.Context.Source, ParentTaskID: t.ParentID,
-		Metadata: broker.TaskMetadata(t), DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, TimeoutReason: d.TimeoutReason, RunAt: d.RunAt,
+		Metadata: noMetadata, DeadLettered: d.DeadLettered, DeadLetterReason: d.DeadLetterReason, TimeoutReason: d.TimeoutReason, RunAt: d.RunAt,
 		HeartbeatSeconds: d.HeartbeatSeconds, RetryBackoffSeconds: d.RetryBackoffSeconds, Progress: d.Progress, Version: t.Version,
 		ConcurrencyKey: t.ConcurrencyKey,
+	}
+	if len(t.Metadata) > 0 {
+		j.Metadata = broker.TaskMetadata(t)
 	}
 	if j.RequiredCapabilities == nil {
 		j.RequiredCapabilities = []string{}
@@ -176,7 +183,7 @@ func (s *Server) apiCreate(w http.ResponseWriter, r *http.Request, agentID strin
 		return e
 	}
 	var req broker.CreateRequest
-	if e := decodeBody(r, &req, false); e != nil {
+	if e := decodeBody(r, (*createBody)(&req), false); e != nil {
 		return e
 	}
 	req.AgentID = agentID

@@ -94,26 +94,6 @@ func (j DispatchJSON) appendJSON(o *jsonOut) {
 	o.raw("}")
 }
 
-// dispatchList is the answer {"tasks": [...]} of a broker batch.
-type dispatchList struct {
-	Tasks []DispatchJSON `json:"tasks"`
-}
-
-func (l dispatchList) appendJSON(o *jsonOut) {
-	if l.Tasks == nil {
-		o.raw(`{"tasks":null}`)
-		return
-	}
-	o.raw(`{"tasks":[`)
-	for i := range l.Tasks {
-		if i > 0 {
-			o.raw(",")
-		}
-		l.Tasks[i].appendJSON(o)
-	}
-	o.raw("]}")
-}
-
 func (o *jsonOut) raw(s string) { o.b = append(o.b, s...) }
 
 // str appends s as encoding/json writes it with HTML left unescaped: a

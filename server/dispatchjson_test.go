@@ -93,11 +93,20 @@ func TestDispatchJSONAsEncodingJSON(t *testing.T) {
 		j := task()
 		type plain DispatchJSON // the same fields, without appendJSON
 		check("task", j, plain(j))
-		l := dispatchList{Tasks: []DispatchJSON{task(), task(), j}}
-		check("list", l, plainList(l))
 	}
-	check("empty list", dispatchList{Tasks: []DispatchJSON{}}, plainList{Tasks: []DispatchJSON{}})
-	check("nil list", dispatchList{}, plainList{})
+	made := []fsm.Task{
+		{ID: "a", State: fsm.StatePending, Dispatch: &fsm.Dispatch{Title: "<b>\"x\"</b>", RequiredCapabilities: []string{"gpu"}}},
+		{ID: "b", State: fsm.StateCompleted, Dispatch: &fsm.Dispatch{Result: `{"n": 1}`, CompletedAt: time.Unix(5, 0)}},
+		{ID: "c", Metadata: map[string]string{"k": "v"}, Dispatch: &fsm.Dispatch{}},
+	}
+	var answer dispatchListOut
+	var plains []DispatchJSON
+	for i := range made {
+		answer.add(&made[i])
+		plains = append(plains, toDispatchJSON(&made[i]))
+	}
+	check("list", &answer, plainList{plains})
+	check("empty list", &dispatchListOut{}, plainList{Tasks: []DispatchJSON{}})
 	bad := task()
 	bad.CreatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	check("a year beyond 9999", bad, struct{ T time.Time }{bad.CreatedAt})

@@ -64,12 +64,7 @@ var errShuttingDown = &apiError{status: http.StatusServiceUnavailable, Code: cod
 // Encoding errors are the server's bug: logged by nobody, answered 500.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	buf := jsonBufs.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledJSON {
-			buf.Reset()
-			jsonBufs.Put(buf)
-		}
-	}()
+	defer putJSONBuf(buf)
 	var err error
 	if a, ok := v.(jsonAppender); ok {
 		o := jsonOut{b: buf.AvailableBuffer()}
@@ -93,6 +88,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h["Content-Length"] = []string{strconv.Itoa(buf.Len())}
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// putJSONBuf gives buf back to jsonBufs unless it grew beyond
+// maxPooledJSON.
+func putJSONBuf(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledJSON {
+		buf.Reset()
+		jsonBufs.Put(buf)
+	}
 }
 
 // maxPooledJSON is the largest answer buffer writeJSON keeps for the next
@@ -167,6 +171,9 @@ const presizeLimit = 1 << 20
 
 // decodeJSON is decodeBody's decoding of data, one JSON object, into v.
 func decodeJSON(data []byte, v any) *apiError {
+	if fd, ok := v.(fastDecoder); ok && json.Valid(data) && fd.decodeFast(data) {
+		return nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

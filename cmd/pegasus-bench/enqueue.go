@@ -62,6 +62,7 @@ type enqueueResult struct {
 	elapsed     time.Duration
 	cpu         time.Duration // the daemon's user+system time, 0 when unknown
 	rss, peak   int64         // the daemon's resident memory after the run and its peak, in bytes; 0 when unknown
+	alloc, gcs  float64       // the bytes the daemon allocated over the run and its GC cycles (its /metrics); alloc 0 when unknown
 	load, load2 string
 }
 
@@ -71,6 +72,9 @@ func (r enqueueResult) String() string {
 	s := fmt.Sprintf("%8.0f tasks/s  %6d tasks in %6.2fs", r.perSec(), r.tasks, r.elapsed.Seconds())
 	if r.cpu > 0 {
 		s += fmt.Sprintf("  daemon CPU %5.1f µs/task (%.2f cores)", float64(r.cpu.Microseconds())/float64(r.tasks), r.cpu.Seconds()/r.elapsed.Seconds())
+	}
+	if r.alloc > 0 {
+		s += fmt.Sprintf("  alloc %5.1f KiB/task (%.0f GCs)", r.alloc/1024/float64(r.tasks), r.gcs)
 	}
 	if r.peak > 0 {
 		s += fmt.Sprintf("  RSS %4d MiB (peak %4d MiB)", r.rss>>20, r.peak>>20)
@@ -160,6 +164,8 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 		}
 		mu.Unlock()
 	}
+	const allocated, gcs = "go_memstats_alloc_bytes_total", "go_gc_duration_seconds_count"
+	m0, merr := readMetrics(ctx, d.url, allocated, gcs)
 	cpu0 := procCPU(d)
 	load := loadAvg()
 	t0 := time.Now()
@@ -204,6 +210,9 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 		}
 	}
 	res.rss, res.peak = procRSS(d)
+	if m1, err := readMetrics(ctx, d.url, allocated, gcs); merr == nil && err == nil && m0[allocated] > 0 {
+		res.alloc, res.gcs = m1[allocated]-m0[allocated], m1[gcs]-m0[gcs]
+	}
 	return res, firstErr
 }
 
