@@ -162,13 +162,17 @@ func TestLeasesBalance(t *testing.T) {
 		return []Singleton{{Name: "job", Start: func() error { runs <- "+" + node; return nil }, Stop: func() { runs <- "-" + node }}}
 	}
 	released, hold := make(chan int, parts), make(chan struct{})
-	la, tookA := startLeases(t, a, LeaseOptions{TTL: time.Second, Singletons: singleton("A"),
+	// Nothing here waits for a lease to expire: a TTL far longer than the
+	// renewals keeps A's leases alive while the test holds A's Release,
+	// however slowly a loaded machine renews them.
+	const ttl, renew = 10 * time.Second, 250 * time.Millisecond
+	la, tookA := startLeases(t, a, LeaseOptions{TTL: ttl, Renew: renew, Singletons: singleton("A"),
 		Release: func(_ context.Context, p int) { released <- p; <-hold }})
 	waitTook(t, tookA, 0, 1, 2, 3)
 	if r := <-runs; r != "+A" {
 		t.Fatalf("the singleton: %s, want +A", r)
 	}
-	lb, tookB := startLeases(t, b, LeaseOptions{TTL: time.Second, Singletons: singleton("B")})
+	lb, tookB := startLeases(t, b, LeaseOptions{TTL: ttl, Renew: renew, Singletons: singleton("B")})
 
 	gave := map[int]bool{<-released: true, <-released: true}
 	if !gave[2] || !gave[3] {
@@ -210,7 +214,7 @@ func TestLeasesBalance(t *testing.T) {
 	waitTook(t, tookA, 2, 3)
 
 	// B again; A stops taking: the singleton moves to B.
-	lb, tookB = startLeases(t, b, LeaseOptions{TTL: time.Second, Singletons: singleton("B")})
+	lb, tookB = startLeases(t, b, LeaseOptions{TTL: ttl, Renew: renew, Singletons: singleton("B")})
 	waitTook(t, tookB, 2, 3)
 	la.StopTaking(ctx)
 	if r := <-runs; r != "-A" {

@@ -103,6 +103,7 @@ func (r *ReplicatedLog) packLimit() int {
 // than limit alone in its message, as is every event when limit is 0).
 func wireOf(parts []eventlog.StreamAppend, limit int) ([]wireMsg, error) {
 	var wire []wireMsg
+	var buf []byte // one event's form
 	for _, p := range parts {
 		var cur *wireMsg
 		var sizes, schemas []string
@@ -114,10 +115,11 @@ func wireOf(parts []eventlog.StreamAppend, limit int) ([]wireMsg, error) {
 		}
 		for j, ev := range p.Events {
 			ev = onWire(ev)
-			data, err := replay.MarshalStored(ev)
-			if err != nil {
+			var err error
+			if buf, err = appendStored(buf[:0], ev); err != nil {
 				return nil, err
 			}
+			data := buf
 			schema := strconv.FormatUint(uint64(ev.Schema), 10)
 			if cur == nil || len(cur.data)+len(data) > limit {
 				flush()

@@ -111,8 +111,8 @@ func TestClusterBench(t *testing.T) {
 	n3 := natstest.Start(t, 3)
 	// The same servers' limit: 8 publishers of synced JetStream messages
 	// of an event's size, each waiting for its acknowledgement.
-	raw := rawPublishRate(t, n3, 8, 3*time.Second)
-	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always)", "raw JetStream", raw)
+	raw, rawBytes := rawPublishRate(t, n3, 8, 3*time.Second)
+	t.Logf("%-32s %7.0f messages/s (8 publishers, R3, fsync always; %.0f bytes each, as JetStream counts them)", "raw JetStream", raw, rawBytes)
 	r3flags := []string{"--cluster", n3.URL(), "--cluster-node", "a", "--cluster-partitions", strconv.Itoa(*clusterBenchParts)}
 	if *clusterBenchProfile != "" {
 		r3flags = append(r3flags, "--cpuprofile", *clusterBenchProfile)
@@ -139,6 +139,8 @@ func TestClusterBench(t *testing.T) {
 	info1 := streamInfo(t, n3, "PEGASUS_LOG")
 	c1 := scrapeCounters(t, p3.url, "")
 	msgs := float64(info1.State.Msgs - info0.State.Msgs)
+	stored := float64(info1.State.Bytes - info0.State.Bytes)
+	evs := c1["pegasus_eventlog_head_sequence"] - c0["pegasus_eventlog_head_sequence"]
 	batches := c1["pegasus_cluster_batches_total"] - c0["pegasus_cluster_batches_total"]
 	appends := c1["pegasus_cluster_appends_total"] - c0["pegasus_cluster_appends_total"]
 	refused := c1["pegasus_cluster_batches_refused_total"] - c0["pegasus_cluster_batches_refused_total"]
@@ -149,8 +151,13 @@ func TestClusterBench(t *testing.T) {
 	requests := batches + (msgs - inBatches)
 	t.Logf("%-32s %7.0f messages/s  %.2f of raw; at most %.0f requests/s  %.2f of raw; %.1f appends a batch; %.2f%% of batches refused",
 		"clustered R3, JetStream side", msgs/el, msgs/el/raw, requests/el, requests/el/raw, appends/max(batches, 1), 100*refused/max(batches, 1))
-	t.Logf("%-32s per task: %.1f messages (%.0f bytes each, as JetStream counts them), %.1f batches of the committers (%.1f messages), %.1f messages outside them",
-		"clustered R3", msgs/float64(n), float64(info1.State.Bytes-info0.State.Bytes)/max(msgs, 1), batches/float64(n), inBatches/float64(n), (msgs-inBatches)/float64(n))
+	// A message carries several events (packed): the events and the
+	// bytes the node stores a second, against the raw publishers' messages
+	// (one event-sized message each) and their bytes.
+	t.Logf("%-32s %7.0f events/s  %.2f of raw messages/s; %.2f of raw bytes/s",
+		"clustered R3, JetStream side", evs/el, evs/el/raw, stored/el/(raw*rawBytes))
+	t.Logf("%-32s per task: %.1f messages (%.0f bytes each, as JetStream counts them), %.1f events, %.1f batches of the committers (%.1f messages), %.1f messages outside them",
+		"clustered R3", msgs/float64(n), stored/max(msgs, 1), evs/float64(n), batches/float64(n), inBatches/float64(n), (msgs-inBatches)/float64(n))
 	costs(t, "clustered R3", n, c0, c1, u0)
 	p3.stop(t) // writes its profile
 	if *clusterBenchR3 {
@@ -190,8 +197,9 @@ func TestClusterBench(t *testing.T) {
 
 // rawPublishRate publishes messages of an event's size (512 bytes) to a
 // new R3 stream on the servers from pubs publishers, each waiting for its
-// acknowledgement, for d, and returns the messages per second.
-func rawPublishRate(t *testing.T, nats *natstest.Cluster, pubs int, d time.Duration) float64 {
+// acknowledgement, for d, and returns the messages per second and the
+// bytes of one message as JetStream counts them.
+func rawPublishRate(t *testing.T, nats *natstest.Cluster, pubs int, d time.Duration) (float64, float64) {
 	t.Helper()
 	js := nats.JetStream()
 	ctx, cancel := context.WithTimeout(context.Background(), d+30*time.Second)
@@ -219,7 +227,8 @@ func rawPublishRate(t *testing.T, nats *natstest.Cluster, pubs int, d time.Durat
 		}()
 	}
 	wg.Wait()
-	return float64(total.Load()) / d.Seconds()
+	info := streamInfo(t, nats, "RAW")
+	return float64(total.Load()) / d.Seconds(), float64(info.State.Bytes) / max(float64(info.State.Msgs), 1)
 }
 
 func streamInfo(t *testing.T, nats *natstest.Cluster, name string) *jetstream.StreamInfo {
