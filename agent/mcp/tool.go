@@ -162,15 +162,16 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 // send sends a tools/call: past the SDK's client when the session allows
 // it (direct.go), through its CallTool otherwise.
 func (t *tool) send(ctx context.Context, sess *session, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	if sess.direct == nil || params.Meta[metaAsTask] != nil || sess.tasks.isModern() || perRequestMeta(sess.cs) {
+	args, raw := params.Arguments.(json.RawMessage)
+	if !raw || sess.direct == nil || params.Meta[metaAsTask] != nil || sess.tasks.isModern() || perRequestMeta(sess.cs) {
 		return sess.cs.CallTool(ctx, params)
 	}
 	sess.tasks.sent()
-	raw, err := sess.direct.callTool(ctx, params.Name, params.Arguments.(json.RawMessage), params.Meta)
+	answer, err := sess.direct.callTool(ctx, params.Name, args, params.Meta)
 	if err != nil {
 		return nil, err
 	}
-	return decodeResult(raw)
+	return decodeResult(answer)
 }
 
 // perRequestMeta reports whether the SDK adds its per-request _meta to
