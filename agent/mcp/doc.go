@@ -23,7 +23,12 @@
 //   - carries the call's idempotency key in the request's _meta as
 //     "io.pegasus/idempotency-key" ([MetaIdempotencyKey]), so that a server
 //     that honours it makes the re-run after a crash harmless;
-//   - is cancelled with its context: the SDK sends notifications/cancelled;
+//   - is cancelled with its context: notifications/cancelled is sent;
+//   - over stdio, when the call cannot be answered with a task and the
+//     session speaks a revision before 2026-07-28, is written by the
+//     manager's connection itself and its answer decoded once (direct.go),
+//     since the SDK's CallTool decodes each answer twice with a 32 KiB
+//     buffer each time; any other call goes through the SDK's CallTool;
 //   - returns the text content as text and the other content (images,
 //     audio, embedded resources, resource links, structured content) as
 //     fsm.ToolPart values, all of it bounded by [Options.MaxResultBytes]

@@ -299,9 +299,10 @@ type server struct {
 
 // session is one connection to a server.
 type session struct {
-	cs    *mcp.ClientSession
-	tasks *taskState
-	done  chan struct{}
+	cs     *mcp.ClientSession
+	tasks  *taskState
+	done   chan struct{}
+	direct *stdioConn // a stdio server's connection, which sends plain calls itself (direct.go)
 }
 
 func (s *server) status() ServerStatus {
@@ -463,6 +464,7 @@ func (s *server) list(ctx context.Context, sess *session) error {
 func (s *server) connect(ctx context.Context) (*session, error) {
 	sess := &session{done: make(chan struct{}), tasks: &taskState{pending: map[any]string{}}}
 	var transport mcp.Transport
+	var stdio *stdioTransport
 	caps := &mcp.ClientCapabilities{}
 	caps.AddExtension(taskExtension, map[string]any{})
 	if s.cfg.URL != "" {
@@ -477,7 +479,8 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		}
 		s.stderr.reset()
 		cmd.Stderr = s.stderr
-		transport = &taskTransport{inner: &stdioTransport{cmd: cmd, terminate: s.m.opts.TerminateTimeout}, st: sess.tasks}
+		stdio = &stdioTransport{cmd: cmd, terminate: s.m.opts.TerminateTimeout}
+		transport = &taskTransport{inner: stdio, st: sess.tasks}
 		defer func() {
 			if cmd.Process != nil {
 				s.mu.Lock()
@@ -502,6 +505,9 @@ func (s *server) connect(ctx context.Context) (*session, error) {
 		return nil, err
 	}
 	sess.cs = cs
+	if stdio != nil {
+		sess.direct = stdio.conn
+	}
 	return sess, nil
 }
 

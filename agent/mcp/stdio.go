@@ -28,6 +28,8 @@ import (
 type stdioTransport struct {
 	cmd       *exec.Cmd
 	terminate time.Duration
+
+	conn *stdioConn // what Connect made
 }
 
 // maxLine bounds a message's line, as mcp.DefaultMaxLineLength bounds the
@@ -57,6 +59,7 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		terminate = 5 * time.Second // mcp.CommandTransport's default
 	}
 	c := &stdioConn{cmd: t.cmd, stdin: stdin, terminate: terminate, incoming: make(chan msgOrErr), closed: make(chan struct{})}
+	t.conn = c
 	go c.readLoop(stdout)
 	return c, nil
 }
@@ -79,6 +82,8 @@ type stdioConn struct {
 
 	writeMu sync.Mutex
 	line    []byte // Write's buffer, under writeMu
+
+	direct directCalls // the calls sent past the SDK (direct.go)
 }
 
 // readLoop reads the server's lines and hands their messages to Read, in
@@ -86,13 +91,14 @@ type stdioConn struct {
 // its own, so that Read can return when its context ends or the
 // connection closes while a read blocks.
 func (c *stdioConn) readLoop(stdout io.Reader) {
+	defer c.direct.end(io.EOF) // the connection closed
 	r := bufio.NewReaderSize(stdout, 64<<10)
 	var long []byte // a line longer than r's buffer, gathered
 	for {
 		line, err := r.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			if len(long)+len(line) > maxLine {
-				c.hand(msgOrErr{err: errLineTooLong})
+				c.fail(errLineTooLong)
 				return
 			}
 			long = append(long, line...)
@@ -103,26 +109,36 @@ func (c *stdioConn) readLoop(stdout io.Reader) {
 			long = nil
 		}
 		if len(line) > maxLine {
-			c.hand(msgOrErr{err: errLineTooLong})
+			c.fail(errLineTooLong)
 			return
 		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			msgs, derr := decodeLine(line)
 			if derr != nil {
-				c.hand(msgOrErr{err: derr})
+				c.fail(derr)
 				return
 			}
 			for _, m := range msgs {
+				if resp, ok := m.(*jsonrpc.Response); ok && c.direct.take(resp) {
+					continue // an answer to a call sent past the SDK
+				}
 				if !c.hand(msgOrErr{msg: m}) {
 					return
 				}
 			}
 		}
 		if err != nil {
-			c.hand(msgOrErr{err: err}) // io.EOF when the server exits
+			c.fail(err) // io.EOF when the server exits
 			return
 		}
 	}
+}
+
+// fail ends the reading with err: the calls sent past the SDK fail with it
+// at once, and Read returns it.
+func (c *stdioConn) fail(err error) {
+	c.direct.end(err)
+	c.hand(msgOrErr{err: err})
 }
 
 // hand gives m to Read, or reports false when the connection closed.

@@ -73,6 +73,13 @@ func (st *taskState) useTask(support string) bool {
 	return st.legacy && !st.modern && (support == "optional" || support == "required")
 }
 
+// sent counts a tools/call sent past the connection's rewriting (direct.go).
+func (st *taskState) sent() {
+	st.mu.Lock()
+	st.calls++
+	st.mu.Unlock()
+}
+
 func (st *taskState) isModern() bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -135,7 +135,7 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 	if sess.tasks != nil && sess.tasks.useTask(t.taskSupport) {
 		params.Meta[metaAsTask] = true
 	}
-	res, err := sess.cs.CallTool(ctx, params)
+	res, err := t.send(ctx, sess, params)
 	if err != nil {
 		return tools.Result{}, t.callError(ctx, sess, err)
 	}
@@ -157,6 +157,28 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 		}
 	}
 	return t.result(res)
+}
+
+// send sends a tools/call: past the SDK's client when the session allows
+// it (direct.go), through its CallTool otherwise.
+func (t *tool) send(ctx context.Context, sess *session, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	args, raw := params.Arguments.(json.RawMessage)
+	if !raw || sess.direct == nil || params.Meta[metaAsTask] != nil || sess.tasks.isModern() || perRequestMeta(sess.cs) {
+		return sess.cs.CallTool(ctx, params)
+	}
+	sess.tasks.sent()
+	answer, err := sess.direct.callTool(ctx, params.Name, args, params.Meta)
+	if err != nil {
+		return nil, err
+	}
+	return decodeResult(answer)
+}
+
+// perRequestMeta reports whether the SDK adds its per-request _meta to
+// the session's requests (revision 2026-07-28 and later).
+func perRequestMeta(cs *mcp.ClientSession) bool {
+	r := cs.InitializeResult()
+	return r != nil && r.ProtocolVersion >= "2026-07-28"
 }
 
 // callError says why a request failed: the caller gave up, the server
