@@ -246,7 +246,6 @@ func decodeAt(v []byte, seq uint64, ev *Event) error { return decodeAtAs(v, seq,
 
 // decodeAtAs is decodeAt in a decodeMode.
 func decodeAtAs(v []byte, seq uint64, ev *Event, mode decodeMode) error {
-	*ev = Event{}
 	if err := decodeRecordAs(v, ev, mode); err != nil {
 		var ce *CorruptionError
 		if errors.As(err, &ce) {
