@@ -35,9 +35,14 @@ func checkDecodeCompact(t *testing.T, rec []byte) bool {
 		case !ok && err == nil && rec[4] == RecordFormatCompact && careful.Metadata == nil:
 			t.Fatalf("mode %d: the fast path declined %x, a compact record without metadata", mode, rec)
 		}
+		var whole Event
+		werr := decodeRecordAs(rec, &whole, mode)
+		if (werr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(whole, careful)) {
+			t.Fatalf("mode %d: decodeRecordAs gives %+v, %v; the careful path %+v, %v", mode, whole, werr, careful, err)
+		}
 		if err == nil {
 			accepted = true
-			if mode&decodeBorrow == 0 && len(careful.Body) > 0 && &careful.Body[0] == &rec[len(rec)-len(careful.Body)] {
+			if mode&decodeBorrow == 0 && len(whole.Body) > 0 && &whole.Body[0] == &rec[len(rec)-len(whole.Body)] {
 				t.Fatalf("mode %d: an owned event's body aliases the record", mode)
 			}
 		}

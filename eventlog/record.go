@@ -303,15 +303,37 @@ const (
 // record, and every record decodeCompact does not accept, takes
 // decodeCareful's, which reports what is wrong.
 func decodeRecordAs(rec []byte, ev *Event, mode decodeMode) error {
-	if decodeCompact(rec, ev, mode) {
-		return nil
+	if !decodeCompact(rec, ev, mode) {
+		*ev = Event{}
+		if err := decodeCareful(rec, ev, mode); err != nil {
+			return err
+		}
 	}
-	*ev = Event{}
-	return decodeCareful(rec, ev, mode)
+	if mode&decodeBorrow == 0 {
+		own(ev)
+	}
+	return nil
 }
 
-// decodeCompact decodes a compact record without metadata into ev and
-// reports true, or reports false and leaves ev as it was. It accepts
+// own copies ev's Stream, Type and Body, which alias the record they were
+// decoded from, into one allocation: decoding is on the hot path of every
+// scan.
+func own(ev *Event) {
+	ls, lt := len(ev.Stream), len(ev.Type)
+	buf := make([]byte, ls+lt+len(ev.Body))
+	copy(buf, ev.Stream)
+	copy(buf[ls:], ev.Type)
+	copy(buf[ls+lt:], ev.Body)
+	ev.Stream = bytesToString(buf[:ls])
+	ev.Type = bytesToString(buf[ls : ls+lt])
+	if ev.Body != nil {
+		ev.Body = buf[ls+lt:]
+	}
+}
+
+// decodeCompact decodes a compact record without metadata into ev, in
+// place (its Stream, Type and Body alias rec), and reports true, or
+// reports false and leaves ev as it was. It accepts
 // exactly the records of that shape that decodeCareful accepts and decodes
 // them to the same event (TestDecodeCompactMatchesCareful,
 // FuzzDecodeRecord); it reads the fields with indexes into rec instead of
@@ -387,25 +409,11 @@ func decodeCompact(rec []byte, ev *Event, mode decodeMode) bool {
 	if bytes.IndexByte(stream, 0) >= 0 {
 		return false
 	}
-	var s, t string
-	if mode&decodeBorrow != 0 {
-		s, t = bytesToString(stream), bytesToString(typ)
-	} else {
-		// One allocation holds the stream, the type and the body: decoding
-		// is on the hot path of every scan.
-		buf := make([]byte, len(stream)+len(typ)+len(body))
-		copy(buf, stream)
-		copy(buf[len(stream):], typ)
-		copy(buf[len(stream)+len(typ):], body)
-		s = bytesToString(buf[:len(stream)])
-		t = bytesToString(buf[len(stream) : len(stream)+len(typ)])
-		body = buf[len(stream)+len(typ):]
-	}
 	if len(body) == 0 {
 		body = nil
 	}
 	// Field by field: a composite literal is built aside and copied whole.
-	ev.ID, ev.Seq, ev.Stream, ev.Version, ev.Type = id, seq, s, version, t
+	ev.ID, ev.Seq, ev.Stream, ev.Version, ev.Type = id, seq, bytesToString(stream), version, bytesToString(typ)
 	ev.Time = time.Unix(0, nanos).UTC()
 	ev.Causation, ev.Correlation, ev.Schema = causation, correlation, schema
 	ev.Metadata, ev.Body = nil, body
@@ -447,8 +455,9 @@ func uvarintLong(b []byte, i int) (uint64, int) {
 	return 0, -1 // overlong
 }
 
-// decodeCareful decodes rec into ev (which must be zero) as mode says,
-// naming what is wrong with a record it refuses.
+// decodeCareful decodes rec into ev (which must be zero), in place (its
+// Stream, Type and Body alias rec), naming what is wrong with a record it
+// refuses.
 func decodeCareful(rec []byte, ev *Event, mode decodeMode) error {
 	// The shortest record of any format; each format's own minimum is
 	// checked by the reads below.
@@ -558,23 +567,9 @@ func decodeCareful(rec []byte, ev *Event, mode decodeMode) error {
 	if len(typ) == 0 {
 		return &CorruptionError{Reason: "empty event type"}
 	}
-	if mode&decodeBorrow != 0 {
-		ev.Stream, ev.Type = bytesToString(stream), bytesToString(typ)
-		if len(body) > 0 {
-			ev.Body = body
-		}
-		return nil
-	}
-	// One allocation holds the stream, the type and the body: decoding is on
-	// the hot path of every scan.
-	buf := make([]byte, len(stream)+len(typ)+len(body))
-	copy(buf, stream)
-	copy(buf[len(stream):], typ)
-	copy(buf[len(stream)+len(typ):], body)
-	ev.Stream = bytesToString(buf[:len(stream)])
-	ev.Type = bytesToString(buf[len(stream) : len(stream)+len(typ)])
+	ev.Stream, ev.Type = bytesToString(stream), bytesToString(typ)
 	if len(body) > 0 {
-		ev.Body = buf[len(stream)+len(typ):]
+		ev.Body = body
 	}
 	return nil
 }
