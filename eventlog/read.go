@@ -163,6 +163,11 @@ func (it *Iterator) scanStep() error {
 		mode = 0
 	}
 	if it.borrow {
+		// Straight to the fast path (decodeRecordAs's first step);
+		// decodeAtAs decodes again what it declines and reports why.
+		if decodeCompact(v, &it.ev, mode) && it.ev.Seq == seq {
+			return nil
+		}
 		mode |= decodeBorrow
 	}
 	return decodeAtAs(v, seq, &it.ev, mode)

@@ -352,7 +352,9 @@ func decodeCompact(rec []byte, ev *Event, mode decodeMode) bool {
 	}
 	id := ulid.ULID(rec[6:22])
 	i := 22
-	seq, i := uvarintAt(rec, i)
+	// The sequence, the version and the body's length mostly take more
+	// than a byte: straight to the loop.
+	seq, i := uvarintLong(rec, i)
 	var n uint64
 	n, i = uvarintAt(rec, i)
 	if i < 0 || n == 0 || n > MaxStreamLen || n > uint64(len(rec)-i) {
@@ -360,7 +362,7 @@ func decodeCompact(rec []byte, ev *Event, mode decodeMode) bool {
 	}
 	stream := rec[i : i+int(n)]
 	i += int(n)
-	version, i := uvarintAt(rec, i)
+	version, i := uvarintLong(rec, i)
 	n, i = uvarintAt(rec, i)
 	if i < 0 || n == 0 || n > MaxTypeLen || n > uint64(len(rec)-i) {
 		return false
@@ -401,7 +403,7 @@ func decodeCompact(rec []byte, ev *Event, mode decodeMode) bool {
 		return false
 	}
 	schema := binary.BigEndian.Uint16(rec[i:])
-	n, i = uvarintAt(rec, i+3)
+	n, i = uvarintLong(rec, i+3)
 	if i < 0 || n != uint64(len(rec)-i) {
 		return false
 	}
@@ -430,8 +432,8 @@ func uvarintAt(b []byte, i int) (uint64, int) {
 	return uvarintLong(b, i)
 }
 
-// uvarintLong is uvarintAt past the first byte: binary.Uvarint's loop,
-// with the minimal encoding required, in place.
+// uvarintLong is uvarintAt without the shortcut for one byte:
+// binary.Uvarint's loop, with the minimal encoding required, in place.
 func uvarintLong(b []byte, i int) (uint64, int) {
 	if i < 0 {
 		return 0, -1
@@ -444,8 +446,8 @@ func uvarintLong(b []byte, i int) (uint64, int) {
 		}
 		c := b[i+j]
 		if c < 0x80 {
-			if c == 0 || (j == binary.MaxVarintLen64-1 && c > 1) {
-				return 0, -1 // not minimal (j > 0 here), or overflow
+			if (c == 0 && j > 0) || (j == binary.MaxVarintLen64-1 && c > 1) {
+				return 0, -1 // not minimal, or overflow
 			}
 			return x | uint64(c)<<s, i + j + 1
 		}
