@@ -141,7 +141,7 @@ func BenchmarkReadBack(b *testing.B) {
 			defer s.Close()
 			scan := bench.ReadBackScan(s, *borrowed)
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := bench.ProcessCPU()
 			for n := 0; n < b.N; {
 				got, err := scan()
 				if err != nil {
@@ -149,7 +149,7 @@ func BenchmarkReadBack(b *testing.B) {
 				}
 				n += got
 			}
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/event")
+			b.ReportMetric(float64(bench.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/event")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}

@@ -386,7 +386,7 @@ func readBack(dir string, o CostOpener, borrowed bool) (rate, cpuNs float64, err
 	defer s.Close()
 	scan := ReadBackScan(s, borrowed)
 	total := 0
-	start, cpu := time.Now(), processCPU()
+	start, cpu := time.Now(), ProcessCPU()
 	for total == 0 || time.Since(start) < time.Second {
 		n, err := scan()
 		if err != nil {
@@ -398,7 +398,7 @@ func readBack(dir string, o CostOpener, borrowed bool) (rate, cpuNs float64, err
 		total += n
 	}
 	rate = float64(total) / time.Since(start).Seconds()
-	return rate, float64(processCPU()-cpu) / float64(total), nil
+	return rate, float64(ProcessCPU()-cpu) / float64(total), nil
 }
 
 func newRng() *rand.Rand { return rand.New(rand.NewSource(3)) }
