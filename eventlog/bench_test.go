@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"math/rand"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -109,11 +110,15 @@ func BenchmarkReadStream(b *testing.B) {
 	})
 }
 
-var borrowed = flag.Bool("readback.borrowed", false, "BenchmarkReadBack reads the log with ScanBorrowed")
+var (
+	borrowed    = flag.Bool("readback.borrowed", false, "BenchmarkReadBack reads the log with ScanBorrowed")
+	readBackDir = flag.String("readback.dir", "", "BenchmarkReadBack keeps its data sets in this directory and reuses them (written when missing)")
+)
 
 // BenchmarkReadBack scans a compacted log of bench.CostEvents events with
 // ~200-byte bodies (the cost workload's read-back), with the log and with
-// the minimal Pebble writer's store. b.N counts events.
+// the minimal Pebble writer's store. b.N counts events; cpu-ns/event is
+// the process's CPU time per event (the collector's work included).
 func BenchmarkReadBack(b *testing.B) {
 	for _, o := range bench.CostOpeners {
 		if o.Name == "raw same keys" {
@@ -121,8 +126,13 @@ func BenchmarkReadBack(b *testing.B) {
 		}
 		b.Run(o.Name, func(b *testing.B) {
 			dir := filepath.Join(b.TempDir(), "db")
-			if err := bench.LoadCosts(context.Background(), dir, o); err != nil {
-				b.Fatal(err)
+			if *readBackDir != "" {
+				dir = filepath.Join(*readBackDir, o.Name)
+			}
+			if _, err := os.Stat(dir); err != nil {
+				if err := bench.LoadCosts(context.Background(), dir, o); err != nil {
+					b.Fatal(err)
+				}
 			}
 			s, err := o.Open(dir)
 			if err != nil {
@@ -131,6 +141,7 @@ func BenchmarkReadBack(b *testing.B) {
 			defer s.Close()
 			scan := bench.ReadBackScan(s, *borrowed)
 			b.ResetTimer()
+			cpu := bench.ProcessCPU()
 			for n := 0; n < b.N; {
 				got, err := scan()
 				if err != nil {
@@ -138,6 +149,7 @@ func BenchmarkReadBack(b *testing.B) {
 				}
 				n += got
 			}
+			b.ReportMetric(float64(bench.ProcessCPU()-cpu)/float64(b.N), "cpu-ns/event")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		})
 	}

@@ -248,6 +248,12 @@ func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(p
 		// records missing below the head without reading them.
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{newRecordsCollector},
 	}
+	// No read sampling, hence no read-triggered compactions: the log's
+	// bulk reads are whole scans (a rebuild, a catch-up, an audit), whose
+	// sampling cost about 6% of a scan's CPU, and whose compactions would
+	// rewrite tables that size-based compactions already keep in shape
+	// (keys are appended in order) only because they were read once.
+	po.Experimental.ReadSamplingMultiplier = -1
 	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
 	// corrupt sstable block found by a read or a compaction. The read
 	// already returns the error; the listener only records it.

@@ -163,6 +163,11 @@ func (it *Iterator) scanStep() error {
 		mode = 0
 	}
 	if it.borrow {
+		// Straight to the fast path (decodeRecordAs's first step);
+		// decodeAtAs decodes again what it declines and reports why.
+		if decodeCompact(v, &it.ev, mode) && it.ev.Seq == seq {
+			return nil
+		}
 		mode |= decodeBorrow
 	}
 	return decodeAtAs(v, seq, &it.ev, mode)
@@ -246,7 +251,6 @@ func decodeAt(v []byte, seq uint64, ev *Event) error { return decodeAtAs(v, seq,
 
 // decodeAtAs is decodeAt in a decodeMode.
 func decodeAtAs(v []byte, seq uint64, ev *Event, mode decodeMode) error {
-	*ev = Event{}
 	if err := decodeRecordAs(v, ev, mode); err != nil {
 		var ce *CorruptionError
 		if errors.As(err, &ce) {

@@ -127,6 +127,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		if fixCRC && len(rec) >= 4 {
 			reseal(rec)
 		}
+		if len(rec) > 4 {
+			checkDecodeCompact(t, rec)
+		}
 		e, err := DecodeRecord(rec)
 		if err != nil {
 			if !IsCorruption(err) {

@@ -5,7 +5,17 @@ package bench
 import (
 	"io/fs"
 	"syscall"
+	"time"
 )
+
+// ProcessCPU is the CPU time the process has used, user and system.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 // allocated is the space a file occupies on disk.
 func allocated(fi fs.FileInfo) int64 {

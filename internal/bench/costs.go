@@ -188,6 +188,7 @@ type costRound struct {
 	rate                    float64 // events/s of the batched append
 	readBack                float64 // events/s of a full scan of them, compacted
 	readBorrowed            float64 // the same through a borrowed scan, if the store has one
+	readCPU, borrowedCPU    float64 // the process's CPU ns per event of each read-back
 	concurrent              float64 // events/s, 16 writers, 1 event per append
 	live, closed, compacted float64 // MiB on disk
 	idleHeap, idleAlloc     float64 // MiB
@@ -211,8 +212,8 @@ func RunCosts(ctx context.Context, cfg Config, openers []CostOpener) ([]CostRow,
 				return nil, fmt.Errorf("%s: %w", openers[i].Name, err)
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "costs %-14s round %d: %8.0f events/s, read-back %8.0f (borrowed %8.0f) events/s, 16 writers %8.0f events/s, disk %.1f live / %.1f closed / %.1f compacted MiB, idle heap %.1f MiB alloc %.1f MiB rss %+.1f MiB disk %.1f MiB\n",
-					openers[i].Name, r+1, cr.rate, cr.readBack, cr.readBorrowed, cr.concurrent, cr.live, cr.closed, cr.compacted, cr.idleHeap, cr.idleAlloc, cr.idleRSS, cr.idleDisk)
+				fmt.Fprintf(cfg.Progress, "costs %-14s round %d: %8.0f events/s, read-back %8.0f (borrowed %8.0f) events/s, %.0f (borrowed %.0f) CPU ns/event, 16 writers %8.0f events/s, disk %.1f live / %.1f closed / %.1f compacted MiB, idle heap %.1f MiB alloc %.1f MiB rss %+.1f MiB disk %.1f MiB\n",
+					openers[i].Name, r+1, cr.rate, cr.readBack, cr.readBorrowed, cr.readCPU, cr.borrowedCPU, cr.concurrent, cr.live, cr.closed, cr.compacted, cr.idleHeap, cr.idleAlloc, cr.idleRSS, cr.idleDisk)
 			}
 			res[i] = append(res[i], cr)
 		}
@@ -233,6 +234,8 @@ func RunCosts(ctx context.Context, cfg Config, openers []CostOpener) ([]CostRow,
 		row("batched append ("+n+"k events, 100/append, expected version)", "events/s", true, func(c costRound) float64 { return c.rate }),
 		row("full read-back ("+n+"k events, compacted, reopened)", "events/s", true, func(c costRound) float64 { return c.readBack }),
 		row("full read-back, borrowed (as a fold reads)", "events/s", true, func(c costRound) float64 { return c.readBorrowed }),
+		row("full read-back, CPU per event", "ns", false, func(c costRound) float64 { return c.readCPU }),
+		row("full read-back, borrowed, CPU per event", "ns", false, func(c costRound) float64 { return c.borrowedCPU }),
 		row("append 1 event/append, 16 writers (for -duration)", "events/s", true, func(c costRound) float64 { return c.concurrent }),
 		row("disk, open, right after the appends", "MiB", false, func(c costRound) float64 { return c.live }),
 		row("disk, closed", "MiB", false, func(c costRound) float64 { return c.closed }),
@@ -311,10 +314,10 @@ func costOnce(ctx context.Context, base string, d time.Duration, o CostOpener) (
 		return cr, err
 	}
 	cr.compacted = mib(dirSize(dir))
-	if cr.readBack, err = readBack(dir, o, false); err != nil {
+	if cr.readBack, cr.readCPU, err = readBack(dir, o, false); err != nil {
 		return cr, err
 	}
-	cr.readBorrowed, err = readBack(dir, o, true)
+	cr.readBorrowed, cr.borrowedCPU, err = readBack(dir, o, true)
 	return cr, err
 }
 
@@ -372,28 +375,30 @@ func appendCostBatches(ctx context.Context, s CostStore, batches [][]eventlog.Ev
 }
 
 // readBack reopens the compacted store and scans it whole, decoding each
-// event, for at least a second; it returns events/s.
-// With borrowed, a store with a borrowed scan uses it.
-func readBack(dir string, o CostOpener, borrowed bool) (float64, error) {
+// event, for at least a second; it returns events/s and the process's CPU
+// time per event (which other processes on the machine move less than the
+// rate). With borrowed, a store with a borrowed scan uses it.
+func readBack(dir string, o CostOpener, borrowed bool) (rate, cpuNs float64, err error) {
 	s, err := o.Open(dir)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer s.Close()
 	scan := ReadBackScan(s, borrowed)
 	total := 0
-	start := time.Now()
+	start, cpu := time.Now(), ProcessCPU()
 	for total == 0 || time.Since(start) < time.Second {
 		n, err := scan()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if n != CostEvents {
-			return 0, fmt.Errorf("read back %d events, want %d", n, CostEvents)
+			return 0, 0, fmt.Errorf("read back %d events, want %d", n, CostEvents)
 		}
 		total += n
 	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	rate = float64(total) / time.Since(start).Seconds()
+	return rate, float64(ProcessCPU()-cpu) / float64(total), nil
 }
 
 func newRng() *rand.Rand { return rand.New(rand.NewSource(3)) }
