@@ -89,6 +89,7 @@ type traceExporter struct {
 	l      *eventlog.Log
 	r      replay.Reader
 	exp    *otlp.Exporter
+	batch  otlp.Batch // the request's spans (send's)
 	logger *slog.Logger
 	queue  chan traceJob
 	cancel context.CancelFunc
@@ -464,7 +465,8 @@ func (x *traceExporter) export(ctx context.Context, batch []traceJob) bool {
 // exportOnce maps the batch's traces and sends them in one request; it
 // returns how many traces it held.
 func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, error) {
-	var spans []traces.Span
+	spans := &x.batch
+	spans.Reset() // the last request's spans were sent (or are mapped again)
 	n := 0
 	// A task's latest job in the batch holds what its earlier ones would
 	// send (the spans up to each ending, or its finished spans): one
@@ -483,7 +485,9 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 		var err error
 		switch {
 		case job.events != nil:
-			s = otlp.CollectOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping)
+			if spans.AddOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping) > 0 {
+				n++
+			}
 		case job.root:
 			s, err = otlp.CollectRoot(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
 		default:
@@ -496,7 +500,7 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 			return n, err
 		}
 		if len(s) > 0 {
-			spans = append(spans, s...)
+			spans.Add(s)
 			n++
 		}
 		// The export is never in a hurry: let the task path's
@@ -506,10 +510,10 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 		// the export's CPU from becoming the tasks' latency.
 		runtime.Gosched()
 	}
-	if err := x.exp.Export(ctx, spans); err != nil {
+	if err := x.exp.Export(ctx, spans.Spans()); err != nil {
 		return n, err
 	}
-	x.spans.Add(float64(len(spans)))
+	x.spans.Add(float64(len(spans.Spans())))
 	return n, nil
 }
 
