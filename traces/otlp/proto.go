@@ -33,7 +33,7 @@ const spanFlags = uint32(trace.FlagsSampled) | uint32(tracepb.SpanFlags_SPAN_FLA
 func resourceProto(res *resource.Resource) *resourcepb.Resource {
 	kvs := res.Attributes()
 	p := new(protoArrays)
-	p.reset(len(kvs), countValues(kvs))
+	p.reset(len(kvs))
 	return &resourcepb.Resource{Attributes: p.keyValues(kvs)}
 }
 
@@ -69,19 +69,17 @@ func (r *request) build(spans []traces.Span, res *resourcepb.Resource, resSchema
 	if len(spans) == 0 {
 		return nil
 	}
-	nattrs, nvalues, nevents := 0, 0, 0
+	nattrs, nevents := 0, 0
 	for i := range spans {
 		s := &spans[i]
 		nattrs += len(s.Attrs)
-		nvalues += countValues(s.Attrs)
 		nevents += len(s.Events)
 		for _, e := range s.Events {
 			nattrs += len(e.Attrs)
-			nvalues += countValues(e.Attrs)
 		}
 	}
 	p := &r.p
-	p.reset(nattrs, nvalues)
+	p.reset(nattrs)
 	pbs := fit(&r.pbs, len(spans))
 	ptrs := fit(&r.ptrs, len(spans))
 	statuses := fit(&r.statuses, len(spans))
@@ -152,13 +150,17 @@ func fit[T any](buf *[]T, n int) []T {
 func unixNano(t time.Time) uint64 { return uint64(max(0, t.UnixNano())) }
 
 // protoArrays hands out a request's attribute messages from arrays sized
-// for it, kept between requests (buf).
+// for it, kept between requests (buf). The values of lists (elems, and
+// their strings) are not counted ahead (attribute.Value copies a list to
+// tell its length): their arrays grow as they are used, a new array when
+// one is short (what was handed out stays where it is).
 type protoArrays struct {
 	kvs     []commonpb.KeyValue
 	kvPtrs  []*commonpb.KeyValue
 	values  []commonpb.AnyValue
 	strs    []commonpb.AnyValue_StringValue
 	ints    []commonpb.AnyValue_IntValue
+	elems   []commonpb.AnyValue
 	valPtrs []*commonpb.AnyValue
 	lists   []commonpb.AnyValue_ArrayValue
 	arrays  []commonpb.ArrayValue
@@ -168,37 +170,32 @@ type protoArrays struct {
 		values  []commonpb.AnyValue
 		strs    []commonpb.AnyValue_StringValue
 		ints    []commonpb.AnyValue_IntValue
+		elems   []commonpb.AnyValue
 		valPtrs []*commonpb.AnyValue
 		lists   []commonpb.AnyValue_ArrayValue
 		arrays  []commonpb.ArrayValue
 	}
 }
 
-// countValues is how many list elements kvs hold (each is a value of its
-// own in the request).
-func countValues(kvs []attribute.KeyValue) int {
-	n := 0
-	for _, kv := range kvs {
-		switch kv.Value.Type() {
-		case attribute.STRINGSLICE:
-			n += len(kv.Value.AsStringSlice())
-		case attribute.INT64SLICE:
-			n += len(kv.Value.AsInt64Slice())
-		case attribute.FLOAT64SLICE:
-			n += len(kv.Value.AsFloat64Slice())
-		case attribute.BOOLSLICE:
-			n += len(kv.Value.AsBoolSlice())
-		}
-	}
-	return n
+// reset readies p for attrs attributes.
+func (p *protoArrays) reset(attrs int) {
+	p.kvs, p.kvPtrs = fit(&p.buf.kvs, attrs), fit(&p.buf.kvPtrs, attrs)
+	p.values, p.strs = fit(&p.buf.values, attrs), fit(&p.buf.strs, attrs)
+	p.ints = fit(&p.buf.ints, attrs)[:0]
+	p.elems, p.valPtrs = p.buf.elems, p.buf.valPtrs
+	p.lists, p.arrays = p.buf.lists, p.buf.arrays
 }
 
-// reset readies p for attrs attributes holding listValues list elements.
-func (p *protoArrays) reset(attrs, listValues int) {
-	p.kvs, p.kvPtrs = fit(&p.buf.kvs, attrs), fit(&p.buf.kvPtrs, attrs)
-	p.values, p.strs = fit(&p.buf.values, attrs+listValues), fit(&p.buf.strs, attrs+listValues)
-	p.ints, p.valPtrs = fit(&p.buf.ints, attrs)[:0], fit(&p.buf.valPtrs, listValues)
-	p.lists, p.arrays = p.buf.lists[:0], p.buf.arrays[:0]
+// more is n more of *rest, from *buf's array or, when it is short, from a
+// larger one that *buf becomes.
+func more[T any](rest, buf *[]T, n int) []T {
+	if len(*rest) < n {
+		*buf = make([]T, max(2*cap(*buf), n+8))
+		*rest = *buf
+	}
+	out := (*rest)[:n:n]
+	*rest = (*rest)[n:]
+	return out
 }
 
 func (p *protoArrays) keyValues(attrs []attribute.KeyValue) []*commonpb.KeyValue {
@@ -247,8 +244,7 @@ func (p *protoArrays) value(v attribute.Value) *commonpb.AnyValue {
 }
 
 func (p *protoArrays) str(s string) *commonpb.AnyValue_StringValue {
-	sv := &p.strs[0]
-	p.strs = p.strs[1:]
+	sv := &more(&p.strs, &p.buf.strs, 1)[0]
 	sv.StringValue = s
 	return sv
 }
@@ -262,30 +258,19 @@ func listValue[T any](p *protoArrays, xs []T, set func(*commonpb.AnyValue, T)) *
 	// The list's two messages from arrays kept between requests; past
 	// their room (appends that reallocate), the earlier ones stay where
 	// they were.
-	if len(p.arrays) == cap(p.arrays) {
-		p.buf.arrays = make([]commonpb.ArrayValue, 0, 2*cap(p.arrays)+4)
-		p.arrays = p.buf.arrays
-	}
-	if len(p.lists) == cap(p.lists) {
-		p.buf.lists = make([]commonpb.AnyValue_ArrayValue, 0, 2*cap(p.lists)+4)
-		p.lists = p.buf.lists
-	}
-	p.arrays = p.arrays[:len(p.arrays)+1]
-	a := &p.arrays[len(p.arrays)-1]
+	a := &more(&p.arrays, &p.buf.arrays, 1)[0]
 	a.Values = vals
-	p.lists = p.lists[:len(p.lists)+1]
-	l := &p.lists[len(p.lists)-1]
+	l := &more(&p.lists, &p.buf.lists, 1)[0]
 	l.ArrayValue = a
 	return l
 }
 
 // list is n AnyValues of a list.
 func (p *protoArrays) list(n int) []*commonpb.AnyValue {
-	out := p.valPtrs[:n:n]
-	p.valPtrs = p.valPtrs[n:]
+	out := more(&p.valPtrs, &p.buf.valPtrs, n)
+	elems := more(&p.elems, &p.buf.elems, n)
 	for i := range out {
-		out[i] = &p.values[0]
-		p.values = p.values[1:]
+		out[i] = &elems[i]
 	}
 	return out
 }
