@@ -89,7 +89,8 @@ type traceExporter struct {
 	l      *eventlog.Log
 	r      replay.Reader
 	exp    *otlp.Exporter
-	batch  otlp.Batch // the request's spans (send's)
+	batch  otlp.Batch            // the request's spans (send's)
+	trees  *replay.TraceGatherer // follow's; send gives back the events it sent
 	logger *slog.Logger
 	queue  chan traceJob
 	cancel context.CancelFunc
@@ -123,6 +124,7 @@ func (e *Engine) startTraces() error {
 		return err
 	}
 	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
+		trees:  replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes),
 		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
 	read, err := x.loadCursor()
 	if err != nil {
@@ -280,7 +282,7 @@ func (x *traceExporter) follow(ctx context.Context) {
 	}
 	x.carried = nil
 	children := map[string]bool{} // other tasks started since then, not ended
-	trees := replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes)
+	trees := x.trees
 	// One goroutine reads the log and handles each event: Next waits
 	// under a context that ends at the next tick, so a quiet log still
 	// sends the running tasks' spans on time, without a second goroutine
@@ -432,6 +434,11 @@ func (x *traceExporter) send(ctx context.Context) {
 			}
 		}
 		x.mu.Unlock()
+		for _, j := range batch {
+			if j.events != nil {
+				x.trees.Recycle(j.events) // sent: the gatherer's next trees fill them
+			}
+		}
 	}
 }
 

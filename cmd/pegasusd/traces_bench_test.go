@@ -196,14 +196,26 @@ func BenchmarkTracesPipeline(b *testing.B) {
 	c0 := processCPU(b)
 	sent, spans, attrs, marks := 0, 0, 0, 0
 	var batch otlp.Batch // as the exporter's: kept from one request to the next
+	var taken [][]eventlog.Event
+	g := replay.NewTraceGatherer(4<<20, 64<<20)
+	send := func() {
+		if err := exp.Export(ctx, batch.Spans()); err != nil {
+			b.Fatal(err)
+		}
+		batch.Reset()
+		for _, t := range taken { // as the exporter does once a request is sent
+			g.Recycle(t)
+		}
+		taken = taken[:0]
+	}
 	for sent < b.N {
-		g := replay.NewTraceGatherer(4<<20, 64<<20)
 		for _, ev := range evs {
 			g.Add(ev, ev.Version == 1 && otlp.IsRoot(ev))
 			if !otlp.Ends(ev) {
 				continue
 			}
 			if tree := g.Take(ev.Stream); tree != nil {
+				taken = append(taken, tree)
 				n := batch.AddOwned(tree, ev.Stream, ev.Seq, false, traces.Options{})
 				for _, s := range batch.Spans()[len(batch.Spans())-n:] {
 					attrs += len(s.Attrs)
@@ -212,10 +224,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 				spans += n
 				sent++
 				if sent%256 == 0 || sent == b.N { // the live export's requests carry up to 256 traces
-					if err := exp.Export(ctx, batch.Spans()); err != nil {
-						b.Fatal(err)
-					}
-					batch.Reset()
+					send()
 				}
 				if sent == b.N {
 					break
@@ -223,10 +232,7 @@ func BenchmarkTracesPipeline(b *testing.B) {
 			}
 		}
 		if len(batch.Spans()) > 0 {
-			if err := exp.Export(ctx, batch.Spans()); err != nil {
-				b.Fatal(err)
-			}
-			batch.Reset()
+			send()
 		}
 	}
 	b.StopTimer()
