@@ -185,7 +185,8 @@ func collectEvents(b *traces.Builder, shared bool, evs []eventlog.Event, id stri
 	if shared {
 		build = (*traces.Builder).BuildShared
 	}
-	var ends []uint64 // the sequences of the root's endings
+	var endsRoom [2]uint64
+	ends := endsRoom[:0] // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
 		if upTo != 0 && ev.Seq > upTo {
