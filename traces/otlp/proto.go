@@ -155,6 +155,11 @@ func unixNano(t time.Time) uint64 { return uint64(max(0, t.UnixNano())) }
 // tell its length): their arrays grow as they are used, a new array when
 // one is short (what was handed out stays where it is).
 type protoArrays struct {
+	protoSlices             // what is left to hand out
+	buf         protoSlices // the arrays
+}
+
+type protoSlices struct {
 	kvs     []commonpb.KeyValue
 	kvPtrs  []*commonpb.KeyValue
 	values  []commonpb.AnyValue
@@ -164,17 +169,6 @@ type protoArrays struct {
 	valPtrs []*commonpb.AnyValue
 	lists   []commonpb.AnyValue_ArrayValue
 	arrays  []commonpb.ArrayValue
-	buf     struct {
-		kvs     []commonpb.KeyValue
-		kvPtrs  []*commonpb.KeyValue
-		values  []commonpb.AnyValue
-		strs    []commonpb.AnyValue_StringValue
-		ints    []commonpb.AnyValue_IntValue
-		elems   []commonpb.AnyValue
-		valPtrs []*commonpb.AnyValue
-		lists   []commonpb.AnyValue_ArrayValue
-		arrays  []commonpb.ArrayValue
-	}
 }
 
 // reset readies p for attrs attributes.
