@@ -93,6 +93,7 @@ type traceExporter struct {
 	trees  *replay.TraceGatherer // follow's; send gives back the events it sent
 	logger *slog.Logger
 	queue  chan traceJob
+	full   chan struct{} // the queue holds a request's worth (follow tells send)
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
@@ -125,7 +126,8 @@ func (e *Engine) startTraces() error {
 	}
 	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
 		trees:  replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes),
-		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
+		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize),
+		full: make(chan struct{}, 1)}
 	read, err := x.loadCursor()
 	if err != nil {
 		return err
@@ -364,7 +366,20 @@ func (x *traceExporter) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		if len(x.queue) >= x.fullAt() {
+			select {
+			case x.full <- struct{}{}:
+			default: // told already
+			}
+		}
 	}
+}
+
+// fullAt is how many queued traces make send go without waiting for
+// traceBatchDelay: half a request's worth, or half the queue if it is
+// smaller (the follower waits for room only once send was told).
+func (x *traceExporter) fullAt() int {
+	return max(1, min(maxTraceBatch, cap(x.queue))/2)
 }
 
 // The follower reads in bursts: followPace after it caught up, with room
@@ -397,6 +412,7 @@ func (x *traceExporter) send(ctx context.Context) {
 	defer x.done.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var batch []traceJob
 	for {
 		var job traceJob
 		var ok bool
@@ -410,9 +426,18 @@ func (x *traceExporter) send(ctx context.Context) {
 			continue
 		}
 		// The traces that come within traceBatchDelay go in the same
-		// request.
-		batch := []traceJob{job}
+		// request: send waits for the delay, or until the follower says
+		// the queue holds a request's worth, then takes what is queued.
+		// It is not woken for each trace (a goroutine's wake-up cost
+		// about as much as mapping a trace).
+		batch = append(batch[:0], job)
 		delay := time.NewTimer(traceBatchDelay)
+		select {
+		case <-delay.C:
+		case <-x.full:
+		case <-ctx.Done():
+		}
+		delay.Stop()
 	more:
 		for len(batch) < maxTraceBatch {
 			select {
@@ -421,13 +446,10 @@ func (x *traceExporter) send(ctx context.Context) {
 					break more
 				}
 				batch = append(batch, j)
-			case <-delay.C:
-				break more
-			case <-ctx.Done():
+			default:
 				break more
 			}
 		}
-		delay.Stop()
 		if !x.export(ctx, batch) {
 			return // stopped: the cursor holds before the batch
 		}
@@ -443,6 +465,7 @@ func (x *traceExporter) send(ctx context.Context) {
 				x.trees.Recycle(j.events) // sent: the gatherer's next trees fill them
 			}
 		}
+		clear(batch)
 	}
 }
 
