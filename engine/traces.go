@@ -376,10 +376,10 @@ func (x *traceExporter) follow(ctx context.Context) {
 }
 
 // fullAt is how many queued traces make send go without waiting for
-// traceBatchDelay: half a request's worth, or half the queue if it is
-// smaller (the follower waits for room only once send was told).
+// traceBatchDelay: a request's worth, or the whole queue if it is smaller
+// (the follower waits for room only once send was told).
 func (x *traceExporter) fullAt() int {
-	return max(1, min(maxTraceBatch, cap(x.queue))/2)
+	return max(1, min(maxTraceBatch, cap(x.queue)))
 }
 
 // The follower reads in bursts: followPace after it caught up, with room
