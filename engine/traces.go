@@ -89,8 +89,11 @@ type traceExporter struct {
 	l      *eventlog.Log
 	r      replay.Reader
 	exp    *otlp.Exporter
+	batch  otlp.Batch            // the request's spans (send's)
+	trees  *replay.TraceGatherer // follow's; send gives back the events it sent
 	logger *slog.Logger
 	queue  chan traceJob
+	full   chan struct{} // the queue holds a request's worth (follow tells send)
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 
@@ -122,7 +125,9 @@ func (e *Engine) startTraces() error {
 		return err
 	}
 	x := &traceExporter{o: o, l: e.events, r: replay.FromLog(e.events), exp: exp,
-		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize)}
+		trees:  replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes),
+		logger: e.log.With("component", "traces"), queue: make(chan traceJob, o.QueueSize),
+		full: make(chan struct{}, 1)}
 	read, err := x.loadCursor()
 	if err != nil {
 		return err
@@ -279,7 +284,7 @@ func (x *traceExporter) follow(ctx context.Context) {
 	}
 	x.carried = nil
 	children := map[string]bool{} // other tasks started since then, not ended
-	trees := replay.NewTraceGatherer(maxTreeBytes, maxTreesBytes)
+	trees := x.trees
 	// One goroutine reads the log and handles each event: Next waits
 	// under a context that ends at the next tick, so a quiet log still
 	// sends the running tasks' spans on time, without a second goroutine
@@ -361,7 +366,20 @@ func (x *traceExporter) follow(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		}
+		if len(x.queue) >= x.fullAt() {
+			select {
+			case x.full <- struct{}{}:
+			default: // told already
+			}
+		}
 	}
+}
+
+// fullAt is how many queued traces make send go without waiting for
+// traceBatchDelay: a request's worth, or the whole queue if it is smaller
+// (the follower waits for room only once send was told).
+func (x *traceExporter) fullAt() int {
+	return max(1, min(maxTraceBatch, cap(x.queue)))
 }
 
 // The follower reads in bursts: followPace after it caught up, with room
@@ -381,6 +399,10 @@ const (
 	traceBatchDelay = 200 * time.Millisecond
 )
 
+// yieldEvery is how many traces the export maps between two yields of
+// its processor.
+const yieldEvery = 8
+
 // send exports the queued jobs in order, those waiting together in one
 // request, retrying each failure with backoff until it succeeds, is
 // rejected for good, or the export stops. The cursor is stored at most
@@ -390,6 +412,7 @@ func (x *traceExporter) send(ctx context.Context) {
 	defer x.done.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var batch []traceJob
 	for {
 		var job traceJob
 		var ok bool
@@ -403,9 +426,18 @@ func (x *traceExporter) send(ctx context.Context) {
 			continue
 		}
 		// The traces that come within traceBatchDelay go in the same
-		// request.
-		batch := []traceJob{job}
+		// request: send waits for the delay, or until the follower says
+		// the queue holds a request's worth, then takes what is queued.
+		// It is not woken for each trace (a goroutine's wake-up cost
+		// about as much as mapping a trace).
+		batch = append(batch[:0], job)
 		delay := time.NewTimer(traceBatchDelay)
+		select {
+		case <-delay.C:
+		case <-x.full:
+		case <-ctx.Done():
+		}
+		delay.Stop()
 	more:
 		for len(batch) < maxTraceBatch {
 			select {
@@ -414,13 +446,10 @@ func (x *traceExporter) send(ctx context.Context) {
 					break more
 				}
 				batch = append(batch, j)
-			case <-delay.C:
-				break more
-			case <-ctx.Done():
+			default:
 				break more
 			}
 		}
-		delay.Stop()
 		if !x.export(ctx, batch) {
 			return // stopped: the cursor holds before the batch
 		}
@@ -431,6 +460,12 @@ func (x *traceExporter) send(ctx context.Context) {
 			}
 		}
 		x.mu.Unlock()
+		for _, j := range batch {
+			if j.events != nil {
+				x.trees.Recycle(j.events) // sent: the gatherer's next trees fill them
+			}
+		}
+		clear(batch)
 	}
 }
 
@@ -464,7 +499,8 @@ func (x *traceExporter) export(ctx context.Context, batch []traceJob) bool {
 // exportOnce maps the batch's traces and sends them in one request; it
 // returns how many traces it held.
 func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, error) {
-	var spans []traces.Span
+	spans := &x.batch
+	spans.Reset() // the last request's spans were sent (or are mapped again)
 	n := 0
 	// A task's latest job in the batch holds what its earlier ones would
 	// send (the spans up to each ending, or its finished spans): one
@@ -483,7 +519,9 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 		var err error
 		switch {
 		case job.events != nil:
-			s = otlp.CollectOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping)
+			if spans.AddOwned(job.events, job.task, job.seq, !job.final, x.o.Mapping) > 0 {
+				n++
+			}
 		case job.root:
 			s, err = otlp.CollectRoot(ctx, x.r, job.task, job.seq, !job.final, x.o.Mapping)
 		default:
@@ -496,20 +534,24 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 			return n, err
 		}
 		if len(s) > 0 {
-			spans = append(spans, s...)
+			spans.Add(s)
 			n++
 		}
 		// The export is never in a hurry: let the task path's
 		// goroutines that are waiting for a processor (a commit back
-		// from its sync, a stage) run before the next trace, instead of
+		// from its sync, a stage) run before the next traces, instead of
 		// after the scheduler's 10 ms slice. On a busy node this keeps
-		// the export's CPU from becoming the tasks' latency.
-		runtime.Gosched()
+		// the export's CPU from becoming the tasks' latency. A few
+		// traces take some tens of microseconds: yielding after each
+		// cost about as much as mapping one.
+		if i%yieldEvery == yieldEvery-1 {
+			runtime.Gosched()
+		}
 	}
-	if err := x.exp.Export(ctx, spans); err != nil {
+	if err := x.exp.Export(ctx, spans.Spans()); err != nil {
 		return n, err
 	}
-	x.spans.Add(float64(len(spans)))
+	x.spans.Add(float64(len(spans.Spans())))
 	return n, nil
 }
 

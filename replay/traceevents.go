@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/oklog/ulid/v2"
 
@@ -81,11 +82,17 @@ func startsTask(ev eventlog.Event) bool {
 // all: a tree that grows beyond maxTree is let go, and a root that starts
 // while maxAll is held is not gathered (Take gives nil: the caller reads
 // the log).
+//
+// Add and Take are called from one goroutine; Recycle from any.
 type TraceGatherer struct {
 	maxTree, maxAll int
 	byStream        map[string]*traceTree
 	byEvent         map[ulid.ULID]*traceTree
 	bytes           int
+	free            []*traceTree // trees Take let go, for the next roots
+
+	mu    sync.Mutex
+	spare [][]eventlog.Event // arrays of events given back (Recycle)
 }
 
 type traceTree struct {
@@ -94,9 +101,53 @@ type traceTree struct {
 	events  []eventlog.Event
 	bytes   int
 	dropped bool
-	// The usual tree, one task of a few events, in the same allocation.
+	// The usual tree's one task, in the same allocation.
 	firstStream [1]string
-	firstEvents [8]eventlog.Event
+}
+
+// Bounds of what a TraceGatherer keeps for reuse: trees, arrays of
+// events, and the events an array may hold (a larger one is let go).
+const (
+	keptTrees  = 256
+	keptArrays = 1024
+	keptEvents = 64
+)
+
+// newTree is an empty tree for root, one Take let go if there is one,
+// its events in an array Recycle gave back if there is one (room for a
+// task's usual events otherwise).
+func (g *TraceGatherer) newTree(root string) *traceTree {
+	var t *traceTree
+	if n := len(g.free); n > 0 {
+		t, g.free = g.free[n-1], g.free[:n-1]
+	} else {
+		t = new(traceTree)
+	}
+	t.root, t.streams = root, t.firstStream[:0]
+	g.mu.Lock()
+	if n := len(g.spare); n > 0 {
+		t.events, g.spare[n-1], g.spare = g.spare[n-1], nil, g.spare[:n-1]
+	}
+	g.mu.Unlock()
+	if t.events == nil {
+		t.events = make([]eventlog.Event, 0, 8)
+	}
+	return t
+}
+
+// Recycle gives back the events Take returned once the caller no longer
+// uses them (nor the slice): the next trees gather into their array. The
+// events' bodies are not reused (what was mapped from them stays valid).
+func (g *TraceGatherer) Recycle(evs []eventlog.Event) {
+	if cap(evs) == 0 || cap(evs) > keptEvents {
+		return
+	}
+	clear(evs[:cap(evs)])
+	g.mu.Lock()
+	if len(g.spare) < keptArrays {
+		g.spare = append(g.spare, evs[:0])
+	}
+	g.mu.Unlock()
 }
 
 // NewTraceGatherer returns an empty TraceGatherer with those bounds.
@@ -112,8 +163,7 @@ func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	if t == nil && startsTask(ev) {
 		t = g.byEvent[ev.Causation]
 		if t == nil && g.bytes < g.maxAll && isRoot {
-			t = &traceTree{root: ev.Stream}
-			t.streams, t.events = t.firstStream[:0], t.firstEvents[:0]
+			t = g.newTree(ev.Stream)
 		}
 		if t != nil {
 			g.byStream[ev.Stream] = t
@@ -151,9 +201,18 @@ func (g *TraceGatherer) Take(id string) []eventlog.Event {
 	for _, ev := range t.events {
 		delete(g.byEvent, ev.ID)
 	}
-	if t.dropped {
+	evs := t.events
+	if !t.dropped {
+		g.bytes -= t.bytes
+	}
+	dropped := t.dropped
+	clear(t.streams)
+	t.root, t.streams, t.events, t.bytes, t.dropped = "", nil, nil, 0, false
+	if len(g.free) < keptTrees {
+		g.free = append(g.free, t)
+	}
+	if dropped {
 		return nil
 	}
-	g.bytes -= t.bytes
-	return t.events
+	return evs
 }

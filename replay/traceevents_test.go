@@ -89,6 +89,36 @@ func TestTraceEvents(t *testing.T) {
 	if again := g.Take(task); again != nil {
 		t.Errorf("gatherer: a second Take gave %d events", len(again))
 	}
+
+	// Trees and arrays of events given back are reused: the same log
+	// added again (the same ids: a gatherer of its own) gives the same
+	// trees, while the events of a tree taken before and not given back
+	// stay as they were.
+	for round := range 3 {
+		g := NewTraceGatherer(1<<20, 1<<20)
+		var kept [][]eventlog.Event
+		for i := range 4 {
+			for _, ev := range evs {
+				g.Add(ev, ev.Version == 1 && ev.Causation.IsZero())
+			}
+			got := g.Take(task)
+			checkEvents("gatherer reused", got)
+			if other := g.Take(other.Stream); len(other) != 3 {
+				t.Fatalf("round %d: the other task: %d events", round, len(other))
+			} else if (i+round)%2 == 0 {
+				g.Recycle(other)
+			}
+			if i%2 == 0 {
+				kept = append(kept, got)
+			} else {
+				g.Recycle(got)
+			}
+			g.Take(child.Stream) // not a root: nothing
+			for _, k := range kept {
+				checkEvents("a tree not given back", k)
+			}
+		}
+	}
 }
 
 // TestTraceGathererBounds: a tree beyond its bound is let go (Take gives

@@ -29,17 +29,56 @@ import (
 // task under its tool call, the built-in agent's task under the broker
 // attempt that started it). docs/tracing.md has the table.
 func Build(events []eventlog.Event, opt Options) []Span {
-	return build(events, opt, false)
+	return new(Builder).build(events, opt, false)
 }
 
 // BuildShared is Build for events whose bodies are never changed while
 // the spans are in use (the live export's copies): the spans' strings may
 // be substrings of the bodies instead of copies.
 func BuildShared(events []eventlog.Event, opt Options) []Span {
-	return build(events, opt, true)
+	return new(Builder).build(events, opt, true)
 }
 
-func build(events []eventlog.Event, opt Options, shared bool) []Span {
+// Builder maps task trees as Build does, keeping its memory from one tree
+// to the next: the spans of every build since the last Reset share a few
+// arrays (their spans, attributes and span events), and its maps and
+// per-task state are cleared rather than made again. The spans a build
+// returns stay valid, unchanged, until Reset. A Builder is not safe for
+// concurrent use; its zero value is ready.
+type Builder struct {
+	b      builder
+	spans  arena[Span]
+	attrs  arena[Attr]
+	marks  arena[SpanEvent]
+	states []*taskState               // kept for the next build's tasks
+	names  map[[2]string]string       // "task T", "chat M": each once
+	lists  map[string]attribute.Value // one-string lists (finish reasons)
+}
+
+// Build is Build with m's memory.
+func (m *Builder) Build(events []eventlog.Event, opt Options) []Span {
+	return m.build(events, opt, false)
+}
+
+// BuildShared is BuildShared with m's memory.
+func (m *Builder) BuildShared(events []eventlog.Event, opt Options) []Span {
+	return m.build(events, opt, true)
+}
+
+// Reset lets m reuse the memory of the spans it built: they must no
+// longer be in use.
+func (m *Builder) Reset() {
+	m.spans.reset()
+	m.attrs.reset()
+	m.marks.reset()
+}
+
+// maxKept bounds the entries of a Builder's maps kept from one build to
+// the next (beyond it they are made again: clearing a map costs its
+// room).
+const maxKept = 1024
+
+func (m *Builder) build(events []eventlog.Event, opt Options, shared bool) []Span {
 	if len(events) == 0 {
 		return nil
 	}
@@ -48,9 +87,16 @@ func build(events []eventlog.Event, opt Options, shared bool) []Span {
 	if corr == (ulid.ULID{}) {
 		corr = root.ID
 	}
-	b := &builder{opt: opt, shared: shared, trace: TraceID(corr), tasks: map[string]*taskState{},
-		spanOf: make(map[ulid.ULID]int, len(events)), spans: make([]Span, 0, len(events)/2+2),
-		arena: make([]Attr, 0, spanAttrs*(len(events)/4+1))}
+	b := &m.b
+	if b.spanOf == nil || len(b.spanOf) > maxKept || len(b.tasks) > maxKept {
+		b.spanOf, b.tasks = make(map[ulid.ULID]int, len(events)), map[string]*taskState{}
+	} else {
+		clear(b.spanOf)
+		clear(b.tasks)
+	}
+	b.mem, b.opt, b.shared, b.trace, b.last, b.order = m, opt, shared, TraceID(corr), time.Time{}, b.order[:0]
+	b.spans = m.spans.open(len(events)/2 + 2)
+	m.attrs.room(spanAttrs * (len(events)/4 + 1))
 	for _, ev := range events {
 		if ev.Time.After(b.last) {
 			b.last = ev.Time
@@ -62,7 +108,53 @@ func build(events []eventlog.Event, opt Options, shared bool) []Span {
 	for _, ts := range b.order {
 		b.finish(ts)
 	}
-	return b.spans
+	spans := b.spans
+	m.spans.close(spans)
+	clear(b.order) // the states stay in m.states
+	b.spans, b.order, b.mem = nil, b.order[:0], nil
+	return spans
+}
+
+// arena hands out consecutive parts of one array, kept between builds:
+// a part that outgrows its room is given an array of its own by append,
+// and a part that does not fit in what is left starts a larger array
+// (the parts already handed out stay where they are).
+type arena[T any] struct{ buf []T }
+
+// room makes sure n more fit in the array.
+func (a *arena[T]) room(n int) {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]T, 0, max(2*cap(a.buf), n))
+	}
+}
+
+// carve hands out an empty part with room for n.
+func (a *arena[T]) carve(n int) []T {
+	a.room(n)
+	l := len(a.buf)
+	a.buf = a.buf[:l+n]
+	return a.buf[l : l : l+n]
+}
+
+// open hands out an empty part with room for at least n and all that is
+// left, for appends until close.
+func (a *arena[T]) open(n int) []T {
+	a.room(n)
+	return a.buf[len(a.buf):len(a.buf):cap(a.buf)]
+}
+
+// close takes back the room of open's part p that p did not use.
+func (a *arena[T]) close(p []T) {
+	if len(p) > 0 && cap(a.buf) > len(a.buf) && unsafe.SliceData(p) == unsafe.SliceData(a.buf[len(a.buf):]) {
+		a.buf = a.buf[:len(a.buf)+len(p)]
+	}
+}
+
+// reset takes back every part (clearing them: nothing they point at is
+// kept alive).
+func (a *arena[T]) reset() {
+	clear(a.buf)
+	a.buf = a.buf[:0]
 }
 
 // Handled lists every event type Build knows, with what it does with it:
@@ -126,13 +218,13 @@ var Handled = map[fsm.EventType]string{
 const Ignored = "ignored: not a task's event"
 
 type builder struct {
+	mem    *Builder
 	opt    Options
 	shared bool // decode with fsm.DecodeShared (BuildShared)
 	trace  [16]byte
 	last   time.Time // the latest event time: the end of an open span
 	spans  []Span
 	spanOf map[ulid.ULID]int // event id -> the span it belongs to
-	arena  []Attr            // room for the spans' attributes
 	tasks  map[string]*taskState
 	order  []*taskState
 }
@@ -149,7 +241,8 @@ type taskState struct {
 	attempt   int // a broker task's attempt
 	attempts  int
 
-	call *modelCall
+	call    *modelCall
+	callBuf modelCall // what call points at
 
 	toolKey  string        // the open tool call's step and idempotency key
 	messages []fsm.Message // the conversation so far (Options.Contents)
@@ -216,13 +309,12 @@ func (b *builder) attr(i int, a Attr) {
 	}
 	s := &b.spans[i]
 	if s.Attrs == nil {
-		// A span's usual attributes, carved from the build's arena.
-		if cap(b.arena)-len(b.arena) < spanAttrs {
-			b.arena = make([]Attr, 0, 8*spanAttrs)
+		// A span's usual attributes, carved from the builder's arena.
+		n := spanAttrs
+		if s.Kind == KindTask || s.Kind == KindWorker {
+			n = taskAttrs
 		}
-		n := len(b.arena)
-		b.arena = b.arena[:n+spanAttrs]
-		s.Attrs = b.arena[n : n : n+spanAttrs]
+		s.Attrs = b.mem.attrs.carve(n)
 	}
 	s.Attrs = append(s.Attrs, a)
 }
@@ -233,25 +325,40 @@ func isEmpty(a Attr) bool {
 	return a.Value.Type() == attribute.STRING && a.Value.AsString() == ""
 }
 
-// spanAttrs is the room a span's attributes get in the arena; a span
-// with more grows its own.
-const spanAttrs = 10
+// spanAttrs is the room a span's attributes get in the arena (taskAttrs
+// a task's); a span with more grows its own.
+const (
+	spanAttrs = 10
+	taskAttrs = 16
+)
+
+// spanMarks is the room a span's events get in the arena.
+const spanMarks = 4
 
 func (b *builder) mark(i int, name string, t time.Time, attrs ...Attr) {
 	if i < 0 {
 		return
 	}
-	var kept []Attr
+	n := 0
 	for _, a := range attrs {
-		if isEmpty(a) {
-			continue
+		if !isEmpty(a) {
+			n++
 		}
-		if kept == nil {
-			kept = make([]Attr, 0, len(attrs))
-		}
-		kept = append(kept, a)
 	}
-	b.spans[i].Events = append(b.spans[i].Events, SpanEvent{Name: name, Time: t, Attrs: kept})
+	var kept []Attr
+	if n > 0 {
+		kept = b.mem.attrs.carve(n)
+		for _, a := range attrs {
+			if !isEmpty(a) {
+				kept = append(kept, a)
+			}
+		}
+	}
+	s := &b.spans[i]
+	if s.Events == nil {
+		s.Events = b.mem.marks.carve(spanMarks)
+	}
+	s.Events = append(s.Events, SpanEvent{Name: name, Time: t, Attrs: kept})
 }
 
 // task returns the state of ev's stream, opening its span at its first
@@ -267,7 +374,7 @@ func (b *builder) task(ev eventlog.Event) (ts *taskState, first bool) {
 			parent = i
 		}
 	}
-	ts = &taskState{stream: ev.Stream, admission: -1, tool: -1, suspend: -1, wait: -1, attempt: -1}
+	ts = b.newState(ev.Stream)
 	kind, name := KindTask, "task"
 	if ev.Type == string(fsm.DispatchCreated) {
 		kind, name = KindWorker, "dispatch"
@@ -285,6 +392,53 @@ func (b *builder) task(ev eventlog.Event) (ts *taskState, first bool) {
 	b.tasks[ev.Stream] = ts
 	b.order = append(b.order, ts)
 	return ts, true
+}
+
+// newState is the state of a task the build has not seen yet, reusing
+// one of an earlier build.
+func (b *builder) newState(stream string) *taskState {
+	var ts *taskState
+	if n := len(b.order); n < len(b.mem.states) {
+		ts = b.mem.states[n]
+	} else {
+		ts = new(taskState)
+		b.mem.states = append(b.mem.states, ts)
+	}
+	attempts := ts.callBuf.attempts[:0]
+	clear(attempts[:cap(attempts)])
+	*ts = taskState{stream: stream, admission: -1, tool: -1, suspend: -1, wait: -1, attempt: -1}
+	ts.callBuf.attempts = attempts
+	return ts
+}
+
+// joined is prefix+s, made once while the builder keeps it.
+func (b *builder) joined(prefix, s string) string {
+	m := b.mem
+	if v, ok := m.names[[2]string{prefix, s}]; ok {
+		return v
+	}
+	v := prefix + s
+	if m.names == nil || len(m.names) >= maxKept {
+		m.names = map[[2]string]string{}
+	}
+	m.names[[2]string{prefix, v[len(prefix):]}] = v // the key is v's, not the body's
+	return v
+}
+
+// stringList is the list of the one string s, made once while the
+// builder keeps it.
+func (b *builder) stringList(s string) attribute.Value {
+	m := b.mem
+	if v, ok := m.lists[s]; ok {
+		return v
+	}
+	s = strings.Clone(s)
+	v := attribute.StringSliceValue([]string{s})
+	if m.lists == nil || len(m.lists) >= maxKept {
+		m.lists = map[string]attribute.Value{}
+	}
+	m.lists[s] = v
+	return v
 }
 
 func (b *builder) event(ev eventlog.Event) {
@@ -473,7 +627,7 @@ func (b *builder) input(ts *taskState, ev eventlog.Event, x *fsm.Input, first bo
 	if first {
 		r := ts.root
 		if x.TaskType != "" {
-			b.spans[r].Name = "task " + x.TaskType
+			b.spans[r].Name = b.joined("task ", x.TaskType)
 		}
 		b.attr(r, attribute.String("pegasus.task.type", x.TaskType))
 		b.attr(r, attribute.String("pegasus.source", x.Source))
@@ -501,7 +655,7 @@ func (b *builder) created(ts *taskState, ev eventlog.Event, x *fsm.TaskCreatedBo
 	b.close(ts.admission, ev.Time, StatusUnset, "")
 	ts.admission = -1
 	if x.TaskType != "" {
-		b.spans[r].Name = "task " + x.TaskType
+		b.spans[r].Name = b.joined("task ", x.TaskType)
 	}
 	m := x.Machine
 	if m.Name == "" {
@@ -556,10 +710,11 @@ func (b *builder) modelCalled(ts *taskState, ev eventlog.Event, x *fsm.ModelCall
 	if ts.call == nil {
 		name := "chat"
 		if x.Model != "" {
-			name += " " + x.Model
+			name = b.joined("chat ", x.Model)
 		}
 		i := b.open(SpanIDFor(ev.ID, "call"), ts.root, KindModel, name, ts.stream, start)
-		ts.call = &modelCall{span: i, purpose: x.Purpose}
+		ts.callBuf = modelCall{span: i, purpose: x.Purpose, attempts: ts.callBuf.attempts[:0]}
+		ts.call = &ts.callBuf
 		b.attr(i, attribute.String("gen_ai.operation.name", "chat"))
 		b.attr(i, attribute.String("gen_ai.request.model", x.Model))
 		b.attr(i, attribute.String("pegasus.purpose", x.Purpose))
@@ -598,7 +753,7 @@ func (b *builder) endCall(ts *taskState, t time.Time, outcome bool) {
 		b.attr(i, attribute.Int64("gen_ai.usage.input_tokens", in))
 		b.attr(i, attribute.Int64("gen_ai.usage.output_tokens", out))
 		if lastA.body.FinishReason != "" {
-			b.attr(i, attribute.StringSlice("gen_ai.response.finish_reasons", []string{lastA.body.FinishReason}))
+			b.attr(i, attribute.KeyValue{Key: "gen_ai.response.finish_reasons", Value: b.stringList(lastA.body.FinishReason)})
 		}
 		if b.opt.Contents {
 			b.attr(i, attribute.String("gen_ai.output.messages", outputMessages(lastA.body)))
@@ -665,7 +820,7 @@ func (b *builder) toolStarted(ts *taskState, ev eventlog.Event, x *fsm.ToolCallS
 	b.close(ts.tool, ev.Time, StatusError, "superseded")
 	name := "execute_tool"
 	if x.Tool != "" {
-		name += " " + x.Tool
+		name = b.joined("execute_tool ", x.Tool)
 	}
 	i := b.open(SpanID(ev.ID), ts.root, KindTool, name, ts.stream, ev.Time)
 	ts.tool, ts.toolKey = i, key
@@ -732,7 +887,7 @@ func (b *builder) endAll(ts *taskState, t time.Time, msg string) {
 
 func (b *builder) dispatchCreated(ts *taskState, ev eventlog.Event, x *fsm.DispatchCreatedBody) {
 	r := ts.root
-	b.spans[r].Name = "dispatch " + x.Title
+	b.spans[r].Name = b.joined("dispatch ", x.Title)
 	b.attr(r, attribute.String("pegasus.machine", "dispatch.task@1"))
 	b.attr(r, attribute.String("pegasus.source", x.Source))
 	b.attr(r, attribute.String("pegasus.parent_task_id", x.ParentTaskID))

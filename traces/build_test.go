@@ -471,6 +471,60 @@ func TestBuildGeneratedHistories(t *testing.T) {
 	}
 }
 
+// TestBuilderReused maps the trees of generated histories, their
+// prefixes and the hand-made tree one after another with one Builder,
+// reset now and then: each build gives what Build gives, and the spans of
+// the builds since the last Reset stay as they were while later builds
+// reuse the builder's memory.
+func TestBuilderReused(t *testing.T) {
+	var trees [][]eventlog.Event
+	trees = append(trees, tree(t))
+	for seed := uint64(1); seed <= 12; seed++ {
+		evs := replaytest.Generate(seed, replaytest.Config{Tasks: 8, Finish: seed%2 == 0})
+		byStream := map[string][]eventlog.Event{}
+		var order []string
+		for _, ev := range evs {
+			if _, ok := byStream[ev.Stream]; !ok {
+				order = append(order, ev.Stream)
+			}
+			byStream[ev.Stream] = append(byStream[ev.Stream], ev)
+		}
+		for _, stream := range order {
+			own := byStream[stream]
+			trees = append(trees, own, own[:len(own)/2+1])
+		}
+		trees = append(trees, evs)
+	}
+	type built struct {
+		spans, want []traces.Span
+	}
+	var b traces.Builder
+	var since []built
+	for i, evs := range trees {
+		opt := traces.Options{Contents: i%3 == 0}
+		want := traces.Build(evs, opt)
+		var got []traces.Span
+		if i%2 == 0 {
+			got = b.BuildShared(evs, opt)
+		} else {
+			got = b.Build(evs, opt)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("tree %d: the reused builder's spans differ from Build's", i)
+		}
+		since = append(since, built{got, want})
+		for j, s := range since {
+			if !reflect.DeepEqual(s.spans, s.want) {
+				t.Fatalf("tree %d: the spans of build %d since the reset changed", i, j)
+			}
+		}
+		if i%7 == 6 {
+			b.Reset()
+			since = nil
+		}
+	}
+}
+
 func FuzzBuild(f *testing.F) {
 	evs := tree(f)
 	f.Add([]byte{0, 1, 2, 3}, uint8(10))

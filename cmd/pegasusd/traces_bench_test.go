@@ -195,38 +195,44 @@ func BenchmarkTracesPipeline(b *testing.B) {
 	b.ResetTimer()
 	c0 := processCPU(b)
 	sent, spans, attrs, marks := 0, 0, 0, 0
+	var batch otlp.Batch // as the exporter's: kept from one request to the next
+	var taken [][]eventlog.Event
+	g := replay.NewTraceGatherer(4<<20, 64<<20)
+	send := func() {
+		if err := exp.Export(ctx, batch.Spans()); err != nil {
+			b.Fatal(err)
+		}
+		batch.Reset()
+		for _, t := range taken { // as the exporter does once a request is sent
+			g.Recycle(t)
+		}
+		taken = taken[:0]
+	}
 	for sent < b.N {
-		g := replay.NewTraceGatherer(4<<20, 64<<20)
-		var batch []traces.Span
 		for _, ev := range evs {
 			g.Add(ev, ev.Version == 1 && otlp.IsRoot(ev))
 			if !otlp.Ends(ev) {
 				continue
 			}
 			if tree := g.Take(ev.Stream); tree != nil {
-				s := otlp.CollectOwned(tree, ev.Stream, ev.Seq, false, traces.Options{})
-				for i := range s {
-					attrs += len(s[i].Attrs)
-					marks += len(s[i].Events)
+				taken = append(taken, tree)
+				n := batch.AddOwned(tree, ev.Stream, ev.Seq, false, traces.Options{})
+				for _, s := range batch.Spans()[len(batch.Spans())-n:] {
+					attrs += len(s.Attrs)
+					marks += len(s.Events)
 				}
-				spans += len(s)
-				batch = append(batch, s...)
+				spans += n
 				sent++
 				if sent%256 == 0 || sent == b.N { // the live export's requests carry up to 256 traces
-					if err := exp.Export(ctx, batch); err != nil {
-						b.Fatal(err)
-					}
-					batch = batch[:0]
+					send()
 				}
 				if sent == b.N {
 					break
 				}
 			}
 		}
-		if len(batch) > 0 {
-			if err := exp.Export(ctx, batch); err != nil {
-				b.Fatal(err)
-			}
+		if len(batch.Spans()) > 0 {
+			send()
 		}
 	}
 	b.StopTimer()

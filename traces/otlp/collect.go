@@ -138,18 +138,55 @@ func CollectRoot(ctx context.Context, r replay.Reader, id string, upTo uint64, c
 // for root task id (or the same events gathered otherwise, as the live
 // export does while it follows the log). It may reorder evs.
 func CollectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
-	return collectEvents(evs, id, upTo, closedOnly, opt, traces.Build)
+	return collectEvents(new(traces.Builder), false, evs, id, upTo, closedOnly, opt)
 }
 
 // CollectOwned is CollectEvents for events whose bodies are the caller's
 // own copies, never changed while the spans are in use: the mapping
 // decodes them without copying their strings (traces.BuildShared).
 func CollectOwned(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
-	return collectEvents(evs, id, upTo, closedOnly, opt, traces.BuildShared)
+	return collectEvents(new(traces.Builder), true, evs, id, upTo, closedOnly, opt)
 }
 
-func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options, build func([]eventlog.Event, traces.Options) []traces.Span) []traces.Span {
-	var ends []uint64 // the sequences of the root's endings
+// Batch holds the spans of several traces for one Export. It maps them
+// with memory it keeps from one batch to the next (traces.Builder): the
+// spans stay valid until Reset. A Batch is not safe for concurrent use;
+// its zero value is ready.
+type Batch struct {
+	b     traces.Builder
+	spans []traces.Span
+}
+
+// AddOwned adds the spans CollectOwned gives for the same arguments and
+// returns how many.
+func (x *Batch) AddOwned(evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) int {
+	s := collectEvents(&x.b, true, evs, id, upTo, closedOnly, opt)
+	x.spans = append(x.spans, s...)
+	return len(s)
+}
+
+// Add adds spans mapped otherwise (Collect's).
+func (x *Batch) Add(spans []traces.Span) { x.spans = append(x.spans, spans...) }
+
+// Spans are the spans added since Reset, in order.
+func (x *Batch) Spans() []traces.Span { return x.spans }
+
+// Reset empties the batch and lets it reuse the memory of its spans,
+// which must no longer be in use.
+func (x *Batch) Reset() {
+	clear(x.spans)
+	x.spans = x.spans[:0]
+	x.b.Reset()
+}
+
+// collectEvents is CollectEvents mapped with b (BuildShared if shared).
+func collectEvents(b *traces.Builder, shared bool, evs []eventlog.Event, id string, upTo uint64, closedOnly bool, opt traces.Options) []traces.Span {
+	build := (*traces.Builder).Build
+	if shared {
+		build = (*traces.Builder).BuildShared
+	}
+	var endsRoom [2]uint64
+	ends := endsRoom[:0] // the sequences of the root's endings
 	n := 0
 	for _, ev := range evs {
 		if upTo != 0 && ev.Seq > upTo {
@@ -163,7 +200,7 @@ func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 	}
 	evs = evs[:n]
 	if len(ends) == 0 {
-		spans := build(evs, opt)
+		spans := build(b, evs, opt)
 		if closedOnly {
 			n := 0
 			for _, s := range spans {
@@ -180,7 +217,7 @@ func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 	if len(ends) == 1 && n > 0 && maxSeq(evs) <= ends[0] {
 		// One ending and nothing after it (the live export's usual case):
 		// one mapping of the events as they are.
-		return build(evs, opt)
+		return build(b, evs, opt)
 	}
 	var spans []traces.Span
 	seen := map[[8]byte]bool{}
@@ -192,7 +229,7 @@ func collectEvents(evs []eventlog.Event, id string, upTo uint64, closedOnly bool
 				upToEnd = append(upToEnd, ev)
 			}
 		}
-		for _, s := range build(upToEnd, opt) {
+		for _, s := range build(b, upToEnd, opt) {
 			if !seen[s.SpanID] {
 				seen[s.SpanID] = true
 				spans = append(spans, s)

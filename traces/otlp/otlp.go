@@ -119,7 +119,9 @@ func (x *Exporter) Export(ctx context.Context, spans []traces.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	err := x.client.UploadTraces(ctx, resourceSpans(spans, x.res, x.resSchema))
+	r := requests.Get().(*request)
+	err := x.client.UploadTraces(ctx, r.build(spans, x.res, x.resSchema))
+	requests.Put(r) // the client encoded the request: its messages are free
 	if err == nil {
 		return nil
 	}

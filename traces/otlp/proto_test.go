@@ -105,6 +105,24 @@ func TestProtoMatchesTheSDK(t *testing.T) {
 			t.Errorf("resource spans %d differ:\nours %v\nsdk  %v", i, ours[i], sdk.got[i])
 		}
 	}
+	// A request's messages are kept for the next: built after a request
+	// of other spans (more of them, with parents, events, lists and
+	// error statuses where these have none), they are the SDK's still.
+	r := new(request)
+	r.build(spans, resourceProto(res), res.SchemaURL())
+	r.build(append(append([]traces.Span(nil), spans...), spans...), resourceProto(res), res.SchemaURL())
+	again := []traces.Span{spans[3], spans[2], spans[0]}
+	again[0].Parent, again[0].Events = [8]byte{}, nil
+	again[1].Attrs = []traces.Attr{attribute.Int64("i", 1), {Key: "e"}}
+	again[2].Attrs = nil
+	sdk.got = nil
+	if err := exp.ExportSpans(context.Background(), sdkStubs(again, res)); err != nil {
+		t.Fatal(err)
+	}
+	reused := r.build(again, resourceProto(res), res.SchemaURL())
+	if len(reused) != 1 || len(sdk.got) != 1 || !proto.Equal(reused[0], sdk.got[0]) {
+		t.Errorf("a reused request differs:\nours %v\nsdk  %v", reused, sdk.got)
+	}
 	if resourceSpans(nil, resourceProto(res), "") != nil {
 		t.Error("no spans: a request")
 	}
