@@ -370,11 +370,24 @@ func (b *Broker) Register(ctx context.Context, id string, caps []string, maxTask
 			return WorkerInfo{}, usererr.Errorf(ErrInvalid, "an empty capability")
 		}
 	}
+	// The answer lists the tasks the worker held when it registered. The
+	// loop may assign it a queued task as soon as the registration is
+	// folded (it follows the log itself), before this request reads the
+	// worker back: that task comes with the worker's next poll, so that
+	// the answer never depends on which of the two ran first.
+	b.mu.Lock()
+	held := sortedIDs(b.byWorker[id])
+	b.mu.Unlock()
 	if err := b.workerEvent(ctx, projection.WorkerRegistered, &projection.WorkerBody{Worker: id, Capabilities: caps, MaxTasks: max(maxTasks, 1), By: id}); err != nil {
 		return WorkerInfo{}, err
 	}
 	b.Seen(id) // registered now: shared, and alive at once
-	return b.Worker(id)
+	w, err := b.Worker(id)
+	if err != nil {
+		return WorkerInfo{}, err
+	}
+	w.ActiveTasks = slices.DeleteFunc(w.ActiveTasks, func(t string) bool { return !slices.Contains(held, t) })
+	return w, nil
 }
 
 // Drain stops new assignments to worker id (its running tasks finish),
