@@ -63,6 +63,7 @@ type enqueueResult struct {
 	cpu         time.Duration // the daemon's user+system time, 0 when unknown
 	rss, peak   int64         // the daemon's resident memory after the run and its peak, in bytes; 0 when unknown
 	alloc, gcs  float64       // the bytes the daemon allocated over the run and its GC cycles (its /metrics); alloc 0 when unknown
+	finished    float64       // the tasks the daemon's agent completed over the run (its /metrics)
 	load, load2 string
 }
 
@@ -75,6 +76,9 @@ func (r enqueueResult) String() string {
 	}
 	if r.alloc > 0 {
 		s += fmt.Sprintf("  alloc %5.1f KiB/task (%.0f GCs)", r.alloc/1024/float64(r.tasks), r.gcs)
+	}
+	if r.finished > 0 {
+		s += fmt.Sprintf("  %.0f run", r.finished)
 	}
 	if r.peak > 0 {
 		s += fmt.Sprintf("  RSS %4d MiB (peak %4d MiB)", r.rss>>20, r.peak>>20)
@@ -165,7 +169,8 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 		mu.Unlock()
 	}
 	const allocated, gcs = "go_memstats_alloc_bytes_total", "go_gc_duration_seconds_count"
-	m0, merr := readMetrics(ctx, d.url, allocated, gcs)
+	const finished = `pegasus_tasks_finished_total{outcome="completed"}`
+	m0, merr := readMetrics(ctx, d.url, allocated, gcs, finished)
 	cpu0 := procCPU(d)
 	load := loadAvg()
 	t0 := time.Now()
@@ -210,8 +215,9 @@ func enqueue(ctx context.Context, d *daemonProc, sh enqueueShape, f enqueueFlags
 		}
 	}
 	res.rss, res.peak = procRSS(d)
-	if m1, err := readMetrics(ctx, d.url, allocated, gcs); merr == nil && err == nil && m0[allocated] > 0 {
+	if m1, err := readMetrics(ctx, d.url, allocated, gcs, finished); merr == nil && err == nil && m0[allocated] > 0 {
 		res.alloc, res.gcs = m1[allocated]-m0[allocated], m1[gcs]-m0[gcs]
+		res.finished = m1[finished] - m0[finished]
 	}
 	return res, firstErr
 }
