@@ -118,14 +118,14 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 		case *fsm.ActDoneBody: // version 0: a generate or sub_task step
 			idx, failed = b.StepIndex, b.Error != ""
 		}
-		n.CompletedSteps = appendCopy(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
+		n.CompletedSteps = appendList(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
 		n.StepCount = len(n.CompletedSteps)
 		if failed {
 			n.FailedSteps++
 		}
 		if ev.Type != fsm.StepCompleted && ev.Type != fsm.ActDone {
 			if tool := stepTool(before.Context.Plan, idx); tool != "" && !contains(n.ToolsUsed, tool) {
-				n.ToolsUsed = appendCopy(n.ToolsUsed, tool)
+				n.ToolsUsed = appendList(n.ToolsUsed, tool)
 			}
 		}
 		n.NextSteps = remainingSteps(after.Context.Plan)
@@ -184,12 +184,19 @@ func describeStep(s *fsm.PlanStep) string {
 	return string(s.ActionType)
 }
 
-// appendCopy appends to a fresh array so that earlier Progress values that
-// share s never see the new element written into their spare capacity.
-func appendCopy(s []string, v string) []string {
-	out := make([]string, len(s), len(s)+1)
-	copy(out, s)
-	return append(out, v)
+// appendList appends v to s, a list of a Progress that the fold only ever
+// appends to (CompletedSteps, ToolsUsed; a fresh Progress starts new
+// ones). An earlier Progress that shares the array (a checkpoint's copy,
+// a reader's) is shorter than the fold's and never reads the spare
+// capacity the fold writes into, so the list grows with room for a few
+// more steps instead of a new array per step.
+func appendList(s []string, v string) []string {
+	if len(s) == cap(s) {
+		out := make([]string, len(s), max(4, 2*len(s)))
+		copy(out, s)
+		s = out
+	}
+	return append(s, v)
 }
 
 func contains(s []string, v string) bool {
