@@ -92,7 +92,7 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 	}
 	switch ev.Type {
 	case fsm.ReasonDone, fsm.PlanDone:
-		n.NextSteps = remainingSteps(after.Context.Plan)
+		n.NextSteps = remainingSteps(n.NextSteps, after.Context.Plan)
 	case fsm.MessageReceived:
 		// The answer starts a new reasoning round; the old plan is superseded.
 		n.NextSteps = nil
@@ -128,7 +128,7 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 				n.ToolsUsed = appendList(n.ToolsUsed, tool)
 			}
 		}
-		n.NextSteps = remainingSteps(after.Context.Plan)
+		n.NextSteps = remainingSteps(n.NextSteps, after.Context.Plan)
 	}
 	if after.Context.PendingCall == nil {
 		n.AwaitingTool = nil
@@ -145,11 +145,38 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 	n.UpdatedAt = ev.Time.UTC()
 }
 
-func remainingSteps(p *fsm.Plan) []string {
+// remainingSteps describes p's steps still to do, nil when none is. When
+// they are the last ones of prev, the list before (steps done in order),
+// it returns that tail of prev instead of a new list: NextSteps is only
+// ever replaced whole, never appended to, so sharing its array is safe.
+func remainingSteps(prev []string, p *fsm.Plan) []string {
 	if p == nil {
 		return nil
 	}
-	var out []string
+	n := 0
+	for i := range p.Steps {
+		if !p.Steps[i].Completed {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n <= len(prev) {
+		tail, j := prev[len(prev)-n:], 0
+		for i := range p.Steps {
+			if s := &p.Steps[i]; !s.Completed {
+				if s.Description == "" || s.Description != tail[j] {
+					break
+				}
+				j++
+			}
+		}
+		if j == n {
+			return tail
+		}
+	}
+	out := make([]string, 0, n)
 	for i := range p.Steps {
 		if !p.Steps[i].Completed {
 			out = append(out, describeStep(&p.Steps[i]))

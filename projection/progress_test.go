@@ -119,13 +119,13 @@ func TestProgressCopiesKeepTheirLists(t *testing.T) {
 	}
 	mustApply(t, s, sc.ev(id, plan))
 	type taken struct {
-		p           Progress
-		done, tools string
+		p                 Progress
+		done, tools, next string
 	}
 	var copies []taken
 	take := func() {
 		p, _ := s.Progress(id)
-		copies = append(copies, taken{p, strings.Join(p.CompletedSteps, "|"), strings.Join(p.ToolsUsed, "|")})
+		copies = append(copies, taken{p, strings.Join(p.CompletedSteps, "|"), strings.Join(p.ToolsUsed, "|"), strings.Join(p.NextSteps, "|")})
 	}
 	for i := 0; i < 6; i++ {
 		take()
@@ -139,6 +139,16 @@ func TestProgressCopiesKeepTheirLists(t *testing.T) {
 		}
 		if got := strings.Join(c.p.ToolsUsed, "|"); got != c.tools {
 			t.Fatalf("copy %d: tools %q, were %q", i, got, c.tools)
+		}
+		if got := strings.Join(c.p.NextSteps, "|"); got != c.next {
+			t.Fatalf("copy %d: next steps %q, were %q", i, got, c.next)
+		}
+		var want []string
+		for j := i; j < 6 && i < 6; j++ {
+			want = append(want, "step "+string(rune('a'+j)))
+		}
+		if c.next != strings.Join(want, "|") {
+			t.Fatalf("copy %d: next steps %q, want %q", i, c.next, strings.Join(want, "|"))
 		}
 	}
 	if last := copies[len(copies)-1].p; last.StepCount != 6 || len(last.ToolsUsed) != 6 {
