@@ -92,7 +92,7 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 	}
 	switch ev.Type {
 	case fsm.ReasonDone, fsm.PlanDone:
-		n.NextSteps = remainingSteps(after.Context.Plan)
+		n.NextSteps = remainingSteps(n.NextSteps, after.Context.Plan)
 	case fsm.MessageReceived:
 		// The answer starts a new reasoning round; the old plan is superseded.
 		n.NextSteps = nil
@@ -118,17 +118,17 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 		case *fsm.ActDoneBody: // version 0: a generate or sub_task step
 			idx, failed = b.StepIndex, b.Error != ""
 		}
-		n.CompletedSteps = appendCopy(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
+		n.CompletedSteps = appendList(n.CompletedSteps, stepDescription(before.Context.Plan, idx))
 		n.StepCount = len(n.CompletedSteps)
 		if failed {
 			n.FailedSteps++
 		}
 		if ev.Type != fsm.StepCompleted && ev.Type != fsm.ActDone {
 			if tool := stepTool(before.Context.Plan, idx); tool != "" && !contains(n.ToolsUsed, tool) {
-				n.ToolsUsed = appendCopy(n.ToolsUsed, tool)
+				n.ToolsUsed = appendList(n.ToolsUsed, tool)
 			}
 		}
-		n.NextSteps = remainingSteps(after.Context.Plan)
+		n.NextSteps = remainingSteps(n.NextSteps, after.Context.Plan)
 	}
 	if after.Context.PendingCall == nil {
 		n.AwaitingTool = nil
@@ -145,11 +145,38 @@ func applyProgress(n *Progress, fresh bool, ev fsm.Event, before, after *fsm.Tas
 	n.UpdatedAt = ev.Time.UTC()
 }
 
-func remainingSteps(p *fsm.Plan) []string {
+// remainingSteps describes p's steps still to do, nil when none is. When
+// they are the last ones of prev, the list before (steps done in order),
+// it returns that tail of prev instead of a new list: NextSteps is only
+// ever replaced whole, never appended to, so sharing its array is safe.
+func remainingSteps(prev []string, p *fsm.Plan) []string {
 	if p == nil {
 		return nil
 	}
-	var out []string
+	n := 0
+	for i := range p.Steps {
+		if !p.Steps[i].Completed {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n <= len(prev) {
+		tail, j := prev[len(prev)-n:], 0
+		for i := range p.Steps {
+			if s := &p.Steps[i]; !s.Completed {
+				if s.Description == "" || s.Description != tail[j] {
+					break
+				}
+				j++
+			}
+		}
+		if j == n {
+			return tail
+		}
+	}
+	out := make([]string, 0, n)
 	for i := range p.Steps {
 		if !p.Steps[i].Completed {
 			out = append(out, describeStep(&p.Steps[i]))
@@ -184,12 +211,19 @@ func describeStep(s *fsm.PlanStep) string {
 	return string(s.ActionType)
 }
 
-// appendCopy appends to a fresh array so that earlier Progress values that
-// share s never see the new element written into their spare capacity.
-func appendCopy(s []string, v string) []string {
-	out := make([]string, len(s), len(s)+1)
-	copy(out, s)
-	return append(out, v)
+// appendList appends v to s, a list of a Progress that the fold only ever
+// appends to (CompletedSteps, ToolsUsed; a fresh Progress starts new
+// ones). An earlier Progress that shares the array (a checkpoint's copy,
+// a reader's) is shorter than the fold's and never reads the spare
+// capacity the fold writes into, so the list grows with room for a few
+// more steps instead of a new array per step.
+func appendList(s []string, v string) []string {
+	if len(s) == cap(s) {
+		out := make([]string, len(s), max(4, 2*len(s)))
+		copy(out, s)
+		s = out
+	}
+	return append(s, v)
 }
 
 func contains(s []string, v string) bool {

@@ -104,3 +104,54 @@ func TestProgressIsMultiStep(t *testing.T) {
 	mustApply(t, s, sc.ev(id, &fsm.TaskFailedBody{Reason: "cancelled"}))
 	check(false)
 }
+
+// TestProgressCopiesKeepTheirLists: a Progress taken from the Set (what a
+// checkpoint or a reader holds) keeps its step and tool lists as they were
+// while the fold goes on appending to the Set's own.
+func TestProgressCopiesKeepTheirLists(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	id := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	plan := &fsm.ReasonDoneBody{Plan: fsm.Plan{Goal: "g"}}
+	for i := 0; i < 6; i++ {
+		plan.Plan.Steps = append(plan.Plan.Steps, fsm.PlanStep{Index: i, Description: "step " + string(rune('a'+i)),
+			ActionType: fsm.ActionToolCall, ActionParams: map[string]string{"tool": "tool_" + string(rune('a'+i))}})
+	}
+	mustApply(t, s, sc.ev(id, plan))
+	type taken struct {
+		p                 Progress
+		done, tools, next string
+	}
+	var copies []taken
+	take := func() {
+		p, _ := s.Progress(id)
+		copies = append(copies, taken{p, strings.Join(p.CompletedSteps, "|"), strings.Join(p.ToolsUsed, "|"), strings.Join(p.NextSteps, "|")})
+	}
+	for i := 0; i < 6; i++ {
+		take()
+		mustApply(t, s, sc.ev(id, &fsm.ToolCallStartedBody{StepIndex: i, Tool: "tool_" + string(rune('a'+i)), IdempotencyKey: "k"}))
+		mustApply(t, s, sc.ev(id, &fsm.ToolCallResultBody{StepIndex: i, Tool: "tool_" + string(rune('a'+i)), Result: "r"}))
+	}
+	take()
+	for i, c := range copies {
+		if got := strings.Join(c.p.CompletedSteps, "|"); got != c.done || len(c.p.CompletedSteps) != i {
+			t.Fatalf("copy %d: completed steps %q, were %q", i, got, c.done)
+		}
+		if got := strings.Join(c.p.ToolsUsed, "|"); got != c.tools {
+			t.Fatalf("copy %d: tools %q, were %q", i, got, c.tools)
+		}
+		if got := strings.Join(c.p.NextSteps, "|"); got != c.next {
+			t.Fatalf("copy %d: next steps %q, were %q", i, got, c.next)
+		}
+		var want []string
+		for j := i; j < 6 && i < 6; j++ {
+			want = append(want, "step "+string(rune('a'+j)))
+		}
+		if c.next != strings.Join(want, "|") {
+			t.Fatalf("copy %d: next steps %q, want %q", i, c.next, strings.Join(want, "|"))
+		}
+	}
+	if last := copies[len(copies)-1].p; last.StepCount != 6 || len(last.ToolsUsed) != 6 {
+		t.Fatalf("final progress: %+v", last)
+	}
+}

@@ -529,3 +529,44 @@ func TestFilterText(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryFindAfterRemove: the slot find remembers is forgotten when
+// its task leaves, and a task put back under the same id is found; through
+// the Set, NeedsTask asks for a task that left right after a step found it.
+func TestRegistryFindAfterRemove(t *testing.T) {
+	r := NewRegistry()
+	r.put(fsm.Task{ID: "a", State: fsm.StateReasoning})
+	if r.find("a") == nil || r.find("b") != nil || r.find("a").task.State != fsm.StateReasoning {
+		t.Fatal("find")
+	}
+	r.Remove("a")
+	if r.find("a") != nil {
+		t.Fatal("a removed task is still found")
+	}
+	r.put(fsm.Task{ID: "a", State: fsm.StateActing})
+	if sl := r.find("a"); sl == nil || sl.task.State != fsm.StateActing {
+		t.Fatalf("put back: %+v", sl)
+	}
+	r.Remove("a")
+	if r.find("a") != nil {
+		t.Fatal("removed again, still found")
+	}
+
+	s := NewSet(Options{})
+	sc := newScript()
+	id := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	mustApply(t, s, sc.ev(id, &fsm.TaskFailedBody{Reason: "cancelled"}))
+	if s.NeedsTask(id, 3) {
+		t.Fatal("NeedsTask for a task in memory")
+	}
+	if ev := s.Flushed(s.Seq()); len(ev) != 1 {
+		t.Fatalf("evicted %v", ev)
+	}
+	if !s.NeedsTask(id, 3) {
+		t.Fatal("NeedsTask does not ask for a task that left")
+	}
+	ch := s.Apply(sc.ev(id, &fsm.TaskFailedBody{Reason: "again"}))
+	if ch.Err == nil || ch.Before.State != "" {
+		t.Fatalf("folded into a task that left: %+v", ch)
+	}
+}

@@ -245,8 +245,16 @@ func (s *Set) InputSeq(id string) uint64 {
 // whose task has been evicted. The replay layer then loads the task
 // (RestoreTask) before Apply, so that a fold with evictions refuses and
 // accepts exactly what a fold from zero does.
+//
+// It is part of the fold's step: it writes the Set (the task it looked up
+// is remembered for Apply), so call it with the write lock of whatever
+// guards the Set.
 func (s *Set) NeedsTask(stream string, version uint64) bool {
-	return version > 1 && KindOf(stream) == KindTask && !s.tasks.Has(stream)
+	if version <= 1 || KindOf(stream) != KindTask {
+		return false
+	}
+	sl := s.tasks.find(stream)
+	return sl == nil || sl.cold
 }
 
 // Apply folds one event into every read model and says what it did. It
@@ -272,7 +280,7 @@ func (s *Set) ApplyTo(ch *Change, ev fsm.Event) {
 	s.seq = ev.Seq
 	switch ch.Kind {
 	case KindTask:
-		sl := s.tasks.slots[ev.Stream]
+		sl := s.tasks.find(ev.Stream)
 		if sl != nil && sl.cold {
 			// The replay layer restores a task before folding its events
 			// (NeedsTask); a stub must never be folded into.
@@ -340,7 +348,7 @@ func (s *Set) Refuse(ev fsm.Event, err error) Change {
 	s.stats.event(ev, true)
 	ch := Change{Event: ev, Kind: KindOf(ev.Stream), Err: err}
 	if ch.Kind == KindTask {
-		if sl := s.tasks.slots[ev.Stream]; sl != nil && !sl.cold {
+		if sl := s.tasks.find(ev.Stream); sl != nil && !sl.cold {
 			ch.Before, ch.After = sl.task, sl.task
 		}
 	}

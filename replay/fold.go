@@ -132,7 +132,7 @@ func Fold(ctx context.Context, v *View, src Source, opts FoldOptions) (FoldResul
 			continue
 		}
 		if own != nil {
-			own.take(&ev)
+			own.take(&ev, bodies == nil || !bodyNotKept(&ev))
 		}
 		in, stop := b.admit(&ev)
 		if !in {
@@ -247,6 +247,22 @@ func decode(ev eventlog.Event, shared bool, bodies *fsm.Bodies) (fsm.Event, erro
 	return fe, err
 }
 
+// bodyNotKept reports whether the read models keep nothing of ev's body,
+// not even a string: the bodies of the inputs stream, $system and the
+// other reserved streams (they are counted by type), the memory stream's
+// (projection.DecodeMemory copies what it keeps), and a task's
+// MODEL_CALLED and TASK_NOTIFY (fsm.Apply checks them and records a
+// transition, which holds the event's id and type). A fold without a hook
+// (its bodies are reused, nothing keeps an event past its step) decodes
+// these from the borrowed bytes instead of copying them.
+// TestFoldBorrowedBodiesOutliveTheirSource fails when one of them is kept.
+func bodyNotKept(ev *eventlog.Event) bool {
+	if projection.KindOf(ev.Stream) != projection.KindTask {
+		return true
+	}
+	return ev.Type == string(fsm.ModelCalled) || ev.Type == string(fsm.TaskNotify)
+}
+
 // borrower is a Source that Fold may read borrowed: events whose Stream,
 // Type and Body are valid only until the next one (eventlog.ScanBorrowed).
 type borrower interface {
@@ -279,9 +295,9 @@ const maxInterned = 8192
 
 func newOwner() *owner { return &owner{names: make(map[string]string, 256)} }
 
-func (o *owner) take(ev *eventlog.Event) {
+func (o *owner) take(ev *eventlog.Event, body bool) {
 	ev.Stream, ev.Type = o.intern(ev.Stream), o.intern(ev.Type)
-	if len(ev.Body) > 0 {
+	if body && len(ev.Body) > 0 {
 		// Copied as a string: its allocation is not cleared first, as a
 		// byte slice's spare capacity is. The fold never writes to it.
 		s := string(ev.Body)

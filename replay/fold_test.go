@@ -21,7 +21,7 @@ func TestOwnerTake(t *testing.T) {
 		b := buf[:len("stream-0000000")]
 		// Stream aliases buf, as a borrowed scan's does.
 		ev := eventlog.Event{Stream: unsafe.String(&b[0], len(b)), Type: "TYPE", Body: buf[len("stream-0000000TYPE"):]}
-		o.take(&ev)
+		o.take(&ev, true)
 		copy(buf, "XXXXXXXXXXXXXXXXXXXXXX")
 		if want := fmt.Sprintf("stream-%07d", i); ev.Stream != want || ev.Type != "TYPE" || !bytes.Equal(ev.Body, []byte("body")) {
 			t.Fatalf("event %d after the buffer changed: %q %q %q", i, ev.Stream, ev.Type, ev.Body)

@@ -430,6 +430,10 @@ func (it *auditIterator) Event() eventlog.Event { return it.ev }
 func (it *auditIterator) Err() error            { return it.err }
 func (it *auditIterator) Close() error          { return nil }
 
+// Current is the event Next moved to, in place: the fold copies it once,
+// not through Event.
+func (it *auditIterator) Current() *eventlog.Event { return &it.ev }
+
 type foldVerifier struct {
 	rep       *Report
 	snaps     map[string]struct{} // string(snapKey) of every persisted snapshot
@@ -717,7 +721,7 @@ func (fv *foldVerifier) check(ch *Change) error {
 			}
 		}
 	}
-	if ch.Kind == projection.KindTask && ch.Err == nil && fv.snaps != nil {
+	if ch.Kind == projection.KindTask && ch.Err == nil && len(fv.snaps) > 0 {
 		k := snapKey(ch.After.ID, ch.After.Version)
 		if _, ok := fv.snaps[string(k)]; ok {
 			fv.rep.Snapshots++
