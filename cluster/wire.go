@@ -116,7 +116,7 @@ func wireOf(parts []eventlog.StreamAppend, limit int) ([]wireMsg, error) {
 		for j, ev := range p.Events {
 			ev = onWire(ev)
 			var err error
-			if buf, err = appendStored(buf[:0], ev); err != nil {
+			if buf, err = replay.AppendStored(buf[:0], ev); err != nil {
 				return nil, err
 			}
 			data := buf

@@ -95,10 +95,7 @@ func storedJSON(ev eventlog.Event) EventJSON {
 // ParseDraft do not read, on one line: the event as stored, without
 // decoding its body. The clustered log's stream carries it
 // (docs/cluster.md).
-func MarshalStored(ev eventlog.Event) ([]byte, error) {
-	j := storedJSON(ev)
-	return marshalJSON(&j)
-}
+func MarshalStored(ev eventlog.Event) ([]byte, error) { return AppendStored(nil, ev) }
 
 // MarshalEvent returns the JSON form of ev on one line, without a trailing
 // newline. HTML characters are not escaped (model output is full of them);

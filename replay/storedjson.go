@@ -1,4 +1,4 @@
-package cluster
+package replay
 
 import (
 	"encoding/base64"
@@ -10,20 +10,20 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
-// appendStored appends ev's stored JSON form to dst: the bytes
-// replay.MarshalStored returns (TestAppendStoredMatchesMarshalStored
-// holds them equal on random events), written by hand, since building
-// them by reflection was most of what an append costs the daemon before
-// it is published. Strings that encoding/json would change (invalid
-// UTF-8, U+2028, U+2029) and times it refuses are left to
-// replay.MarshalStored.
-func appendStored(dst []byte, ev eventlog.Event) ([]byte, error) {
+// AppendStored appends ev's stored JSON form (MarshalStored) to dst. The
+// common event is written by hand, byte for byte what encoding/json makes
+// of storedJSON (TestAppendStoredMatchesReflection holds them equal on
+// random events), since building it by reflection was most of what an
+// append cost the clustered daemon before it was published. Strings that
+// encoding/json would change (invalid UTF-8, U+2028, U+2029) and times it
+// refuses go through encoding/json.
+func AppendStored(dst []byte, ev eventlog.Event) ([]byte, error) {
 	t := ev.Time.UTC()
 	if y := t.Year(); y < 0 || y > 9999 || !plainStrings(&ev) {
-		data, err := replay.MarshalStored(ev)
+		j := storedJSON(ev)
+		data, err := marshalJSON(&j)
 		return append(dst, data...), err
 	}
 	dst = append(dst, `{"id":`...)

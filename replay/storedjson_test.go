@@ -1,4 +1,4 @@
-package cluster
+package replay
 
 import (
 	"bytes"
@@ -12,10 +12,9 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/internal/randfill"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
-var storedSeed = flag.Uint64("stored-seed", 0, "TestAppendStoredMatchesMarshalStored's seed (0: a new one)")
+var storedSeed = flag.Uint64("stored-seed", 0, "TestAppendStoredMatchesReflection's seed (0: a new one)")
 
 // randomText is a string of pieces that every JSON escaping rule meets:
 // plain ASCII, quotes and backslashes, control characters, HTML
@@ -73,17 +72,22 @@ func randomEvent(rng *rand.Rand) eventlog.Event {
 	return ev
 }
 
-// The stream's messages are built by appendStored, not by reflection: they
-// must be byte for byte what replay.MarshalStored gives, for every event.
-func TestAppendStoredMatchesMarshalStored(t *testing.T) {
+// The clustered log's messages are built by AppendStored, not by
+// reflection: they must be byte for byte what encoding/json makes of the
+// stored form, for every event.
+func TestAppendStoredMatchesReflection(t *testing.T) {
 	rng := randfill.Rand(t, *storedSeed, "stored-seed", 1)
 	prefix := []byte("prefix")
+	reflected := func(ev eventlog.Event) ([]byte, error) {
+		j := storedJSON(ev)
+		return marshalJSON(&j)
+	}
 	for i := range 20000 {
 		ev := randomEvent(rng)
-		want, werr := replay.MarshalStored(ev)
-		got, gerr := appendStored(append([]byte(nil), prefix...), ev)
+		want, werr := reflected(ev)
+		got, gerr := AppendStored(append([]byte(nil), prefix...), ev)
 		if (werr == nil) != (gerr == nil) {
-			t.Fatalf("event %d %+v: error %v, MarshalStored's %v", i, ev, gerr, werr)
+			t.Fatalf("event %d %+v: error %v, reflection's %v", i, ev, gerr, werr)
 		}
 		if werr != nil {
 			continue
@@ -92,25 +96,34 @@ func TestAppendStoredMatchesMarshalStored(t *testing.T) {
 			t.Fatalf("event %d %+v:\n got %s\nwant %s", i, ev, got[len(prefix):], want)
 		}
 	}
-	for _, ev := range wireEvents() {
-		ev = onWire(ev)
-		want, _ := replay.MarshalStored(ev)
-		if got, err := appendStored(nil, ev); err != nil || !bytes.Equal(got, want) {
+	// Events as the clustered log carries them (UTC, no sequence or
+	// version, no empty metadata or body).
+	loc := time.FixedZone("X", 3600)
+	for _, ev := range []eventlog.Event{
+		{ID: ulid.Make(), Stream: "task-1", Type: "TASK_CREATED", Schema: 3, Time: time.Now().UTC().Round(0), Body: []byte{0x80}},
+		{ID: ulid.Make(), Stream: "task-1", Type: "X", Time: time.Date(2026, 1, 2, 3, 4, 5, 6, loc).UTC(),
+			Causation: ulid.Make(), Correlation: ulid.Make()},
+		{ID: ulid.Make(), Stream: "task-1", Type: "Y", Schema: 12, Time: time.Now().UTC().Round(0), Body: []byte("b")},
+		{ID: ulid.Make(), Stream: "$system", Type: "SYSTEM_STARTED", Schema: 1, Time: time.Now().UTC().Round(0), Metadata: map[string]string{"k": "v"}, Body: []byte("not msgpack")},
+	} {
+		want, _ := reflected(ev)
+		if got, err := AppendStored(nil, ev); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%+v:\n got %s (%v)\nwant %s", ev, got, err, want)
 		}
 	}
 }
 
 // BenchmarkStoredForm prices one event's stored JSON form, by reflection
-// (replay.MarshalStored) and by appendStored, for an event of a task's
-// size: ids, a time, a metadata entry and a 400-byte body.
+// and by AppendStored, for an event of a task's size: ids, a time, a
+// metadata entry and a 400-byte body.
 func BenchmarkStoredForm(b *testing.B) {
-	ev := onWire(eventlog.Event{ID: ulid.Make(), Stream: ulid.Make().String(), Type: "MODEL_CALLED", Schema: 2, Time: time.Now(),
+	ev := eventlog.Event{ID: ulid.Make(), Stream: ulid.Make().String(), Type: "MODEL_CALLED", Schema: 2, Time: time.Now().UTC().Round(0),
 		Causation: ulid.Make(), Correlation: ulid.Make(), Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
-		Body: bytes.Repeat([]byte{0xa5}, 400)})
+		Body: bytes.Repeat([]byte{0xa5}, 400)}
 	b.Run("reflection", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := replay.MarshalStored(ev); err != nil {
+			j := storedJSON(ev)
+			if _, err := marshalJSON(&j); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -119,7 +132,7 @@ func BenchmarkStoredForm(b *testing.B) {
 		var buf []byte
 		for b.Loop() {
 			var err error
-			if buf, err = appendStored(buf[:0], ev); err != nil {
+			if buf, err = AppendStored(buf[:0], ev); err != nil {
 				b.Fatal(err)
 			}
 		}
