@@ -32,29 +32,10 @@ var ErrTaskExists = errors.New("projection: task already registered")
 type Registry struct {
 	slots   map[string]*slot
 	byState [len(stateIndex)]int // counts, indexed by stateSlot
-	// last is the slot the fold's last lookup found, lastID its id: a
-	// fold looks the same task up twice per event (Set.NeedsTask, then
-	// Set.ApplyTo), and the second costs one comparison instead of
-	// hashing the id again. Only the fold's steps, which hold the View's
-	// write lock, use it (find); readers, who may run at once, read slots.
-	// Remove forgets it; a slot stays the same while its id is in slots
-	// (put reuses it).
-	lastID string
-	last   *slot
 }
 
-// find returns the slot of id, nil if there is none, remembering it for
-// the next call. For the fold's steps only (it writes the Registry).
-func (r *Registry) find(id string) *slot {
-	if r.last != nil && r.lastID == id {
-		return r.last
-	}
-	sl := r.slots[id]
-	if sl != nil {
-		r.lastID, r.last = id, sl
-	}
-	return sl
-}
+// find returns the slot of id, nil if there is none.
+func (r *Registry) find(id string) *slot { return r.slots[id] }
 
 // slot holds one task in memory with what the Set keeps beside it, so
 // that folding an event costs one map lookup.
@@ -165,9 +146,6 @@ func (r *Registry) Remove(id string) bool {
 	}
 	r.byState[stateSlot(sl.task.State)]--
 	delete(r.slots, id)
-	if r.last == sl {
-		r.lastID, r.last = "", nil
-	}
 	return true
 }
 

@@ -245,10 +245,6 @@ func (s *Set) InputSeq(id string) uint64 {
 // whose task has been evicted. The replay layer then loads the task
 // (RestoreTask) before Apply, so that a fold with evictions refuses and
 // accepts exactly what a fold from zero does.
-//
-// It is part of the fold's step: it writes the Set (the task it looked up
-// is remembered for Apply), so call it with the write lock of whatever
-// guards the Set.
 func (s *Set) NeedsTask(stream string, version uint64) bool {
 	if version <= 1 || KindOf(stream) != KindTask {
 		return false
