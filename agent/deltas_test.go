@@ -133,23 +133,23 @@ func TestDeltaHubForgetsWhatNobodyUses(t *testing.T) {
 	h := newDeltaHub()
 	sub := h.subscribe("t1")
 	c := h.begin("t1", "c1")
-	c.text("a")
-	c.text("b")
+	c.write("a")
+	c.write("b")
 	c.restart(2, fmt.Errorf("dropped"))
-	c.text("x")
-	c.text("y")
+	c.write("x")
+	c.write("y")
 	got := sub.Take()
 	want := []DeltaFrame{{Call: "c1", Attempt: 1, Text: "ab"}, {Restart: true, Call: "c1", Attempt: 2, Error: "dropped"}, {Call: "c1", Attempt: 2, Text: "xy"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("frames %+v, want %+v", got, want)
 	}
 	sub.Close()
-	c.text("z")
+	c.write("z")
 	if fs := sub.Take(); len(fs) != 0 {
 		t.Fatalf("a closed subscriber got %+v", fs)
 	}
 	c.end()
-	c.text("late") // after its end a call changes nothing
+	c.write("late") // after its end a call changes nothing
 	if len(h.tasks) != 0 {
 		t.Fatalf("the hub keeps %d entries", len(h.tasks))
 	}
@@ -158,8 +158,8 @@ func TestDeltaHubForgetsWhatNobodyUses(t *testing.T) {
 	old := h.begin("t2", "c1")
 	cur := h.begin("t2", "c2")
 	s2 := h.subscribe("t2")
-	old.text("stale")
-	cur.text("fresh")
+	old.write("stale")
+	cur.write("fresh")
 	if got := fmt.Sprint(s2.Take()); got != fmt.Sprint([]DeltaFrame{{Call: "c2", Attempt: 1, Text: "fresh"}}) {
 		t.Fatalf("frames %s", got)
 	}
