@@ -41,9 +41,9 @@ type handoff struct {
 // handOff appends evs, the outcome of t's stage at version v after which
 // t needs no slot, giving t's slot to the next task waiting.
 func (a *Agent) handOff(ctx context.Context, t *fsm.Task, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
-	h := &handoff{last: evs[len(evs)-1].ID}
-	for _, ev := range evs[:len(evs)-1] {
-		h.ids = append(h.ids, ev.ID)
+	h := &handoff{last: evs[len(evs)-1].ID, ids: make([]ulid.ULID, len(evs)-1)}
+	for i := range h.ids {
+		h.ids[i] = evs[i].ID
 	}
 	a.handoffs.Store(t.ID, h)
 	handed, next := a.sched.handOff(t.ID)
