@@ -701,7 +701,7 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // unless a model call is among the events), it runs with the events held,
 // which its first append carries (chain.go).
 func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
-	evs := make([]eventlog.Event, 0, len(bodies)+3)
+	evs := h.room(len(bodies) + 3)
 	pred := branch(t)
 	ok := true
 	now := a.opts.Now()
