@@ -575,6 +575,9 @@ func (a *Agent) WaitForTask(ctx context.Context, id string) (fsm.Task, error) {
 		select {
 		case <-dw.ch:
 			a.watch.leave(id, dw)
+			if t, err = a.Task(id); err != nil || Done(&t) {
+				return t, a.dispatched(ctx, &t, err)
+			}
 		case <-ctx.Done():
 			a.watch.leave(id, dw)
 			return t, ctx.Err()
