@@ -103,23 +103,6 @@ func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, 
 	})
 }
 
-// branch returns a copy of t on which the stage predicts its outcome
-// (predict), while t, or a task whose arrays t shares (the view's, as
-// View.Task returns it), goes on being extended. fsm.Apply writes no
-// memory its input can observe, and may append to the task's History,
-// Messages, ActionsDone and Reflections in place: with those clipped to
-// their length, the copy's first append to each takes an array of its
-// own, and it shares nothing it could write with t. This copies no more
-// than what the prediction appends to, where Task.Clone copies it all.
-func branch(t *fsm.Task) fsm.Task {
-	b := *t
-	b.History = slices.Clip(b.History)
-	b.Context.Messages = slices.Clip(b.Context.Messages)
-	b.Context.ActionsDone = slices.Clip(b.Context.ActionsDone)
-	b.Context.Reflections = slices.Clip(b.Context.Reflections)
-	return b
-}
-
 // predict applies ev, of body b, to pred (a copy of the task), with its id
 // and a time of now, and reports whether the machine took it.
 func predict(pred *fsm.Task, ev *eventlog.Event, b fsm.Body, now time.Time) bool {
