@@ -3,6 +3,8 @@ package agent
 import (
 	"strings"
 	"sync"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // DeltaFrame is one frame of a task's live model text: a piece of the
@@ -42,9 +44,18 @@ type liveTask struct {
 type liveCall struct {
 	h       *deltaHub
 	task    string
-	id      string
+	cause   ulid.ULID // the id of the event the call follows
+	id      string    // cause as text, made by the first frame that names it
 	attempt int
 	text    strings.Builder
+}
+
+// callID is the call's id in frames (under h.mu).
+func (c *liveCall) callID() string {
+	if c.id == "" {
+		c.id = c.cause.String()
+	}
+	return c.id
 }
 
 func newDeltaHub() *deltaHub { return &deltaHub{tasks: map[string]*liveTask{}} }
@@ -66,12 +77,12 @@ func (h *deltaHub) drop(task string, lt *liveTask) {
 	}
 }
 
-// begin starts a model call of task at attempt 1; call is the id of the
+// begin starts a model call of task at attempt 1; cause is the id of the
 // event it follows.
-func (h *deltaHub) begin(task, call string) *liveCall {
+func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := &liveCall{h: h, task: task, id: call, attempt: 1}
+	c := &liveCall{h: h, task: task, cause: cause, attempt: 1}
 	h.entry(task).call = c
 	return c
 }
@@ -97,7 +108,7 @@ func (c *liveCall) write(s string) {
 		return
 	}
 	c.text.WriteString(s)
-	f := DeltaFrame{Call: c.id, Attempt: c.attempt, Text: s}
+	f := DeltaFrame{Call: c.callID(), Attempt: c.attempt, Text: s}
 	for sub := range lt.subs {
 		sub.push(f)
 	}
@@ -114,7 +125,7 @@ func (c *liveCall) restart(n int, cause error) {
 	}
 	c.attempt = n
 	c.text.Reset()
-	f := DeltaFrame{Restart: true, Call: c.id, Attempt: n}
+	f := DeltaFrame{Restart: true, Call: c.callID(), Attempt: n}
 	if cause != nil {
 		f.Error = cause.Error()
 	}
@@ -146,7 +157,7 @@ func (h *deltaHub) subscribe(task string) *DeltaSub {
 	}
 	lt.subs[s] = struct{}{}
 	if c := lt.call; c != nil && c.text.Len() > 0 {
-		s.push(DeltaFrame{Call: c.id, Attempt: c.attempt, Text: c.text.String()})
+		s.push(DeltaFrame{Call: c.callID(), Attempt: c.attempt, Text: c.text.String()})
 	}
 	return s
 }

@@ -100,7 +100,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	}
 	callCtx, cancel := context.WithCancel(rateCtx)
 	// The reply's text goes to the task's stream as it arrives (deltas.go).
-	live := a.deltas.begin(t.ID, cause.String())
+	live := a.deltas.begin(t.ID, cause)
 	req.Deltas = live.write
 	// What the attempts' report changes, in one place: the callback
 	// escapes, and so does everything it writes.
