@@ -374,35 +374,46 @@ func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) 
 func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
 	defer cancel()
-	type outcome struct {
-		out tools.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{err: fmt.Errorf("tool %s panicked: %v", tool.Name(), p)}
-			}
-		}()
-		if pt, ok := tool.(tools.PartsTool); ok {
-			out, err := pt.CallParts(cctx, call)
-			done <- outcome{out, err}
-			return
-		}
-		out, err := tool.Call(cctx, call)
-		done <- outcome{tools.Result{Text: out}, err}
-	}()
+	// The call's goroutine writes its outcome in r, then closes done; r is
+	// read only after that.
+	r := &toolCallRun{ctx: cctx, tool: tool, call: call, done: make(chan struct{})}
+	go r.run()
 	select {
-	case o := <-done:
-		if o.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			o.err = fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
+	case <-r.done:
+		if r.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			r.err = fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
 		}
-		return o.out, o.err
+		return r.out, r.err
 	case <-cctx.Done():
 		if ctx.Err() != nil {
 			return tools.Result{}, ctx.Err()
 		}
 		return tools.Result{}, fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
 	}
+}
+
+// toolCallRun is one call of callTool on its own goroutine.
+type toolCallRun struct {
+	ctx  context.Context
+	tool tools.Tool
+	call tools.Call
+	out  tools.Result
+	err  error
+	done chan struct{} // closed once out and err are written
+}
+
+func (r *toolCallRun) run() {
+	defer close(r.done)
+	defer func() {
+		if p := recover(); p != nil {
+			r.out, r.err = tools.Result{}, fmt.Errorf("tool %s panicked: %v", r.tool.Name(), p)
+		}
+	}()
+	if pt, ok := r.tool.(tools.PartsTool); ok {
+		r.out, r.err = pt.CallParts(r.ctx, r.call)
+		return
+	}
+	var text string
+	text, r.err = r.tool.Call(r.ctx, r.call)
+	r.out = tools.Result{Text: text}
 }
