@@ -14,6 +14,11 @@ func newSemaphore(n int) semaphore { return make(semaphore, n) }
 
 func (s semaphore) acquire(ctx context.Context) error {
 	select {
+	case s <- struct{}{}: // a free slot: without making ctx's done channel
+		return nil
+	default:
+	}
+	select {
 	case s <- struct{}{}:
 		return nil
 	case <-ctx.Done():

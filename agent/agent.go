@@ -391,7 +391,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	id := ch.Event.Stream
-	defer a.watch.signal(id)
+	defer a.watch.signal(id, ch.Err == nil && Done(&ch.After))
 	if ch.Err != nil {
 		// The fold refused an event: someone appended around the machine,
 		// or a bug. The task is unchanged; verify reports it.
@@ -404,7 +404,11 @@ func (a *Agent) hook(ch *replay.Change) error {
 	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:
-		a.corr.Store(id, ch.Raw.Correlation)
+		// Stored unless it is already (an admission in the input's
+		// commit stored it first): a store allocates.
+		if v, ok := a.corr.Load(id); !ok || v.(ulid.ULID) != ch.Raw.Correlation {
+			a.corr.Store(id, ch.Raw.Correlation)
+		}
 	case fsm.TaskNotify:
 		if b, ok := ev.Body.(*fsm.TaskNotifyBody); ok {
 			a.watch.notify(Notification{Type: NotifyMessage, TaskID: id, Message: b.Message, Seq: ev.Seq, Time: ev.Time})
@@ -554,8 +558,31 @@ func Done(t *fsm.Task) bool {
 }
 
 // WaitForTask blocks until task id is finished (see Done) or ctx ends.
+// It is WaitUntil(ctx, id, Done), woken once, by the event that finishes
+// the task, rather than after each of its events.
 func (a *Agent) WaitForTask(ctx context.Context, id string) (fsm.Task, error) {
-	return a.WaitUntil(ctx, id, Done)
+	if t, err := a.Task(id); err != nil || Done(&t) {
+		return t, a.dispatched(ctx, &t, err)
+	}
+	for {
+		dw := a.watch.whenDone(id)
+		// Look now that the event that finishes the task cannot be missed.
+		t, err := a.Task(id)
+		if err != nil || Done(&t) {
+			a.watch.leave(id, dw)
+			return t, a.dispatched(ctx, &t, err)
+		}
+		select {
+		case <-dw.ch:
+			a.watch.leave(id, dw)
+			if t, err = a.Task(id); err != nil || Done(&t) {
+				return t, a.dispatched(ctx, &t, err)
+			}
+		case <-ctx.Done():
+			a.watch.leave(id, dw)
+			return t, ctx.Err()
+		}
+	}
 }
 
 // ---- queries
@@ -677,7 +704,7 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // unless a model call is among the events), it runs with the events held,
 // which its first append carries (chain.go).
 func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
-	evs := make([]eventlog.Event, 0, len(bodies)+3)
+	evs := h.room(len(bodies) + 3)
 	pred := t.Clone()
 	ok := true
 	now := a.opts.Now()

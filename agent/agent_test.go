@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -30,5 +32,51 @@ func TestOfflineModelCompletesTasks(t *testing.T) {
 		if n := <-notes; n.Type != NotifyCompleted || n.TaskID != want || n.Result == "" {
 			t.Fatalf("notification = %+v, want completed for %s", n, want)
 		}
+	}
+}
+
+// TestWaitForTaskLeavesNoWaiter: WaitForTask registers for its task's
+// end and unregisters however it returns (its context ended, the task
+// done), so that no record stays behind; two waiters of one task are
+// both woken by its end.
+func TestWaitForTaskLeavesNoWaiter(t *testing.T) {
+	h := newHarness(t, Options{DisableReflection: true})
+	block := make(chan struct{})
+	h.a.testLLMWait = func() { <-block } // the task reasons until released
+	id := h.submit("hello there")
+	waiters := func() int {
+		h.a.watch.mu.Lock()
+		defer h.a.watch.mu.Unlock()
+		return len(h.a.watch.finishing)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	if _, err := h.a.WaitForTask(ctx, id); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a wait whose context ended: %v", err)
+	}
+	if n := waiters(); n != 0 {
+		t.Fatalf("%d waiters registered after a wait ended by its context", n)
+	}
+	got := make(chan fsm.Task, 2)
+	for range 2 {
+		go func() {
+			task, err := h.a.WaitForTask(testCtx(t), id)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- task
+		}()
+	}
+	close(block)
+	for range 2 {
+		if task := <-got; !Done(&task) {
+			t.Fatalf("a waiter returned the task %s, not done", task.State)
+		}
+	}
+	if n := waiters(); n != 0 {
+		t.Fatalf("%d waiters registered after the task ended", n)
+	}
+	if task := h.wait(id); task.State != fsm.StateCompleted {
+		t.Fatalf("the task is %s", task.State)
 	}
 }

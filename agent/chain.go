@@ -48,6 +48,10 @@ type held struct {
 	// (readers.go), after which the next model call may chain with one
 	// model's answer held.
 	readers bool
+	// own: the array of evs is the held's alone, room to spare included,
+	// so the events appended after them may be written into it (take,
+	// room) instead of into a new array.
+	own bool
 }
 
 // take returns the version to expect and the events to append for evs
@@ -57,9 +61,26 @@ func (h *held) take(v uint64, evs []eventlog.Event) (uint64, []eventlog.Event, b
 	if h == nil || len(h.evs) == 0 {
 		return v, evs, false
 	}
-	all := append(h.evs[:len(h.evs):len(h.evs)], evs...)
+	held := h.evs
+	if !h.own {
+		held = held[:len(held):len(held)]
+	}
+	// (When evs are the room after h.evs, this copies nothing.)
+	all := append(held, evs...)
 	v, h.evs = h.base, nil
 	return v, all, true
+}
+
+// room returns an empty slice with room for n events that take will
+// append after h's events without a new array: the room after them in
+// h's array, made large enough. Without events held, or an array of its
+// own, it is a new slice.
+func (h *held) room(n int) []eventlog.Event {
+	if h == nil || len(h.evs) == 0 || !h.own {
+		return make([]eventlog.Event, 0, n)
+	}
+	h.evs = slices.Grow(h.evs, n)
+	return h.evs[len(h.evs):len(h.evs)]
 }
 
 // carry appends evs at version v after what h holds (h may be nil) with
@@ -110,7 +131,7 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 		return eventlog.AppendResult{}, false, false
 	}
 	base, all, _ := h.take(v, evs)
-	next := &held{base: base, evs: all}
+	next := &held{base: base, evs: all, own: true} // take's array, or outcome's
 	if act.Kind == fsm.ActCallModel {
 		a.callModel(ctx, pred, act, next)
 	} else {

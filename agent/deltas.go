@@ -3,6 +3,8 @@ package agent
 import (
 	"strings"
 	"sync"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // DeltaFrame is one frame of a task's live model text: a piece of the
@@ -37,10 +39,23 @@ type liveTask struct {
 	subs map[*DeltaSub]struct{}
 }
 
+// liveCall is one model call of a task: the hub's record of it, and the
+// stage's handle on it.
 type liveCall struct {
-	id      string
+	h       *deltaHub
+	task    string
+	cause   ulid.ULID // the id of the event the call follows
+	id      string    // cause as text, made by the first frame that names it
 	attempt int
 	text    strings.Builder
+}
+
+// callID is the call's id in frames (under h.mu).
+func (c *liveCall) callID() string {
+	if c.id == "" {
+		c.id = c.cause.String()
+	}
+	return c.id
 }
 
 func newDeltaHub() *deltaHub { return &deltaHub{tasks: map[string]*liveTask{}} }
@@ -49,7 +64,7 @@ func newDeltaHub() *deltaHub { return &deltaHub{tasks: map[string]*liveTask{}} }
 func (h *deltaHub) entry(task string) *liveTask {
 	lt := h.tasks[task]
 	if lt == nil {
-		lt = &liveTask{subs: map[*DeltaSub]struct{}{}}
+		lt = &liveTask{} // subs made by the first subscriber
 		h.tasks[task] = lt
 	}
 	return lt
@@ -62,26 +77,19 @@ func (h *deltaHub) drop(task string, lt *liveTask) {
 	}
 }
 
-// liveModelCall is the hub's side of one model call of a task.
-type liveModelCall struct {
-	h    *deltaHub
-	task string
-	call *liveCall
-}
-
-// begin starts a model call of task at attempt 1; call is the id of the
+// begin starts a model call of task at attempt 1; cause is the id of the
 // event it follows.
-func (h *deltaHub) begin(task, call string) *liveModelCall {
+func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := &liveCall{id: call, attempt: 1}
+	c := &liveCall{h: h, task: task, cause: cause, attempt: 1}
 	h.entry(task).call = c
-	return &liveModelCall{h: h, task: task, call: c}
+	return c
 }
 
 // current returns task's entry while c is its call in progress (under h.mu).
-func (c *liveModelCall) current() *liveTask {
-	if lt := c.h.tasks[c.task]; lt != nil && lt.call == c.call {
+func (c *liveCall) current() *liveTask {
+	if lt := c.h.tasks[c.task]; lt != nil && lt.call == c {
 		return lt
 	}
 	return nil
@@ -89,7 +97,7 @@ func (c *liveModelCall) current() *liveTask {
 
 // text adds a piece of the current attempt's text and sends it to the
 // subscribers.
-func (c *liveModelCall) text(s string) {
+func (c *liveCall) write(s string) {
 	if s == "" {
 		return
 	}
@@ -99,8 +107,8 @@ func (c *liveModelCall) text(s string) {
 	if lt == nil {
 		return
 	}
-	c.call.text.WriteString(s)
-	f := DeltaFrame{Call: c.call.id, Attempt: c.call.attempt, Text: s}
+	c.text.WriteString(s)
+	f := DeltaFrame{Call: c.callID(), Attempt: c.attempt, Text: s}
 	for sub := range lt.subs {
 		sub.push(f)
 	}
@@ -108,16 +116,16 @@ func (c *liveModelCall) text(s string) {
 
 // restart starts attempt n over: the text so far is dropped, and the
 // subscribers get an attempt_restarted frame before any of n's text.
-func (c *liveModelCall) restart(n int, cause error) {
+func (c *liveCall) restart(n int, cause error) {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
 	lt := c.current()
 	if lt == nil {
 		return
 	}
-	c.call.attempt = n
-	c.call.text.Reset()
-	f := DeltaFrame{Restart: true, Call: c.call.id, Attempt: n}
+	c.attempt = n
+	c.text.Reset()
+	f := DeltaFrame{Restart: true, Call: c.callID(), Attempt: n}
 	if cause != nil {
 		f.Error = cause.Error()
 	}
@@ -128,7 +136,7 @@ func (c *liveModelCall) restart(n int, cause error) {
 
 // end closes the call, before its outcome is appended: a subscriber that
 // comes later reads its text from the log.
-func (c *liveModelCall) end() {
+func (c *liveCall) end() {
 	c.h.mu.Lock()
 	defer c.h.mu.Unlock()
 	if lt := c.current(); lt != nil {
@@ -144,9 +152,12 @@ func (h *deltaHub) subscribe(task string) *DeltaSub {
 	defer h.mu.Unlock()
 	s := &DeltaSub{h: h, task: task, ready: make(chan struct{}, 1)}
 	lt := h.entry(task)
+	if lt.subs == nil {
+		lt.subs = map[*DeltaSub]struct{}{}
+	}
 	lt.subs[s] = struct{}{}
 	if c := lt.call; c != nil && c.text.Len() > 0 {
-		s.push(DeltaFrame{Call: c.id, Attempt: c.attempt, Text: c.text.String()})
+		s.push(DeltaFrame{Call: c.callID(), Attempt: c.attempt, Text: c.text.String()})
 	}
 	return s
 }

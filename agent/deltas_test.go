@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oklog/ulid/v2"
+
 	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/fsm"
 )
@@ -132,35 +134,36 @@ func TestDeltasWithoutStreaming(t *testing.T) {
 func TestDeltaHubForgetsWhatNobodyUses(t *testing.T) {
 	h := newDeltaHub()
 	sub := h.subscribe("t1")
-	c := h.begin("t1", "c1")
-	c.text("a")
-	c.text("b")
+	c1, c2 := ulid.MustNew(1, nil), ulid.MustNew(2, nil)
+	c := h.begin("t1", c1)
+	c.write("a")
+	c.write("b")
 	c.restart(2, fmt.Errorf("dropped"))
-	c.text("x")
-	c.text("y")
+	c.write("x")
+	c.write("y")
 	got := sub.Take()
-	want := []DeltaFrame{{Call: "c1", Attempt: 1, Text: "ab"}, {Restart: true, Call: "c1", Attempt: 2, Error: "dropped"}, {Call: "c1", Attempt: 2, Text: "xy"}}
+	want := []DeltaFrame{{Call: c1.String(), Attempt: 1, Text: "ab"}, {Restart: true, Call: c1.String(), Attempt: 2, Error: "dropped"}, {Call: c1.String(), Attempt: 2, Text: "xy"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("frames %+v, want %+v", got, want)
 	}
 	sub.Close()
-	c.text("z")
+	c.write("z")
 	if fs := sub.Take(); len(fs) != 0 {
 		t.Fatalf("a closed subscriber got %+v", fs)
 	}
 	c.end()
-	c.text("late") // after its end a call changes nothing
+	c.write("late") // after its end a call changes nothing
 	if len(h.tasks) != 0 {
 		t.Fatalf("the hub keeps %d entries", len(h.tasks))
 	}
 	// A new call replaces an old one that never ended; the old one's
 	// pieces go nowhere.
-	old := h.begin("t2", "c1")
-	cur := h.begin("t2", "c2")
+	old := h.begin("t2", c1)
+	cur := h.begin("t2", c2)
 	s2 := h.subscribe("t2")
-	old.text("stale")
-	cur.text("fresh")
-	if got := fmt.Sprint(s2.Take()); got != fmt.Sprint([]DeltaFrame{{Call: "c2", Attempt: 1, Text: "fresh"}}) {
+	old.write("stale")
+	cur.write("fresh")
+	if got := fmt.Sprint(s2.Take()); got != fmt.Sprint([]DeltaFrame{{Call: c2.String(), Attempt: 1, Text: "fresh"}}) {
 		t.Fatalf("frames %s", got)
 	}
 	old.end()

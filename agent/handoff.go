@@ -36,14 +36,31 @@ import (
 type handoff struct {
 	ids  []ulid.ULID // every event but the last
 	last ulid.ULID
+	buf  [4]ulid.ULID // ids' array, for a commit of up to 5 events
+}
+
+// newHandoff returns the handoff of a commit of the events ids, then last.
+func newHandoff(last ulid.ULID, ids ...ulid.ULID) *handoff {
+	h := &handoff{last: last}
+	if len(ids) <= len(h.buf) {
+		h.ids = h.buf[:copy(h.buf[:], ids)]
+	} else {
+		h.ids = slices.Clone(ids)
+	}
+	return h
 }
 
 // handOff appends evs, the outcome of t's stage at version v after which
 // t needs no slot, giving t's slot to the next task waiting.
 func (a *Agent) handOff(ctx context.Context, t *fsm.Task, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
-	h := &handoff{last: evs[len(evs)-1].ID}
-	for _, ev := range evs[:len(evs)-1] {
-		h.ids = append(h.ids, ev.ID)
+	h := newHandoff(evs[len(evs)-1].ID)
+	if n := len(evs) - 1; n > len(h.buf) {
+		h.ids = make([]ulid.ULID, n)
+	} else {
+		h.ids = h.buf[:n]
+	}
+	for i := range h.ids {
+		h.ids[i] = evs[i].ID
 	}
 	a.handoffs.Store(t.ID, h)
 	handed, next := a.sched.handOff(t.ID)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -31,6 +30,7 @@ func Plan(goal string, r fsm.Reasoning) fsm.Plan {
 		}}
 		return p
 	}
+	p.Steps = make([]fsm.PlanStep, 0, len(r.ToolCalls))
 	for i, tc := range r.ToolCalls {
 		args := strings.TrimSpace(tc.Arguments)
 		if args == "" {
@@ -54,7 +54,7 @@ func goalOf(input string) string {
 }
 
 func describeCall(name, args string) string {
-	return fmt.Sprintf("call %s %s", name, truncate(args, 120))
+	return "call " + name + " " + truncate(args, 120)
 }
 
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/pegasus-engine/pegasus/agent/llm"
@@ -49,26 +50,37 @@ func buildRequest(kind *taskKind, t *fsm.Task, opening []fsm.Message) llm.Reques
 // assistant message that no tool message answers (a plan superseded by a
 // user message while the task was suspended): the Chat Completions protocol
 // rejects a conversation with an unanswered call. The added messages are
-// only sent, never recorded.
+// only sent, never recorded. When every call is answered, msgs itself is
+// returned.
 func answerDanglingCalls(msgs []fsm.Message) []fsm.Message {
-	var out []fsm.Message
+	var out []fsm.Message // nil while every call is answered: msgs[:i] is the output so far
 	for i := 0; i < len(msgs); i++ {
-		out = append(out, msgs[i])
+		if out != nil {
+			out = append(out, msgs[i])
+		}
 		if msgs[i].Role != "assistant" || len(msgs[i].ToolCalls) == 0 {
 			continue
 		}
-		answered := map[string]bool{}
 		j := i + 1
 		for ; j < len(msgs) && msgs[j].Role == "tool"; j++ {
-			answered[msgs[j].ToolCallID] = true
-			out = append(out, msgs[j])
-		}
-		for _, tc := range msgs[i].ToolCalls {
-			if !answered[tc.ID] {
-				out = append(out, fsm.Message{Role: "tool", ToolCallID: tc.ID, Content: "error: not executed (the plan was superseded)"})
+			if out != nil {
+				out = append(out, msgs[j])
 			}
 		}
+		answers := msgs[i+1 : j]
+		for _, tc := range msgs[i].ToolCalls {
+			if slices.ContainsFunc(answers, func(m fsm.Message) bool { return m.ToolCallID == tc.ID }) {
+				continue
+			}
+			if out == nil {
+				out = append(make([]fsm.Message, 0, len(msgs)+len(msgs[i].ToolCalls)), msgs[:j]...)
+			}
+			out = append(out, fsm.Message{Role: "tool", ToolCallID: tc.ID, Content: "error: not executed (the plan was superseded)"})
+		}
 		i = j - 1
+	}
+	if out == nil {
+		return msgs
 	}
 	return out
 }
@@ -101,7 +113,7 @@ func decide(t *fsm.Task, opening []fsm.Message, resp llm.Response) fsm.Body {
 		msgs := append(append([]fsm.Message(nil), opening...), fsm.Message{Role: "assistant", Content: q})
 		return &fsm.NeedMoreInfoBody{Reasoning: reasoning, NewMessages: msgs}
 	}
-	msgs := append(append([]fsm.Message(nil), opening...), fsm.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
+	msgs := append(append(make([]fsm.Message, 0, len(opening)+1), opening...), fsm.Message{Role: "assistant", Content: resp.Content, ToolCalls: resp.ToolCalls})
 	return &fsm.ReasonDoneBody{Reasoning: reasoning, Plan: Plan(t.Context.InputText, reasoning), NewMessages: msgs}
 }
 

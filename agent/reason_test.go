@@ -154,6 +154,30 @@ func TestAnswerDanglingCalls(t *testing.T) {
 	if !strings.HasPrefix(out[3].Content, "error: ") {
 		t.Fatalf("synthetic answer = %q", out[3].Content)
 	}
+	// Two turns, the first answered, the second not: the answers go after
+	// the second turn's own, and what follows is kept.
+	msgs = []fsm.Message{
+		{Role: "user", Content: "x"},
+		{Role: "assistant", ToolCalls: []fsm.ToolCall{{ID: "a"}}},
+		{Role: "tool", ToolCallID: "a", Content: "ok"},
+		{Role: "assistant", ToolCalls: []fsm.ToolCall{{ID: "b"}, {ID: "c"}}},
+		{Role: "tool", ToolCallID: "c", Content: "ok"},
+		{Role: "user", Content: "never mind"},
+		{Role: "assistant", Content: "fine"},
+	}
+	got = ""
+	for _, m := range answerDanglingCalls(msgs) {
+		got += fmt.Sprintf("%s:%s;", m.Role, m.ToolCallID)
+	}
+	if got != "user:;assistant:;tool:a;assistant:;tool:c;tool:b;user:;assistant:;" {
+		t.Fatalf("messages = %s", got)
+	}
+	// Every call answered: the messages as they are, not copied.
+	msgs = msgs[:5]
+	msgs[3].ToolCalls = msgs[3].ToolCalls[1:]
+	if out := answerDanglingCalls(msgs); len(out) != 5 || &out[0] != &msgs[0] {
+		t.Fatalf("%d messages, copied %v; want the 5 given", len(out), &out[0] != &msgs[0])
+	}
 }
 
 func TestCompileResult(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -99,29 +100,34 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	}
 	callCtx, cancel := context.WithCancel(rateCtx)
 	// The reply's text goes to the task's stream as it arrives (deltas.go).
-	live := a.deltas.begin(t.ID, cause.String())
-	req.Deltas = live.text
-	var (
-		last     *llm.Attempt
+	live := a.deltas.begin(t.ID, cause)
+	req.Deltas = live.write
+	// What the attempts' report changes, in one place: the callback
+	// escapes, and so does everything it writes.
+	var at struct {
+		v        uint64
+		last     llm.Attempt
+		hasLast  bool
 		attempts int
 		dropped  bool
-	)
+	}
+	at.v = v
 	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
 		a.logAttempt(t, purpose, att)
-		attempts = att.Number
+		at.attempts = att.Number
 		if !att.WillRetry {
-			last = &att
+			at.last, at.hasLast = att, true
 			return
 		}
 		// Recorded now: a retry waits, and the log should show why.
 		live.restart(att.Number+1, att.Err)
-		res, ok := a.appendHeld(ctx, t, h, v, a.event(t.ID, cause, modelCalled(purpose, att)))
+		res, ok := a.appendHeld(ctx, t, h, at.v, a.event(t.ID, cause, modelCalled(purpose, att)))
 		if !ok {
-			dropped = true
+			at.dropped = true
 			cancel()
 			return
 		}
-		v = res.Version
+		at.v = res.Version
 	})
 	// The call leaves the hub before its outcome is appended: a reader
 	// that comes now reads its text from the log (everything streamed so
@@ -129,20 +135,20 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	live.end()
 	cancel()
 	a.llmSem.release()
-	if dropped || ctx.Err() != nil {
+	if at.dropped || ctx.Err() != nil {
 		return // the task moved, or the agent is stopping: nothing to record
 	}
-	var bodies []fsm.Body
-	if last != nil {
-		bodies = append(bodies, modelCalled(purpose, *last))
+	bodies := make([]fsm.Body, 0, 2)
+	if at.hasLast {
+		bodies = append(bodies, modelCalled(purpose, at.last))
 	}
 	if err != nil {
 		bodies = append(bodies, &fsm.TaskFailedBody{Reason: "model_error",
-			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(attempts, 1), err)})
-		_, committed = a.outcomeHeld(ctx, t, h, v, cause, bodies...)
+			Error: fmt.Sprintf("model call failed after %d attempt(s): %v", max(at.attempts, 1), err)})
+		_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, bodies...)
 		return
 	}
-	_, committed = a.outcomeHeld(ctx, t, h, v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decide(resp))...)
 }
 
 // stageRequest builds the model request of a model-call stage and the
@@ -217,7 +223,7 @@ func (a *Agent) wakeUp(ctx context.Context, t *fsm.Task, act fsm.Action) {
 // the step runs, including after a crash, and different for every step of
 // every iteration.
 func IdempotencyKey(taskID string, iteration, stepIndex int) string {
-	return fmt.Sprintf("%s:%d:%d", taskID, iteration, stepIndex)
+	return taskID + ":" + strconv.Itoa(iteration) + ":" + strconv.Itoa(stepIndex)
 }
 
 // runTool runs the tool call of step, after the events h holds (nil: none),
@@ -289,24 +295,28 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	if err := a.toolSem.acquire(ctx); err != nil {
 		return
 	}
-	var (
-		mu    sync.Mutex // guards notes and v: the tool's goroutine notifies and records handles
+	// What the tool's goroutine writes (it notifies and records handles),
+	// in one place, under mu.
+	var cs struct {
+		mu    sync.Mutex
 		notes []string
-	)
+		v     uint64
+	}
+	cs.v = v
 	call := tools.Call{
 		TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: key, Arguments: json.RawMessage(args),
 		Cause: cause, Correlation: a.correlation(t.ID), Handle: started.Handle,
-		Notify: func(msg string) { mu.Lock(); notes = append(notes, msg); mu.Unlock() },
+		Notify: func(msg string) { cs.mu.Lock(); cs.notes = append(cs.notes, msg); cs.mu.Unlock() },
 		RecordHandle: func(ctx context.Context, handle string) error {
-			mu.Lock()
-			defer mu.Unlock()
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
 			b := *started
 			b.Handle = handle
-			res, ok := a.appendTask(ctx, t, v, a.event(t.ID, cause, &b))
+			res, ok := a.appendTask(ctx, t, cs.v, a.event(t.ID, cause, &b))
 			if !ok {
 				return errHandleNotRecorded
 			}
-			v = res.Version
+			cs.v = res.Version
 			return nil
 		},
 	}
@@ -316,9 +326,9 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		// After a restart the call runs again with the same key.
 		return
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	a.outcomeHeld(ctx, t, nil, v, cause, withNotes(notes, result(out, err, dur))...)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	a.outcomeHeld(ctx, t, nil, cs.v, cause, withNotes(cs.notes, result(out, err, dur))...)
 }
 
 // toolAwaiter is a tools.Provider that may not know all its tools yet
@@ -364,35 +374,46 @@ func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) 
 func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
 	defer cancel()
-	type outcome struct {
-		out tools.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- outcome{err: fmt.Errorf("tool %s panicked: %v", tool.Name(), p)}
-			}
-		}()
-		if pt, ok := tool.(tools.PartsTool); ok {
-			out, err := pt.CallParts(cctx, call)
-			done <- outcome{out, err}
-			return
-		}
-		out, err := tool.Call(cctx, call)
-		done <- outcome{tools.Result{Text: out}, err}
-	}()
+	// The call's goroutine writes its outcome in r, then closes done; r is
+	// read only after that.
+	r := &toolCallRun{ctx: cctx, tool: tool, call: call, done: make(chan struct{})}
+	go r.run()
 	select {
-	case o := <-done:
-		if o.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
-			o.err = fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
+	case <-r.done:
+		if r.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			r.err = fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
 		}
-		return o.out, o.err
+		return r.out, r.err
 	case <-cctx.Done():
 		if ctx.Err() != nil {
 			return tools.Result{}, ctx.Err()
 		}
 		return tools.Result{}, fmt.Errorf("tool %s timed out after %s", tool.Name(), a.opts.ToolTimeout)
 	}
+}
+
+// toolCallRun is one call of callTool on its own goroutine.
+type toolCallRun struct {
+	ctx  context.Context
+	tool tools.Tool
+	call tools.Call
+	out  tools.Result
+	err  error
+	done chan struct{} // closed once out and err are written
+}
+
+func (r *toolCallRun) run() {
+	defer close(r.done)
+	defer func() {
+		if p := recover(); p != nil {
+			r.out, r.err = tools.Result{}, fmt.Errorf("tool %s panicked: %v", r.tool.Name(), p)
+		}
+	}()
+	if pt, ok := r.tool.(tools.PartsTool); ok {
+		r.out, r.err = pt.CallParts(r.ctx, r.call)
+		return
+	}
+	var text string
+	text, r.err = r.tool.Call(r.ctx, r.call)
+	r.out = tools.Result{Text: text}
 }

@@ -148,7 +148,7 @@ func (a *Agent) admitWithInput(taskID string, in *eventlog.Event, body *fsm.Inpu
 	a.corr.Store(taskID, in.Correlation) // admission's correlation, before the hook stores it
 	created := a.admission(&t)
 	created.ID = a.log.NewID()
-	a.handoffs.Store(taskID, &handoff{ids: []ulid.ULID{in.ID}, last: created.ID})
+	a.handoffs.Store(taskID, newHandoff(created.ID, in.ID))
 	return created, true
 }
 

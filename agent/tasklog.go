@@ -29,30 +29,30 @@ func (a *Agent) logLifecycle(ch *replay.Change) {
 	log := a.lines
 	switch {
 	case before.Version == 0 && (ev.Type == fsm.MessageReceived || ev.Type == fsm.WebhookTriggered || ev.Type == fsm.ScheduleFired):
-		log.log(slog.LevelDebug, "task submitted", func() []any {
-			return []any{taskIDAttr(ev.Stream), eventIDAttr(ch.Raw.ID), "kind", string(ev.Type)}
+		log.log(slog.LevelDebug, "task submitted", func() []slog.Attr {
+			return []slog.Attr{taskIDAttr(ev.Stream), eventIDAttr(ch.Raw.ID), slog.String("kind", string(ev.Type))}
 		})
 	case ev.Type == fsm.TaskCreated:
-		log.log(slog.LevelDebug, "task admitted", func() []any {
-			return []any{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				"type", after.Type, "source", after.Context.Source, "priority", after.Priority}
+		log.log(slog.LevelDebug, "task admitted", func() []slog.Attr {
+			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.String("type", after.Type), slog.String("source", after.Context.Source), slog.Int("priority", after.Priority)}
 		})
 	case before.IsTerminal() || !after.IsTerminal():
 		// Not the end of the task. (Loops never name a machine's states:
 		// the end is the move into a terminal state, failed by TASK_FAILED.)
 	case ev.Type != fsm.TaskFailed:
-		log.log(slog.LevelInfo, "task completed", func() []any {
-			return []any{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				"duration", ev.Time.Sub(after.CreatedAt), "iterations", after.Context.Iteration}
+		log.log(slog.LevelInfo, "task completed", func() []slog.Attr {
+			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.Duration("duration", ev.Time.Sub(after.CreatedAt)), slog.Int("iterations", after.Context.Iteration)}
 		})
 	default:
 		reason := ""
 		if b, ok := ev.Body.(*fsm.TaskFailedBody); ok {
 			reason = b.Reason
 		}
-		log.log(slog.LevelInfo, "task failed", func() []any {
-			return []any{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				"reason", reason, "error", after.Context.Error, "duration", ev.Time.Sub(after.CreatedAt)}
+		log.log(slog.LevelInfo, "task failed", func() []slog.Attr {
+			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.String("reason", reason), slog.String("error", after.Context.Error), slog.Duration("duration", ev.Time.Sub(after.CreatedAt))}
 		})
 	}
 }
@@ -76,14 +76,14 @@ func startLifecycleLines(h slog.Handler) *lifecycleLines {
 	return l
 }
 
-// log sends one record of level, with the attributes args returns (only
+// log sends one record of level, with the attributes attrs returns (only
 // called when the level is enabled).
-func (l *lifecycleLines) log(level slog.Level, msg string, args func() []any) {
+func (l *lifecycleLines) log(level slog.Level, msg string, attrs func() []slog.Attr) {
 	if !l.h.Enabled(context.Background(), level) {
 		return
 	}
 	r := slog.NewRecord(time.Now(), level, msg, 0)
-	r.Add(args()...)
+	r.AddAttrs(attrs()...)
 	l.ch <- r
 }
 

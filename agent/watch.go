@@ -8,29 +8,69 @@ import (
 )
 
 // watchers is who waits on the fold, with its own lock: the waiters of
-// WaitUntil (woken after every event of their task), the OnNotify
+// WaitUntil (woken after every event of their task), those of
+// WaitForTask (woken once, when their task is done), the OnNotify
 // listeners, and the waiters for the hook to reach a sequence (Submit and
 // the commands return once what they appended is folded and dispatched).
 type watchers struct {
 	mu        sync.Mutex
 	waiters   map[string]chan struct{}
+	finishing map[string]*doneWait
 	listeners map[int]func(Notification)
 	nextL     int
 	hooked    watermark.Mark // the last sequence the hook has dispatched
 }
 
 func newWatchers() *watchers {
-	return &watchers{waiters: map[string]chan struct{}{}, listeners: map[int]func(Notification){}}
+	return &watchers{waiters: map[string]chan struct{}{}, finishing: map[string]*doneWait{},
+		listeners: map[int]func(Notification){}}
 }
 
-// signal wakes the waiters of task id.
-func (w *watchers) signal(id string) {
+// doneWait is the waiters for one task to be done: ch is closed when it
+// is, n counts the waiters still registered.
+type doneWait struct {
+	ch chan struct{}
+	n  int
+}
+
+// signal wakes the waiters of task id, after an event that left it done
+// (see Done) or not.
+func (w *watchers) signal(id string, done bool) {
 	w.mu.Lock()
 	if ch, ok := w.waiters[id]; ok {
 		close(ch)
 		delete(w.waiters, id)
 	}
+	if dw, ok := w.finishing[id]; ok && done {
+		close(dw.ch)
+		delete(w.finishing, id)
+	}
 	w.mu.Unlock()
+}
+
+// whenDone registers a waiter for task id to be done: the channel of the
+// result is closed after the event that leaves it done. The caller calls
+// leave when it stops waiting.
+func (w *watchers) whenDone(id string) *doneWait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	dw, ok := w.finishing[id]
+	if !ok {
+		dw = &doneWait{ch: make(chan struct{})}
+		w.finishing[id] = dw
+	}
+	dw.n++
+	return dw
+}
+
+// leave unregisters a waiter of whenDone: the last one to leave a task
+// that is not done removes its record.
+func (w *watchers) leave(id string, dw *doneWait) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if dw.n--; dw.n == 0 && w.finishing[id] == dw {
+		delete(w.finishing, id)
+	}
 }
 
 // changed returns a channel closed after the next event of task id.

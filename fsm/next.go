@@ -128,11 +128,17 @@ func Next(t *Task) Action {
 	if t.State == StateNone {
 		return Action{}
 	}
+	if t.Machine == (taskMachineV1{}).Ref() {
+		// The common case, called directly: t does not escape through an
+		// interface call, so a caller's task can stay on its stack.
+		return taskMachineV1{}.Next(t)
+	}
 	m, err := MachineFor(t.Machine)
 	if err != nil {
 		return Action{}
 	}
-	return m.Next(t)
+	c := *t // (the other machines get a copy: the same reason)
+	return m.Next(&c)
 }
 
 // String renders a as one stable line: the kind, then what it names.

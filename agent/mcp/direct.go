@@ -100,10 +100,10 @@ func (d *directCalls) drop(id string) {
 }
 
 // callTool sends tools/call for the tool named name with args (JSON) and
-// meta, and returns the answer's result, as the SDK's CallTool would send
+// the idempotency key key in its _meta, and returns the answer's result, as the SDK's CallTool would send
 // and await it: the same errors (a JSON-RPC error is a *jsonrpc.Error in
 // the chain), and notifications/cancelled sent when ctx ends first.
-func (c *stdioConn) callTool(ctx context.Context, name string, args json.RawMessage, meta mcp.Meta) (json.RawMessage, error) {
+func (c *stdioConn) callTool(ctx context.Context, name string, args json.RawMessage, key string) (json.RawMessage, error) {
 	const method = "tools/call"
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (c *stdioConn) callTool(ctx context.Context, name string, args json.RawMess
 	if err != nil {
 		return nil, fmt.Errorf("calling %q: %w", method, err)
 	}
-	if err := c.writeCall(id, name, args, meta); err != nil {
+	if err := c.writeCall(id, name, args, key); err != nil {
 		c.direct.drop(id)
 		return nil, fmt.Errorf("calling %q: %w", method, err)
 	}
@@ -138,7 +138,7 @@ func (c *stdioConn) callTool(ctx context.Context, name string, args json.RawMess
 }
 
 // writeCall writes the request line of a tools/call.
-func (c *stdioConn) writeCall(id, name string, args json.RawMessage, meta mcp.Meta) error {
+func (c *stdioConn) writeCall(id, name string, args json.RawMessage, key string) error {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	b := append(c.line[:0], `{"jsonrpc":"2.0","id":"`...)
@@ -156,18 +156,20 @@ func (c *stdioConn) writeCall(id, name string, args json.RawMessage, meta mcp.Me
 		return fmt.Errorf("encoding the arguments: %w", err)
 	}
 	b = buf.Bytes()
-	if len(meta) > 0 {
-		b = append(b, `,"_meta":`...)
-		var err error
-		if b, err = json.Append(b, map[string]any(meta), json.EscapeHTML|json.SortMapKeys); err != nil {
-			c.line = b[:0]
-			return fmt.Errorf("encoding _meta: %w", err)
-		}
-	}
+	b = append(b, `,"_meta":`...)
+	b = appendKeyMeta(b, key)
 	b = append(b, "}}\n"...)
 	c.line = b
 	_, err := c.stdin.Write(b)
 	return err
+}
+
+// appendKeyMeta appends the _meta of a call with idempotency key key,
+// mcp.Meta{MetaIdempotencyKey: key} as JSON.
+func appendKeyMeta(b []byte, key string) []byte {
+	b = append(b, `{"`+MetaIdempotencyKey+`":`...)
+	b = json.AppendEscape(b, key, json.EscapeHTML)
+	return append(b, '}')
 }
 
 // notifyCancelled tells the server that the call id was given up, best

@@ -77,7 +77,7 @@ func TestDirectCallOnAStdioConnection(t *testing.T) {
 	}
 	defer conn.Close()
 	c := tr.conn
-	raw, err := c.callTool(ctx, "echo", json.RawMessage("{\n  \"message\": \"<a>\"\n}"), mcp.Meta{MetaIdempotencyKey: "t:1:0"})
+	raw, err := c.callTool(ctx, "echo", json.RawMessage("{\n  \"message\": \"<a>\"\n}"), "t:1:0")
 	if err != nil || string(raw) != `{"content":[{"type":"text","text":"hi"}]}` {
 		t.Fatalf("the answer: %s %v", raw, err)
 	}
@@ -93,7 +93,7 @@ func TestDirectCallOnAStdioConnection(t *testing.T) {
 	if m, err := conn.Read(ctx); !errors.Is(err, io.EOF) {
 		t.Fatalf("after the server's exit: %v %v, want io.EOF", m, err)
 	}
-	if _, err := c.callTool(ctx, "echo", nil, nil); !errors.Is(err, io.EOF) {
+	if _, err := c.callTool(ctx, "echo", nil, ""); !errors.Is(err, io.EOF) {
 		t.Fatalf("a call after the output ended: %v, want io.EOF", err)
 	}
 }
@@ -147,7 +147,7 @@ func TestDirectCallCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := tr.conn.callTool(ctx, "block", nil, nil)
+		_, err := tr.conn.callTool(ctx, "block", nil, "")
 		done <- err
 	}()
 	eventually(t, "the request", func() bool { _, err := os.Stat(sent); return err == nil })
@@ -161,7 +161,7 @@ func TestDirectCallCancelled(t *testing.T) {
 		t.Fatalf("sent %q, want %q", b, want)
 	}
 	// The server reads one more line and exits: the call fails.
-	if _, err := tr.conn.callTool(context.Background(), "echo", nil, nil); !errors.Is(err, io.EOF) {
+	if _, err := tr.conn.callTool(context.Background(), "echo", nil, ""); !errors.Is(err, io.EOF) {
 		t.Fatalf("a call in flight when the server exits: %v, want io.EOF", err)
 	}
 }
@@ -179,6 +179,20 @@ func TestDecodePlainTakesTextOnly(t *testing.T) {
 	} {
 		if _, err := decodePlain(json.RawMessage(raw)); (err == nil) != plain {
 			t.Errorf("%s: plain %v, want %v", raw, err == nil, plain)
+		}
+	}
+}
+
+// TestKeyMetaAsJSON: the _meta a direct call writes is the JSON of
+// mcp.Meta{MetaIdempotencyKey: key}, whatever the key holds.
+func TestKeyMetaAsJSON(t *testing.T) {
+	for _, key := range []string{"", "t:1:0", `01J:1:0 <a> & "b" \ \u2028 é` + "\n\t\x01"} {
+		want, err := json.Marshal(mcp.Meta{MetaIdempotencyKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendKeyMeta(nil, key); string(got) != string(want) {
+			t.Errorf("key %q: %s, want %s", key, got, want)
 		}
 	}
 }

@@ -130,12 +130,7 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	params := &mcp.CallToolParams{Name: t.remote, Arguments: args,
-		Meta: mcp.Meta{MetaIdempotencyKey: c.IdempotencyKey}}
-	if sess.tasks != nil && sess.tasks.useTask(t.taskSupport) {
-		params.Meta[metaAsTask] = true
-	}
-	res, err := t.send(ctx, sess, params)
+	res, err := t.send(ctx, sess, args, c.IdempotencyKey)
 	if err != nil {
 		return tools.Result{}, t.callError(ctx, sess, err)
 	}
@@ -159,15 +154,20 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 	return t.result(res)
 }
 
-// send sends a tools/call: past the SDK's client when the session allows
-// it (direct.go), through its CallTool otherwise.
-func (t *tool) send(ctx context.Context, sess *session, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
-	args, raw := params.Arguments.(json.RawMessage)
-	if !raw || sess.direct == nil || params.Meta[metaAsTask] != nil || sess.tasks.isModern() || perRequestMeta(sess.cs) {
+// send sends a tools/call of the tool with args, carrying the call's
+// idempotency key in its _meta: past the SDK's client when the session
+// allows it (direct.go), through its CallTool otherwise.
+func (t *tool) send(ctx context.Context, sess *session, args json.RawMessage, key string) (*mcp.CallToolResult, error) {
+	asTask := sess.tasks != nil && sess.tasks.useTask(t.taskSupport)
+	if sess.direct == nil || asTask || sess.tasks.isModern() || perRequestMeta(sess.cs) {
+		params := &mcp.CallToolParams{Name: t.remote, Arguments: args, Meta: mcp.Meta{MetaIdempotencyKey: key}}
+		if asTask {
+			params.Meta[metaAsTask] = true
+		}
 		return sess.cs.CallTool(ctx, params)
 	}
 	sess.tasks.sent()
-	answer, err := sess.direct.callTool(ctx, params.Name, args, params.Meta)
+	answer, err := sess.direct.callTool(ctx, t.remote, args, key)
 	if err != nil {
 		return nil, err
 	}
