@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/pegasus-engine/pegasus/internal/codec"
 )
@@ -23,14 +24,43 @@ func Encode(b Body) ([]byte, error) {
 	if b == nil || isNilBody(b) {
 		return nil, fmt.Errorf("fsm: encode: nil body")
 	}
-	if _, ok := newBody(b.EventType()); !ok {
+	if _, ok := bodyTypes[b.EventType()]; !ok {
 		return nil, fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
 	}
-	if out, ok := appendBody(make([]byte, 0, 256), b); ok {
+	// A body encoded by hand is written into a buffer kept between calls,
+	// then copied into one of its own size: one allocation per body, of
+	// the body's size, not a guess grown as it fills.
+	e := encoders.Get().(*taskEncoder)
+	e.b = e.b[:0]
+	var out []byte
+	ok := encBody(e, b)
+	if ok {
+		out = append(make([]byte, 0, len(e.b)), e.b...)
+	}
+	if cap(e.b) <= maxKeptEncoder {
+		encoders.Put(e)
+	}
+	if ok {
 		return out, nil
 	}
 	return marshal(b)
 }
+
+// encoders holds Encode's buffers; one larger than maxKeptEncoder is
+// left to the collector rather than kept.
+var encoders = sync.Pool{New: func() any { return &taskEncoder{b: make([]byte, 0, 1024)} }}
+
+const maxKeptEncoder = 64 << 10
+
+// bodyTypes holds every event type newBody has a body for (EventTypes),
+// so that Encode checks a body's type without building one.
+var bodyTypes = func() map[EventType]struct{} {
+	m := make(map[EventType]struct{}, len(EventTypes))
+	for _, et := range EventTypes {
+		m[et] = struct{}{}
+	}
+	return m
+}()
 
 // Decode decodes the body of an event of type et written with the given
 // schema version. The three input types (MESSAGE_RECEIVED,
