@@ -125,8 +125,9 @@ var agentCall = []string{
 // BenchmarkAgentCall is the machine's share of one recorded tool call
 // through the agent (agent/mcp's BenchmarkMCPAgentDeep), per part:
 // encoding each body the agent writes, decoding each as the fold does,
-// folding them, and predicting each stage's outcome on a clone of the
-// task before it (the agent's stages). Each op is one task of ten events.
+// folding them, and predicting each stage's outcome on a copy (a clone, a
+// fork) of the task before it (the agent's stages). Each op is one task
+// of ten events.
 func BenchmarkAgentCall(b *testing.B) {
 	var s stepper
 	_, evs := foldLines(b, &s, Task{}, agentCall...)
@@ -174,14 +175,19 @@ func BenchmarkAgentCall(b *testing.B) {
 	b.Run("fold", func(b *testing.B) {
 		run(b, func() error { _, err := foldAll(evs); return err })
 	})
-	b.Run("predict", func(b *testing.B) {
-		run(b, func() error {
-			for i, ev := range evs[1:] {
-				if _, err := Apply(before[i+1].Clone(), ev); err != nil {
-					return err
+	for _, copyOf := range []struct {
+		name string
+		copy func(Task) Task
+	}{{"clone", Task.Clone}, {"fork", Task.Fork}} {
+		b.Run("predict-"+copyOf.name, func(b *testing.B) {
+			run(b, func() error {
+				for i, ev := range evs[1:] {
+					if _, err := Apply(copyOf.copy(before[i+1]), ev); err != nil {
+						return err
+					}
 				}
-			}
-			return nil
+				return nil
+			})
 		})
-	})
+	}
 }

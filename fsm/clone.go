@@ -12,6 +12,25 @@ func (t Task) Clone() Task {
 	return c
 }
 
+// Fork returns a copy of t to apply other events to while t itself is
+// extended too: a prediction, a what-if. It copies no memory: it shares
+// t's strings, maps, plan, reasoning and the elements of its slices,
+// which Apply never writes (it replaces them, and copies a plan before it
+// marks a step), and its slices end at their length, so that the first
+// append to a slice of either task takes a new array. A caller that
+// writes into a task's maps or elements itself clones instead.
+func (t Task) Fork() Task {
+	f := t
+	f.History = capped(t.History)
+	f.Context.ActionsDone = capped(t.Context.ActionsDone)
+	f.Context.Reflections = capped(t.Context.Reflections)
+	f.Context.Messages = capped(t.Context.Messages)
+	return f
+}
+
+// capped returns s with no room to append in place.
+func capped[T any](s []T) []T { return s[:len(s):len(s)] }
+
 func (c Context) clone() Context {
 	n := c
 	n.InputMetadata = cloneMap(c.InputMetadata)

@@ -136,6 +136,9 @@ func TestForkWithClone(t *testing.T) {
 	if a, b := branches(base.Clone()); a != "A" || b != "B" {
 		t.Fatalf("cloned branches interfere: %q %q", a, b)
 	}
+	if a, b := branches(base.Fork()); a != "A" || b != "B" {
+		t.Fatalf("forked branches interfere: %q %q", a, b)
+	}
 	if a, _ := branches(base); a != "B" {
 		t.Fatalf("without a clone the branches should share memory (documented); got %q", a)
 	}
