@@ -350,8 +350,10 @@ func create(v int, n *Task, ev *Event) error {
 	return nil
 }
 
-// historyCap is the History capacity of a new task.
-const historyCap = 16
+// historyCap is the History capacity of a new task: room for a task whose
+// model asks for tools in one or two turns, then answers (5 to 7
+// transitions); a longer one grows it.
+const historyCap = 8
 
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
