@@ -300,9 +300,16 @@ func EncodeTask(t Task) ([]byte, error) { return AppendTask(nil, &t), nil }
 
 // AppendTask appends EncodeTask's encoding of t to dst.
 func AppendTask(dst []byte, t *Task) []byte {
-	e := taskEncoder{b: slices.Grow(dst, sizeHint(t))}
-	encTask(&e, t)
-	return e.b
+	// An encoder of Encode's pool, with dst in place of its buffer: one on
+	// the stack would escape to the heap.
+	e := encoders.Get().(*taskEncoder)
+	kept := e.b
+	e.b = slices.Grow(dst, sizeHint(t))
+	encTask(e, t)
+	out := e.b
+	e.b = kept
+	encoders.Put(e)
+	return out
 }
 
 // sizeHint estimates the encoded size of t from its largest parts, so that
