@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/internal/codec"
 )
@@ -71,7 +72,12 @@ var bodyTypes = func() map[EventType]struct{} {
 // panics, whatever data holds. The decoded strings are the body's own: one
 // copy of data holds them all.
 func Decode(et EventType, schema uint16, data []byte) (Body, error) {
-	return decode(et, schema, data)
+	b, own, ok := newBodyWith(et, len(data))
+	if !ok {
+		return decode(et, schema, data) // the error
+	}
+	copy(own, data)
+	return decodeInto(et, schema, unsafe.String(unsafe.SliceData(own), len(own)), b, nil)
 }
 
 // DecodeShared is Decode for a body held in a string: the decoded strings
@@ -212,51 +218,116 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 
 // newBody returns a new, empty body for an event type.
 func newBody(et EventType) (Body, bool) {
+	b, _, ok := newBodyWith(et, -1)
+	return b, ok
+}
+
+// newBodyWith returns a new, empty body for an event type and, when n >=
+// 0, n bytes beside it, in the same allocation when n is small: Decode
+// copies the encoded body there, and the decoded strings point into it.
+func newBodyWith(et EventType, n int) (Body, []byte, bool) {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired:
-		return &Input{}, true
+		return with[Input](n)
 	case TaskCreated:
-		return &TaskCreatedBody{}, true
+		return with[TaskCreatedBody](n)
 	case ReasonDone:
-		return &ReasonDoneBody{}, true
+		return with[ReasonDoneBody](n)
 	case NeedMoreInfo:
-		return &NeedMoreInfoBody{}, true
+		return with[NeedMoreInfoBody](n)
 	case ToolCallStarted:
-		return &ToolCallStartedBody{}, true
+		return with[ToolCallStartedBody](n)
 	case ToolCallCompleted, ToolCallFailed:
-		return &ToolCallResultBody{}, true
+		return with[ToolCallResultBody](n)
 	case StepCompleted:
-		return &StepCompletedBody{}, true
+		return with[StepCompletedBody](n)
 	case TaskSuspended:
-		return &TaskSuspendedBody{}, true
+		return with[TaskSuspendedBody](n)
 	case TaskResumed:
-		return &TaskResumedBody{}, true
+		return with[TaskResumedBody](n)
 	case TaskFailed:
-		return &TaskFailedBody{}, true
+		return with[TaskFailedBody](n)
 	case TaskCompleted:
-		return &TaskCompletedBody{}, true
+		return with[TaskCompletedBody](n)
 	case ReflectionComplete:
-		return &ReflectionCompleteBody{}, true
+		return with[ReflectionCompleteBody](n)
 	case TaskNotify:
-		return &TaskNotifyBody{}, true
+		return with[TaskNotifyBody](n)
 	case ModelCalled:
-		return &ModelCalledBody{}, true
+		return with[ModelCalledBody](n)
 	case BudgetExceeded:
-		return &BudgetExceededBody{}, true
+		return with[BudgetExceededBody](n)
 	case PerceiveDone:
-		return &PerceiveDoneBody{}, true
+		return with[PerceiveDoneBody](n)
 	case ThinkDone:
-		return &ThinkDoneBody{}, true
+		return with[ThinkDoneBody](n)
 	case PlanDone:
-		return &PlanDoneBody{}, true
+		return with[PlanDoneBody](n)
 	case ActDone:
-		return &ActDoneBody{}, true
+		return with[ActDoneBody](n)
 	case ReflectDone:
-		return &ReflectDoneBody{}, true
+		return with[ReflectDoneBody](n)
 	case SubTaskCreated:
-		return &SubTaskCreatedBody{}, true
+		return with[SubTaskCreatedBody](n)
 	}
-	return newDispatchBody(et)
+	b, ok := newDispatchBody(et) // the broker's bodies: not decoded on the agent's path
+	if !ok || n < 0 {
+		return b, nil, ok
+	}
+	return b, make([]byte, n), true
+}
+
+// with returns a new T and, when n >= 0, n bytes, in one allocation for
+// up to 512 bytes (the bodies of an agent's task are 20 to 320 bytes),
+// rounded up to 32 or 64 bytes. The bytes live as long as the body or a
+// string cut from them does.
+func with[T any, P interface {
+	*T
+	Body
+}](n int) (Body, []byte, bool) {
+	var b *T
+	var d []byte
+	switch {
+	case n < 0:
+		b = new(T)
+	case n <= 32:
+		b, d = beside[T, [32]byte](n)
+	case n <= 64:
+		b, d = beside[T, [64]byte](n)
+	case n <= 96:
+		b, d = beside[T, [96]byte](n)
+	case n <= 128:
+		b, d = beside[T, [128]byte](n)
+	case n <= 160:
+		b, d = beside[T, [160]byte](n)
+	case n <= 192:
+		b, d = beside[T, [192]byte](n)
+	case n <= 224:
+		b, d = beside[T, [224]byte](n)
+	case n <= 256:
+		b, d = beside[T, [256]byte](n)
+	case n <= 320:
+		b, d = beside[T, [320]byte](n)
+	case n <= 384:
+		b, d = beside[T, [384]byte](n)
+	case n <= 448:
+		b, d = beside[T, [448]byte](n)
+	case n <= 512:
+		b, d = beside[T, [512]byte](n)
+	default:
+		b, d = new(T), make([]byte, n)
+	}
+	return P(b), d, true
+}
+
+// beside allocates a T and an array A of bytes in one object, and returns
+// the T and the array's first n bytes (n <= len(A)).
+func beside[T, A any](n int) (*T, []byte) {
+	x := new(struct {
+		b T
+		d A
+	})
+	return &x.b, unsafe.Slice((*byte)(unsafe.Pointer(&x.d)), n)
 }
 
 // EventTypes lists every event type this package has a body for, in a
