@@ -705,7 +705,7 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // which its first append carries (chain.go).
 func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
 	evs := h.room(len(bodies) + 3)
-	pred := t.Clone()
+	pred := t.Fork() // a prediction: Apply writes none of the memory it shares with t
 	ok := true
 	now := a.opts.Now()
 	add := func(b fsm.Body) {

@@ -155,7 +155,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 	}
 	// The task as folded once the starts are: the results are predicted on
 	// it, so that the last one may chain the next stage (outcome).
-	pred := t.Clone()
+	pred := t.Fork() // a prediction: Apply writes none of the memory it shares with t
 	now := a.opts.Now()
 	for i := range evs {
 		evs[i].ID = starting[i].cause

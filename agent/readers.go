@@ -47,7 +47,7 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 	begin := a.opts.Now()
 	start := a.event(t.ID, t.LastEvent, started)
 	start.ID = a.log.NewID() // drawn now: its time is the call's start
-	pred := t.Clone()
+	pred := t.Fork()         // a prediction: Apply writes none of the memory it shares with t
 	if !predict(&pred, &start, started, begin) {
 		// The machine refuses the start: record it on its own, so that the
 		// fold says why (it never does for a step that is due).

@@ -105,3 +105,89 @@ func BenchmarkEncodeTask(b *testing.B) {
 		}
 	}
 }
+
+// agentCall is the events of one task of the agent's MCP benchmark: an
+// input, its admission, a model turn that asks for one tool call, the
+// call, a second model turn that answers, the answer and the result.
+var agentCall = []string{
+	"MESSAGE_RECEIVED text=\"call echo with the message hello\"",
+	"TASK_CREATED text=\"call echo with the message hello\" meta=origin:bench",
+	"MODEL_CALLED ms=3",
+	"REASON_DONE plan=tool_call:everything__echo text=\"I will call echo.\"",
+	"TOOL_CALL_STARTED",
+	"TOOL_CALL_COMPLETED result=\"Echo: hello\" ms=2",
+	"MODEL_CALLED ms=3",
+	"REASON_DONE plan=respond text=\"Echo says hello.\"",
+	"STEP_COMPLETED result=\"Echo says hello.\"",
+	"TASK_COMPLETED result=\"Echo says hello.\"",
+}
+
+// BenchmarkAgentCall is the machine's share of one recorded tool call
+// through the agent (agent/mcp's BenchmarkMCPAgentDeep), per part:
+// encoding each body the agent writes, decoding each as the fold does,
+// folding them, and predicting each stage's outcome on a copy (a clone, a
+// fork) of the task before it (the agent's stages). Each op is one task
+// of ten events.
+func BenchmarkAgentCall(b *testing.B) {
+	var s stepper
+	_, evs := foldLines(b, &s, Task{}, agentCall...)
+	bodies := make([][]byte, len(evs))
+	before := make([]Task, len(evs)) // the task each event applies to
+	var t Task
+	for i, ev := range evs {
+		var err error
+		if bodies[i], err = Encode(ev.Body); err != nil {
+			b.Fatal(err)
+		}
+		before[i] = t
+		if t, err = Apply(t, ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run := func(b *testing.B, f func() error) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("encode", func(b *testing.B) {
+		run(b, func() error {
+			for _, ev := range evs {
+				if _, err := Encode(ev.Body); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	b.Run("decode", func(b *testing.B) {
+		run(b, func() error {
+			for i, ev := range evs {
+				if _, err := Decode(ev.Type, SchemaVersion, bodies[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	b.Run("fold", func(b *testing.B) {
+		run(b, func() error { _, err := foldAll(evs); return err })
+	})
+	for _, copyOf := range []struct {
+		name string
+		copy func(Task) Task
+	}{{"clone", Task.Clone}, {"fork", Task.Fork}} {
+		b.Run("predict-"+copyOf.name, func(b *testing.B) {
+			run(b, func() error {
+				for i, ev := range evs[1:] {
+					if _, err := Apply(copyOf.copy(before[i+1]), ev); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+}

@@ -10,21 +10,28 @@ package fsm
 // encoded by hand, and reports whether it was.
 func appendBody(dst []byte, b Body) ([]byte, bool) {
 	e := taskEncoder{b: dst}
+	ok := encBody(&e, b)
+	return e.b, ok
+}
+
+// encBody writes b with e when b is one of the bodies encoded by hand, and
+// reports whether it was.
+func encBody(e *taskEncoder, b Body) bool {
 	switch v := b.(type) {
 	case *Input:
-		encInput(&e, v)
+		encInput(e, v)
 	case *TaskCreatedBody:
-		encTaskCreated(&e, v)
+		encTaskCreated(e, v)
 	case *ModelCalledBody:
-		encModelCalled(&e, v)
+		encModelCalled(e, v)
 	case *ReasonDoneBody:
-		encReasonDone(&e, v)
+		encReasonDone(e, v)
 	case *ToolCallStartedBody:
-		encToolCallStarted(&e, v)
+		encToolCallStarted(e, v)
 	case *ToolCallResultBody:
-		encToolCallResult(&e, v)
+		encToolCallResult(e, v)
 	case *StepCompletedBody:
-		encStepCompleted(&e, v)
+		encStepCompleted(e, v)
 	case *TaskCompletedBody:
 		f := e.open()
 		e.fStr(&f, "result", v.Result)
@@ -34,11 +41,11 @@ func appendBody(dst []byte, b Body) ([]byte, bool) {
 		e.fStr(&f, "message", v.Message)
 		e.close(f)
 	case *DispatchCreatedBody:
-		encDispatchCreated(&e, v)
+		encDispatchCreated(e, v)
 	default:
-		return dst, false
+		return false
 	}
-	return e.b, true
+	return true
 }
 
 func encModelCalled(e *taskEncoder, b *ModelCalledBody) {

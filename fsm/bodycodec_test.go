@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"errors"
 	"reflect"
 	"testing"
 
@@ -41,6 +42,10 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 			if !bytes.Equal(got, want) {
 				t.Fatalf("%T %d: differs from the reflection encoder:\n got %x\nwant %x", b, i, got, want)
 			}
+			enc, err := Encode(b)
+			if err != nil || !bytes.Equal(enc, want) {
+				t.Fatalf("%T %d: Encode differs from the reflection encoder (%v):\n got %x\nwant %x", b, i, err, enc, want)
+			}
 			back, err := Decode(b.EventType(), SchemaVersion, got)
 			if err != nil {
 				t.Fatalf("%T %d: %v", b, i, err)
@@ -57,6 +62,61 @@ func TestEncodeBodyMatchesReflection(t *testing.T) {
 				in.Kind = []EventType{MessageReceived, WebhookTriggered, ScheduleFired}[i%3] // an input's type is its kind
 			}
 			check(i, b)
+		}
+	}
+}
+
+// TestEncodeOwnsItsBytes: what Encode and AppendTask return is the
+// caller's, never the buffer Encode encodes in, which the next body
+// reuses (AppendTask borrows its encoder).
+func TestEncodeOwnsItsBytes(t *testing.T) {
+	bodies := benchBodies()
+	var s stepper
+	task, _ := foldLines(t, &s, Task{}, fullLife...)
+	wantTask, err := codec.Encode(task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want [][]byte
+	for range 3 {
+		got = append(got, AppendTask([]byte("prefix"), &task))
+		want = append(want, append([]byte("prefix"), wantTask...))
+		for _, b := range bodies {
+			enc, err := Encode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := codec.Encode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want = append(got, enc), append(want, w)
+		}
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("body %d changed after later encodings:\n got %x\nwant %x", i, got[i], want[i])
+		}
+		if i%(len(bodies)+1) != 0 && len(got[i]) != cap(got[i]) { // a body, not a task
+			t.Errorf("body %d: %d bytes in an array of %d", i, len(got[i]), cap(got[i]))
+		}
+	}
+}
+
+// TestEncodeKnowsEveryType: Encode accepts a body exactly when its event
+// type has a body (newBody), without building one.
+func TestEncodeKnowsEveryType(t *testing.T) {
+	types := append([]EventType{"", "NOPE", "message_received", "TASK_CREATED ", "DISPATCH_"}, EventTypes...)
+	for _, et := range types {
+		_, want := newBody(et)
+		if _, got := bodyTypes[et]; got != want {
+			t.Errorf("%q: Encode knows it %v, newBody %v", et, got, want)
+		}
+		in := &Input{Kind: et} // of type MESSAGE_RECEIVED when et is ""
+		_, want = newBody(in.EventType())
+		_, err := Encode(in)
+		if known := !errors.Is(err, ErrUnknownEvent); known != want {
+			t.Errorf("Encode of an input of kind %q: %v, want known %v", et, err, want)
 		}
 	}
 }

@@ -12,16 +12,33 @@ func (t Task) Clone() Task {
 	return c
 }
 
+// Fork returns a copy of t to apply other events to while t itself is
+// extended too: a prediction, a what-if. It copies no memory: it shares
+// t's strings, maps, plan, reasoning and the elements of its slices,
+// which Apply never writes (it replaces them, and copies a plan before it
+// marks a step), and its slices end at their length, so that the first
+// append to a slice of either task takes a new array. A caller that
+// writes into a task's maps or elements itself clones instead.
+func (t Task) Fork() Task {
+	f := t
+	f.History = capped(t.History)
+	f.Context.ActionsDone = capped(t.Context.ActionsDone)
+	f.Context.Reflections = capped(t.Context.Reflections)
+	f.Context.Messages = capped(t.Context.Messages)
+	return f
+}
+
+// capped returns s with no room to append in place.
+func capped[T any](s []T) []T { return s[:len(s):len(s)] }
+
 func (c Context) clone() Context {
 	n := c
 	n.InputMetadata = cloneMap(c.InputMetadata)
 	if c.Reasoning != nil {
-		r := c.Reasoning.clone()
-		n.Reasoning = &r
+		n.Reasoning = c.Reasoning.clonePtr()
 	}
 	if c.Plan != nil {
-		p := c.Plan.clone()
-		n.Plan = &p
+		n.Plan = c.Plan.clonePtr()
 	}
 	n.ActionsDone = cloneSlice(c.ActionsDone)
 	n.Reflections = cloneSlice(c.Reflections)
@@ -37,22 +54,43 @@ func (c Context) clone() Context {
 	return n
 }
 
-func (r Reasoning) clone() Reasoning {
-	r.ToolCalls = cloneSlice(r.ToolCalls)
-	return r
+// clonePtr returns a copy of *r, with its tool calls in the same
+// allocation when they are few.
+func (r *Reasoning) clonePtr() *Reasoning {
+	var c *Reasoning
+	var calls []ToolCall
+	switch n := len(r.ToolCalls); {
+	case n == 0:
+		c = new(Reasoning)
+	case n <= 2:
+		x := new(struct {
+			r Reasoning
+			c [2]ToolCall
+		})
+		c, calls = &x.r, x.c[:0:n]
+	default:
+		c, calls = new(Reasoning), make([]ToolCall, 0, n)
+	}
+	*c = *r
+	if len(r.ToolCalls) > 0 {
+		c.ToolCalls = append(calls, r.ToolCalls...)
+	} else if r.ToolCalls != nil {
+		c.ToolCalls = r.ToolCalls[:0:0] // empty, not nil, as it was
+	}
+	return c
 }
 
-// clone copies the plan and its steps, sharing nothing with p.
-func (p Plan) clone() Plan {
-	if p.Steps != nil {
-		steps := make([]PlanStep, len(p.Steps))
-		for i, s := range p.Steps {
-			s.ActionParams = cloneMap(s.ActionParams)
-			steps[i] = s
-		}
-		p.Steps = steps
+// clonePtr returns a copy of *p, its steps in the same allocation
+// (copyPlan) and their parameter maps copied.
+func (p *Plan) clonePtr() *Plan {
+	c := copyPlan(p)
+	if p.Steps == nil {
+		c.Steps = nil
 	}
-	return p
+	for i := range c.Steps {
+		c.Steps[i].ActionParams = cloneMap(c.Steps[i].ActionParams)
+	}
+	return c
 }
 
 func (r PostTaskReflection) clone() PostTaskReflection {
@@ -64,13 +102,29 @@ func (r PostTaskReflection) clone() PostTaskReflection {
 	return r
 }
 
+// cloneMessages copies ms and their tool calls, all the tool calls in one
+// array.
 func cloneMessages(ms []Message) []Message {
 	if ms == nil {
 		return nil
 	}
 	out := make([]Message, len(ms))
+	calls := 0
+	for i := range ms {
+		calls += len(ms[i].ToolCalls)
+	}
+	var all []ToolCall
+	if calls > 0 {
+		all = make([]ToolCall, 0, calls)
+	}
 	for i, m := range ms {
-		m.ToolCalls = cloneSlice(m.ToolCalls)
+		if len(m.ToolCalls) > 0 {
+			at := len(all)
+			all = append(all, m.ToolCalls...)
+			m.ToolCalls = all[at:len(all):len(all)]
+		} else if m.ToolCalls != nil {
+			m.ToolCalls = m.ToolCalls[:0:0] // empty, not nil, as it was
+		}
 		out[i] = m
 	}
 	return out

@@ -3,6 +3,8 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"sync"
+	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/internal/codec"
 )
@@ -23,14 +25,43 @@ func Encode(b Body) ([]byte, error) {
 	if b == nil || isNilBody(b) {
 		return nil, fmt.Errorf("fsm: encode: nil body")
 	}
-	if _, ok := newBody(b.EventType()); !ok {
+	if _, ok := bodyTypes[b.EventType()]; !ok {
 		return nil, fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
 	}
-	if out, ok := appendBody(make([]byte, 0, 256), b); ok {
+	// A body encoded by hand is written into a buffer kept between calls,
+	// then copied into one of its own size: one allocation per body, of
+	// the body's size, not a guess grown as it fills.
+	e := encoders.Get().(*taskEncoder)
+	e.b = e.b[:0]
+	var out []byte
+	ok := encBody(e, b)
+	if ok {
+		out = append(make([]byte, 0, len(e.b)), e.b...)
+	}
+	if cap(e.b) <= maxKeptEncoder {
+		encoders.Put(e)
+	}
+	if ok {
 		return out, nil
 	}
 	return marshal(b)
 }
+
+// encoders holds Encode's buffers; one larger than maxKeptEncoder is
+// left to the collector rather than kept.
+var encoders = sync.Pool{New: func() any { return &taskEncoder{b: make([]byte, 0, 1024)} }}
+
+const maxKeptEncoder = 64 << 10
+
+// bodyTypes holds every event type newBody has a body for (EventTypes),
+// so that Encode checks a body's type without building one.
+var bodyTypes = func() map[EventType]struct{} {
+	m := make(map[EventType]struct{}, len(EventTypes))
+	for _, et := range EventTypes {
+		m[et] = struct{}{}
+	}
+	return m
+}()
 
 // Decode decodes the body of an event of type et written with the given
 // schema version. The three input types (MESSAGE_RECEIVED,
@@ -41,7 +72,12 @@ func Encode(b Body) ([]byte, error) {
 // panics, whatever data holds. The decoded strings are the body's own: one
 // copy of data holds them all.
 func Decode(et EventType, schema uint16, data []byte) (Body, error) {
-	return decode(et, schema, data)
+	b, own, ok := newBodyWith(et, len(data))
+	if !ok {
+		return decode(et, schema, data) // the error
+	}
+	copy(own, data)
+	return decodeInto(et, schema, unsafe.String(unsafe.SliceData(own), len(own)), b, nil)
 }
 
 // DecodeShared is Decode for a body held in a string: the decoded strings
@@ -182,51 +218,116 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 
 // newBody returns a new, empty body for an event type.
 func newBody(et EventType) (Body, bool) {
+	b, _, ok := newBodyWith(et, -1)
+	return b, ok
+}
+
+// newBodyWith returns a new, empty body for an event type and, when n >=
+// 0, n bytes beside it, in the same allocation when n is small: Decode
+// copies the encoded body there, and the decoded strings point into it.
+func newBodyWith(et EventType, n int) (Body, []byte, bool) {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired:
-		return &Input{}, true
+		return with[Input](n)
 	case TaskCreated:
-		return &TaskCreatedBody{}, true
+		return with[TaskCreatedBody](n)
 	case ReasonDone:
-		return &ReasonDoneBody{}, true
+		return with[ReasonDoneBody](n)
 	case NeedMoreInfo:
-		return &NeedMoreInfoBody{}, true
+		return with[NeedMoreInfoBody](n)
 	case ToolCallStarted:
-		return &ToolCallStartedBody{}, true
+		return with[ToolCallStartedBody](n)
 	case ToolCallCompleted, ToolCallFailed:
-		return &ToolCallResultBody{}, true
+		return with[ToolCallResultBody](n)
 	case StepCompleted:
-		return &StepCompletedBody{}, true
+		return with[StepCompletedBody](n)
 	case TaskSuspended:
-		return &TaskSuspendedBody{}, true
+		return with[TaskSuspendedBody](n)
 	case TaskResumed:
-		return &TaskResumedBody{}, true
+		return with[TaskResumedBody](n)
 	case TaskFailed:
-		return &TaskFailedBody{}, true
+		return with[TaskFailedBody](n)
 	case TaskCompleted:
-		return &TaskCompletedBody{}, true
+		return with[TaskCompletedBody](n)
 	case ReflectionComplete:
-		return &ReflectionCompleteBody{}, true
+		return with[ReflectionCompleteBody](n)
 	case TaskNotify:
-		return &TaskNotifyBody{}, true
+		return with[TaskNotifyBody](n)
 	case ModelCalled:
-		return &ModelCalledBody{}, true
+		return with[ModelCalledBody](n)
 	case BudgetExceeded:
-		return &BudgetExceededBody{}, true
+		return with[BudgetExceededBody](n)
 	case PerceiveDone:
-		return &PerceiveDoneBody{}, true
+		return with[PerceiveDoneBody](n)
 	case ThinkDone:
-		return &ThinkDoneBody{}, true
+		return with[ThinkDoneBody](n)
 	case PlanDone:
-		return &PlanDoneBody{}, true
+		return with[PlanDoneBody](n)
 	case ActDone:
-		return &ActDoneBody{}, true
+		return with[ActDoneBody](n)
 	case ReflectDone:
-		return &ReflectDoneBody{}, true
+		return with[ReflectDoneBody](n)
 	case SubTaskCreated:
-		return &SubTaskCreatedBody{}, true
+		return with[SubTaskCreatedBody](n)
 	}
-	return newDispatchBody(et)
+	b, ok := newDispatchBody(et) // the broker's bodies: not decoded on the agent's path
+	if !ok || n < 0 {
+		return b, nil, ok
+	}
+	return b, make([]byte, n), true
+}
+
+// with returns a new T and, when n >= 0, n bytes, in one allocation for
+// up to 512 bytes (the bodies of an agent's task are 20 to 320 bytes),
+// rounded up to 32 or 64 bytes. The bytes live as long as the body or a
+// string cut from them does.
+func with[T any, P interface {
+	*T
+	Body
+}](n int) (Body, []byte, bool) {
+	var b *T
+	var d []byte
+	switch {
+	case n < 0:
+		b = new(T)
+	case n <= 32:
+		b, d = beside[T, [32]byte](n)
+	case n <= 64:
+		b, d = beside[T, [64]byte](n)
+	case n <= 96:
+		b, d = beside[T, [96]byte](n)
+	case n <= 128:
+		b, d = beside[T, [128]byte](n)
+	case n <= 160:
+		b, d = beside[T, [160]byte](n)
+	case n <= 192:
+		b, d = beside[T, [192]byte](n)
+	case n <= 224:
+		b, d = beside[T, [224]byte](n)
+	case n <= 256:
+		b, d = beside[T, [256]byte](n)
+	case n <= 320:
+		b, d = beside[T, [320]byte](n)
+	case n <= 384:
+		b, d = beside[T, [384]byte](n)
+	case n <= 448:
+		b, d = beside[T, [448]byte](n)
+	case n <= 512:
+		b, d = beside[T, [512]byte](n)
+	default:
+		b, d = new(T), make([]byte, n)
+	}
+	return P(b), d, true
+}
+
+// beside allocates a T and an array A of bytes in one object, and returns
+// the T and the array's first n bytes (n <= len(A)).
+func beside[T, A any](n int) (*T, []byte) {
+	x := new(struct {
+		b T
+		d A
+	})
+	return &x.b, unsafe.Slice((*byte)(unsafe.Pointer(&x.d)), n)
 }
 
 // EventTypes lists every event type this package has a body for, in a
@@ -270,9 +371,16 @@ func EncodeTask(t Task) ([]byte, error) { return AppendTask(nil, &t), nil }
 
 // AppendTask appends EncodeTask's encoding of t to dst.
 func AppendTask(dst []byte, t *Task) []byte {
-	e := taskEncoder{b: slices.Grow(dst, sizeHint(t))}
-	encTask(&e, t)
-	return e.b
+	// An encoder of Encode's pool, with dst in place of its buffer: one on
+	// the stack would escape to the heap.
+	e := encoders.Get().(*taskEncoder)
+	kept := e.b
+	e.b = slices.Grow(dst, sizeHint(t))
+	encTask(e, t)
+	out := e.b
+	e.b = kept
+	encoders.Put(e)
+	return out
 }
 
 // sizeHint estimates the encoded size of t from its largest parts, so that

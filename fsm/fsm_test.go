@@ -84,6 +84,28 @@ func TestCloneIsDeep(t *testing.T) {
 	}
 }
 
+// TestCloneKeepsEmptiness: a clone keeps nil and empty slices apart, as
+// the original has them, and appending to one message's tool calls in a
+// clone leaves the next message's alone (they share one array).
+func TestCloneKeepsEmptiness(t *testing.T) {
+	calls := []ToolCall{{ID: "1"}, {ID: "2"}}
+	for _, rc := range [][]ToolCall{nil, {}, calls[:1], calls, append(calls, calls...)} {
+		task := Task{Context: Context{
+			Reasoning: &Reasoning{Text: "r", ToolCalls: rc},
+			Plan:      &Plan{Goal: "g"},
+			Messages:  []Message{{Content: "a", ToolCalls: rc}, {Content: "b", ToolCalls: []ToolCall{}}, {Content: "c"}, {Content: "d", ToolCalls: calls}},
+		}}
+		c := task.Clone()
+		if !reflect.DeepEqual(c, task) {
+			t.Fatalf("tool calls %v: clone differs:\n got %#v\nwant %#v", rc, c, task)
+		}
+		c.Context.Messages[0].ToolCalls = append(c.Context.Messages[0].ToolCalls, ToolCall{ID: "new"})
+		if !reflect.DeepEqual(c.Context.Messages[3].ToolCalls, calls) {
+			t.Fatalf("tool calls %v: appending to a message's calls changed the next one's: %v", rc, c.Context.Messages[3].ToolCalls)
+		}
+	}
+}
+
 // scribble overwrites every settable string, bool and number reachable
 // from v, through pointers, slices and maps.
 func scribble(v reflect.Value) {
@@ -135,6 +157,9 @@ func TestForkWithClone(t *testing.T) {
 	}
 	if a, b := branches(base.Clone()); a != "A" || b != "B" {
 		t.Fatalf("cloned branches interfere: %q %q", a, b)
+	}
+	if a, b := branches(base.Fork()); a != "A" || b != "B" {
+		t.Fatalf("forked branches interfere: %q %q", a, b)
 	}
 	if a, _ := branches(base); a != "B" {
 		t.Fatalf("without a clone the branches should share memory (documented); got %q", a)

@@ -135,12 +135,18 @@ func randomWalks(t *testing.T, m Machine, seed int64) {
 		)
 		snapAt := rng.Intn(length)
 		var snap []byte
-		var fork Task
+		var fork, branch Task
 		var forkAt int
+		var branchEnc []byte
+		// branchRng draws the events of a branch forked (Task.Fork) at the
+		// snapshot, apart from the walk's own.
+		branchRng := rand.New(rand.NewSource(seed + int64(w) + 1))
 		for i := range length {
 			if i == snapAt {
 				snap = mustEncode(t, task)
 				fork = task.Clone()
+				branch = forkBranch(t, branchRng, s, m, task.Fork(), 3)
+				branchEnc = mustEncode(t, branch)
 				forkAt = len(accepted)
 			}
 			ev := randomEvent(rng, &s, m, task)
@@ -205,6 +211,16 @@ func randomWalks(t *testing.T, m Machine, seed int64) {
 			if got := fold(t, fork, accepted[forkAt:]); !bytes.Equal(want, mustEncode(t, got)) {
 				t.Fatalf("walk %d: fold from clone at %d differs", w, forkAt)
 			}
+			// The branch forked at the snapshot shares the walk's arrays:
+			// the walk must not have written into its own, nor may it
+			// write into the walk's as it goes on.
+			if !bytes.Equal(branchEnc, mustEncode(t, branch)) {
+				t.Fatalf("walk %d: the walk changed the branch forked at %d", w, forkAt)
+			}
+			forkBranch(t, branchRng, s, m, branch, 3)
+			if !bytes.Equal(want, mustEncode(t, task)) {
+				t.Fatalf("walk %d: the branch forked at %d changed the task", w, forkAt)
+			}
 		}
 		if got, err := DecodeTask(want); err != nil || !bytes.Equal(want, mustEncode(t, got)) {
 			t.Fatalf("walk %d: EncodeTask/DecodeTask round trip differs (%v)", w, err)
@@ -216,6 +232,18 @@ func randomWalks(t *testing.T, m Machine, seed int64) {
 		}
 	}
 	t.Logf("states after accepted events: %v", reached)
+}
+
+// forkBranch applies up to n random events to task, a fork, with a
+// stepper of its own, and returns it.
+func forkBranch(t *testing.T, rng *rand.Rand, s stepper, m Machine, task Task, n int) Task {
+	t.Helper()
+	for range n {
+		if next, err := Apply(task, randomEvent(rng, &s, m, task)); err == nil {
+			task = next
+		}
+	}
+	return task
 }
 
 func fold(t *testing.T, task Task, evs []Event) Task {

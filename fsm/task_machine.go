@@ -350,8 +350,10 @@ func create(v int, n *Task, ev *Event) error {
 	return nil
 }
 
-// historyCap is the History capacity of a new task.
-const historyCap = 16
+// historyCap is the History capacity of a new task: room for a task whose
+// model asks for tools in one or two turns, then answers (5 to 7
+// transitions); a longer one grows it.
+const historyCap = 8
 
 // step applies every event but TASK_CREATED to n, whose state is from; the
 // event type is legal in it. Each case checks the body fully before it
@@ -363,7 +365,7 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		if reason := checkPlan(&b.Plan, ActionToolCall, ActionRespond, ActionGenerate); reason != "" {
+		if reason := checkPlan(&b.Plan, stepKindsV1); reason != "" {
 			return eventErr(from, ev.Type, "%s", reason)
 		}
 		setPlan(n, &b.Plan)
@@ -665,9 +667,15 @@ func currentStep(t *Task, from State, et EventType, idx int, kinds ...ActionType
 	return nil, eventErr(from, et, "step %d is a %s step: %s completes only %s steps", idx, step.ActionType, et, strings.Join(names, " and "))
 }
 
+// The kinds of step a plan of each version may have. Never modified.
+var (
+	stepKindsV0 = []ActionType{ActionToolCall, ActionGenerate, ActionSubTask}
+	stepKindsV1 = []ActionType{ActionToolCall, ActionRespond, ActionGenerate}
+)
+
 // checkPlan says what is wrong with a new plan (REASON_DONE, PLAN_DONE)
 // whose steps may be of the given kinds, or "".
-func checkPlan(p *Plan, kinds ...ActionType) string {
+func checkPlan(p *Plan, kinds []ActionType) string {
 	if len(p.Steps) == 0 {
 		return "empty plan: a plan has at least one step"
 	}

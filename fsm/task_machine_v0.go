@@ -151,7 +151,7 @@ func (taskMachineV0) step(n *Task, from State, ev *Event) error {
 		if err != nil {
 			return err
 		}
-		if reason := checkPlan(&b.Plan, ActionToolCall, ActionGenerate, ActionSubTask); reason != "" {
+		if reason := checkPlan(&b.Plan, stepKindsV0); reason != "" {
 			return eventErr(from, ev.Type, "%s", reason)
 		}
 		setPlan(n, &b.Plan)

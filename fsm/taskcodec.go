@@ -210,7 +210,11 @@ func (e *taskEncoder) fStrMap(f *fields, k string, m map[string]string) {
 	}
 	e.key(f, k)
 	e.mapLen(len(m))
-	keys := make([]string, 0, len(m))
+	var small [8]string // most maps are small: their keys sorted on the stack
+	keys := small[:0]
+	if len(m) > len(small) {
+		keys = make([]string, 0, len(m))
+	}
 	for k := range m {
 		keys = append(keys, k)
 	}
