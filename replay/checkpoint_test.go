@@ -20,6 +20,8 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
 // holdFS holds every write that carries a marker, once armed, until
@@ -368,5 +370,83 @@ func TestCheckpointWritesInKeyOrder(t *testing.T) {
 		if !slices.EqualFunc(got, want, bytes.Equal) {
 			t.Fatalf("round %d: %d keys not in key order:\n%q\nwant\n%q", round, len(keys), got, want)
 		}
+	}
+}
+
+// TestCheckpointStoresEachRecordsEncoding: a checkpoint written as a
+// batch or ingested stores, for each changed task, exactly the bytes of
+// its encoders (record, summary, progress), its queue key, its active
+// marker while it is not finished and none once it is, and nothing else.
+func TestCheckpointStoresEachRecordsEncoding(t *testing.T) {
+	seed := testSeed(t)
+	evs := replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700})
+	set := projection.NewSet(projection.Options{})
+	for _, raw := range evs {
+		ev, err := Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set.Apply(ev)
+	}
+	p, err := set.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ingest := range []int{1, 1 << 30} {
+		l, _ := logWith(t, nil)
+		st := &store{log: l, ingest: ingest}
+		if err := st.write(context.Background(), &p, "test"); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{string(keyMeta): "", string(keyStats): string(p.Stats)}
+		terminal := 0
+		for i := range p.Tasks {
+			r := &p.Tasks[i]
+			id := r.Task.ID
+			tb, _ := projection.EncodeStoredTask(&r.Task, r.InputSeq)
+			sb, _ := r.Summary.Encode()
+			want[string(taskKey(prefTask, id))] = string(tb)
+			want[string(taskKey(prefSum, id))] = string(sb)
+			want[prefQueue+string(r.Summary.QueueKey())] = ""
+			if r.Progress != nil {
+				pb, _ := r.Progress.EncodeStored(&r.Task)
+				want[string(taskKey(prefProg, id))] = string(pb)
+			}
+			if r.Task.IsTerminal() {
+				terminal++
+			} else {
+				want[string(taskKey(prefActive, id))] = ""
+			}
+		}
+		for i := range p.Facts {
+			want[string(taskKey(prefFact, p.Facts[i].Path))] = "?"
+		}
+		for i := range p.Episodes {
+			want[string(episodeKey(p.Episodes[i].Seq))] = "?"
+		}
+		if terminal == 0 || terminal == len(p.Tasks) {
+			t.Fatalf("%d tasks, %d finished: the test needs both kinds", len(p.Tasks), terminal)
+		}
+		it := l.ScanAux(keyPrefix)
+		n := 0
+		for it.Next() {
+			k, v := string(it.Key()), string(it.Value())
+			w, ok := want[k]
+			switch {
+			case !ok:
+				t.Fatalf("ingest %d: unexpected key %q", ingest, k)
+			case k != string(keyMeta) && w != "?" && v != w:
+				t.Fatalf("ingest %d: %q holds %x, want %x", ingest, k, v, w)
+			}
+			n++
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		it.Close()
+		if n != len(want) {
+			t.Fatalf("ingest %d: %d keys stored, want %d", ingest, n, len(want))
+		}
+		l.Close()
 	}
 }

@@ -374,6 +374,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		ops = append(ops, kv{k, v, del})
 		size += len(k) + len(v)
 	}
+	var a arena
 	for i := range p.Tasks {
 		if i&255 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -382,25 +383,29 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		r := &p.Tasks[i]
 		id := r.Task.ID
-		tb, err := projection.EncodeStoredTask(&r.Task, r.InputSeq)
-		if err != nil {
-			return err
-		}
-		sb, err := r.Summary.Encode()
-		if err != nil {
-			return err
-		}
-		add(taskKey(prefTask, id), tb, false)
-		add(taskKey(prefSum, id), sb, false)
-		add(append([]byte(prefQueue), r.Summary.QueueKey()...), nil, false)
+		a.reserve(arenaTask + len(r.Task.Context.InputText))
+		at := len(a.b)
+		a.b = projection.AppendStoredTask(a.b, &r.Task, r.InputSeq)
+		tb := a.cut(at)
+		add(a.key(prefTask, id), tb, false)
+		at = len(a.b)
+		a.b = r.Summary.AppendEncode(a.b)
+		sb := a.cut(at)
+		add(a.key(prefSum, id), sb, false)
+		at = len(a.b)
+		a.b = projection.AppendQueueKey(append(a.b, prefQueue...), r.Summary.Machine, r.Summary.Priority, r.Summary.CreatedAt, id)
+		add(a.cut(at), nil, false)
 		if r.Progress != nil {
-			pb, err := r.Progress.EncodeStored(&r.Task)
+			at = len(a.b)
+			b, err := r.Progress.AppendStored(a.b, &r.Task)
 			if err != nil {
 				return err
 			}
-			add(taskKey(prefProg, id), pb, false)
+			a.b = b
+			pb := a.cut(at)
+			add(a.key(prefProg, id), pb, false)
 		}
-		add(taskKey(prefActive, id), nil, r.Task.IsTerminal())
+		add(a.key(prefActive, id), nil, r.Task.IsTerminal())
 	}
 	for i := range p.Snapshots {
 		t := &p.Snapshots[i].Task
@@ -456,6 +461,39 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	}
 	s.written.Add(int64(size))
 	return nil
+}
+
+// arena holds the keys and values a checkpoint encodes, appended one
+// after the other into shared chunks: a few allocations per checkpoint
+// where each task's record, summary, progress and keys took one or two
+// each. What it hands out is capped (cut), so nothing appended later
+// writes over it; a chunk that an encoding outgrows is copied by append
+// and the earlier parts stay valid in the old one.
+type arena struct{ b []byte }
+
+// arenaChunk is the size of the arena's chunks, arenaTask the room a
+// task's records and keys usually take at most, besides its input text.
+const (
+	arenaChunk = 256 << 10
+	arenaTask  = 8 << 10
+)
+
+// reserve makes room for n bytes, in a new chunk if the current one is
+// short of it.
+func (a *arena) reserve(n int) {
+	if cap(a.b)-len(a.b) < n {
+		a.b = make([]byte, 0, max(arenaChunk, n))
+	}
+}
+
+// cut returns what was appended since a.b held at bytes.
+func (a *arena) cut(at int) []byte { return a.b[at:len(a.b):len(a.b)] }
+
+// key appends the key prefix+id and returns it.
+func (a *arena) key(prefix, id string) []byte {
+	at := len(a.b)
+	a.b = append(append(a.b, prefix...), id...)
+	return a.cut(at)
 }
 
 // inKeyOrder returns ops sorted by key(op), so that the ingest that
