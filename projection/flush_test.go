@@ -162,3 +162,43 @@ func TestFlushedEvictsWhatItVisited(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingUnlisted: a task is Unlisted in a Pending only while no
+// earlier Pending held it unfinished and it was not restored, so that a
+// checkpoint skips removing an active listing only where none was ever
+// written, even when that Pending's write failed.
+func TestPendingUnlisted(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	quick := mustApply(t, s, sc.ev("", created("cli"))).After.ID // finished before any checkpoint
+	slow := mustApply(t, s, sc.ev("", created("cli"))).After.ID  // unfinished at the first
+	mustApply(t, s, sc.ev(quick, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	unlisted := func(p Pending) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range p.Tasks {
+			m[r.Task.ID] = r.Unlisted
+		}
+		return m
+	}
+	p, _ := s.Pending()
+	if u := unlisted(p); !u[quick] || !u[slow] {
+		t.Fatalf("first pending: unlisted %v, want both", u)
+	}
+	// The first write is lost (no Flushed): slow may be listed anyway.
+	mustApply(t, s, sc.ev(slow, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	p, _ = s.Pending()
+	if u := unlisted(p); !u[quick] || u[slow] {
+		t.Fatalf("second pending: unlisted %v, want only %s", u, quick)
+	}
+	s.Flushed(p.Seq)
+	// Restored from persisted state: listed as far as the Set knows.
+	r := NewSet(Options{})
+	task := mustApply(t, r, sc.ev("", created("cli"))).After
+	r2 := NewSet(Options{})
+	r2.RestoreTask(task, nil, 0)
+	mustApply(t, r2, sc.ev(task.ID, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	p, _ = r2.Pending()
+	if len(p.Tasks) != 1 || p.Tasks[0].Unlisted {
+		t.Fatalf("restored task: %+v", p.Tasks)
+	}
+}

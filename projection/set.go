@@ -298,6 +298,7 @@ func (s *Set) ApplyTo(ch *Change, ev fsm.Event) {
 		ch.After = after
 		if sl == nil {
 			sl = s.tasks.put(after)
+			sl.unlisted = true
 		} else {
 			s.tasks.set(sl, after)
 		}
@@ -359,6 +360,11 @@ type TaskRecord struct {
 	InputSeq uint64
 	Progress *Progress
 	Summary  Summary
+	// Unlisted reports that no earlier Pending held the task unfinished
+	// and it was not restored from persisted state: what persists the
+	// records has never listed it as active, so a finished task has no
+	// such listing to remove. False when unknown.
+	Unlisted bool
 }
 
 // Snapshot is a task queued for a per-task snapshot, with its InputSeq.
@@ -383,7 +389,9 @@ type Pending struct {
 }
 
 // Pending returns what changed since the last Flushed, as of the last
-// event folded. It does not change the Set.
+// event folded. It changes nothing the Set folds or serves; it notes only
+// that the tasks it holds unfinished may now be listed as active where
+// it is persisted (TaskRecord.Unlisted), even if that write fails.
 func (s *Set) Pending() (Pending, error) {
 	stats, err := s.stats.Encode()
 	if err != nil {
@@ -399,6 +407,10 @@ func (s *Set) Pending() (Pending, error) {
 	for i, sl := range dirty {
 		r := &p.Tasks[i]
 		r.Task, r.InputSeq, r.Summary = sl.task, sl.inputSeq, Summarize(&sl.task)
+		r.Unlisted = sl.unlisted
+		if !sl.task.IsTerminal() {
+			sl.unlisted = false
+		}
 		if sl.hasProg {
 			progs[i] = sl.progress
 			r.Progress = &progs[i]

@@ -405,7 +405,15 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 			pb := a.cut(at)
 			add(a.key(prefProg, id), pb, false)
 		}
-		add(a.key(prefActive, id), nil, r.Task.IsTerminal())
+		switch {
+		case !r.Task.IsTerminal():
+			add(a.key(prefActive, id), nil, false)
+		case !r.Unlisted:
+			// A finished task created and finished between two
+			// checkpoints was never listed: no tombstone for it, which
+			// the scan of proj/a at start would step over.
+			add(a.key(prefActive, id), nil, true)
+		}
 	}
 	for i := range p.Snapshots {
 		t := &p.Snapshots[i].Task
