@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -53,8 +55,9 @@ func BenchmarkFoldLive(b *testing.B) {
 }
 
 // BenchmarkCheckpointFinished writes checkpoints of 1,000 finished tasks
-// (their records, summaries, progress, queue keys and active markers)
-// into a log: the encoding and the ingest of store.write.
+// (their records, summaries, progress and queue keys) into a log: the
+// encoding and the write of store.write, ingested as sstables (as a
+// checkpoint of that size is) or committed as one synced batch.
 func BenchmarkCheckpointFinished(b *testing.B) {
 	const tasks = 1000
 	l, evs := viewBenchLog(b, tasks)
@@ -70,16 +73,36 @@ func BenchmarkCheckpointFinished(b *testing.B) {
 	if err != nil || len(p.Tasks) != tasks {
 		b.Fatalf("pending: %d tasks, %v", len(p.Tasks), err)
 	}
-	st := &store{log: l}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	c0 := cpuTime()
-	for i := 0; i < b.N; i++ {
-		if err := st.write(ctx, &p, "bench"); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name   string
+		ingest int
+	}{{"ingest", 0}, {"batch", 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := &store{log: l, ingest: c.ingest}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				// Tasks of their own each time, with later ids, as the
+				// tasks each checkpoint of a running daemon writes.
+				b.StopTimer()
+				q := p
+				q.Tasks = slices.Clone(p.Tasks)
+				for j := range q.Tasks {
+					r := &q.Tasks[j]
+					r.Task.ID = fmt.Sprintf("%s%08d", c.name[:1], i) + r.Task.ID[9:]
+					r.Summary.ID = r.Task.ID
+				}
+				b.StartTimer()
+				c0 := cpuTime()
+				if err := st.write(ctx, &q, "bench"); err != nil {
+					b.Fatal(err)
+				}
+				cpu += cpuTime() - c0
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*tasks), "cpu-ns/task")
+			b.ReportMetric(float64(st.written.Load())/float64(b.N*tasks), "B-written/task")
+		})
 	}
-	b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N*tasks), "cpu-ns/task")
-	b.ReportMetric(float64(st.written.Load())/float64(b.N*tasks), "B-written/task")
 }
