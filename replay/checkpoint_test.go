@@ -364,7 +364,7 @@ func TestCheckpointWritesInKeyOrder(t *testing.T) {
 			keys = append(keys, snapKey(fmt.Sprintf("01KSNAP%d", rng.IntN(9)), rng.Uint64()), episodeKey(rng.Uint64()), taskKey(prefFact, fmt.Sprint(rng.IntN(1e6))))
 		}
 		keys = append(keys, keyStats, keyMeta, []byte("p"), []byte("proj"))
-		got := inKeyOrder(slices.Clone(keys), func(k []byte) []byte { return k })
+		got := inKeyOrder(nil, slices.Clone(keys), func(k []byte) []byte { return k })
 		want := slices.Clone(keys)
 		slices.SortFunc(want, bytes.Compare)
 		if !slices.EqualFunc(got, want, bytes.Equal) {
@@ -376,25 +376,41 @@ func TestCheckpointWritesInKeyOrder(t *testing.T) {
 // TestCheckpointStoresEachRecordsEncoding: a checkpoint written as a
 // batch or ingested stores, for each changed task, exactly the bytes of
 // its encoders (record, summary, progress), its queue key, its active
-// marker while it is not finished and none once it is, and nothing else.
+// marker while it is not finished and none once it is, and nothing else;
+// also when its store encodes into the buffers of an earlier checkpoint.
 func TestCheckpointStoresEachRecordsEncoding(t *testing.T) {
 	seed := testSeed(t)
-	evs := replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700})
-	set := projection.NewSet(projection.Options{})
-	for _, raw := range evs {
-		ev, err := Decode(raw)
+	pending := func(seed uint64) projection.Pending {
+		evs := replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700})
+		set := projection.NewSet(projection.Options{})
+		for _, raw := range evs {
+			ev, err := Decode(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			set.Apply(ev)
+		}
+		p, err := set.Pending()
 		if err != nil {
 			t.Fatal(err)
 		}
-		set.Apply(ev)
+		return p
 	}
-	p, err := set.Pending()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, earlier := pending(seed), pending(seed+1)
 	for _, ingest := range []int{1, 1 << 30} {
+		// The earlier checkpoint in a log of its own: its buffers only
+		// are left for the one checked.
+		l0, _ := logWith(t, nil)
+		st := &store{log: l0, ingest: ingest}
+		if err := st.write(context.Background(), &earlier, "test"); err != nil {
+			t.Fatal(err)
+		}
+		l0.Close()
+		if len(st.spare.chunks) == 0 || cap(st.spare.ops) == 0 || cap(st.spare.out) == 0 {
+			t.Fatalf("ingest %d: the store kept %d chunks, ops for %d and %d writes", ingest, len(st.spare.chunks), cap(st.spare.ops), cap(st.spare.out))
+		}
 		l, _ := logWith(t, nil)
-		st := &store{log: l, ingest: ingest}
+		st.log = l
 		if err := st.write(context.Background(), &p, "test"); err != nil {
 			t.Fatal(err)
 		}
