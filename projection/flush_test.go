@@ -2,6 +2,7 @@ package projection
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -200,5 +201,50 @@ func TestPendingUnlisted(t *testing.T) {
 	p, _ = r2.Pending()
 	if len(p.Tasks) != 1 || p.Tasks[0].Unlisted {
 		t.Fatalf("restored task: %+v", p.Tasks)
+	}
+}
+
+// TestPendingReusing: a Pending written into the arrays of an earlier one
+// says what a fresh one says, and Reset leaves nothing of what it held
+// reachable through the arrays it keeps.
+func TestPendingReusing(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	var ids []string
+	var reused Pending
+	for round := range 6 {
+		for range 5 - round%3 {
+			ids = append(ids, mustApply(t, s, sc.ev("", created("cli"))).After.ID)
+		}
+		mustApply(t, s, sc.ev(ids[round], &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+		if err := s.PendingReusing(&reused); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := s.Pending()
+		// The first Pending marked what it held unfinished as listed
+		// (TestPendingUnlisted): the only difference allowed.
+		for i := range fresh.Tasks {
+			if i < len(reused.Tasks) && reused.Tasks[i].Unlisted && !reused.Tasks[i].Task.IsTerminal() {
+				fresh.Tasks[i].Unlisted = true
+			}
+		}
+		if err != nil || !reflect.DeepEqual(fresh, reused) {
+			t.Fatalf("round %d: reused\n%+v\nfresh\n%+v\n%v", round, reused, fresh, err)
+		}
+		s.Flushed(reused.Seq)
+		reused.Reset()
+		if len(reused.Tasks) != 0 || cap(reused.Tasks) == 0 || reused.Seq != 0 || reused.Stats != nil {
+			t.Fatalf("round %d: reset left %+v", round, reused)
+		}
+		for i, r := range reused.Tasks[:cap(reused.Tasks)] {
+			if !reflect.DeepEqual(r, TaskRecord{}) {
+				t.Fatalf("round %d: record %d still held after Reset", round, i)
+			}
+		}
+		for i, p := range reused.progs[:cap(reused.progs)] {
+			if !reflect.DeepEqual(p, Progress{}) {
+				t.Fatalf("round %d: progress %d still held after Reset", round, i)
+			}
+		}
 	}
 }
