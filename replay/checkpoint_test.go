@@ -381,20 +381,7 @@ func TestCheckpointWritesInKeyOrder(t *testing.T) {
 func TestCheckpointStoresEachRecordsEncoding(t *testing.T) {
 	seed := testSeed(t)
 	pending := func(seed uint64) projection.Pending {
-		evs := replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700})
-		set := projection.NewSet(projection.Options{})
-		for _, raw := range evs {
-			ev, err := Decode(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			set.Apply(ev)
-		}
-		p, err := set.Pending()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return pendingOf(t, replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700}))
 	}
 	p, earlier := pending(seed), pending(seed+1)
 	for _, ingest := range []int{1, 1 << 30} {
@@ -465,4 +452,23 @@ func TestCheckpointStoresEachRecordsEncoding(t *testing.T) {
 		}
 		l.Close()
 	}
+}
+
+// pendingOf folds evs into a Set and returns what a checkpoint of it
+// would write.
+func pendingOf(tb testing.TB, evs []eventlog.Event) projection.Pending {
+	tb.Helper()
+	set := projection.NewSet(projection.Options{})
+	for _, raw := range evs {
+		ev, err := Decode(raw)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		set.Apply(ev)
+	}
+	p, err := set.Pending()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

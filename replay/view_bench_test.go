@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
-	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
@@ -61,17 +60,9 @@ func BenchmarkFoldLive(b *testing.B) {
 func BenchmarkCheckpointFinished(b *testing.B) {
 	const tasks = 1000
 	l, evs := viewBenchLog(b, tasks)
-	set := projection.NewSet(projection.Options{})
-	for _, raw := range evs {
-		ev, err := Decode(raw)
-		if err != nil {
-			b.Fatal(err)
-		}
-		set.Apply(ev)
-	}
-	p, err := set.Pending()
-	if err != nil || len(p.Tasks) != tasks {
-		b.Fatalf("pending: %d tasks, %v", len(p.Tasks), err)
+	p := pendingOf(b, evs)
+	if len(p.Tasks) != tasks {
+		b.Fatalf("pending: %d tasks", len(p.Tasks))
 	}
 	for _, c := range []struct {
 		name   string
