@@ -465,9 +465,9 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		case !r.Task.IsTerminal():
 			add(a.key(prefActive, id), nil, false)
 		case !r.Unlisted:
-			// A finished task created and finished between two
-			// checkpoints was never listed: no tombstone for it, which
-			// the scan of proj/a at start would step over.
+			// Finished: its listing goes. One created and finished
+			// between two checkpoints never had one, and gets no
+			// tombstone for the scan of proj/a at start to step over.
 			add(a.key(prefActive, id), nil, true)
 		}
 	}
