@@ -26,9 +26,11 @@ type AuxBatch struct {
 	b   *pebble.Batch
 	key []byte
 	end []byte
-	// ops collects the writes instead of b (IngestAux).
-	ops []auxOp
-	err error
+	// ops collects the writes instead of b (IngestAux), their keys
+	// copied into keys, a chunk shared by many (opKey).
+	ops  []auxOp
+	keys []byte
+	err  error
 	// split, when positive, makes IngestAux write one sstable per run of
 	// keys that share their first split bytes (SplitTables).
 	split int
@@ -62,10 +64,25 @@ func (a *AuxBatch) auxKey(dst, key []byte) []byte {
 	return append(dst, key...)
 }
 
+// opKey returns the aux key of key for an op IngestAux collects: copied
+// into the batch's current chunk of keys, one allocation for many keys.
+func (a *AuxBatch) opKey(key []byte) []byte {
+	n := 1 + len(key)
+	if cap(a.keys)-len(a.keys) < n {
+		a.keys = make([]byte, 0, max(auxKeyChunk, n))
+	}
+	at := len(a.keys)
+	a.keys = append(append(a.keys, PrefixAux), key...)
+	return a.keys[at:len(a.keys):len(a.keys)]
+}
+
+// auxKeyChunk is the size of the chunks opKey copies keys into.
+const auxKeyChunk = 32 << 10
+
 // Set sets key to value.
 func (a *AuxBatch) Set(key, value []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), value: value})
+		a.ops = append(a.ops, auxOp{key: a.opKey(key), value: value})
 		return
 	}
 	a.key = a.auxKey(a.key, key)
@@ -75,7 +92,7 @@ func (a *AuxBatch) Set(key, value []byte) {
 // Delete deletes key.
 func (a *AuxBatch) Delete(key []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), del: true})
+		a.ops = append(a.ops, auxOp{key: a.opKey(key), del: true})
 		return
 	}
 	a.key = a.auxKey(a.key, key)

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -158,6 +159,91 @@ func TestFlushedEvictsWhatItVisited(t *testing.T) {
 			}
 			if rng.IntN(3) == 0 {
 				s.Cool(0)
+			}
+		}
+	}
+}
+
+// TestPendingUnlisted: a task is Unlisted in a Pending only while no
+// earlier Pending held it unfinished and it was not restored, so that a
+// checkpoint skips removing an active listing only where none was ever
+// written, even when that Pending's write failed.
+func TestPendingUnlisted(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	quick := mustApply(t, s, sc.ev("", created("cli"))).After.ID // finished before any checkpoint
+	slow := mustApply(t, s, sc.ev("", created("cli"))).After.ID  // unfinished at the first
+	mustApply(t, s, sc.ev(quick, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	unlisted := func(p Pending) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range p.Tasks {
+			m[r.Task.ID] = r.Unlisted
+		}
+		return m
+	}
+	p, _ := s.Pending()
+	if u := unlisted(p); !u[quick] || !u[slow] {
+		t.Fatalf("first pending: unlisted %v, want both", u)
+	}
+	// The first write is lost (no Flushed): slow may be listed anyway.
+	mustApply(t, s, sc.ev(slow, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	p, _ = s.Pending()
+	if u := unlisted(p); !u[quick] || u[slow] {
+		t.Fatalf("second pending: unlisted %v, want only %s", u, quick)
+	}
+	s.Flushed(p.Seq)
+	// Restored from persisted state: listed as far as the Set knows.
+	r := NewSet(Options{})
+	task := mustApply(t, r, sc.ev("", created("cli"))).After
+	r2 := NewSet(Options{})
+	r2.RestoreTask(task, nil, 0)
+	mustApply(t, r2, sc.ev(task.ID, &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+	p, _ = r2.Pending()
+	if len(p.Tasks) != 1 || p.Tasks[0].Unlisted {
+		t.Fatalf("restored task: %+v", p.Tasks)
+	}
+}
+
+// TestPendingReusing: a Pending written into the arrays of an earlier one
+// says what a fresh one says, and Reset leaves nothing of what it held
+// reachable through the arrays it keeps.
+func TestPendingReusing(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	var ids []string
+	var reused Pending
+	for round := range 6 {
+		for range 5 - round%3 {
+			ids = append(ids, mustApply(t, s, sc.ev("", created("cli"))).After.ID)
+		}
+		mustApply(t, s, sc.ev(ids[round], &fsm.TaskFailedBody{Error: "no", Reason: "cancelled"}))
+		if err := s.PendingReusing(&reused); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := s.Pending()
+		// The first Pending marked what it held unfinished as listed
+		// (TestPendingUnlisted): the only difference allowed.
+		for i := range fresh.Tasks {
+			if i < len(reused.Tasks) && reused.Tasks[i].Unlisted && !reused.Tasks[i].Task.IsTerminal() {
+				fresh.Tasks[i].Unlisted = true
+			}
+		}
+		if err != nil || !reflect.DeepEqual(fresh, reused) {
+			t.Fatalf("round %d: reused\n%+v\nfresh\n%+v\n%v", round, reused, fresh, err)
+		}
+		s.Flushed(reused.Seq)
+		reused.Reset()
+		if len(reused.Tasks) != 0 || cap(reused.Tasks) == 0 || reused.Seq != 0 || reused.Stats != nil {
+			t.Fatalf("round %d: reset left %+v", round, reused)
+		}
+		for i, r := range reused.Tasks[:cap(reused.Tasks)] {
+			if !reflect.DeepEqual(r, TaskRecord{}) {
+				t.Fatalf("round %d: record %d still held after Reset", round, i)
+			}
+		}
+		for i, p := range reused.progs[:cap(reused.progs)] {
+			if !reflect.DeepEqual(p, Progress{}) {
+				t.Fatalf("round %d: progress %d still held after Reset", round, i)
 			}
 		}
 	}

@@ -48,6 +48,11 @@ type slot struct {
 	inputSeq uint64
 	dirty    bool  // changed since the last Flushed
 	bytes    int64 // slotBytes when last accounted by the Set
+	// unlisted: no Pending has held the task unfinished, and it was not
+	// restored from persisted state: nothing persisted lists it as
+	// active (TaskRecord.Unlisted). Set only for a task whose first event
+	// the Set folded.
+	unlisted bool
 	// cold: the task left memory (Set.Cool) but is not finished; task is a
 	// stub (id, state, priority, version) that keeps the counters and the
 	// lists by state right. It is read back with RestoreTask.
@@ -99,7 +104,7 @@ func (r *Registry) put(t fsm.Task) *slot {
 	} else {
 		r.byState[stateSlot(sl.task.State)]--
 	}
-	sl.task, sl.cold = t, false
+	sl.task, sl.cold, sl.unlisted = t, false, false
 	r.byState[stateSlot(t.State)]++
 	return sl
 }

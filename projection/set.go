@@ -298,6 +298,7 @@ func (s *Set) ApplyTo(ch *Change, ev fsm.Event) {
 		ch.After = after
 		if sl == nil {
 			sl = s.tasks.put(after)
+			sl.unlisted = true
 		} else {
 			s.tasks.set(sl, after)
 		}
@@ -359,6 +360,11 @@ type TaskRecord struct {
 	InputSeq uint64
 	Progress *Progress
 	Summary  Summary
+	// Unlisted reports that no earlier Pending held the task unfinished
+	// and it was not restored from persisted state: what persists the
+	// records has never listed it as active, so a finished task has no
+	// such listing to remove. False when unknown.
+	Unlisted bool
 }
 
 // Snapshot is a task queued for a per-task snapshot, with its InputSeq.
@@ -380,33 +386,71 @@ type Pending struct {
 	// Facts are the memory facts changed, Episodes the episodes recorded.
 	Facts    []Fact
 	Episodes []Episode
+
+	progs []Progress // the array Tasks' Progress point into
 }
 
 // Pending returns what changed since the last Flushed, as of the last
-// event folded. It does not change the Set.
+// event folded. It changes nothing the Set folds or serves; it notes only
+// that the tasks it holds unfinished may now be listed as active where
+// it is persisted (TaskRecord.Unlisted), even if that write fails.
 func (s *Set) Pending() (Pending, error) {
+	var p Pending
+	err := s.PendingReusing(&p)
+	return p, err
+}
+
+// PendingReusing is Pending written into *p, in the arrays of its Tasks
+// and of their progress if they are large enough: a caller done with an
+// earlier Pending (written and forgotten) passes it back instead of
+// allocating them anew each time. On error *p is left empty.
+func (s *Set) PendingReusing(p *Pending) error {
+	p.Reset()
+	tasks, progs := p.Tasks, p.progs
+	*p = Pending{}
 	stats, err := s.stats.Encode()
 	if err != nil {
-		return Pending{}, err
+		return err
 	}
-	p := Pending{Seq: s.seq, Snapshots: append([]Snapshot(nil), s.snapshots...), Stats: stats}
+	*p = Pending{Seq: s.seq, Snapshots: append([]Snapshot(nil), s.snapshots...), Stats: stats}
 	// Sorted as pointers, not as records of hundreds of bytes each (and
 	// in fold order, which is mostly id order, already).
 	dirty := slices.Clone(s.dirty)
 	slices.SortFunc(dirty, func(a, b *slot) int { return strings.Compare(a.task.ID, b.task.ID) })
-	p.Tasks = make([]TaskRecord, len(dirty))
-	progs := make([]Progress, len(dirty)) // one allocation for every record's copy
+	p.Tasks = slices.Grow(tasks, len(dirty))[:len(dirty)]
+	p.progs = slices.Grow(progs, len(dirty))[:len(dirty)] // one array for every record's copy
 	for i, sl := range dirty {
 		r := &p.Tasks[i]
 		r.Task, r.InputSeq, r.Summary = sl.task, sl.inputSeq, Summarize(&sl.task)
+		r.Unlisted = sl.unlisted
+		if !sl.task.IsTerminal() {
+			sl.unlisted = false
+		}
 		if sl.hasProg {
-			progs[i] = sl.progress
-			r.Progress = &progs[i]
+			p.progs[i] = sl.progress
+			r.Progress = &p.progs[i]
 		}
 	}
 	p.Facts, p.Episodes = s.memory.Changes()
-	return p, nil
+	return nil
 }
+
+// Reset empties p, a Pending its caller is done with, keeping the arrays
+// of its Tasks and their progress for PendingReusing unless they are
+// larger than a checkpoint usually is (reuseRecords). Nothing p held
+// stays reachable through them.
+func (p *Pending) Reset() {
+	tasks, progs := p.Tasks[:0], p.progs[:0]
+	if cap(tasks) > reuseRecords || cap(progs) > reuseRecords {
+		tasks, progs = nil, nil
+	}
+	clear(tasks[:cap(tasks)])
+	clear(progs[:cap(progs)])
+	*p = Pending{Tasks: tasks, progs: progs}
+}
+
+// reuseRecords bounds the records whose arrays Reset keeps: about 3.5 MB.
+const reuseRecords = 4096
 
 // Cool makes tasks that are not finished leave memory until the tasks in
 // memory hold at most target bytes, and returns their ids. Only tasks

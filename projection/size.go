@@ -107,6 +107,9 @@ func toolCallsBytes(tcs []fsm.ToolCall) int64 {
 }
 
 func mapBytes(m map[string]string) int64 {
+	if len(m) == 0 {
+		return 0 // most are: no iterator to start
+	}
 	var n int64
 	for k, v := range m {
 		n += sizeMapEntry + int64(len(k)+len(v))

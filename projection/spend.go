@@ -75,6 +75,26 @@ type SpendLedger struct {
 	byDay   map[string]*Spend
 	keyDay  map[[2]string]*Spend
 	total   Spend
+	// day caches SpendDay for the day of the last call: formatting it
+	// for every MODEL_CALLED cost a string allocated each time.
+	day spendDayCache
+}
+
+// spendDayCache is the name of one UTC day and its bounds, in Unix
+// seconds: [from, from+86400).
+type spendDayCache struct {
+	from int64
+	name string
+}
+
+// of returns SpendDay(t).
+func (c *spendDayCache) of(t time.Time) string {
+	if u := t.Unix(); c.name == "" || u < c.from || u >= c.from+86400 {
+		d := t.UTC()
+		c.from = time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC).Unix()
+		c.name = SpendDay(t)
+	}
+	return c.name
 }
 
 type taskSpend struct {
@@ -120,7 +140,7 @@ func (l *SpendLedger) Apply(ev *fsm.Event) {
 		if ts.model != "" {
 			model = ts.model
 		}
-		day := SpendDay(ev.Time)
+		day := l.day.of(ev.Time)
 		ts.spend.add(s)
 		l.total.add(s)
 		for _, sp := range []*Spend{at(l.byKey, ts.key), at(l.byModel, model), at(l.byDay, day), at(l.keyDay, [2]string{ts.key, day})} {

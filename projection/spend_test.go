@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -50,5 +51,31 @@ func TestSpendLedgerDispatchTasksWithoutKey(t *testing.T) {
 	rep := l.Report()
 	if !reflect.DeepEqual(rep.Total, Spend{Calls: 2, PromptTokens: 6, CompletionTokens: 8, Tokens: 14}) {
 		t.Errorf("total %+v", rep.Total)
+	}
+}
+
+// TestSpendDayCache: the ledger's cached day name is SpendDay's for any
+// time, in order or not, across day boundaries, in any zone and before
+// 1970.
+func TestSpendDayCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	zone := time.FixedZone("east", 5*3600+1800)
+	var c spendDayCache
+	base := time.Date(2026, 11, 27, 23, 59, 58, 0, time.UTC)
+	for i := range 20000 {
+		var at time.Time
+		switch i % 4 {
+		case 0: // around one midnight, a second apart
+			at = base.Add(time.Duration(rng.IntN(5)-2) * time.Second)
+		case 1:
+			at = base.Add(time.Duration(rng.Int64N(int64(400*24*time.Hour))) - 200*24*time.Hour)
+		case 2:
+			at = time.Unix(rng.Int64N(4e9)-2e9, rng.Int64N(1e9)).In(zone)
+		default:
+			at = base.Add(time.Duration(rng.Int64N(int64(time.Second)))).In(zone)
+		}
+		if got, want := c.of(at), SpendDay(at); got != want {
+			t.Fatalf("%v: cached day %s, want %s", at, got, want)
+		}
 	}
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
 // holdFS holds every write that carries a marker, once armed, until
@@ -362,11 +364,111 @@ func TestCheckpointWritesInKeyOrder(t *testing.T) {
 			keys = append(keys, snapKey(fmt.Sprintf("01KSNAP%d", rng.IntN(9)), rng.Uint64()), episodeKey(rng.Uint64()), taskKey(prefFact, fmt.Sprint(rng.IntN(1e6))))
 		}
 		keys = append(keys, keyStats, keyMeta, []byte("p"), []byte("proj"))
-		got := inKeyOrder(slices.Clone(keys), func(k []byte) []byte { return k })
+		got := inKeyOrder(nil, slices.Clone(keys), func(k []byte) []byte { return k })
 		want := slices.Clone(keys)
 		slices.SortFunc(want, bytes.Compare)
 		if !slices.EqualFunc(got, want, bytes.Equal) {
 			t.Fatalf("round %d: %d keys not in key order:\n%q\nwant\n%q", round, len(keys), got, want)
 		}
 	}
+}
+
+// TestCheckpointStoresEachRecordsEncoding: a checkpoint written as a
+// batch or ingested stores, for each changed task, exactly the bytes of
+// its encoders (record, summary, progress), its queue key, its active
+// marker while it is not finished and none once it is, and nothing else;
+// also when its store encodes into the buffers of an earlier checkpoint.
+func TestCheckpointStoresEachRecordsEncoding(t *testing.T) {
+	seed := testSeed(t)
+	pending := func(seed uint64) projection.Pending {
+		return pendingOf(t, replaytest.Generate(seed, replaytest.Config{Tasks: 300, Concurrency: 40, InputSize: 700}))
+	}
+	p, earlier := pending(seed), pending(seed+1)
+	for _, ingest := range []int{1, 1 << 30} {
+		// The earlier checkpoint in a log of its own: its buffers only
+		// are left for the one checked.
+		l0, _ := logWith(t, nil)
+		st := &store{log: l0, ingest: ingest}
+		if err := st.write(context.Background(), &earlier, "test"); err != nil {
+			t.Fatal(err)
+		}
+		l0.Close()
+		if len(st.spare.chunks) == 0 || cap(st.spare.ops) == 0 || cap(st.spare.out) == 0 {
+			t.Fatalf("ingest %d: the store kept %d chunks, ops for %d and %d writes", ingest, len(st.spare.chunks), cap(st.spare.ops), cap(st.spare.out))
+		}
+		l, _ := logWith(t, nil)
+		st.log = l
+		if err := st.write(context.Background(), &p, "test"); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{string(keyMeta): "", string(keyStats): string(p.Stats)}
+		terminal := 0
+		for i := range p.Tasks {
+			r := &p.Tasks[i]
+			id := r.Task.ID
+			tb, _ := projection.EncodeStoredTask(&r.Task, r.InputSeq)
+			sb, _ := r.Summary.Encode()
+			want[string(taskKey(prefTask, id))] = string(tb)
+			want[string(taskKey(prefSum, id))] = string(sb)
+			want[prefQueue+string(r.Summary.QueueKey())] = ""
+			if r.Progress != nil {
+				pb, _ := r.Progress.EncodeStored(&r.Task)
+				want[string(taskKey(prefProg, id))] = string(pb)
+			}
+			if r.Task.IsTerminal() {
+				terminal++
+			} else {
+				want[string(taskKey(prefActive, id))] = ""
+			}
+		}
+		for i := range p.Facts {
+			want[string(taskKey(prefFact, p.Facts[i].Path))] = "?"
+		}
+		for i := range p.Episodes {
+			want[string(episodeKey(p.Episodes[i].Seq))] = "?"
+		}
+		if terminal == 0 || terminal == len(p.Tasks) {
+			t.Fatalf("%d tasks, %d finished: the test needs both kinds", len(p.Tasks), terminal)
+		}
+		it := l.ScanAux(keyPrefix)
+		n := 0
+		for it.Next() {
+			k, v := string(it.Key()), string(it.Value())
+			w, ok := want[k]
+			switch {
+			case !ok:
+				t.Fatalf("ingest %d: unexpected key %q", ingest, k)
+			case k != string(keyMeta) && w != "?" && v != w:
+				t.Fatalf("ingest %d: %q holds %x, want %x", ingest, k, v, w)
+			}
+			n++
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		it.Close()
+		if n != len(want) {
+			t.Fatalf("ingest %d: %d keys stored, want %d", ingest, n, len(want))
+		}
+		l.Close()
+	}
+}
+
+// pendingOf folds evs into a Set and returns what a checkpoint of it
+// would write.
+func pendingOf(tb testing.TB, evs []eventlog.Event) projection.Pending {
+	tb.Helper()
+	set := projection.NewSet(projection.Options{})
+	for _, raw := range evs {
+		ev, err := Decode(raw)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		set.Apply(ev)
+	}
+	p, err := set.Pending()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
@@ -98,6 +99,60 @@ type store struct {
 	// written counts the bytes (keys and values) of the checkpoints
 	// written, for the benchmarks.
 	written atomic.Int64
+
+	// spare holds what the last checkpoint encoded into, for the next
+	// (store.write): a checkpoint's bytes allocated anew each time were
+	// about a twentieth of what a recorded call allocated. Bounded by
+	// keepChunks and keepOps.
+	spareMu sync.Mutex
+	spare   writeBufs
+}
+
+// writeBufs are the buffers a checkpoint encodes into: the arena's
+// chunks and the lists of writes before and after inKeyOrder.
+type writeBufs struct {
+	chunks   [][]byte
+	ops, out []kv
+}
+
+// kv is one write of a checkpoint.
+type kv struct {
+	k, v []byte
+	del  bool
+}
+
+// What a store keeps between checkpoints at most: 2 MiB of chunks and
+// two lists of 16,384 writes (about a checkpoint of 3,000 tasks each).
+const (
+	keepChunks = 8
+	keepOps    = 16 << 10
+)
+
+// takeBufs returns the buffers the last checkpoint left, and release
+// keeps bufs for the next one, within the bounds. Nothing the buffers
+// held may be referred to any more: a write is done with its values when
+// it returns (a batch and an sstable copy them).
+func (s *store) takeBufs() writeBufs {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	b := s.spare
+	s.spare = writeBufs{}
+	return b
+}
+
+func (s *store) release(b writeBufs) {
+	b.chunks = b.chunks[:min(len(b.chunks), keepChunks)]
+	if cap(b.ops) > keepOps {
+		b.ops = nil
+	}
+	if cap(b.out) > keepOps {
+		b.out = nil
+	}
+	clear(b.ops[:cap(b.ops)]) // no pointers into old chunks: a kept chunk is all the memory kept
+	clear(b.out[:cap(b.out)])
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	s.spare = b
 }
 
 // load returns the persisted projections as a Set holding the active
@@ -362,11 +417,13 @@ const DefaultIngestBytes = 64 << 10
 // the checkpoint beside the appends, which wait only for the MANIFEST
 // edit that adds it. Both are atomic and durable when write returns.
 func (s *store) write(ctx context.Context, p *projection.Pending, identity string) error {
-	type kv struct {
-		k, v []byte
-		del  bool
-	}
-	ops := make([]kv, 0, 5*len(p.Tasks)+len(p.Snapshots)+len(p.Facts)+len(p.Episodes)+2) // five keys at most per task
+	bufs := s.takeBufs()
+	ops := slices.Grow(bufs.ops[:0], 5*len(p.Tasks)+len(p.Snapshots)+len(p.Facts)+len(p.Episodes)+2) // five keys at most per task
+	a := arena{spare: bufs.chunks}
+	defer func() {
+		bufs.chunks, bufs.ops = a.chunks(), ops
+		s.release(bufs)
+	}()
 	size := 0
 	var pace yield.Pacer // a background encoding: let the fold and the appends run
 	add := func(k, v []byte, del bool) {
@@ -382,25 +439,37 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		}
 		r := &p.Tasks[i]
 		id := r.Task.ID
-		tb, err := projection.EncodeStoredTask(&r.Task, r.InputSeq)
-		if err != nil {
-			return err
-		}
-		sb, err := r.Summary.Encode()
-		if err != nil {
-			return err
-		}
-		add(taskKey(prefTask, id), tb, false)
-		add(taskKey(prefSum, id), sb, false)
-		add(append([]byte(prefQueue), r.Summary.QueueKey()...), nil, false)
+		a.reserve(arenaTask + len(r.Task.Context.InputText))
+		at := len(a.b)
+		a.b = projection.AppendStoredTask(a.b, &r.Task, r.InputSeq)
+		tb := a.cut(at)
+		add(a.key(prefTask, id), tb, false)
+		at = len(a.b)
+		a.b = r.Summary.AppendEncode(a.b)
+		sb := a.cut(at)
+		add(a.key(prefSum, id), sb, false)
+		at = len(a.b)
+		a.b = projection.AppendQueueKey(append(a.b, prefQueue...), r.Summary.Machine, r.Summary.Priority, r.Summary.CreatedAt, id)
+		add(a.cut(at), nil, false)
 		if r.Progress != nil {
-			pb, err := r.Progress.EncodeStored(&r.Task)
+			at = len(a.b)
+			b, err := r.Progress.AppendStored(a.b, &r.Task)
 			if err != nil {
 				return err
 			}
-			add(taskKey(prefProg, id), pb, false)
+			a.b = b
+			pb := a.cut(at)
+			add(a.key(prefProg, id), pb, false)
 		}
-		add(taskKey(prefActive, id), nil, r.Task.IsTerminal())
+		switch {
+		case !r.Task.IsTerminal():
+			add(a.key(prefActive, id), nil, false)
+		case !r.Unlisted:
+			// Finished: its listing goes. One created and finished
+			// between two checkpoints never had one, and gets no
+			// tombstone for the scan of proj/a at start to step over.
+			add(a.key(prefActive, id), nil, true)
+		}
 	}
 	for i := range p.Snapshots {
 		t := &p.Snapshots[i].Task
@@ -430,11 +499,12 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		return err
 	}
 	add(keyMeta, mb, false)
-	ops = inKeyOrder(ops, func(o kv) []byte { return o.k })
+	bufs.out = inKeyOrder(bufs.out, ops, func(o kv) []byte { return o.k })
+	sorted := bufs.out
 	fill := func(b *eventlog.AuxBatch) error {
 		b.SplitTables(len(prefTask)) // one table per key range: "proj/t/", "proj/s/", ...
-		b.Grow(len(ops))
-		for _, o := range ops {
+		b.Grow(len(sorted))
+		for _, o := range sorted {
 			if o.del {
 				b.Delete(o.k)
 			} else {
@@ -458,14 +528,75 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 	return nil
 }
 
-// inKeyOrder returns ops sorted by key(op), so that the ingest that
+// arena holds the keys and values a checkpoint encodes, appended one
+// after the other into shared chunks: a few allocations per checkpoint
+// where each task's record, summary, progress and keys took one or two
+// each, and none once a store reuses the chunks of the last checkpoint
+// (spare). What it hands out is capped (cut), so nothing appended later
+// writes over it; a chunk that an encoding outgrows is copied by append
+// and the earlier parts stay valid in the old one.
+type arena struct {
+	b     []byte
+	used  [][]byte // chunks filled, of arenaChunk bytes
+	spare [][]byte // chunks to fill first
+}
+
+// arenaChunk is the size of the arena's chunks, arenaTask the room a
+// task's records and keys usually take at most, besides its input text.
+const (
+	arenaChunk = 256 << 10
+	arenaTask  = 8 << 10
+)
+
+// reserve makes room for n bytes, in a new chunk if the current one is
+// short of it.
+func (a *arena) reserve(n int) {
+	if cap(a.b)-len(a.b) >= n {
+		return
+	}
+	a.keep()
+	if k := len(a.spare); k > 0 && n <= arenaChunk {
+		a.b, a.spare = a.spare[k-1][:0], a.spare[:k-1]
+		return
+	}
+	a.b = make([]byte, 0, max(arenaChunk, n))
+}
+
+// keep sets the current chunk aside for chunks, if it is of the usual
+// size (a larger one, for a large input, is left to the collector).
+func (a *arena) keep() {
+	if cap(a.b) == arenaChunk {
+		a.used = append(a.used, a.b)
+	}
+	a.b = nil
+}
+
+// chunks returns every chunk of the arena, to reuse once nothing refers
+// to what it handed out.
+func (a *arena) chunks() [][]byte {
+	a.keep()
+	return append(a.used, a.spare...)
+}
+
+// cut returns what was appended since a.b held at bytes.
+func (a *arena) cut(at int) []byte { return a.b[at:len(a.b):len(a.b)] }
+
+// key appends the key prefix+id and returns it.
+func (a *arena) key(prefix, id string) []byte {
+	at := len(a.b)
+	a.b = append(append(a.b, prefix...), id...)
+	return a.cut(at)
+}
+
+// inKeyOrder returns ops sorted by key(op), in dst's array if it is
+// large enough, so that the ingest that
 // writes them has no sorting left to do. A checkpoint's writes come task
 // by task, in the order of the tasks' ids: each key range ("proj/t/",
 // "proj/s/", ...) is in order already but for a few (the queue index, the
 // snapshots, memory), and the ranges are interleaved. So it puts each op
 // in its range (a counting sort on the ranges, in key order), then sorts
 // the ranges not in order yet. Keys are unique.
-func inKeyOrder[T any](ops []T, key func(T) []byte) []T {
+func inKeyOrder[T any](dst, ops []T, key func(T) []byte) []T {
 	type rangeKey [7]byte // a key's first len(prefTask) bytes ("proj/t/"), zeros after a shorter key
 	var ranges []rangeKey // the ranges met, a dozen at most
 	var count []int
@@ -491,7 +622,7 @@ func inKeyOrder[T any](ops []T, key func(T) []byte) []T {
 		start[r] = at
 		at += count[r]
 	}
-	out := make([]T, len(ops))
+	out := slices.Grow(dst[:0], len(ops))[:len(ops)]
 	next := slices.Clone(start)
 	for i, o := range ops {
 		out[next[in[i]]] = o

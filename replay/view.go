@@ -47,6 +47,9 @@ type View struct {
 	ckErr     error         // its error, returned by the next step
 	persisted uint64        // seq of the last checkpoint written
 	overWarn  bool          // the over-budget warning was logged
+	// ckLast is the Pending of the last checkpoint, emptied, whose
+	// arrays the next one reuses (guarded by ckSem).
+	ckLast projection.Pending
 
 	folding atomic.Bool
 	// reload, in a View without a store, puts back a task the caller
@@ -244,13 +247,16 @@ func (v *View) checkpoint(ctx context.Context) error {
 		v.mu.Unlock()
 		return nil
 	}
-	p, err := v.set.Pending()
+	p := &v.ckLast
+	err := v.set.PendingReusing(p)
 	v.since = 0
 	identity := v.identity()
 	v.mu.Unlock()
 	if err == nil {
-		err = v.st.write(ctx, &p, identity)
+		err = v.st.write(ctx, p, identity)
 	}
+	seq, tasks, snapshots := p.Seq, len(p.Tasks), len(p.Snapshots)
+	p.Reset() // written or not, none of it is needed any more
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err != nil {
@@ -258,13 +264,13 @@ func (v *View) checkpoint(ctx context.Context) error {
 			v.write = false
 			return nil
 		}
-		return fmt.Errorf("replay: checkpoint at seq %d: %w", p.Seq, err)
+		return fmt.Errorf("replay: checkpoint at seq %d: %w", seq, err)
 	}
-	v.persisted = p.Seq
-	evicted := v.set.Flushed(p.Seq)
+	v.persisted = seq
+	evicted := v.set.Flushed(seq)
 	v.coolLocked()
-	v.opts.Logger.Debug("projections checkpointed", "seq", p.Seq, "tasks", len(p.Tasks),
-		"snapshots", len(p.Snapshots), "evicted", len(evicted), "bytes_held", v.set.Bytes().Total())
+	v.opts.Logger.Debug("projections checkpointed", "seq", seq, "tasks", tasks,
+		"snapshots", snapshots, "evicted", len(evicted), "bytes_held", v.set.Bytes().Total())
 	return nil
 }
 

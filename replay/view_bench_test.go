@@ -1,0 +1,99 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/replay/replaytest"
+)
+
+// The View's own share of a daemon's work per event: the live fold with a
+// hook (what View.Follow does for the agent) and a checkpoint of finished
+// tasks (store.write). Small enough to run without -replay flags.
+
+// viewBenchLog returns a log holding a generated history of tasks tasks,
+// every one finished, and its events.
+func viewBenchLog(b *testing.B, tasks int) (*eventlog.Log, []eventlog.Event) {
+	b.Helper()
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: tasks, Concurrency: 64, Finish: true})
+	l, err := eventlog.Open(b.TempDir(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	if err := replaytest.AppendAll(context.Background(), l, evs, 4000); err != nil {
+		b.Fatal(err)
+	}
+	return l, evs
+}
+
+// BenchmarkFoldLive folds a log through Live with a hook, as View.Follow
+// does: per event, the subscription, decoding and the projections.
+func BenchmarkFoldLive(b *testing.B) {
+	l, evs := viewBenchLog(b, 2000)
+	ctx := context.Background()
+	hook := func(*Change) error { return nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	var total, cpu time.Duration
+	for i := 0; i < b.N; i++ {
+		start, c0 := time.Now(), cpuTime()
+		v, _ := NewView(nil)
+		res, err := Fold(ctx, v, Live(l), FoldOptions{Bound: AtSeq(l.Head()), OnChange: hook})
+		if err != nil || res.Events != len(evs) {
+			b.Fatalf("fold: %d events of %d, %v", res.Events, len(evs), err)
+		}
+		total += time.Since(start)
+		cpu += cpuTime() - c0
+	}
+	reportRate(b, len(evs)*b.N, total, cpu)
+}
+
+// BenchmarkCheckpointFinished writes checkpoints of 1,000 finished tasks
+// (their records, summaries, progress and queue keys) into a log: the
+// encoding and the write of store.write, ingested as sstables (as a
+// checkpoint of that size is) or committed as one synced batch.
+func BenchmarkCheckpointFinished(b *testing.B) {
+	const tasks = 1000
+	l, evs := viewBenchLog(b, tasks)
+	p := pendingOf(b, evs)
+	if len(p.Tasks) != tasks {
+		b.Fatalf("pending: %d tasks", len(p.Tasks))
+	}
+	for _, c := range []struct {
+		name   string
+		ingest int
+	}{{"ingest", 0}, {"batch", 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			st := &store{log: l, ingest: c.ingest}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				// Tasks of their own each time, with later ids, as the
+				// tasks each checkpoint of a running daemon writes.
+				b.StopTimer()
+				q := p
+				q.Tasks = slices.Clone(p.Tasks)
+				for j := range q.Tasks {
+					r := &q.Tasks[j]
+					r.Task.ID = fmt.Sprintf("%s%08d", c.name[:1], i) + r.Task.ID[9:]
+					r.Summary.ID = r.Task.ID
+				}
+				b.StartTimer()
+				c0 := cpuTime()
+				if err := st.write(ctx, &q, "bench"); err != nil {
+					b.Fatal(err)
+				}
+				cpu += cpuTime() - c0
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*tasks), "cpu-ns/task")
+			b.ReportMetric(float64(st.written.Load())/float64(b.N*tasks), "B-written/task")
+		})
+	}
+}
