@@ -99,19 +99,13 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		return
 	}
 	callCtx, cancel := context.WithCancel(rateCtx)
-	// The reply's text goes to the task's stream as it arrives (deltas.go).
-	live := a.deltas.begin(t.ID, cause)
+	// What the attempts' report changes, and the call's live text (its
+	// reply goes to the task's stream as it arrives: deltas.go), in one
+	// allocation: the callbacks escape, and so does everything they write.
+	at := &modelAttempts{v: v}
+	live := &at.live
+	a.deltas.beginIn(live, t.ID, cause)
 	req.Deltas = live.write
-	// What the attempts' report changes, in one place: the callback
-	// escapes, and so does everything it writes.
-	var at struct {
-		v        uint64
-		last     llm.Attempt
-		hasLast  bool
-		attempts int
-		dropped  bool
-	}
-	at.v = v
 	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
 		a.logAttempt(t, purpose, att)
 		at.attempts = att.Number
@@ -149,6 +143,17 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		return
 	}
 	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decide(resp))...)
+}
+
+// modelAttempts is what a model call's attempts report (callModel), with
+// the call's live text.
+type modelAttempts struct {
+	live     liveCall
+	v        uint64
+	last     llm.Attempt
+	hasLast  bool
+	attempts int
+	dropped  bool
 }
 
 // stageRequest builds the model request of a model-call stage and the
