@@ -48,6 +48,10 @@ type liveCall struct {
 	id      string    // cause as text, made by the first frame that names it
 	attempt int
 	text    strings.Builder
+	// own is the task's entry when the call made it (no subscriber and
+	// no call before it): one allocation for both. Subscribers that come
+	// meanwhile keep it after the call.
+	own liveTask
 }
 
 // callID is the call's id in frames (under h.mu).
@@ -90,7 +94,12 @@ func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
 func (h *deltaHub) beginIn(c *liveCall, task string, cause ulid.ULID) {
 	c.h, c.task, c.cause, c.attempt = h, task, cause, 1
 	h.mu.Lock()
-	h.entry(task).call = c
+	lt := h.tasks[task]
+	if lt == nil {
+		lt = &c.own
+		h.tasks[task] = lt
+	}
+	lt.call = c
 	h.mu.Unlock()
 }
 
