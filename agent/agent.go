@@ -73,7 +73,8 @@ type Agent struct {
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
-	gate sync.RWMutex
+	gate      sync.RWMutex
+	leaveGate func() // gate.RUnlock, made once: what intake returns
 
 	mu        sync.Mutex // guards state and followErr
 	state     int
@@ -118,6 +119,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	if a.app == nil {
 		a.app = l
 	}
+	a.leaveGate = a.gate.RUnlock
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
 	a.sched.limits = opts.Concurrency
@@ -372,7 +374,7 @@ func (a *Agent) intake() (done func(), err error) {
 		a.gate.RUnlock()
 		return nil, ErrStopped
 	}
-	return a.gate.RUnlock, nil
+	return a.leaveGate, nil
 }
 
 // Accepting reports whether the agent takes new work: started and not
