@@ -239,9 +239,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	name := step.ActionParams["tool"]
 	callID := step.ActionParams["tool_call_id"]
 	args := step.ActionParams["arguments"]
-	key := IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
+	var key, source string // the call's idempotency key once known (startedBody's)
 	kind := a.kindOf(t)
-	var source string
 	result := func(out tools.Result, err error, dur time.Duration) *fsm.ToolCallResultBody {
 		return toolResult(&fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID,
 			IdempotencyKey: key, Source: source}, out, err, dur)
@@ -264,12 +263,13 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
+		key = IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
 		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
 	tool, _ := kind.registry.Lookup(name)
 	started := startedBody(t, step, tool)
-	source = started.Source
+	key, source = started.IdempotencyKey, started.Source
 	// A tool that only reads is recorded with its outcome (readers.go).
 	if tools.SideEffectFree(tool) {
 		a.runReader(ctx, t, kind, tool, started, h)
