@@ -73,7 +73,8 @@ type Agent struct {
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
-	gate sync.RWMutex
+	gate      sync.RWMutex
+	leaveGate func() // gate.RUnlock, made once: what intake returns
 
 	mu        sync.Mutex // guards state and followErr
 	state     int
@@ -85,9 +86,9 @@ type Agent struct {
 	follow    context.CancelFunc
 	followed  chan struct{}
 
-	corr     sync.Map        // task id -> correlation (its root input), cached from TASK_CREATED
-	handoffs sync.Map        // task id -> *handoff (handoff.go)
-	lines    *lifecycleLines // the hook's log lines, written beside the fold (tasklog.go)
+	corr     idMap[ulid.ULID] // task id -> correlation (its root input), cached from TASK_CREATED
+	handoffs idMap[*handoff]  // task id -> its handoff (handoff.go)
+	lines    *lifecycleLines  // the hook's log lines, written beside the fold (tasklog.go)
 
 	recovery *replay.Recovery
 
@@ -118,6 +119,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	if a.app == nil {
 		a.app = l
 	}
+	a.leaveGate = a.gate.RUnlock
 	a.runCtx, a.cancelRun = context.WithCancel(context.Background())
 	a.sched = newScheduler(opts.MaxActiveTasks, a.runCtx, opts.Now, &a.stages, a.runStage)
 	a.sched.limits = opts.Concurrency
@@ -372,7 +374,7 @@ func (a *Agent) intake() (done func(), err error) {
 		a.gate.RUnlock()
 		return nil, ErrStopped
 	}
-	return a.gate.RUnlock, nil
+	return a.leaveGate, nil
 }
 
 // Accepting reports whether the agent takes new work: started and not
@@ -406,18 +408,18 @@ func (a *Agent) hook(ch *replay.Change) error {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:
 		// Stored unless it is already (an admission in the input's
 		// commit stored it first): a store allocates.
-		if v, ok := a.corr.Load(id); !ok || v.(ulid.ULID) != ch.Raw.Correlation {
-			a.corr.Store(id, ch.Raw.Correlation)
+		if v, ok := a.corr.load(id); !ok || v != ch.Raw.Correlation {
+			a.corr.store(id, ch.Raw.Correlation)
 		}
 	case fsm.TaskNotify:
 		if b, ok := ev.Body.(*fsm.TaskNotifyBody); ok {
 			a.watch.notify(Notification{Type: NotifyMessage, TaskID: id, Message: b.Message, Seq: ev.Seq, Time: ev.Time})
 		}
 	case fsm.TaskCompleted:
-		a.corr.Delete(id)
+		a.corr.remove(id)
 		a.watch.notify(Notification{Type: NotifyCompleted, TaskID: id, Result: after.Context.FinalResult, Seq: ev.Seq, Time: ev.Time})
 	case fsm.TaskFailed:
-		a.corr.Delete(id)
+		a.corr.remove(id)
 		a.watch.notify(Notification{Type: NotifyFailed, TaskID: id, Error: after.Context.Error, Seq: ev.Seq, Time: ev.Time})
 	}
 	was, now := fsm.Next(&ch.Before), fsm.Next(after)
@@ -660,12 +662,12 @@ func (a *Agent) Runtime() RuntimeStats {
 // correlation returns the root input of task id: cached from its first
 // event, else read from the log (the task id is the creating input's id).
 func (a *Agent) correlation(id string) ulid.ULID {
-	if v, ok := a.corr.Load(id); ok {
-		return v.(ulid.ULID)
+	if v, ok := a.corr.load(id); ok {
+		return v
 	}
 	if uid, err := ulid.ParseStrict(id); err == nil {
 		if ev, err := a.log.Get(uid); err == nil {
-			a.corr.Store(id, ev.Correlation)
+			a.corr.store(id, ev.Correlation)
 			return ev.Correlation
 		}
 	}

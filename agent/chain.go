@@ -74,14 +74,22 @@ func (h *held) take(v uint64, evs []eventlog.Event) (uint64, []eventlog.Event, b
 // room returns an empty slice with room for n events that take will
 // append after h's events without a new array: the room after them in
 // h's array, made large enough. Without events held, or an array of its
-// own, it is a new slice.
+// own, it is a new slice, with room for the outcome of a model call
+// chained after the n events too (see heldRoom).
 func (h *held) room(n int) []eventlog.Event {
 	if h == nil || len(h.evs) == 0 || !h.own {
-		return make([]eventlog.Event, 0, n)
+		return make([]eventlog.Event, 0, n+heldRoom)
 	}
 	h.evs = slices.Grow(h.evs, n)
 	return h.evs[len(h.evs):len(h.evs)]
 }
+
+// heldRoom is the room a new array of events leaves for a chained model
+// call's outcome (outcomeHeld asks room for its bodies, MODEL_CALLED and
+// REASON_DONE, and 3 more), beyond the room asked for: a tool call's
+// outcome (one event, 3 more) and the model call chained after it fit in
+// one array, instead of a second one as large as both.
+const heldRoom = 2
 
 // carry appends evs at version v after what h holds (h may be nil) with
 // appendFn, and records the result in h when it carried h's events.

@@ -48,6 +48,10 @@ type liveCall struct {
 	id      string    // cause as text, made by the first frame that names it
 	attempt int
 	text    strings.Builder
+	// own is the task's entry when the call made it (no subscriber and
+	// no call before it): one allocation for both. Subscribers that come
+	// meanwhile keep it after the call.
+	own liveTask
 }
 
 // callID is the call's id in frames (under h.mu).
@@ -80,11 +84,23 @@ func (h *deltaHub) drop(task string, lt *liveTask) {
 // begin starts a model call of task at attempt 1; cause is the id of the
 // event it follows.
 func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	c := &liveCall{h: h, task: task, cause: cause, attempt: 1}
-	h.entry(task).call = c
+	c := &liveCall{}
+	h.beginIn(c, task, cause)
 	return c
+}
+
+// beginIn is begin with the call's record in c (zero), which the caller
+// allocated with what else its call needs.
+func (h *deltaHub) beginIn(c *liveCall, task string, cause ulid.ULID) {
+	c.h, c.task, c.cause, c.attempt = h, task, cause, 1
+	h.mu.Lock()
+	lt := h.tasks[task]
+	if lt == nil {
+		lt = &c.own
+		h.tasks[task] = lt
+	}
+	lt.call = c
+	h.mu.Unlock()
 }
 
 // current returns task's entry while c is its call in progress (under h.mu).

@@ -62,10 +62,10 @@ func (a *Agent) handOff(ctx context.Context, t *fsm.Task, v uint64, evs []eventl
 	for i := range h.ids {
 		h.ids[i] = evs[i].ID
 	}
-	a.handoffs.Store(t.ID, h)
+	a.handoffs.store(t.ID, h)
 	handed, next := a.sched.handOff(t.ID)
 	if !handed {
-		a.handoffs.Delete(t.ID)
+		a.handoffs.remove(t.ID)
 		return a.appendTask(ctx, t, v, evs...)
 	}
 	var (
@@ -104,7 +104,7 @@ func (a *Agent) startable(id string) (fsm.Task, bool) {
 // it waited, by the hook of the commit's last event): that hook has
 // dispatched the task, and removed the record, so nothing is done twice.
 func (a *Agent) handBack(id string) {
-	if _, ok := a.handoffs.LoadAndDelete(id); !ok {
+	if _, ok := a.handoffs.loadAndRemove(id); !ok {
 		return
 	}
 	if t, err := a.view.Task(id); err == nil {
@@ -116,13 +116,12 @@ func (a *Agent) handBack(id string) {
 // stage that gave its slot away, and not the last: its dispatch is
 // skipped.
 func (a *Agent) handedOff(id string, evID ulid.ULID) bool {
-	v, ok := a.handoffs.Load(id)
+	h, ok := a.handoffs.load(id)
 	if !ok {
 		return false
 	}
-	h := v.(*handoff)
 	if evID == h.last {
-		a.handoffs.CompareAndDelete(id, h)
+		a.handoffs.compareAndRemove(id, h)
 		return false
 	}
 	return slices.Contains(h.ids, evID)

@@ -210,8 +210,10 @@ func (s *scheduler) startLocked(id string, r *taskRun) {
 // worker is a stage goroutine: it runs the stages of task id (loop), then
 // of the tasks handed to it on idle, until the agent stops.
 func (s *scheduler) worker(id string) {
+	var sc stageContext
+	defer sc.end()
 	for {
-		s.loop(id)
+		s.loop(id, &sc)
 		select {
 		case id = <-s.idle:
 		case <-s.done:
@@ -220,14 +222,42 @@ func (s *scheduler) worker(id string) {
 	}
 }
 
+// stageContext is the context a stage goroutine's stages run under: one
+// for as long as no stage of it was cancelled, a new one after. A stage
+// leaves nothing behind that waits on its context (the calls it makes run
+// under contexts of their own, ended when they return), so the next stage
+// may reuse it: a context per stage costs its allocations and two turns of
+// the base context's lock, which every stage goroutine shares.
+type stageContext struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// take returns the context for the next stage under base (under s.mu,
+// which every cancel of a stage holds).
+func (sc *stageContext) take(base context.Context) (context.Context, context.CancelFunc) {
+	if sc.ctx == nil || sc.ctx.Err() != nil {
+		sc.end()
+		sc.ctx, sc.cancel = context.WithCancel(base)
+	}
+	return sc.ctx, sc.cancel
+}
+
+// end releases the context (the stage goroutine ends).
+func (sc *stageContext) end() {
+	if sc.cancel != nil {
+		sc.cancel()
+	}
+}
+
 // loop runs the stages of one task, one at a time, for as long as new
 // work keeps arriving while it works.
-func (s *scheduler) loop(id string) {
+func (s *scheduler) loop(id string, sc *stageContext) {
 	defer s.stages.Done()
 	for {
 		s.mu.Lock()
 		r := s.runs[id]
-		ctx, cancel := context.WithCancel(s.base)
+		ctx, cancel := sc.take(s.base)
 		r.cancel = cancel
 		holding := r.holding && !s.closed
 		s.mu.Unlock()
@@ -235,7 +265,6 @@ func (s *scheduler) loop(id string) {
 		if holding {
 			s.run(ctx, id)
 		}
-		cancel()
 
 		s.mu.Lock()
 		r.cancel = nil

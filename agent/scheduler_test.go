@@ -54,3 +54,36 @@ func TestSchedulerAdmitsAndWakes(t *testing.T) {
 	default:
 	}
 }
+
+// TestSchedulerStageContextAfterCancel: a stage goroutine keeps its
+// stage context between stages, but never hands one that a cancel ended
+// to the next stage: the task's stage cancelled by release runs with a
+// done context, and its next stage, run again on the same goroutine
+// (scheduled while the cancelled one still ran), with a live one; the
+// agent's context still ends every stage's.
+func TestSchedulerStageContextAfterCancel(t *testing.T) {
+	var stages sync.WaitGroup
+	base, stop := context.WithCancel(context.Background())
+	defer stop()
+	ctxs := make(chan context.Context, 8)
+	proceed := make(chan struct{})
+	s := newScheduler(1, base, time.Now, &stages, func(ctx context.Context, id string) {
+		ctxs <- ctx
+		<-ctx.Done() // every stage here waits for a cancel
+		<-proceed
+	})
+	s.schedule("a", 0, "")
+	first := <-ctxs
+	s.release("a", true) // cancels the stage, gives the slot up
+	<-first.Done()
+	s.schedule("a", 0, "") // work again while the stage still runs: it runs again on its goroutine
+	close(proceed)
+	second := <-ctxs
+	if err := second.Err(); err != nil {
+		t.Fatalf("the next stage started with the cancelled stage's context: %v", err)
+	}
+	stop() // the agent stops its stages
+	<-second.Done()
+	s.close()
+	stages.Wait()
+}

@@ -99,19 +99,13 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		return
 	}
 	callCtx, cancel := context.WithCancel(rateCtx)
-	// The reply's text goes to the task's stream as it arrives (deltas.go).
-	live := a.deltas.begin(t.ID, cause)
+	// What the attempts' report changes, and the call's live text (its
+	// reply goes to the task's stream as it arrives: deltas.go), in one
+	// allocation: the callbacks escape, and so does everything they write.
+	at := &modelAttempts{v: v}
+	live := &at.live
+	a.deltas.beginIn(live, t.ID, cause)
 	req.Deltas = live.write
-	// What the attempts' report changes, in one place: the callback
-	// escapes, and so does everything it writes.
-	var at struct {
-		v        uint64
-		last     llm.Attempt
-		hasLast  bool
-		attempts int
-		dropped  bool
-	}
-	at.v = v
 	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
 		a.logAttempt(t, purpose, att)
 		at.attempts = att.Number
@@ -149,6 +143,17 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		return
 	}
 	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decide(resp))...)
+}
+
+// modelAttempts is what a model call's attempts report (callModel), with
+// the call's live text.
+type modelAttempts struct {
+	live     liveCall
+	v        uint64
+	last     llm.Attempt
+	hasLast  bool
+	attempts int
+	dropped  bool
 }
 
 // stageRequest builds the model request of a model-call stage and the
@@ -234,9 +239,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	name := step.ActionParams["tool"]
 	callID := step.ActionParams["tool_call_id"]
 	args := step.ActionParams["arguments"]
-	key := IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
+	var key, source string // the call's idempotency key once known (startedBody's)
 	kind := a.kindOf(t)
-	var source string
 	result := func(out tools.Result, err error, dur time.Duration) *fsm.ToolCallResultBody {
 		return toolResult(&fsm.ToolCallStartedBody{StepIndex: step.Index, Tool: name, ToolCallID: callID,
 			IdempotencyKey: key, Source: source}, out, err, dur)
@@ -259,12 +263,13 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		} else {
 			err = fmt.Errorf("unknown tool %q (available: %s)", name, strings.Join(kind.registry.Names(), ", "))
 		}
+		key = IdempotencyKey(t.ID, t.Context.Iteration, step.Index)
 		a.outcomeHeld(ctx, t, h, v, cause, result(tools.Result{}, err, 0))
 		return
 	}
 	tool, _ := kind.registry.Lookup(name)
 	started := startedBody(t, step, tool)
-	source = started.Source
+	key, source = started.IdempotencyKey, started.Source
 	// A tool that only reads is recorded with its outcome (readers.go).
 	if tools.SideEffectFree(tool) {
 		a.runReader(ctx, t, kind, tool, started, h)

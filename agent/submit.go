@@ -145,10 +145,10 @@ func (a *Agent) admitWithInput(taskID string, in *eventlog.Event, body *fsm.Inpu
 	if !ok || !a.sched.reserve(taskID, t.ConcurrencyKey) {
 		return eventlog.Event{}, false
 	}
-	a.corr.Store(taskID, in.Correlation) // admission's correlation, before the hook stores it
+	a.corr.store(taskID, in.Correlation) // admission's correlation, before the hook stores it
 	created := a.admission(&t)
 	created.ID = a.log.NewID()
-	a.handoffs.Store(taskID, newHandoff(created.ID, in.ID))
+	a.handoffs.store(taskID, newHandoff(created.ID, in.ID))
 	return created, true
 }
 
@@ -157,9 +157,9 @@ func (a *Agent) admitWithInput(taskID string, in *eventlog.Event, body *fsm.Inpu
 // was lost (--cluster): if the hook has folded the TASK_CREATED, it has
 // removed the record and dispatched the task, which keeps its slot.
 func (a *Agent) unadmit(taskID string) {
-	if _, ok := a.handoffs.LoadAndDelete(taskID); ok {
+	if _, ok := a.handoffs.loadAndRemove(taskID); ok {
 		a.sched.release(taskID, false)
-		a.corr.Delete(taskID)
+		a.corr.remove(taskID)
 	}
 }
 
