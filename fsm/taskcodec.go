@@ -62,8 +62,8 @@ func (e *taskEncoder) key(f *fields, k string) {
 // room extends e.b by n bytes and returns them, to be written. It grows
 // e.b only when it is full: otherwise the slice's pointer is not stored,
 // as `e.b = append(e.b, s...)` stores it each time, behind the garbage
-// collector's write barrier while a cycle marks (a fifth of an agent
-// task's encoding under the daemon's allocation rate).
+// collector's write barrier while a cycle marks (a fifth of
+// BenchmarkEncodeTask's time, where the collector runs often).
 func (e *taskEncoder) room(n int) []byte {
 	l := len(e.b)
 	if cap(e.b)-l < n {
