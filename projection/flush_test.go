@@ -248,3 +248,48 @@ func TestPendingReusing(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushedSlotReused: a task Flushed evicts leaves its slot, cleared,
+// to the next task created; nothing of the first shows through the second
+// (progress, input sequence, listing, counters, bytes).
+func TestFlushedSlotReused(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	a := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	mustApply(t, s, sc.ev(a, &fsm.ReasonDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{{Index: 0, Description: "reply", ActionType: fsm.ActionRespond}}}}))
+	mustApply(t, s, sc.ev(a, &fsm.StepCompletedBody{StepIndex: 0, Result: "done"}))
+	p, err := s.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := s.tasks.slots[a]
+	if got := s.Flushed(p.Seq); strings.Join(got, ",") != a {
+		t.Fatalf("evicted %v, want %s", got, a)
+	}
+	if len(s.tasks.free) != 1 || s.tasks.free[0] != old || !reflect.ValueOf(*old).IsZero() {
+		t.Fatalf("the evicted slot is not kept cleared for reuse: %d free", len(s.tasks.free))
+	}
+	fresh := NewSet(Options{})
+	fsc := newScript()
+	b := mustApply(t, s, sc.ev("", created("api"))).After.ID
+	fb := mustApply(t, fresh, fsc.ev("", created("api"))).After.ID
+	if s.tasks.slots[b] != old || len(s.tasks.free) != 0 {
+		t.Fatal("the new task did not reuse the free slot")
+	}
+	got, want := *s.tasks.slots[b], *fresh.tasks.slots[fb]
+	got.task.ID, got.task.LastEvent, got.task.History = "", [16]byte{}, nil
+	want.task.ID, want.task.LastEvent, want.task.History = "", [16]byte{}, nil
+	got.progress.TaskID, want.progress.TaskID = "", ""
+	got.task.Seq, want.task.Seq, got.inputSeq, want.inputSeq = 0, 0, 0, 0
+	got.task.CreatedAt, got.task.UpdatedAt = want.task.CreatedAt, want.task.UpdatedAt
+	got.progress.UpdatedAt = want.progress.UpdatedAt
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("reused slot differs from a fresh one:\n%+v\n%+v", got, want)
+	}
+	if s.Tasks().Len() != 1 || s.Tasks().ActiveCount() != 1 || s.Tasks().Count(fsm.StateCompleted) != 0 {
+		t.Fatalf("counters: %d tasks, %d active, %d completed", s.Tasks().Len(), s.Tasks().ActiveCount(), s.Tasks().Count(fsm.StateCompleted))
+	}
+	if use := s.Bytes(); use.Tasks != s.tasks.slots[b].bytes || use.Dirty != use.Tasks {
+		t.Fatalf("bytes: %+v, slot %d", use, s.tasks.slots[b].bytes)
+	}
+}

@@ -570,3 +570,26 @@ func TestRegistryFindAfterRemove(t *testing.T) {
 		t.Fatalf("folded into a task that left: %+v", ch)
 	}
 }
+
+// TestStateSlot checks the counters' switch against stateIndex, and that
+// every state of every machine has a slot of its own.
+func TestStateSlot(t *testing.T) {
+	for i, s := range stateIndex {
+		if got := stateSlot(s); got != i {
+			t.Errorf("stateSlot(%q) = %d, want %d", s, got, i)
+		}
+	}
+	if got := stateSlot(fsm.StateNone); got != 0 {
+		t.Errorf("stateSlot of the zero state = %d, want 0 (idle)", got)
+	}
+	if got := stateSlot("no_such_state"); got != len(stateIndex)-1 {
+		t.Errorf("stateSlot of an unknown state = %d, want %d", got, len(stateIndex)-1)
+	}
+	for _, m := range fsm.Machines() {
+		for _, s := range m.States() {
+			if stateIndex[stateSlot(s)] != s {
+				t.Errorf("machine %s: state %q has no slot of its own", m.Ref(), s)
+			}
+		}
+	}
+}

@@ -32,7 +32,14 @@ var ErrTaskExists = errors.New("projection: task already registered")
 type Registry struct {
 	slots   map[string]*slot
 	byState [len(stateIndex)]int // counts, indexed by stateSlot
+	// free holds cleared slots of evicted tasks for put to reuse (at most
+	// maxFreeSlots): a fold that runs tasks to their end evicts about as
+	// many as it creates, and a slot is some 700 bytes.
+	free []*slot
 }
+
+// maxFreeSlots bounds Registry.free: about 700 KB.
+const maxFreeSlots = 1024
 
 // find returns the slot of id, nil if there is none.
 func (r *Registry) find(id string) *slot { return r.slots[id] }
@@ -67,16 +74,40 @@ var stateIndex = [...]fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActi
 
 const nonTerminal = 12
 
+// stateSlot returns s's index in stateIndex; the zero state counts as
+// idle and a state of no machine in the last slot. A switch, not a scan
+// of stateIndex: the fold asks twice per event (TestStateSlot keeps the
+// two in step).
 func stateSlot(s fsm.State) int {
-	if s == "" {
+	switch s {
+	case fsm.StateNone, fsm.StateIdle:
 		return 0
+	case fsm.StateReasoning:
+		return 1
+	case fsm.StateActing:
+		return 2
+	case fsm.StateSuspended:
+		return 3
+	case fsm.StatePerceiving:
+		return 4
+	case fsm.StateThinking:
+		return 5
+	case fsm.StatePlanning:
+		return 6
+	case fsm.StateReflecting:
+		return 7
+	case fsm.StatePending:
+		return 8
+	case fsm.StateAssigned:
+		return 9
+	case fsm.StateInProgress:
+		return 10
+	case fsm.StateTimedOut:
+		return 11
+	case fsm.StateCompleted:
+		return 12
 	}
-	for i, x := range stateIndex {
-		if x == s {
-			return i
-		}
-	}
-	return len(stateIndex) - 1
+	return len(stateIndex) - 1 // failed, and a state of no machine
 }
 
 // NewRegistry returns an empty registry.
@@ -99,7 +130,11 @@ func (r *Registry) Register(t fsm.Task) error {
 func (r *Registry) put(t fsm.Task) *slot {
 	sl, ok := r.slots[t.ID]
 	if !ok {
-		sl = &slot{}
+		if n := len(r.free); n > 0 {
+			sl, r.free[n-1], r.free = r.free[n-1], nil, r.free[:n-1]
+		} else {
+			sl = &slot{}
+		}
 		r.slots[t.ID] = sl
 	} else {
 		r.byState[stateSlot(sl.task.State)]--
@@ -111,9 +146,11 @@ func (r *Registry) put(t fsm.Task) *slot {
 
 // set replaces the task of an existing slot.
 func (r *Registry) set(sl *slot, t fsm.Task) {
-	r.byState[stateSlot(sl.task.State)]--
+	if sl.task.State != t.State {
+		r.byState[stateSlot(sl.task.State)]--
+		r.byState[stateSlot(t.State)]++
+	}
 	sl.task = t
-	r.byState[stateSlot(t.State)]++
 }
 
 // Get returns the task with id, or an error wrapping ErrTaskNotFound (also
@@ -152,6 +189,22 @@ func (r *Registry) Remove(id string) bool {
 	r.byState[stateSlot(sl.task.State)]--
 	delete(r.slots, id)
 	return true
+}
+
+// evict removes the task with id from memory, like Remove, and keeps its
+// slot, cleared, for a later put. Only for a slot nothing else points to:
+// the Set's own eviction of clean tasks (Set.Flushed), which are in no
+// dirty list.
+func (r *Registry) evict(id string) {
+	sl, ok := r.slots[id]
+	if !ok {
+		return
+	}
+	r.Remove(id)
+	if len(r.free) < maxFreeSlots {
+		*sl = slot{}
+		r.free = append(r.free, sl)
+	}
 }
 
 // ListActive returns the non-terminal tasks ordered by id, which is creation
