@@ -136,7 +136,8 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // with benchConcurrency tool slots, and reports calls/s, the tool stage's
 // latency from the events' commit times (TOOL_CALL_STARTED to
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
-// the CPU this process and the server's (pid, if any) used.
+// the CPU this process and the server's (pid, if any) used, and the
+// bytes the log's store wrote per call (WAL, flushes, compactions).
 func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, inflight, perTurn int) {
 	tasks := (b.N + perTurn - 1) / perTurn
 	r := runAgentTasks(b, opts, pid, tool, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
@@ -150,6 +151,9 @@ func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, infli
 	b.ReportMetric(float64(r.appends)/n, "appends/call")
 	b.ReportMetric(float64(r.fsyncs)/n, "fsyncs/call")
 	b.ReportMetric(r.goCores, "go-cores")
+	b.ReportMetric(float64(r.store.wal)/n, "wal-B/call")
+	b.ReportMetric(float64(r.store.flushed)/n, "flush-B/call")
+	b.ReportMetric(float64(r.store.compacted)/n, "compact-B/call")
 	if pid > 0 {
 		b.ReportMetric(r.serverCores, "server-cores")
 	}
@@ -163,6 +167,20 @@ type agentRun struct {
 	events, appends      uint64
 	fsyncs               uint64
 	goCores, serverCores float64
+	store                storageBytes // written by the log's store during the run
+}
+
+// storageBytes is what the log's store (Pebble) wrote: its WAL, its
+// flushes and its compactions.
+type storageBytes struct{ wal, flushed, compacted uint64 }
+
+func readStorageBytes(tb testing.TB, l *eventlog.Log) storageBytes {
+	m, err := l.StorageMetrics()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t := m.Total()
+	return storageBytes{wal: m.WAL.BytesWritten, flushed: t.TableBytesFlushed - t.TableBytesIn, compacted: t.TableBytesCompacted}
 }
 
 // runAgentTasks runs n tasks through an agent on a new log, inflight at
@@ -194,7 +212,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 			tb.Error(err)
 		}
 	}()
-	head0, stats0 := l.Head(), l.Stats()
+	head0, stats0, store0 := l.Head(), l.Stats(), readStorageBytes(tb, l)
 	r := agentRun{tasks: make([]time.Duration, 0, n)}
 	var mu sync.Mutex
 	var next atomic.Int64
@@ -227,6 +245,8 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 	r.elapsed = time.Since(t0)
 	r.goCores, r.serverCores = cpu.stop()
 	end()
+	store := readStorageBytes(tb, l)
+	r.store = storageBytes{store.wal - store0.wal, store.flushed - store0.flushed, store.compacted - store0.compacted}
 	stats := l.Stats()
 	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
 	r.calls = toolStages(tb, l, head0)
