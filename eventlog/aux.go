@@ -48,7 +48,10 @@ func (a *AuxBatch) Grow(n int) {
 // read model (tasks, summaries, indexes) overlaps every older key between
 // them, so Pebble puts it in level 0 and compacts it with all of them;
 // tables of one range each, whose keys follow the older ones (new ids),
-// overlap nothing and are compacted far less. WriteAux ignores it.
+// overlap nothing and are compacted far less. WriteAux writes one batch
+// whatever n is. With either, the log's flushes and compactions also end
+// their tables where the first n bytes of aux keys change, from then
+// until it is closed (the largest n asked for since Open).
 func (a *AuxBatch) SplitTables(n int) { a.split = n }
 
 // auxOp is one write collected for IngestAux.
@@ -113,10 +116,12 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 		return ErrClosed
 	}
 	b := l.db.NewBatch()
-	if err := fn(&AuxBatch{b: b}); err != nil {
+	a := &AuxBatch{b: b}
+	if err := fn(a); err != nil {
 		b.Close()
 		return err
 	}
+	l.spans.noteAuxSplit(a.split)
 	if b.Empty() {
 		b.Close()
 		return nil
@@ -152,6 +157,7 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if a.err != nil {
 		return a.err
 	}
+	l.spans.noteAuxSplit(a.split)
 	if len(a.ops) == 0 {
 		return nil
 	}
