@@ -257,6 +257,9 @@ func (o *Options) pebbleOptions(fs vfs.FS, spans *tableSpans, onFatal func(error
 	po.Experimental.ReadSamplingMultiplier = -1
 	// Every table holds the keys of one namespace only (tableSpans).
 	po.Experimental.SpanPolicyFunc = spans.policy
+	for i := range po.TargetFileSizes {
+		po.TargetFileSizes[i] = tableSize
+	}
 	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
 	// corrupt sstable block found by a read or a compaction. The read
 	// already returns the error; the listener only records it.
@@ -275,6 +278,19 @@ func (o *Options) pebbleOptions(fs vfs.FS, spans *tableSpans, onFatal func(error
 	po.EnsureDefaults()
 	return po
 }
+
+// tableSize is the size of the tables flushes and compactions write, at
+// every level. Pebble's default doubles it at each level below the first
+// (4 MiB and more), and a compaction rewrites whole tables: where a read
+// model rewrites its newest records (the tasks still running at each
+// checkpoint), every checkpoint's compaction rewrote its range's last
+// table, which grew to megabytes. Over 40,000 tool calls recorded by
+// the agent (docs/benchmarks.md) the bytes compacted per call were 3.0 KB
+// with Pebble's sizes, 2.3 KB with 2 MiB tables, 1.5 KB with 1 MiB and
+// 1.2 KB with 512 KiB; smaller tables mean more of them to list at Open
+// (findMissing reads each one's properties) and to keep open, about a
+// thousand per GiB.
+const tableSize = 1 << 20
 
 // tableSpans makes every table a flush or a compaction writes end where
 // the keys' namespace changes: their first byte (PrefixEvent, PrefixID,
