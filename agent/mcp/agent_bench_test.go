@@ -137,7 +137,8 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // latency from the events' commit times (TOOL_CALL_STARTED to
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
 // the CPU this process and the server's (pid, if any) used, and the
-// bytes the log's store wrote per call (WAL, flushes, compactions).
+// bytes the log's store wrote per call (WAL, flushes, compactions) and
+// the growth of its level 0 per call (bytes still to compact).
 func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, inflight, perTurn int) {
 	tasks := (b.N + perTurn - 1) / perTurn
 	r := runAgentTasks(b, opts, pid, tool, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
@@ -154,6 +155,7 @@ func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, infli
 	b.ReportMetric(float64(r.store.wal)/n, "wal-B/call")
 	b.ReportMetric(float64(r.store.flushed)/n, "flush-B/call")
 	b.ReportMetric(float64(r.store.compacted)/n, "compact-B/call")
+	b.ReportMetric(float64(r.store.l0)/n, "l0-B/call")
 	if pid > 0 {
 		b.ReportMetric(r.serverCores, "server-cores")
 	}
@@ -171,8 +173,9 @@ type agentRun struct {
 }
 
 // storageBytes is what the log's store (Pebble) wrote: its WAL, its
-// flushes and its compactions.
-type storageBytes struct{ wal, flushed, compacted uint64 }
+// flushes and its compactions; and the size of its level 0, whose tables
+// are still to be compacted (or moved) into the levels below.
+type storageBytes struct{ wal, flushed, compacted, l0 int64 }
 
 func readStorageBytes(tb testing.TB, l *eventlog.Log) storageBytes {
 	m, err := l.StorageMetrics()
@@ -180,7 +183,8 @@ func readStorageBytes(tb testing.TB, l *eventlog.Log) storageBytes {
 		tb.Fatal(err)
 	}
 	t := m.Total()
-	return storageBytes{wal: m.WAL.BytesWritten, flushed: t.TableBytesFlushed - t.TableBytesIn, compacted: t.TableBytesCompacted}
+	return storageBytes{wal: int64(m.WAL.BytesWritten), flushed: int64(t.TableBytesFlushed - t.TableBytesIn),
+		compacted: int64(t.TableBytesCompacted), l0: m.Levels[0].TablesSize}
 }
 
 // runAgentTasks runs n tasks through an agent on a new log, inflight at
@@ -246,7 +250,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 	r.goCores, r.serverCores = cpu.stop()
 	end()
 	store := readStorageBytes(tb, l)
-	r.store = storageBytes{store.wal - store0.wal, store.flushed - store0.flushed, store.compacted - store0.compacted}
+	r.store = storageBytes{store.wal - store0.wal, store.flushed - store0.flushed, store.compacted - store0.compacted, store.l0 - store0.l0}
 	stats := l.Stats()
 	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
 	r.calls = toolStages(tb, l, head0)
