@@ -48,7 +48,9 @@ func (a *AuxBatch) Grow(n int) {
 // read model (tasks, summaries, indexes) overlaps every older key between
 // them, so Pebble puts it in level 0 and compacts it with all of them;
 // tables of one range each, whose keys follow the older ones (new ids),
-// overlap nothing and are compacted far less. WriteAux writes one batch
+// overlap nothing and are compacted far less. IngestAux also cuts each
+// run where its keys start to follow every stored key of the run's range
+// (freshCut). WriteAux writes one batch
 // whatever n is. With either, the log's flushes and compactions also end
 // their tables where the first n bytes of aux keys change, from then
 // until it is closed (the largest n asked for since Open).
@@ -186,11 +188,11 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 }
 
 // ingestAux writes ops, sorted and unique, to temporary sstables (one per
-// run of keys sharing their first split bytes, split > 0; else one) and
-// ingests them together. A failure poisons the log like a failed
-// WriteAux: the disk is full or failing, and an ingest may have written
-// the WAL (one that overlaps the memtable is logged there) or the
-// MANIFEST.
+// run of keys sharing their first split bytes, split > 0; else one, each
+// cut in two by freshCut) and ingests them together. A failure poisons
+// the log like a failed WriteAux: the disk is full or failing, and an
+// ingest may have written the WAL (one that overlaps the memtable is
+// logged there) or the MANIFEST.
 func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 	fs := l.opts.FS
 	var paths []string
@@ -203,13 +205,9 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 		}
 	}()
 	var pace yield.Pacer // a background write: let the appends it competes with run
-	for len(ops) > 0 {
-		n := len(ops)
-		if split > 0 {
-			n = 1
-			for n < len(ops) && samePrefix(ops[0].key, ops[n].key, len(auxPrefix)+split) {
-				n++
-			}
+	write := func(ops []auxOp) error {
+		if len(ops) == 0 {
+			return nil
 		}
 		path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
 		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
@@ -218,7 +216,7 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 		}
 		paths = append(paths, path)
 		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
-		for _, o := range ops[:n] {
+		for _, o := range ops {
 			pace.Step(len(o.key) + len(o.value))
 			if o.del {
 				err = w.Delete(o.key)
@@ -230,12 +228,55 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 				return err
 			}
 		}
-		if err := w.Close(); err != nil { // syncs the file
+		return w.Close() // syncs the file
+	}
+	for len(ops) > 0 {
+		n, prefix := len(ops), len(auxPrefix)
+		if split > 0 {
+			n, prefix = 1, len(auxPrefix)+split
+			for n < len(ops) && samePrefix(ops[0].key, ops[n].key, prefix) {
+				n++
+			}
+		}
+		cut, err := l.freshCut(ops[:n], ops[0].key[:min(prefix, len(ops[0].key))])
+		if err != nil {
+			return err
+		}
+		if err := write(ops[:cut]); err != nil {
+			return err
+		}
+		if err := write(ops[cut:n]); err != nil {
 			return err
 		}
 		ops = ops[n:]
 	}
 	return l.ingest(ctx, paths)
+}
+
+// freshCut returns how many of ops (sorted, sharing prefix) come before
+// the first one whose key follows every key the store holds with prefix.
+// The keys from there on are new (a read model's records of new tasks),
+// so a table of them alone overlaps nothing and is ingested into the
+// bottom level, where nothing compacts it again; in one table with the
+// rewrites of older keys (the tasks still running at the previous
+// checkpoint), all of them went to level 0 and were compacted with the
+// older keys' table.
+func (l *Log) freshCut(ops []auxOp, prefix []byte) (int, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	if !it.Last() {
+		return 0, it.Close()
+	}
+	last := it.Key()
+	cut, _ := slices.BinarySearchFunc(ops, last, func(o auxOp, k []byte) int {
+		if bytes.Compare(o.key, k) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	return cut, it.Close()
 }
 
 // auxPrefix is what every aux key starts with in the store.
