@@ -36,6 +36,8 @@ type Log struct {
 
 	idMu     sync.Mutex
 	idLastMs uint64
+	// idEntropy receives the random part of the id drawID draws.
+	idEntropy [10]byte
 	// fresh holds ids NewID handed out that no append has used yet, as an
 	// event's id or as a stream's name (at most maxFresh; guarded by
 	// idMu): the first append that uses one skips the index read that
@@ -829,8 +831,15 @@ func (l *Log) drawID(t time.Time) ulid.ULID {
 		ms = l.idLastMs
 	}
 	for {
-		id, err := ulid.New(ms, l.entropy)
+		// ulid.New, without the allocation its interface call makes of
+		// the id's entropy part: the entropy is read into the Log.
+		var id ulid.ULID
+		err := id.SetTime(ms)
 		if err == nil {
+			err = l.entropy.MonotonicRead(ms, l.idEntropy[:])
+		}
+		if err == nil {
+			copy(id[6:], l.idEntropy[:])
 			l.idLastMs = ms
 			return id
 		}
