@@ -119,8 +119,18 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		return nil, invalidf("append without streams")
 	}
 	req := &appendReq{appends: make([]StreamAppend, len(appends)), done: make(chan struct{})}
-	var seen map[ulid.ULID]int // id -> index in all
-	var all []*Event
+	// The bodies are copied into one buffer, each capped so that an
+	// append to one cannot reach the next.
+	nbody, nevents := 0, 0
+	for _, sa := range appends {
+		nevents += len(sa.Events)
+		for j := range sa.Events {
+			nbody += len(sa.Events[j].Body)
+		}
+	}
+	bodies := make([]byte, 0, nbody)
+	var ids idSet // id -> index in all
+	all := make([]*Event, 0, nevents)
 	for i, sa := range appends {
 		if err := ValidateStream(sa.Stream); err != nil {
 			return nil, err
@@ -145,8 +155,10 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 			} else {
 				ev.Metadata = nil
 			}
-			if len(ev.Body) > 0 {
-				ev.Body = append([]byte(nil), ev.Body...)
+			if n := len(ev.Body); n > 0 {
+				off := len(bodies)
+				bodies = append(bodies, ev.Body...)
+				ev.Body = bodies[off : off+n : off+n]
 			} else {
 				ev.Body = nil
 			}
@@ -168,13 +180,13 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 			}
 			req.nbytes += size
 			if ev.ID != (ulid.ULID{}) {
-				if seen == nil {
-					seen = map[ulid.ULID]int{}
-				}
-				if _, dup := seen[ev.ID]; dup {
+				if _, dup := ids.find(ev.ID); dup {
 					return nil, invalidf("event id %s appears twice in one append", ev.ID)
 				}
-				seen[ev.ID] = len(all)
+				if ids.list == nil {
+					ids.list = make([]idIndex, 0, min(nevents, idSetList))
+				}
+				ids.add(ev.ID, len(all))
 			}
 			all = append(all, ev)
 		}
@@ -188,7 +200,7 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		if ev.Causation == (ulid.ULID{}) || ev.Correlation != (ulid.ULID{}) {
 			continue
 		}
-		if j, ok := seen[ev.Causation]; ok && j < i {
+		if j, ok := ids.find(ev.Causation); ok && j < i {
 			ev.Correlation = all[j].Correlation
 			if ev.Correlation == (ulid.ULID{}) && all[j].Causation == (ulid.ULID{}) {
 				ev.Correlation = all[j].ID
@@ -200,6 +212,49 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		}
 	}
 	return req, nil
+}
+
+// idSet maps the ids of one append's events to their indexes: a list
+// while it is short (most appends carry a few events), a map beyond.
+type idSet struct {
+	list []idIndex
+	m    map[ulid.ULID]int
+}
+
+type idIndex struct {
+	id ulid.ULID
+	i  int
+}
+
+// idSetList is how many ids idSet keeps in its list.
+const idSetList = 16
+
+func (s *idSet) find(id ulid.ULID) (int, bool) {
+	if s.m != nil {
+		i, ok := s.m[id]
+		return i, ok
+	}
+	for _, e := range s.list {
+		if e.id == id {
+			return e.i, true
+		}
+	}
+	return 0, false
+}
+
+func (s *idSet) add(id ulid.ULID, i int) {
+	switch {
+	case s.m != nil:
+		s.m[id] = i
+	case len(s.list) < idSetList:
+		s.list = append(s.list, idIndex{id, i})
+	default:
+		s.m = make(map[ulid.ULID]int, 2*idSetList)
+		for _, e := range s.list {
+			s.m[e.id] = e.i
+		}
+		s.m[id] = i
+	}
 }
 
 // groupState is the committer's scratch for one commit group.
