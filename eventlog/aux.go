@@ -26,9 +26,11 @@ type AuxBatch struct {
 	b   *pebble.Batch
 	key []byte
 	end []byte
-	// ops collects the writes instead of b (IngestAux).
-	ops []auxOp
-	err error
+	// ops collects the writes instead of b (IngestAux), their keys cut
+	// from keys (ownKey).
+	ops  []auxOp
+	keys []byte
+	err  error
 	// split, when positive, makes IngestAux write one sstable per run of
 	// keys that share their first split bytes (SplitTables).
 	split int
@@ -67,10 +69,22 @@ func (a *AuxBatch) auxKey(dst, key []byte) []byte {
 	return append(dst, key...)
 }
 
+// ownKey is auxKey for a batch IngestAux collects: the copies are cut
+// from chunks of keys, each capped, not allocated one by one.
+func (a *AuxBatch) ownKey(key []byte) []byte {
+	n := 1 + len(key)
+	if cap(a.keys)-len(a.keys) < n {
+		a.keys = make([]byte, 0, max(n, min(max(2*cap(a.keys), 1<<10), 64<<10)))
+	}
+	off := len(a.keys)
+	a.keys = append(append(a.keys, PrefixAux), key...) // within the chunk's room
+	return a.keys[off : off+n : off+n]
+}
+
 // Set sets key to value.
 func (a *AuxBatch) Set(key, value []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), value: value})
+		a.ops = append(a.ops, auxOp{key: a.ownKey(key), value: value})
 		return
 	}
 	a.key = a.auxKey(a.key, key)
@@ -80,7 +94,7 @@ func (a *AuxBatch) Set(key, value []byte) {
 // Delete deletes key.
 func (a *AuxBatch) Delete(key []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.auxKey(nil, key), del: true})
+		a.ops = append(a.ops, auxOp{key: a.ownKey(key), del: true})
 		return
 	}
 	a.key = a.auxKey(a.key, key)
