@@ -23,7 +23,8 @@ const (
 )
 
 type appendReq struct {
-	appends []StreamAppend // owned copies; events are filled in place
+	appends []StreamAppend  // owned copies; events are filled in place
+	one     [1]StreamAppend // appends' array for one stream
 	nevents int
 	nbytes  int
 	state   atomic.Int32
@@ -118,9 +119,14 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	if len(appends) == 0 {
 		return nil, invalidf("append without streams")
 	}
-	req := &appendReq{appends: make([]StreamAppend, len(appends)), done: make(chan struct{})}
-	// The bodies are copied into one buffer, each capped so that an
-	// append to one cannot reach the next.
+	req := &appendReq{done: make(chan struct{})}
+	req.appends = req.one[:]
+	if len(appends) > 1 {
+		req.appends = make([]StreamAppend, len(appends))
+	}
+	// The events of all streams are copied into one slice, their bodies
+	// into one buffer, each capped so that an append to one cannot reach
+	// the next.
 	nbody, nevents := 0, 0
 	for _, sa := range appends {
 		nevents += len(sa.Events)
@@ -129,8 +135,9 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		}
 	}
 	bodies := make([]byte, 0, nbody)
-	var ids idSet // id -> index in all
-	all := make([]*Event, 0, nevents)
+	all := make([]Event, 0, nevents)
+	var idBuf [8]idIndex
+	ids := idSet{list: idBuf[:0]} // id -> index in all
 	for i, sa := range appends {
 		if err := ValidateStream(sa.Stream); err != nil {
 			return nil, err
@@ -141,8 +148,9 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		if len(sa.Events) == 0 {
 			return nil, invalidf("append to stream %q without events", sa.Stream)
 		}
-		evs := make([]Event, len(sa.Events))
-		copy(evs, sa.Events)
+		first := len(all)
+		all = append(all, sa.Events...)
+		evs := all[first:len(all):len(all)]
 		for j := range evs {
 			ev := &evs[j]
 			ev.Stream = sa.Stream
@@ -183,12 +191,8 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 				if _, dup := ids.find(ev.ID); dup {
 					return nil, invalidf("event id %s appears twice in one append", ev.ID)
 				}
-				if ids.list == nil {
-					ids.list = make([]idIndex, 0, min(nevents, idSetList))
-				}
-				ids.add(ev.ID, len(all))
+				ids = ids.add(ev.ID, first+j)
 			}
-			all = append(all, ev)
 		}
 		req.nevents += len(evs)
 		req.appends[i] = StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
@@ -196,7 +200,8 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	// Correlation: inherit the causation's correlation when the causation is
 	// known. Earlier events of this append count; later ones cannot be
 	// causes. Unresolved correlations are set by the committer.
-	for i, ev := range all {
+	for i := range all {
+		ev := &all[i]
 		if ev.Causation == (ulid.ULID{}) || ev.Correlation != (ulid.ULID{}) {
 			continue
 		}
@@ -229,7 +234,7 @@ type idIndex struct {
 // idSetList is how many ids idSet keeps in its list.
 const idSetList = 16
 
-func (s *idSet) find(id ulid.ULID) (int, bool) {
+func (s idSet) find(id ulid.ULID) (int, bool) {
 	if s.m != nil {
 		i, ok := s.m[id]
 		return i, ok
@@ -242,7 +247,8 @@ func (s *idSet) find(id ulid.ULID) (int, bool) {
 	return 0, false
 }
 
-func (s *idSet) add(id ulid.ULID, i int) {
+// add returns the set with id at index i.
+func (s idSet) add(id ulid.ULID, i int) idSet {
 	switch {
 	case s.m != nil:
 		s.m[id] = i
@@ -255,6 +261,7 @@ func (s *idSet) add(id ulid.ULID, i int) {
 		}
 		s.m[id] = i
 	}
+	return s
 }
 
 // groupState is the committer's scratch for one commit group.
