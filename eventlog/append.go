@@ -23,7 +23,8 @@ const (
 )
 
 type appendReq struct {
-	appends []StreamAppend // owned copies; events are filled in place
+	appends []StreamAppend  // owned copies; events are filled in place
+	one     [1]StreamAppend // appends' array for one stream
 	nevents int
 	nbytes  int
 	state   atomic.Int32
@@ -118,9 +119,25 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	if len(appends) == 0 {
 		return nil, invalidf("append without streams")
 	}
-	req := &appendReq{appends: make([]StreamAppend, len(appends)), done: make(chan struct{})}
-	var seen map[ulid.ULID]int // id -> index in all
-	var all []*Event
+	req := &appendReq{done: make(chan struct{})}
+	req.appends = req.one[:]
+	if len(appends) > 1 {
+		req.appends = make([]StreamAppend, len(appends))
+	}
+	// The events of all streams are copied into one slice, their bodies
+	// into one buffer, each capped so that an append to one cannot reach
+	// the next.
+	nbody, nevents := 0, 0
+	for _, sa := range appends {
+		nevents += len(sa.Events)
+		for j := range sa.Events {
+			nbody += len(sa.Events[j].Body)
+		}
+	}
+	bodies := make([]byte, 0, nbody)
+	all := make([]Event, 0, nevents)
+	var idBuf [8]idIndex
+	ids := idSet{list: idBuf[:0]} // id -> index in all
 	for i, sa := range appends {
 		if err := ValidateStream(sa.Stream); err != nil {
 			return nil, err
@@ -131,8 +148,9 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		if len(sa.Events) == 0 {
 			return nil, invalidf("append to stream %q without events", sa.Stream)
 		}
-		evs := make([]Event, len(sa.Events))
-		copy(evs, sa.Events)
+		first := len(all)
+		all = append(all, sa.Events...)
+		evs := all[first:len(all):len(all)]
 		for j := range evs {
 			ev := &evs[j]
 			ev.Stream = sa.Stream
@@ -145,8 +163,10 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 			} else {
 				ev.Metadata = nil
 			}
-			if len(ev.Body) > 0 {
-				ev.Body = append([]byte(nil), ev.Body...)
+			if n := len(ev.Body); n > 0 {
+				off := len(bodies)
+				bodies = append(bodies, ev.Body...)
+				ev.Body = bodies[off : off+n : off+n]
 			} else {
 				ev.Body = nil
 			}
@@ -168,15 +188,11 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 			}
 			req.nbytes += size
 			if ev.ID != (ulid.ULID{}) {
-				if seen == nil {
-					seen = map[ulid.ULID]int{}
-				}
-				if _, dup := seen[ev.ID]; dup {
+				if _, dup := ids.find(ev.ID); dup {
 					return nil, invalidf("event id %s appears twice in one append", ev.ID)
 				}
-				seen[ev.ID] = len(all)
+				ids = ids.add(ev.ID, first+j)
 			}
-			all = append(all, ev)
 		}
 		req.nevents += len(evs)
 		req.appends[i] = StreamAppend{Stream: sa.Stream, Expected: sa.Expected, Events: evs}
@@ -184,11 +200,12 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	// Correlation: inherit the causation's correlation when the causation is
 	// known. Earlier events of this append count; later ones cannot be
 	// causes. Unresolved correlations are set by the committer.
-	for i, ev := range all {
+	for i := range all {
+		ev := &all[i]
 		if ev.Causation == (ulid.ULID{}) || ev.Correlation != (ulid.ULID{}) {
 			continue
 		}
-		if j, ok := seen[ev.Causation]; ok && j < i {
+		if j, ok := ids.find(ev.Causation); ok && j < i {
 			ev.Correlation = all[j].Correlation
 			if ev.Correlation == (ulid.ULID{}) && all[j].Causation == (ulid.ULID{}) {
 				ev.Correlation = all[j].ID
@@ -200,6 +217,51 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 		}
 	}
 	return req, nil
+}
+
+// idSet maps the ids of one append's events to their indexes: a list
+// while it is short (most appends carry a few events), a map beyond.
+type idSet struct {
+	list []idIndex
+	m    map[ulid.ULID]int
+}
+
+type idIndex struct {
+	id ulid.ULID
+	i  int
+}
+
+// idSetList is how many ids idSet keeps in its list.
+const idSetList = 16
+
+func (s idSet) find(id ulid.ULID) (int, bool) {
+	if s.m != nil {
+		i, ok := s.m[id]
+		return i, ok
+	}
+	for _, e := range s.list {
+		if e.id == id {
+			return e.i, true
+		}
+	}
+	return 0, false
+}
+
+// add returns the set with id at index i.
+func (s idSet) add(id ulid.ULID, i int) idSet {
+	switch {
+	case s.m != nil:
+		s.m[id] = i
+	case len(s.list) < idSetList:
+		s.list = append(s.list, idIndex{id, i})
+	default:
+		s.m = make(map[ulid.ULID]int, 2*idSetList)
+		for _, e := range s.list {
+			s.m[e.id] = e.i
+		}
+		s.m[id] = i
+	}
+	return s
 }
 
 // groupState is the committer's scratch for one commit group.

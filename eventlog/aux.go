@@ -26,8 +26,8 @@ type AuxBatch struct {
 	b   *pebble.Batch
 	key []byte
 	end []byte
-	// ops collects the writes instead of b (IngestAux), their keys
-	// copied into keys, a chunk shared by many (opKey).
+	// ops collects the writes instead of b (IngestAux), their keys cut
+	// from keys (ownKey).
 	ops  []auxOp
 	keys []byte
 	err  error
@@ -50,7 +50,12 @@ func (a *AuxBatch) Grow(n int) {
 // read model (tasks, summaries, indexes) overlaps every older key between
 // them, so Pebble puts it in level 0 and compacts it with all of them;
 // tables of one range each, whose keys follow the older ones (new ids),
-// overlap nothing and are compacted far less. WriteAux ignores it.
+// overlap nothing and are compacted far less. IngestAux also cuts each
+// run where its keys start to follow every stored key of the run's range
+// (freshCut). WriteAux writes one batch whatever n is. With either, the
+// log's flushes and compactions also end their tables where the first n
+// bytes of aux keys change, from then until it is closed (the largest n
+// asked for since Open).
 func (a *AuxBatch) SplitTables(n int) { a.split = n }
 
 // auxOp is one write collected for IngestAux.
@@ -64,25 +69,22 @@ func (a *AuxBatch) auxKey(dst, key []byte) []byte {
 	return append(dst, key...)
 }
 
-// opKey returns the aux key of key for an op IngestAux collects: copied
-// into the batch's current chunk of keys, one allocation for many keys.
-func (a *AuxBatch) opKey(key []byte) []byte {
+// ownKey is auxKey for a batch IngestAux collects: the copies are cut
+// from chunks of keys, each capped, not allocated one by one.
+func (a *AuxBatch) ownKey(key []byte) []byte {
 	n := 1 + len(key)
 	if cap(a.keys)-len(a.keys) < n {
-		a.keys = make([]byte, 0, max(auxKeyChunk, n))
+		a.keys = make([]byte, 0, max(n, min(max(2*cap(a.keys), 1<<10), 64<<10)))
 	}
-	at := len(a.keys)
-	a.keys = append(append(a.keys, PrefixAux), key...)
-	return a.keys[at:len(a.keys):len(a.keys)]
+	off := len(a.keys)
+	a.keys = append(append(a.keys, PrefixAux), key...) // within the chunk's room
+	return a.keys[off : off+n : off+n]
 }
-
-// auxKeyChunk is the size of the chunks opKey copies keys into.
-const auxKeyChunk = 32 << 10
 
 // Set sets key to value.
 func (a *AuxBatch) Set(key, value []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.opKey(key), value: value})
+		a.ops = append(a.ops, auxOp{key: a.ownKey(key), value: value})
 		return
 	}
 	a.key = a.auxKey(a.key, key)
@@ -92,7 +94,7 @@ func (a *AuxBatch) Set(key, value []byte) {
 // Delete deletes key.
 func (a *AuxBatch) Delete(key []byte) {
 	if a.b == nil {
-		a.ops = append(a.ops, auxOp{key: a.opKey(key), del: true})
+		a.ops = append(a.ops, auxOp{key: a.ownKey(key), del: true})
 		return
 	}
 	a.key = a.auxKey(a.key, key)
@@ -130,10 +132,12 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 		return ErrClosed
 	}
 	b := l.db.NewBatch()
-	if err := fn(&AuxBatch{b: b}); err != nil {
+	a := &AuxBatch{b: b}
+	if err := fn(a); err != nil {
 		b.Close()
 		return err
 	}
+	l.spans.noteAuxSplit(a.split)
 	if b.Empty() {
 		b.Close()
 		return nil
@@ -169,6 +173,7 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if a.err != nil {
 		return a.err
 	}
+	l.spans.noteAuxSplit(a.split)
 	if len(a.ops) == 0 {
 		return nil
 	}
@@ -197,11 +202,11 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 }
 
 // ingestAux writes ops, sorted and unique, to temporary sstables (one per
-// run of keys sharing their first split bytes, split > 0; else one) and
-// ingests them together. A failure poisons the log like a failed
-// WriteAux: the disk is full or failing, and an ingest may have written
-// the WAL (one that overlaps the memtable is logged there) or the
-// MANIFEST.
+// run of keys sharing their first split bytes, split > 0; else one, each
+// cut in two by freshCut) and ingests them together. A failure poisons
+// the log like a failed WriteAux: the disk is full or failing, and an
+// ingest may have written the WAL (one that overlaps the memtable is
+// logged there) or the MANIFEST.
 func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 	fs := l.opts.FS
 	var paths []string
@@ -214,13 +219,9 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 		}
 	}()
 	var pace yield.Pacer // a background write: let the appends it competes with run
-	for len(ops) > 0 {
-		n := len(ops)
-		if split > 0 {
-			n = 1
-			for n < len(ops) && samePrefix(ops[0].key, ops[n].key, len(auxPrefix)+split) {
-				n++
-			}
+	write := func(ops []auxOp) error {
+		if len(ops) == 0 {
+			return nil
 		}
 		path := fs.PathJoin(l.dir, fmt.Sprintf(ingestTempFile, ingestFiles.Add(1)))
 		f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
@@ -229,7 +230,7 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 		}
 		paths = append(paths, path)
 		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: l.db.TableFormat()})
-		for _, o := range ops[:n] {
+		for _, o := range ops {
 			pace.Step(len(o.key) + len(o.value))
 			if o.del {
 				err = w.Delete(o.key)
@@ -241,12 +242,55 @@ func (l *Log) ingestAux(ctx context.Context, ops []auxOp, split int) error {
 				return err
 			}
 		}
-		if err := w.Close(); err != nil { // syncs the file
+		return w.Close() // syncs the file
+	}
+	for len(ops) > 0 {
+		n, prefix := len(ops), len(auxPrefix)
+		if split > 0 {
+			n, prefix = 1, len(auxPrefix)+split
+			for n < len(ops) && samePrefix(ops[0].key, ops[n].key, prefix) {
+				n++
+			}
+		}
+		cut, err := l.freshCut(ops[:n], ops[0].key[:min(prefix, len(ops[0].key))])
+		if err != nil {
+			return err
+		}
+		if err := write(ops[:cut]); err != nil {
+			return err
+		}
+		if err := write(ops[cut:n]); err != nil {
 			return err
 		}
 		ops = ops[n:]
 	}
 	return l.ingest(ctx, paths)
+}
+
+// freshCut returns how many of ops (sorted, sharing prefix) come before
+// the first one whose key follows every key the store holds with prefix.
+// The keys from there on are new (a read model's records of new tasks),
+// so a table of them alone overlaps nothing and is ingested into the
+// bottom level, where nothing compacts it again; in one table with the
+// rewrites of older keys (the tasks still running at the previous
+// checkpoint), all of them went to level 0 and were compacted with the
+// older keys' table.
+func (l *Log) freshCut(ops []auxOp, prefix []byte) (int, error) {
+	it, err := l.db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, err
+	}
+	if !it.Last() {
+		return 0, it.Close()
+	}
+	last := it.Key()
+	cut, _ := slices.BinarySearchFunc(ops, last, func(o auxOp, k []byte) int {
+		if bytes.Compare(o.key, k) <= 0 {
+			return -1
+		}
+		return 1
+	})
+	return cut, it.Close()
 }
 
 // auxPrefix is what every aux key starts with in the store.

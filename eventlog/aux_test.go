@@ -3,7 +3,9 @@ package eventlog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -262,8 +264,9 @@ func TestIngestAuxSplitTables(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := creates.Load(); n != 4 {
-		t.Errorf("%d tables written, want 4 (me, p/, q/, r/)", n)
+	if n := creates.Load(); n != 5 {
+		// p/1 rewrites a stored key, p/2 follows every stored p/ key.
+		t.Errorf("%d tables written, want 5 (me, p/ rewritten, p/ new, q/, r/)", n)
 	}
 	want := map[string]string{"p/1": "new", "p/2": "new", "q/1": "old", "q/2": "last", "r/gone": "", "meta": "m"}
 	check := func(l *Log, when string) {
@@ -315,5 +318,37 @@ func TestIngestAuxSplitTables(t *testing.T) {
 	check(l, "reopened")
 	if _, err := l.GetAux([]byte("p/3")); !errors.Is(err, ErrNotFound) || l.Head() != 1 {
 		t.Fatalf("reopened: p/3 %v, head %d; want ErrNotFound, head 1", err, l.Head())
+	}
+}
+
+// TestIngestAuxCopiesKeys: IngestAux keeps its own copies of the keys,
+// however many (several chunks of them), while the caller reuses its
+// buffer.
+func TestIngestAuxCopiesKeys(t *testing.T) {
+	l := mustOpen(t, "db", testOptions(vfs.NewMem()))
+	defer closeLog(t, l)
+	const n = 5000
+	key := make([]byte, 0, 64)
+	if err := l.IngestAux(context.Background(), func(b *AuxBatch) error {
+		for i := range n {
+			key = fmt.Appendf(key[:0], "k/%040d", i)
+			if i%7 == 0 {
+				b.Delete(key)
+			} else {
+				b.Set(key, []byte(strconv.Itoa(i)))
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		v, err := l.GetAux(fmt.Appendf(nil, "k/%040d", i))
+		switch {
+		case i%7 == 0 && !errors.Is(err, ErrNotFound):
+			t.Fatalf("key %d: %q, %v; want it deleted", i, v, err)
+		case i%7 != 0 && (err != nil || string(v) != strconv.Itoa(i)):
+			t.Fatalf("key %d: %q, %v", i, v, err)
+		}
 	}
 }

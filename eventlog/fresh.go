@@ -22,8 +22,10 @@ const (
 // no event with this id and, since no one could name a stream after it
 // before it was drawn, no such stream.
 func (l *Log) noteFresh(id ulid.ULID) {
-	if l.fresh == nil || len(l.fresh) >= maxFresh {
+	if l.fresh == nil {
 		l.fresh = make(map[ulid.ULID]freshUse)
+	} else if len(l.fresh) >= maxFresh {
+		clear(l.fresh)
 	}
 	l.fresh[id] = freshID | freshStream
 }

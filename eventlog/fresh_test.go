@@ -74,3 +74,18 @@ func TestFreshIDsBounded(t *testing.T) {
 		t.Fatalf("%d fresh ids held, want at most %d", n, maxFresh)
 	}
 }
+
+// BenchmarkNewID draws ids as the agent does for its events: each one
+// is then used once as an event's id (takeFresh), never as a stream's
+// name, so the log remembers it as fresh for that until it forgets it.
+func BenchmarkNewID(b *testing.B) {
+	l := mustOpen(b, b.TempDir(), nil)
+	defer closeLog(b, l)
+	b.ReportAllocs()
+	for b.Loop() {
+		id := l.NewID()
+		if !l.takeFresh(id, freshID) {
+			b.Fatal("a drawn id is not fresh")
+		}
+	}
+}

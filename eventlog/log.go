@@ -36,6 +36,8 @@ type Log struct {
 
 	idMu     sync.Mutex
 	idLastMs uint64
+	// idEntropy receives the random part of the id drawID draws.
+	idEntropy [10]byte
 	// fresh holds ids NewID handed out that no append has used yet, as an
 	// event's id or as a stream's name (at most maxFresh; guarded by
 	// idMu): the first append that uses one skips the index read that
@@ -69,6 +71,9 @@ type Log struct {
 	markAt    time.Time     // when mark was written
 	markEvery time.Duration // markerInterval; tests shorten it
 	loss      *DataLossError
+
+	// spans decides where the store's tables end (tableSpans).
+	spans tableSpans
 
 	// Committer-owned state.
 	versions map[string]uint64 // committed stream versions (a bounded cache)
@@ -335,7 +340,7 @@ func (l *Log) endsInFill(head uint64) bool {
 }
 
 func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
-	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
+	po := l.opts.pebbleOptions(fs, &l.spans, func(err error) { l.poison(err) }, l.noteCorruption)
 	po.Lock = l.lock
 	po.ReadOnly = true
 	po.ErrorIfNotExists = true
@@ -343,7 +348,7 @@ func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
 }
 
 func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
-	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
+	po := l.opts.pebbleOptions(fs, &l.spans, func(err error) { l.poison(err) }, l.noteCorruption)
 	po.Lock = l.lock
 	po.ErrorIfNotExists = mustExist
 	if !l.readOnly {
@@ -826,8 +831,15 @@ func (l *Log) drawID(t time.Time) ulid.ULID {
 		ms = l.idLastMs
 	}
 	for {
-		id, err := ulid.New(ms, l.entropy)
+		// ulid.New, without the allocation its interface call makes of
+		// the id's entropy part: the entropy is read into the Log.
+		var id ulid.ULID
+		err := id.SetTime(ms)
 		if err == nil {
+			err = l.entropy.MonotonicRead(ms, l.idEntropy[:])
+		}
+		if err == nil {
+			copy(id[6:], l.idEntropy[:])
 			l.idLastMs = ms
 			return id
 		}

@@ -136,7 +136,9 @@ func BenchmarkMCPAgentLocal(b *testing.B) {
 // with benchConcurrency tool slots, and reports calls/s, the tool stage's
 // latency from the events' commit times (TOOL_CALL_STARTED to
 // TOOL_CALL_COMPLETED), the task's, the appends and fsyncs per call, and
-// the CPU this process and the server's (pid, if any) used.
+// the CPU this process and the server's (pid, if any) used, and the
+// bytes the log's store wrote per call (WAL, flushes, compactions) and
+// the growth of its level 0 per call (bytes still to compact).
 func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, inflight, perTurn int) {
 	tasks := (b.N + perTurn - 1) / perTurn
 	r := runAgentTasks(b, opts, pid, tool, inflight, perTurn, tasks, b.ResetTimer, b.StopTimer)
@@ -150,6 +152,10 @@ func benchAgent(b *testing.B, opts agent.Options, pid int, tool benchTool, infli
 	b.ReportMetric(float64(r.appends)/n, "appends/call")
 	b.ReportMetric(float64(r.fsyncs)/n, "fsyncs/call")
 	b.ReportMetric(r.goCores, "go-cores")
+	b.ReportMetric(float64(r.store.wal)/n, "wal-B/call")
+	b.ReportMetric(float64(r.store.flushed)/n, "flush-B/call")
+	b.ReportMetric(float64(r.store.compacted)/n, "compact-B/call")
+	b.ReportMetric(float64(r.store.l0)/n, "l0-B/call")
 	if pid > 0 {
 		b.ReportMetric(r.serverCores, "server-cores")
 	}
@@ -163,6 +169,22 @@ type agentRun struct {
 	events, appends      uint64
 	fsyncs               uint64
 	goCores, serverCores float64
+	store                storageBytes // written by the log's store during the run
+}
+
+// storageBytes is what the log's store (Pebble) wrote: its WAL, its
+// flushes and its compactions; and the size of its level 0, whose tables
+// are still to be compacted (or moved) into the levels below.
+type storageBytes struct{ wal, flushed, compacted, l0 int64 }
+
+func readStorageBytes(tb testing.TB, l *eventlog.Log) storageBytes {
+	m, err := l.StorageMetrics()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t := m.Total()
+	return storageBytes{wal: int64(m.WAL.BytesWritten), flushed: int64(t.TableBytesFlushed - t.TableBytesIn),
+		compacted: int64(t.TableBytesCompacted), l0: m.Levels[0].TablesSize}
 }
 
 // runAgentTasks runs n tasks through an agent on a new log, inflight at
@@ -194,7 +216,7 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 			tb.Error(err)
 		}
 	}()
-	head0, stats0 := l.Head(), l.Stats()
+	head0, stats0, store0 := l.Head(), l.Stats(), readStorageBytes(tb, l)
 	r := agentRun{tasks: make([]time.Duration, 0, n)}
 	var mu sync.Mutex
 	var next atomic.Int64
@@ -227,6 +249,8 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 	r.elapsed = time.Since(t0)
 	r.goCores, r.serverCores = cpu.stop()
 	end()
+	store := readStorageBytes(tb, l)
+	r.store = storageBytes{store.wal - store0.wal, store.flushed - store0.flushed, store.compacted - store0.compacted, store.l0 - store0.l0}
 	stats := l.Stats()
 	r.events, r.appends, r.fsyncs = l.Head()-head0, stats.Appends-stats0.Appends, stats.Commits-stats0.Commits
 	r.calls = toolStages(tb, l, head0)

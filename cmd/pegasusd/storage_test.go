@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -136,9 +137,9 @@ func TestCorruptTableAtStart(t *testing.T) {
 	cfg := testConfig(t)
 	settledRun(t, cfg, 5)
 	settledRun(t, cfg, 0) // flushes the first run's WAL into a table
-	tables := dataFiles(t, cfg.engine.DataDir, ".sst")
+	tables := eventTables(t, cfg.engine.DataDir)
 	if len(tables) == 0 {
-		t.Fatalf("no table in %s", cfg.engine.DataDir)
+		t.Fatalf("no table of events in %s", cfg.engine.DataDir)
 	}
 	p := tables[0]
 	sst := filepath.Base(p)
@@ -247,6 +248,33 @@ func dropKeys(t *testing.T, dir string, start, end []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// eventTables lists the paths of the tables of a stopped daemon's log
+// whose keys span events (tables hold one key namespace each), oldest
+// first.
+func eventTables(t *testing.T, dir string) []string {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: pebbleQuiet{}, ErrorIfNotExists: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	levels, err := db.SSTables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tables := range levels {
+		for _, info := range tables {
+			lo, hi := info.Smallest.UserKey, info.Largest.UserKey
+			if len(lo) > 0 && len(hi) > 0 && lo[0] <= eventlog.PrefixEvent && hi[0] >= eventlog.PrefixEvent {
+				out = append(out, filepath.Join(dir, fmt.Sprintf("%s.sst", info.FileNum)))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 type pebbleQuiet struct{}
