@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"unsafe"
 
 	"github.com/pegasus-engine/pegasus/internal/codec"
 )
@@ -72,12 +71,7 @@ var bodyTypes = func() map[EventType]struct{} {
 // panics, whatever data holds. The decoded strings are the body's own: one
 // copy of data holds them all.
 func Decode(et EventType, schema uint16, data []byte) (Body, error) {
-	b, own, ok := newBodyWith(et, len(data))
-	if !ok {
-		return decode(et, schema, data) // the error
-	}
-	copy(own, data)
-	return decodeInto(et, schema, unsafe.String(unsafe.SliceData(own), len(own)), b, nil)
+	return decode(et, schema, data)
 }
 
 // DecodeShared is Decode for a body held in a string: the decoded strings
@@ -218,116 +212,51 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 
 // newBody returns a new, empty body for an event type.
 func newBody(et EventType) (Body, bool) {
-	b, _, ok := newBodyWith(et, -1)
-	return b, ok
-}
-
-// newBodyWith returns a new, empty body for an event type and, when n >=
-// 0, n bytes beside it, in the same allocation when n is small: Decode
-// copies the encoded body there, and the decoded strings point into it.
-func newBodyWith(et EventType, n int) (Body, []byte, bool) {
 	switch et {
 	case MessageReceived, WebhookTriggered, ScheduleFired:
-		return with[Input](n)
+		return &Input{}, true
 	case TaskCreated:
-		return with[TaskCreatedBody](n)
+		return &TaskCreatedBody{}, true
 	case ReasonDone:
-		return with[ReasonDoneBody](n)
+		return &ReasonDoneBody{}, true
 	case NeedMoreInfo:
-		return with[NeedMoreInfoBody](n)
+		return &NeedMoreInfoBody{}, true
 	case ToolCallStarted:
-		return with[ToolCallStartedBody](n)
+		return &ToolCallStartedBody{}, true
 	case ToolCallCompleted, ToolCallFailed:
-		return with[ToolCallResultBody](n)
+		return &ToolCallResultBody{}, true
 	case StepCompleted:
-		return with[StepCompletedBody](n)
+		return &StepCompletedBody{}, true
 	case TaskSuspended:
-		return with[TaskSuspendedBody](n)
+		return &TaskSuspendedBody{}, true
 	case TaskResumed:
-		return with[TaskResumedBody](n)
+		return &TaskResumedBody{}, true
 	case TaskFailed:
-		return with[TaskFailedBody](n)
+		return &TaskFailedBody{}, true
 	case TaskCompleted:
-		return with[TaskCompletedBody](n)
+		return &TaskCompletedBody{}, true
 	case ReflectionComplete:
-		return with[ReflectionCompleteBody](n)
+		return &ReflectionCompleteBody{}, true
 	case TaskNotify:
-		return with[TaskNotifyBody](n)
+		return &TaskNotifyBody{}, true
 	case ModelCalled:
-		return with[ModelCalledBody](n)
+		return &ModelCalledBody{}, true
 	case BudgetExceeded:
-		return with[BudgetExceededBody](n)
+		return &BudgetExceededBody{}, true
 	case PerceiveDone:
-		return with[PerceiveDoneBody](n)
+		return &PerceiveDoneBody{}, true
 	case ThinkDone:
-		return with[ThinkDoneBody](n)
+		return &ThinkDoneBody{}, true
 	case PlanDone:
-		return with[PlanDoneBody](n)
+		return &PlanDoneBody{}, true
 	case ActDone:
-		return with[ActDoneBody](n)
+		return &ActDoneBody{}, true
 	case ReflectDone:
-		return with[ReflectDoneBody](n)
+		return &ReflectDoneBody{}, true
 	case SubTaskCreated:
-		return with[SubTaskCreatedBody](n)
+		return &SubTaskCreatedBody{}, true
 	}
-	b, ok := newDispatchBody(et) // the broker's bodies: not decoded on the agent's path
-	if !ok || n < 0 {
-		return b, nil, ok
-	}
-	return b, make([]byte, n), true
-}
-
-// with returns a new T and, when n >= 0, n bytes, in one allocation for
-// up to 512 bytes (the bodies of an agent's task are 20 to 320 bytes),
-// rounded up to 32 or 64 bytes. The bytes live as long as the body or a
-// string cut from them does.
-func with[T any, P interface {
-	*T
-	Body
-}](n int) (Body, []byte, bool) {
-	var b *T
-	var d []byte
-	switch {
-	case n < 0:
-		b = new(T)
-	case n <= 32:
-		b, d = beside[T, [32]byte](n)
-	case n <= 64:
-		b, d = beside[T, [64]byte](n)
-	case n <= 96:
-		b, d = beside[T, [96]byte](n)
-	case n <= 128:
-		b, d = beside[T, [128]byte](n)
-	case n <= 160:
-		b, d = beside[T, [160]byte](n)
-	case n <= 192:
-		b, d = beside[T, [192]byte](n)
-	case n <= 224:
-		b, d = beside[T, [224]byte](n)
-	case n <= 256:
-		b, d = beside[T, [256]byte](n)
-	case n <= 320:
-		b, d = beside[T, [320]byte](n)
-	case n <= 384:
-		b, d = beside[T, [384]byte](n)
-	case n <= 448:
-		b, d = beside[T, [448]byte](n)
-	case n <= 512:
-		b, d = beside[T, [512]byte](n)
-	default:
-		b, d = new(T), make([]byte, n)
-	}
-	return P(b), d, true
-}
-
-// beside allocates a T and an array A of bytes in one object, and returns
-// the T and the array's first n bytes (n <= len(A)).
-func beside[T, A any](n int) (*T, []byte) {
-	x := new(struct {
-		b T
-		d A
-	})
-	return &x.b, unsafe.Slice((*byte)(unsafe.Pointer(&x.d)), n)
+	return newDispatchBody(et)
 }
 
 // EventTypes lists every event type this package has a body for, in a

@@ -280,31 +280,3 @@ func TestDecodeHostileLengths(t *testing.T) {
 		t.Errorf("nesting %d: %v", codec.MaxDepth, err)
 	}
 }
-
-// TestDecodeCopiesData: Decode's body is its own, whatever its size (its
-// bytes are copied beside it): the caller may reuse data afterwards.
-func TestDecodeCopiesData(t *testing.T) {
-	var bodies []Body
-	for _, et := range EventTypes {
-		bodies = append(bodies, sampleBodies(t)[et])
-	}
-	for n := 0; n <= 700; n += 7 { // every size class of the copy, and past them
-		bodies = append(bodies, &TaskCompletedBody{Result: strings.Repeat("r", n)})
-	}
-	for _, b := range bodies {
-		data, err := Encode(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := Decode(b.EventType(), SchemaVersion, data)
-		if err != nil {
-			t.Fatalf("%s: %v", b.EventType(), err)
-		}
-		for i := range data {
-			data[i] = 0xff
-		}
-		if !reflect.DeepEqual(got, b) {
-			t.Fatalf("%s of %d bytes: changing the data changed the decoded body:\n got %#v\nwant %#v", b.EventType(), len(data), got, b)
-		}
-	}
-}
