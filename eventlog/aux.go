@@ -52,10 +52,7 @@ func (a *AuxBatch) Grow(n int) {
 // tables of one range each, whose keys follow the older ones (new ids),
 // overlap nothing and are compacted far less. IngestAux also cuts each
 // run where its keys start to follow every stored key of the run's range
-// (freshCut). WriteAux writes one batch whatever n is. With either, the
-// log's flushes and compactions also end their tables where the first n
-// bytes of aux keys change, from then until it is closed (the largest n
-// asked for since Open).
+// (freshCut). WriteAux writes one batch whatever n is.
 func (a *AuxBatch) SplitTables(n int) { a.split = n }
 
 // auxOp is one write collected for IngestAux.
@@ -137,7 +134,6 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 		b.Close()
 		return err
 	}
-	l.spans.noteAuxSplit(a.split)
 	if b.Empty() {
 		b.Close()
 		return nil
@@ -173,7 +169,6 @@ func (l *Log) IngestAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 	if a.err != nil {
 		return a.err
 	}
-	l.spans.noteAuxSplit(a.split)
 	if len(a.ops) == 0 {
 		return nil
 	}

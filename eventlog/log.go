@@ -72,9 +72,6 @@ type Log struct {
 	markEvery time.Duration // markerInterval; tests shorten it
 	loss      *DataLossError
 
-	// spans decides where the store's tables end (tableSpans).
-	spans tableSpans
-
 	// Committer-owned state.
 	versions map[string]uint64 // committed stream versions (a bounded cache)
 	stats    statsCounters
@@ -340,7 +337,7 @@ func (l *Log) endsInFill(head uint64) bool {
 }
 
 func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
-	po := l.opts.pebbleOptions(fs, &l.spans, func(err error) { l.poison(err) }, l.noteCorruption)
+	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
 	po.Lock = l.lock
 	po.ReadOnly = true
 	po.ErrorIfNotExists = true
@@ -348,7 +345,7 @@ func (l *Log) openPebbleRO(fs vfs.FS) (*pebble.DB, error) {
 }
 
 func (l *Log) openPebble(fs vfs.FS, mustExist bool) (*pebble.DB, error) {
-	po := l.opts.pebbleOptions(fs, &l.spans, func(err error) { l.poison(err) }, l.noteCorruption)
+	po := l.opts.pebbleOptions(fs, func(err error) { l.poison(err) }, l.noteCorruption)
 	po.Lock = l.lock
 	po.ErrorIfNotExists = mustExist
 	if !l.readOnly {

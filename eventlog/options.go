@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -234,7 +233,7 @@ func (o *Options) Validate() error {
 // New directories get pebble.FormatNewest, whose WAL carries sync offsets
 // that tell a corrupt chunk from a torn tail; an older directory is
 // ratcheted to it by pebble.Open (not when read-only).
-func (o *Options) pebbleOptions(fs vfs.FS, spans *tableSpans, onFatal func(error), onCorrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
+func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(pebble.DataCorruptionInfo)) *pebble.Options {
 	if !o.ReadOnly {
 		fs = walPreallocFS{FS: fs}
 	}
@@ -255,11 +254,6 @@ func (o *Options) pebbleOptions(fs vfs.FS, spans *tableSpans, onFatal func(error
 	// rewrite tables that size-based compactions already keep in shape
 	// (keys are appended in order) only because they were read once.
 	po.Experimental.ReadSamplingMultiplier = -1
-	// Every table holds the keys of one namespace only (tableSpans).
-	po.Experimental.SpanPolicyFunc = spans.policy
-	for i := range po.TargetFileSizes {
-		po.TargetFileSizes[i] = tableSize
-	}
 	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
 	// corrupt sstable block found by a read or a compaction. The read
 	// already returns the error; the listener only records it.
@@ -277,56 +271,6 @@ func (o *Options) pebbleOptions(fs vfs.FS, spans *tableSpans, onFatal func(error
 	withEvents(po, o.Events, o.Logger)
 	po.EnsureDefaults()
 	return po
-}
-
-// tableSize is the size of the tables flushes and compactions write, at
-// every level. Pebble's default doubles it at each level below the first
-// (4 MiB and more), and a compaction rewrites whole tables: where a read
-// model rewrites its newest records (the tasks still running at each
-// checkpoint), every checkpoint's compaction rewrote its range's last
-// table, which grew to megabytes. Over 40,000 tool calls recorded by
-// the agent (docs/benchmarks.md) the bytes compacted per call were 3.0 KB
-// with Pebble's sizes, 2.3 KB with 2 MiB tables, 1.5 KB with 1 MiB and
-// 1.2 KB with 512 KiB. Since IngestAux keeps new keys apart (freshCut)
-// Pebble's sizes do nearly as well over a short run, but compact more as
-// the run goes on. Smaller tables mean more of them to list at Open
-// (findMissing reads each one's properties) and to keep open, about a
-// thousand per GiB.
-const tableSize = 1 << 20
-
-// tableSpans makes every table a flush or a compaction writes end where
-// the keys' namespace changes: their first byte (PrefixEvent, PrefixID,
-// ...), and in the aux key space their first auxSplit bytes, the key
-// ranges its writers asked to keep apart (AuxBatch.SplitTables). Each
-// namespace grows at its end: sequences, ids drawn by NewID, the
-// causation keys of recent events, a read model's records of new tasks
-// all increase. A table holding the new keys of several namespaces spans
-// the old keys of every namespace between them, so compacting it into
-// the level below rewrote that whole level; a table of one namespace
-// overlaps only that namespace's last tables below. Only where tables
-// end changes: what they hold, and the format, do not.
-type tableSpans struct {
-	auxSplit atomic.Int64 // the largest AuxBatch.SplitTables seen since Open
-}
-
-// noteAuxSplit records a batch's SplitTables.
-func (t *tableSpans) noteAuxSplit(n int) {
-	for {
-		cur := t.auxSplit.Load()
-		if int64(n) <= cur || t.auxSplit.CompareAndSwap(cur, int64(n)) {
-			return
-		}
-	}
-}
-
-// policy is Pebble's SpanPolicyFunc: it returns where the table that
-// starts at start must end (nil: at the end of the key space).
-func (t *tableSpans) policy(start []byte) (pebble.SpanPolicy, []byte, error) {
-	n := 1
-	if len(start) > 0 && start[0] == PrefixAux {
-		n += int(t.auxSplit.Load())
-	}
-	return pebble.SpanPolicy{}, prefixEnd(start[:min(n, len(start))]), nil
 }
 
 // pebbleLogger adapts slog to Pebble's Logger.
