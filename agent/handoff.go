@@ -39,13 +39,14 @@ type handoff struct {
 	buf  [4]ulid.ULID // ids' array, for a commit of up to 5 events
 }
 
-// newHandoff returns the handoff of a commit of the events ids, then last.
-func newHandoff(last ulid.ULID, ids ...ulid.ULID) *handoff {
+// newHandoff returns the handoff of a commit of n events but the last,
+// whose ids the caller writes into ids, then last.
+func newHandoff(last ulid.ULID, n int) *handoff {
 	h := &handoff{last: last}
-	if len(ids) <= len(h.buf) {
-		h.ids = h.buf[:copy(h.buf[:], ids)]
+	if n <= len(h.buf) {
+		h.ids = h.buf[:n]
 	} else {
-		h.ids = slices.Clone(ids)
+		h.ids = make([]ulid.ULID, n)
 	}
 	return h
 }
@@ -53,12 +54,7 @@ func newHandoff(last ulid.ULID, ids ...ulid.ULID) *handoff {
 // handOff appends evs, the outcome of t's stage at version v after which
 // t needs no slot, giving t's slot to the next task waiting.
 func (a *Agent) handOff(ctx context.Context, t *fsm.Task, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
-	h := newHandoff(evs[len(evs)-1].ID)
-	if n := len(evs) - 1; n > len(h.buf) {
-		h.ids = make([]ulid.ULID, n)
-	} else {
-		h.ids = h.buf[:n]
-	}
+	h := newHandoff(evs[len(evs)-1].ID, len(evs)-1)
 	for i := range h.ids {
 		h.ids[i] = evs[i].ID
 	}

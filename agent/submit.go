@@ -148,7 +148,9 @@ func (a *Agent) admitWithInput(taskID string, in *eventlog.Event, body *fsm.Inpu
 	a.corr.store(taskID, in.Correlation) // admission's correlation, before the hook stores it
 	created := a.admission(&t)
 	created.ID = a.log.NewID()
-	a.handoffs.store(taskID, newHandoff(created.ID, in.ID))
+	h := newHandoff(created.ID, 1)
+	h.ids[0] = in.ID
+	a.handoffs.store(taskID, h)
 	return created, true
 }
 
