@@ -195,7 +195,12 @@ const QueueKeyLen = 8 + 8 + 4
 // compare in that order: urgency and creation time (seconds, nanoseconds),
 // big-endian with the sign bit flipped, then the task id.
 func (s *Summary) QueueKey() []byte {
-	return AppendQueueKey(make([]byte, 0, QueueKeyLen+len(s.ID)), s.Machine, s.Priority, s.CreatedAt, s.ID)
+	return s.AppendQueueKey(make([]byte, 0, QueueKeyLen+len(s.ID)))
+}
+
+// AppendQueueKey appends QueueKey's bytes to dst.
+func (s *Summary) AppendQueueKey(dst []byte) []byte {
+	return AppendQueueKey(dst, s.Machine, s.Priority, s.CreatedAt, s.ID)
 }
 
 // AppendQueueKey appends the QueueKey of a task to k: machine is NAME or

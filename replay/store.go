@@ -449,7 +449,7 @@ func (s *store) write(ctx context.Context, p *projection.Pending, identity strin
 		sb := a.cut(at)
 		add(a.key(prefSum, id), sb, false)
 		at = len(a.b)
-		a.b = projection.AppendQueueKey(append(a.b, prefQueue...), r.Summary.Machine, r.Summary.Priority, r.Summary.CreatedAt, id)
+		a.b = r.Summary.AppendQueueKey(append(a.b, prefQueue...))
 		add(a.cut(at), nil, false)
 		if r.Progress != nil {
 			at = len(a.b)
