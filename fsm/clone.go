@@ -35,10 +35,12 @@ func (c Context) clone() Context {
 	n := c
 	n.InputMetadata = cloneMap(c.InputMetadata)
 	if c.Reasoning != nil {
-		n.Reasoning = c.Reasoning.clonePtr()
+		r := c.Reasoning.clone()
+		n.Reasoning = &r
 	}
 	if c.Plan != nil {
-		n.Plan = c.Plan.clonePtr()
+		p := c.Plan.clone()
+		n.Plan = &p
 	}
 	n.ActionsDone = cloneSlice(c.ActionsDone)
 	n.Reflections = cloneSlice(c.Reflections)
@@ -54,43 +56,22 @@ func (c Context) clone() Context {
 	return n
 }
 
-// clonePtr returns a copy of *r, with its tool calls in the same
-// allocation when they are few.
-func (r *Reasoning) clonePtr() *Reasoning {
-	var c *Reasoning
-	var calls []ToolCall
-	switch n := len(r.ToolCalls); {
-	case n == 0:
-		c = new(Reasoning)
-	case n <= 2:
-		x := new(struct {
-			r Reasoning
-			c [2]ToolCall
-		})
-		c, calls = &x.r, x.c[:0:n]
-	default:
-		c, calls = new(Reasoning), make([]ToolCall, 0, n)
-	}
-	*c = *r
-	if len(r.ToolCalls) > 0 {
-		c.ToolCalls = append(calls, r.ToolCalls...)
-	} else if r.ToolCalls != nil {
-		c.ToolCalls = r.ToolCalls[:0:0] // empty, not nil, as it was
-	}
-	return c
+func (r Reasoning) clone() Reasoning {
+	r.ToolCalls = cloneSlice(r.ToolCalls)
+	return r
 }
 
-// clonePtr returns a copy of *p, its steps in the same allocation
-// (copyPlan) and their parameter maps copied.
-func (p *Plan) clonePtr() *Plan {
-	c := copyPlan(p)
-	if p.Steps == nil {
-		c.Steps = nil
+// clone copies the plan and its steps, sharing nothing with p.
+func (p Plan) clone() Plan {
+	if p.Steps != nil {
+		steps := make([]PlanStep, len(p.Steps))
+		for i, s := range p.Steps {
+			s.ActionParams = cloneMap(s.ActionParams)
+			steps[i] = s
+		}
+		p.Steps = steps
 	}
-	for i := range c.Steps {
-		c.Steps[i].ActionParams = cloneMap(c.Steps[i].ActionParams)
-	}
-	return c
+	return p
 }
 
 func (r PostTaskReflection) clone() PostTaskReflection {
@@ -102,29 +83,13 @@ func (r PostTaskReflection) clone() PostTaskReflection {
 	return r
 }
 
-// cloneMessages copies ms and their tool calls, all the tool calls in one
-// array.
 func cloneMessages(ms []Message) []Message {
 	if ms == nil {
 		return nil
 	}
 	out := make([]Message, len(ms))
-	calls := 0
-	for i := range ms {
-		calls += len(ms[i].ToolCalls)
-	}
-	var all []ToolCall
-	if calls > 0 {
-		all = make([]ToolCall, 0, calls)
-	}
 	for i, m := range ms {
-		if len(m.ToolCalls) > 0 {
-			at := len(all)
-			all = append(all, m.ToolCalls...)
-			m.ToolCalls = all[at:len(all):len(all)]
-		} else if m.ToolCalls != nil {
-			m.ToolCalls = m.ToolCalls[:0:0] // empty, not nil, as it was
-		}
+		m.ToolCalls = cloneSlice(m.ToolCalls)
 		out[i] = m
 	}
 	return out
