@@ -32,14 +32,7 @@ var ErrTaskExists = errors.New("projection: task already registered")
 type Registry struct {
 	slots   map[string]*slot
 	byState [len(stateIndex)]int // counts, indexed by stateSlot
-	// free holds cleared slots of evicted tasks for put to reuse (at most
-	// maxFreeSlots): a fold that runs tasks to their end evicts about as
-	// many as it creates, and a slot is some 700 bytes.
-	free []*slot
 }
-
-// maxFreeSlots bounds Registry.free: about 700 KB.
-const maxFreeSlots = 1024
 
 // find returns the slot of id, nil if there is none.
 func (r *Registry) find(id string) *slot { return r.slots[id] }
@@ -130,11 +123,7 @@ func (r *Registry) Register(t fsm.Task) error {
 func (r *Registry) put(t fsm.Task) *slot {
 	sl, ok := r.slots[t.ID]
 	if !ok {
-		if n := len(r.free); n > 0 {
-			sl, r.free[n-1], r.free = r.free[n-1], nil, r.free[:n-1]
-		} else {
-			sl = &slot{}
-		}
+		sl = &slot{}
 		r.slots[t.ID] = sl
 	} else {
 		r.byState[stateSlot(sl.task.State)]--
@@ -189,22 +178,6 @@ func (r *Registry) Remove(id string) bool {
 	r.byState[stateSlot(sl.task.State)]--
 	delete(r.slots, id)
 	return true
-}
-
-// evict removes the task with id from memory, like Remove, and keeps its
-// slot, cleared, for a later put. Only for a slot nothing else points to:
-// the Set's own eviction of clean tasks (Set.Flushed), which are in no
-// dirty list.
-func (r *Registry) evict(id string) {
-	sl, ok := r.slots[id]
-	if !ok {
-		return
-	}
-	r.Remove(id)
-	if len(r.free) < maxFreeSlots {
-		*sl = slot{}
-		r.free = append(r.free, sl)
-	}
 }
 
 // ListActive returns the non-terminal tasks ordered by id, which is creation

@@ -554,7 +554,7 @@ func (s *Set) Flushed(seq uint64) []string {
 	ids = slices.Compact(ids)
 	for _, id := range ids {
 		s.taskBytes -= s.tasks.slots[id].bytes
-		s.tasks.evict(id)
+		s.tasks.Remove(id)
 	}
 	return ids
 }
