@@ -166,8 +166,9 @@ func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, err
 // one when b is nil; with r's reader, or one from the pool when r is nil.
 func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body, r *bodyReader) (Body, error) {
 	ok := b != nil
+	var in lists
 	if !ok {
-		b, ok = newBody(et)
+		b, in, ok = newBodyIn(et)
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, et)
@@ -180,9 +181,9 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 	}
 	var err error
 	if r != nil {
-		err = r.body(string(data), b)
+		err = r.bodyIn(string(data), b, in)
 	} else {
-		err = decodeBody(string(data), b)
+		err = decodeBody(string(data), b, in)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
@@ -208,6 +209,40 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 		}
 	}
 	return b, nil
+}
+
+// newBodyIn is newBody, but the bodies of the agent's events that hold
+// lists come with arrays for the lists of a typical agent task, in the
+// same allocation: a REASON_DONE's tool calls (of its reasoning and of
+// its message), its step and its messages (the input and the model's
+// reply), a MODEL_CALLED's tool call, a tool call result's message. The
+// arrays live as long as any part of the body does, as the body's
+// strings keep its whole encoding alive.
+func newBodyIn(et EventType) (Body, lists, bool) {
+	switch et {
+	case ReasonDone:
+		s := new(struct {
+			b     ReasonDoneBody
+			calls [2]ToolCall
+			steps [1]PlanStep
+			msgs  [2]Message
+		})
+		return &s.b, lists{calls: s.calls[:], steps: s.steps[:], msgs: s.msgs[:]}, true
+	case ModelCalled:
+		s := new(struct {
+			b     ModelCalledBody
+			calls [1]ToolCall
+		})
+		return &s.b, lists{calls: s.calls[:]}, true
+	case ToolCallCompleted, ToolCallFailed:
+		s := new(struct {
+			b    ToolCallResultBody
+			msgs [1]Message
+		})
+		return &s.b, lists{msgs: s.msgs[:]}, true
+	}
+	b, ok := newBody(et)
+	return b, lists{}, ok
 }
 
 // newBody returns a new, empty body for an event type.
