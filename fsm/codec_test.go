@@ -280,3 +280,31 @@ func TestDecodeHostileLengths(t *testing.T) {
 		t.Errorf("nesting %d: %v", codec.MaxDepth, err)
 	}
 }
+
+// TestKnownBody requires Encode's check of a body's type to agree with
+// the list of event types that have a body: the bodies it knows by their
+// Go type alone are of types in the list, and an input of any other kind
+// is refused.
+func TestKnownBody(t *testing.T) {
+	for _, et := range EventTypes {
+		b, ok := newBody(et)
+		if !ok {
+			t.Fatalf("%s: no body", et)
+		}
+		if in, ok := b.(*Input); ok {
+			in.Kind = et
+		}
+		if r, ok := b.(*ToolCallResultBody); ok && et == ToolCallFailed {
+			r.Error = "e"
+		}
+		if !knownBody(b) {
+			t.Errorf("%s: %T not known", et, b)
+		}
+		if _, ok := bodyTypes[b.EventType()]; !ok {
+			t.Errorf("%s: %T says %s, not in EventTypes", et, b, b.EventType())
+		}
+	}
+	if _, err := Encode(&Input{Kind: "NO_SUCH_EVENT", Text: "x"}); !errors.Is(err, ErrUnknownEvent) {
+		t.Fatalf("an input of an unknown kind: %v, want ErrUnknownEvent", err)
+	}
+}
