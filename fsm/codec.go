@@ -21,11 +21,8 @@ const SchemaVersion = 1
 // sorted, empty fields omitted (so nil and empty encode alike). Equal bodies
 // encode to equal bytes.
 func Encode(b Body) ([]byte, error) {
-	if b == nil || isNilBody(b) {
-		return nil, fmt.Errorf("fsm: encode: nil body")
-	}
-	if !knownBody(b) {
-		return nil, fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
+	if err := encodable(b); err != nil {
+		return nil, err
 	}
 	// A body encoded by hand is written into a buffer kept between calls,
 	// then copied into one of its own size: one allocation per body, of
@@ -44,6 +41,44 @@ func Encode(b Body) ([]byte, error) {
 		return out, nil
 	}
 	return marshal(b)
+}
+
+// AppendEncode appends Encode's encoding of b to dst and returns the
+// extended slice; on error, dst. A caller that encodes the bodies of one
+// append (the agent's stages) can write them into one buffer, each body
+// a slice of it, instead of one allocation per body.
+func AppendEncode(dst []byte, b Body) ([]byte, error) {
+	if err := encodable(b); err != nil {
+		return dst, err
+	}
+	// Encode's pooled encoder, with dst in place of its buffer, as
+	// AppendTask does.
+	e := encoders.Get().(*taskEncoder)
+	kept := e.b
+	e.b = dst
+	ok := encBody(e, b)
+	out := e.b
+	e.b = kept
+	encoders.Put(e)
+	if ok {
+		return out, nil
+	}
+	data, err := marshal(b)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, data...), nil
+}
+
+// encodable refuses a nil body and a body of a type newBody has none for.
+func encodable(b Body) error {
+	if b == nil || isNilBody(b) {
+		return fmt.Errorf("fsm: encode: nil body")
+	}
+	if !knownBody(b) {
+		return fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
+	}
+	return nil
 }
 
 // encoders holds Encode's buffers; one larger than maxKeptEncoder is
