@@ -32,7 +32,9 @@ func Encode(b Body) ([]byte, error) {
 	var out []byte
 	ok := encBody(e, b)
 	if ok {
-		out = append(make([]byte, 0, len(e.b)), e.b...)
+		src := e.b
+		out = make([]byte, len(src)) // and the copy: not cleared first
+		copy(out, src)
 	}
 	if cap(e.b) <= maxKeptEncoder {
 		encoders.Put(e)
