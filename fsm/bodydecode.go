@@ -243,63 +243,38 @@ func (r *bodyReader) object(field func(k string) (bool, error)) error {
 // list reads an array into *p with elem for each element; nil is a nil
 // slice. codec.CheckShape has bounded the length by the bytes left.
 func list[T any](r *bodyReader, p *[]T, elem func(*T) error) error {
-	n, err := r.d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if n < 0 {
-		*p = nil
-		return nil
-	}
-	s := make([]T, n)
-	for i := range s {
-		if err := elem(&s[i]); err != nil {
-			return err
-		}
-	}
-	*p = s
-	return nil
+	return listFrom(r, p, elem, nil)
 }
 
 // listFrom is list, taking the array from the front of *from when it
-// holds enough elements (what it takes, capped, is no longer in *from).
+// holds enough elements (what it takes, capped, is no longer in *from);
+// a nil from is list.
 func listFrom[T any](r *bodyReader, p *[]T, elem func(*T) error, from *[]T) error {
 	n, err := r.d.DecodeArrayLen()
-	if err != nil {
+	if err != nil || n < 0 {
+		*p = nil
 		return err
 	}
-	if n < 0 {
-		*p = nil
-		return nil
-	}
 	var s []T
-	if f := *from; n <= len(f) {
-		s, *from = f[:n:n], f[n:]
+	if from != nil && n <= len(*from) {
+		s, *from = (*from)[:n:n], (*from)[n:]
 	} else {
 		s = make([]T, n)
 	}
-	for i := range s {
-		if err := elem(&s[i]); err != nil {
-			return err
-		}
-	}
-	*p = s
-	return nil
+	return elems(p, s, elem)
 }
 
-// listSpare is list, decoding into *spare's array when it is large
-// enough, else into a new one that becomes *spare; a nil spare is list.
+// listSpare is listFrom, decoding into *spare's array when it is large
+// enough, else into a new one that becomes *spare; a nil spare is
+// listFrom.
 func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T, from *[]T) error {
 	if spare == nil {
 		return listFrom(r, p, elem, from)
 	}
 	n, err := r.d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if n < 0 {
+	if err != nil || n < 0 {
 		*p = nil
-		return nil
+		return err
 	}
 	s := *spare
 	if s != nil && cap(s) >= n {
@@ -309,6 +284,11 @@ func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T, fr
 		s = make([]T, n)
 		*spare = s
 	}
+	return elems(p, s, elem)
+}
+
+// elems decodes each element of s with elem, then sets *p to s.
+func elems[T any](p *[]T, s []T, elem func(*T) error) error {
 	for i := range s {
 		if err := elem(&s[i]); err != nil {
 			return err
