@@ -27,16 +27,37 @@ type bodyReader struct {
 	// spareMsgs, when set, is an array that the new messages of a step's
 	// result (STEP_COMPLETED, TOOL_CALL_*) are decoded into (see Bodies).
 	spareMsgs *[]Message
+	// in holds the arrays allocated with the body being decoded, which
+	// its lists take their elements from (newBodyIn); empty between
+	// bodies.
+	in lists
+}
+
+// lists are arrays allocated with a body, in the same allocation
+// (newBodyIn), that the body's lists take their elements from while it is
+// decoded: a list that finds too few left gets an array of its own.
+type lists struct {
+	calls []ToolCall
+	steps []PlanStep
+	msgs  []Message
 }
 
 var bodyReaders = sync.Pool{New: func() any { return &bodyReader{} }}
 
 // decodeBody decodes data, already checked by codec.CheckShape, into b.
-func decodeBody(data string, b Body) error {
+func decodeBody(data string, b Body, in lists) error {
 	r := bodyReaders.Get().(*bodyReader)
-	err := r.body(data, b)
+	err := r.bodyIn(data, b, in)
 	r.d.reset("") // the pool must not keep the body alive
 	bodyReaders.Put(r)
+	return err
+}
+
+// bodyIn is body, the lists of b taking their elements from in's arrays.
+func (r *bodyReader) bodyIn(data string, b Body, in lists) error {
+	r.in = in
+	err := r.body(data, b)
+	r.in = lists{} // nor the reader the arrays
 	return err
 }
 
@@ -56,7 +77,7 @@ func (r *bodyReader) body(data string, b Body) error {
 			case "plan":
 				return true, r.plan(&v.Plan)
 			case "new_messages":
-				return true, list(r, &v.NewMessages, r.message)
+				return true, listFrom(r, &v.NewMessages, r.message, &r.in.msgs)
 			}
 			return false, nil
 		})
@@ -66,7 +87,7 @@ func (r *bodyReader) body(data string, b Body) error {
 			case "reasoning":
 				return true, r.reasoning(&v.Reasoning)
 			case "new_messages":
-				return true, list(r, &v.NewMessages, r.message)
+				return true, listFrom(r, &v.NewMessages, r.message, &r.in.msgs)
 			}
 			return false, nil
 		})
@@ -110,7 +131,7 @@ func (r *bodyReader) body(data string, b Body) error {
 			case "duration_ms":
 				return true, r.int64(&v.DurationMS)
 			case "new_messages":
-				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs)
+				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs, &r.in.msgs)
 			case "source":
 				return true, r.str(&v.Source)
 			case "task":
@@ -128,7 +149,7 @@ func (r *bodyReader) body(data string, b Body) error {
 			case "result":
 				return true, r.str(&v.Result)
 			case "new_messages":
-				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs)
+				return true, listSpare(r, &v.NewMessages, r.message, r.spareMsgs, &r.in.msgs)
 			}
 			return false, nil
 		})
@@ -222,37 +243,38 @@ func (r *bodyReader) object(field func(k string) (bool, error)) error {
 // list reads an array into *p with elem for each element; nil is a nil
 // slice. codec.CheckShape has bounded the length by the bytes left.
 func list[T any](r *bodyReader, p *[]T, elem func(*T) error) error {
-	n, err := r.d.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if n < 0 {
-		*p = nil
-		return nil
-	}
-	s := make([]T, n)
-	for i := range s {
-		if err := elem(&s[i]); err != nil {
-			return err
-		}
-	}
-	*p = s
-	return nil
+	return listFrom(r, p, elem, nil)
 }
 
-// listSpare is list, decoding into *spare's array when it is large
-// enough, else into a new one that becomes *spare; a nil spare is list.
-func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T) error {
-	if spare == nil {
-		return list(r, p, elem)
-	}
+// listFrom is list, taking the array from the front of *from when it
+// holds enough elements (what it takes, capped, is no longer in *from);
+// a nil from is list.
+func listFrom[T any](r *bodyReader, p *[]T, elem func(*T) error, from *[]T) error {
 	n, err := r.d.DecodeArrayLen()
-	if err != nil {
+	if err != nil || n < 0 {
+		*p = nil
 		return err
 	}
-	if n < 0 {
+	var s []T
+	if from != nil && n <= len(*from) {
+		s, *from = (*from)[:n:n], (*from)[n:]
+	} else {
+		s = make([]T, n)
+	}
+	return elems(p, s, elem)
+}
+
+// listSpare is listFrom, decoding into *spare's array when it is large
+// enough, else into a new one that becomes *spare; a nil spare is
+// listFrom.
+func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T, from *[]T) error {
+	if spare == nil {
+		return listFrom(r, p, elem, from)
+	}
+	n, err := r.d.DecodeArrayLen()
+	if err != nil || n < 0 {
 		*p = nil
-		return nil
+		return err
 	}
 	s := *spare
 	if s != nil && cap(s) >= n {
@@ -262,6 +284,11 @@ func listSpare[T any](r *bodyReader, p *[]T, elem func(*T) error, spare *[]T) er
 		s = make([]T, n)
 		*spare = s
 	}
+	return elems(p, s, elem)
+}
+
+// elems decodes each element of s with elem, then sets *p to s.
+func elems[T any](p *[]T, s []T, elem func(*T) error) error {
 	for i := range s {
 		if err := elem(&s[i]); err != nil {
 			return err
@@ -448,7 +475,7 @@ func (r *bodyReader) message(v *Message) error {
 		case "tool_call_id":
 			return true, r.str(&v.ToolCallID)
 		case "tool_calls":
-			return true, list(r, &v.ToolCalls, r.toolCall)
+			return true, listFrom(r, &v.ToolCalls, r.toolCall, &r.in.calls)
 		}
 		return false, nil
 	})
@@ -460,7 +487,7 @@ func (r *bodyReader) reasoning(v *Reasoning) error {
 		case "text":
 			return true, r.str(&v.Text)
 		case "tool_calls":
-			return true, list(r, &v.ToolCalls, r.toolCall)
+			return true, listFrom(r, &v.ToolCalls, r.toolCall, &r.in.calls)
 		case "needs_clarification":
 			return true, r.bool(&v.NeedsClarification)
 		case "question":
@@ -478,7 +505,7 @@ func (r *bodyReader) plan(v *Plan) error {
 		case "goal":
 			return true, r.str(&v.Goal)
 		case "steps":
-			return true, list(r, &v.Steps, r.planStep)
+			return true, listFrom(r, &v.Steps, r.planStep, &r.in.steps)
 		case "reasoning":
 			return true, r.str(&v.Reasoning)
 		}
@@ -578,7 +605,7 @@ func (r *bodyReader) modelCalled(v *ModelCalledBody) error {
 		case "content":
 			return true, r.str(&v.Content)
 		case "tool_calls":
-			return true, list(r, &v.ToolCalls, r.toolCall)
+			return true, listFrom(r, &v.ToolCalls, r.toolCall, &r.in.calls)
 		case "finish_reason":
 			return true, r.str(&v.FinishReason)
 		}

@@ -225,3 +225,89 @@ func fillRandom(rng *rand.Rand, n int, b Body) {
 	}()
 	randfill.Fill(rng, reflect.ValueOf(b).Elem())
 }
+
+// TestDecodedListsEndAtTheirLength decodes bodies whose lists share one
+// allocation with the body (newBodyIn), each list shorter, as long as,
+// and longer than the array kept for it, and requires every list to end
+// at its length: an append to one must take a new array, not write into
+// the next list's elements.
+func TestDecodedListsEndAtTheirLength(t *testing.T) {
+	call := func(i int) ToolCall { return ToolCall{ID: fmt.Sprint("c", i), Name: "echo", Arguments: "{}"} }
+	for n := range 4 {
+		var calls []ToolCall
+		for i := range n {
+			calls = append(calls, call(i))
+		}
+		steps := []PlanStep{{Index: 0, ActionType: ActionRespond, ActionParams: map[string]string{"text": "x"}}}
+		for i := range n {
+			steps = append(steps, PlanStep{Index: i + 1, ActionType: ActionToolCall, ActionParams: map[string]string{"tool": "echo"}})
+		}
+		msgs := []Message{{Role: "user", Content: "hi"}}
+		for range n {
+			msgs = append(msgs, Message{Role: "assistant", ToolCalls: calls})
+		}
+		bodies := []Body{
+			&ReasonDoneBody{Reasoning: Reasoning{Text: "t", ToolCalls: calls}, Plan: Plan{Steps: steps}, NewMessages: msgs},
+			&ModelCalledBody{Model: "m", ToolCalls: calls},
+			&ToolCallResultBody{Result: "r", NewMessages: msgs},
+			&ToolCallResultBody{Error: "e", NewMessages: msgs},
+		}
+		for _, want := range bodies {
+			data, err := Encode(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Decode(want.EventType(), SchemaVersion, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before, err := Encode(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Append to every list of the decoded body, then encode it
+			// without the appended elements: a list that shared its spare
+			// room with another would show here.
+			var ls []*[]ToolCall
+			var ms []*[]Message
+			var ss []*[]PlanStep
+			switch b := got.(type) {
+			case *ReasonDoneBody:
+				ls = append(ls, &b.Reasoning.ToolCalls)
+				ms = append(ms, &b.NewMessages)
+				ss = append(ss, &b.Plan.Steps)
+			case *ModelCalledBody:
+				ls = append(ls, &b.ToolCalls)
+			case *ToolCallResultBody:
+				ms = append(ms, &b.NewMessages)
+			}
+			for _, m := range ms {
+				for i := range *m {
+					ls = append(ls, &(*m)[i].ToolCalls)
+				}
+			}
+			for _, l := range ls {
+				if len(*l) > 0 && cap(*l) != len(*l) {
+					t.Fatalf("%d calls: %s: a list of %d calls has room for %d", n, want.EventType(), len(*l), cap(*l))
+				}
+				_ = append(*l, call(99))
+			}
+			for _, m := range ms {
+				_ = append(*m, Message{Role: "intruder"})
+			}
+			for _, s := range ss {
+				_ = append(*s, PlanStep{Description: "intruder"})
+			}
+			after, err := Encode(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(before) != string(after) {
+				t.Fatalf("%d calls: %s: an append to one list changed another", n, want.EventType())
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%d calls: %s:\ngot  %+v\nwant %+v", n, want.EventType(), got, want)
+			}
+		}
+	}
+}

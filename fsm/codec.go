@@ -21,11 +21,8 @@ const SchemaVersion = 1
 // sorted, empty fields omitted (so nil and empty encode alike). Equal bodies
 // encode to equal bytes.
 func Encode(b Body) ([]byte, error) {
-	if b == nil || isNilBody(b) {
-		return nil, fmt.Errorf("fsm: encode: nil body")
-	}
-	if _, ok := bodyTypes[b.EventType()]; !ok {
-		return nil, fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
+	if err := encodable(b); err != nil {
+		return nil, err
 	}
 	// A body encoded by hand is written into a buffer kept between calls,
 	// then copied into one of its own size: one allocation per body, of
@@ -35,7 +32,9 @@ func Encode(b Body) ([]byte, error) {
 	var out []byte
 	ok := encBody(e, b)
 	if ok {
-		out = append(make([]byte, 0, len(e.b)), e.b...)
+		src := e.b
+		out = make([]byte, len(src)) // and the copy: not cleared first
+		copy(out, src)
 	}
 	if cap(e.b) <= maxKeptEncoder {
 		encoders.Put(e)
@@ -44,6 +43,44 @@ func Encode(b Body) ([]byte, error) {
 		return out, nil
 	}
 	return marshal(b)
+}
+
+// AppendEncode appends Encode's encoding of b to dst and returns the
+// extended slice; on error, dst. A caller that encodes the bodies of one
+// append (the agent's stages) can write them into one buffer, each body
+// a slice of it, instead of one allocation per body.
+func AppendEncode(dst []byte, b Body) ([]byte, error) {
+	if err := encodable(b); err != nil {
+		return dst, err
+	}
+	// Encode's pooled encoder, with dst in place of its buffer, as
+	// AppendTask does.
+	e := encoders.Get().(*taskEncoder)
+	kept := e.b
+	e.b = dst
+	ok := encBody(e, b)
+	out := e.b
+	e.b = kept
+	encoders.Put(e)
+	if ok {
+		return out, nil
+	}
+	data, err := marshal(b)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, data...), nil
+}
+
+// encodable refuses a nil body and a body of a type newBody has none for.
+func encodable(b Body) error {
+	if b == nil || isNilBody(b) {
+		return fmt.Errorf("fsm: encode: nil body")
+	}
+	if !knownBody(b) {
+		return fmt.Errorf("%w: %s (body %T)", ErrUnknownEvent, b.EventType(), b)
+	}
+	return nil
 }
 
 // encoders holds Encode's buffers; one larger than maxKeptEncoder is
@@ -61,6 +98,20 @@ var bodyTypes = func() map[EventType]struct{} {
 	}
 	return m
 }()
+
+// knownBody reports whether newBody has a body for b's event type:
+// without a lookup for the bodies encoded by hand whose type is fixed by
+// their Go type (a tool call's result is one of its two), by bodyTypes for
+// the rest (an input's type is its kind, any string).
+func knownBody(b Body) bool {
+	switch b.(type) {
+	case *TaskCreatedBody, *ModelCalledBody, *ReasonDoneBody, *ToolCallStartedBody, *ToolCallResultBody,
+		*StepCompletedBody, *TaskCompletedBody, *TaskNotifyBody, *DispatchCreatedBody:
+		return true
+	}
+	_, ok := bodyTypes[b.EventType()]
+	return ok
+}
 
 // Decode decodes the body of an event of type et written with the given
 // schema version. The three input types (MESSAGE_RECEIVED,
@@ -166,8 +217,9 @@ func decode[T ~[]byte | ~string](et EventType, schema uint16, data T) (Body, err
 // one when b is nil; with r's reader, or one from the pool when r is nil.
 func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body, r *bodyReader) (Body, error) {
 	ok := b != nil
+	var in lists
 	if !ok {
-		b, ok = newBody(et)
+		b, in, ok = newBodyIn(et)
 	}
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, et)
@@ -180,9 +232,9 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 	}
 	var err error
 	if r != nil {
-		err = r.body(string(data), b)
+		err = r.bodyIn(string(data), b, in)
 	} else {
-		err = decodeBody(string(data), b)
+		err = decodeBody(string(data), b, in)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s body: %v", ErrMalformed, et, err)
@@ -208,6 +260,40 @@ func decodeInto[T ~[]byte | ~string](et EventType, schema uint16, data T, b Body
 		}
 	}
 	return b, nil
+}
+
+// newBodyIn is newBody, but the bodies of the agent's events that hold
+// lists come with arrays for the lists of a typical agent task, in the
+// same allocation: a REASON_DONE's tool calls (of its reasoning and of
+// its message), its step and its messages (the input and the model's
+// reply), a MODEL_CALLED's tool call, a tool call result's message. The
+// arrays live as long as any part of the body does, as the body's
+// strings keep its whole encoding alive.
+func newBodyIn(et EventType) (Body, lists, bool) {
+	switch et {
+	case ReasonDone:
+		s := new(struct {
+			b     ReasonDoneBody
+			calls [2]ToolCall
+			steps [1]PlanStep
+			msgs  [2]Message
+		})
+		return &s.b, lists{calls: s.calls[:], steps: s.steps[:], msgs: s.msgs[:]}, true
+	case ModelCalled:
+		s := new(struct {
+			b     ModelCalledBody
+			calls [1]ToolCall
+		})
+		return &s.b, lists{calls: s.calls[:]}, true
+	case ToolCallCompleted, ToolCallFailed:
+		s := new(struct {
+			b    ToolCallResultBody
+			msgs [1]Message
+		})
+		return &s.b, lists{msgs: s.msgs[:]}, true
+	}
+	b, ok := newBody(et)
+	return b, lists{}, ok
 }
 
 // newBody returns a new, empty body for an event type.

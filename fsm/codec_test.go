@@ -280,3 +280,60 @@ func TestDecodeHostileLengths(t *testing.T) {
 		t.Errorf("nesting %d: %v", codec.MaxDepth, err)
 	}
 }
+
+// TestKnownBody requires Encode's check of a body's type to agree with
+// the list of event types that have a body: the bodies it knows by their
+// Go type alone are of types in the list, and an input of any other kind
+// is refused.
+func TestKnownBody(t *testing.T) {
+	for _, et := range EventTypes {
+		b, ok := newBody(et)
+		if !ok {
+			t.Fatalf("%s: no body", et)
+		}
+		if in, ok := b.(*Input); ok {
+			in.Kind = et
+		}
+		if r, ok := b.(*ToolCallResultBody); ok && et == ToolCallFailed {
+			r.Error = "e"
+		}
+		if !knownBody(b) {
+			t.Errorf("%s: %T not known", et, b)
+		}
+		if _, ok := bodyTypes[b.EventType()]; !ok {
+			t.Errorf("%s: %T says %s, not in EventTypes", et, b, b.EventType())
+		}
+	}
+	if _, err := Encode(&Input{Kind: "NO_SUCH_EVENT", Text: "x"}); !errors.Is(err, ErrUnknownEvent) {
+		t.Fatalf("an input of an unknown kind: %v, want ErrUnknownEvent", err)
+	}
+}
+
+// TestAppendEncode requires AppendEncode to append exactly Encode's bytes
+// for every body type (those encoded by hand and by reflection), one after
+// another into one buffer, and to refuse what Encode refuses leaving dst
+// as it was.
+func TestAppendEncode(t *testing.T) {
+	buf := []byte("prefix")
+	want := append([]byte(nil), buf...)
+	for _, et := range EventTypes {
+		b := sampleBodies(t)[et]
+		data, err := Encode(b)
+		if err != nil {
+			t.Fatalf("%s: %v", et, err)
+		}
+		if buf, err = AppendEncode(buf, b); err != nil {
+			t.Fatalf("%s: %v", et, err)
+		}
+		want = append(want, data...)
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("%s: AppendEncode differs from Encode", et)
+		}
+	}
+	for _, bad := range []Body{nil, (*Input)(nil), &Input{Kind: "NO_SUCH_EVENT"}} {
+		out, err := AppendEncode(buf, bad)
+		if err == nil || !bytes.Equal(out, buf) {
+			t.Fatalf("%#v: %v, %d bytes (want an error and %d)", bad, err, len(out), len(buf))
+		}
+	}
+}

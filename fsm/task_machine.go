@@ -370,7 +370,7 @@ func (taskMachineV1) step(n *Task, from State, ev *Event) error {
 		}
 		setPlan(n, &b.Plan)
 		n.Context.Reasoning = &b.Reasoning
-		appendMessages(n, b.NewMessages, len(b.Plan.Steps))
+		appendMessages(n, b.NewMessages, messagesDue(&b.Plan))
 		moveTo(n, from, StateActing, ev)
 		return nil
 
@@ -611,12 +611,25 @@ func finishStep(v int, n *Task, from State, ev *Event) {
 // array, the array has room for more messages too: a plan's steps bring a
 // message each with their results, which a fold would otherwise append by
 // growing the array again and again.
+//
+// more is messagesDue's count for the new plan.
 func appendMessages(n *Task, msgs []Message, more int) {
 	m := n.Context.Messages
 	if len(m)+len(msgs) > cap(m) {
 		m = slices.Grow(m, len(msgs)+more)
 	}
 	n.Context.Messages = append(m, msgs...)
+}
+
+// messagesDue is how many messages a task is expected to gain after the
+// plan p is installed, before it completes or asks the model again: one
+// per step (each result brings one), and the model's next reply when p
+// has a tool call (the task goes back to reasoning once the calls end).
+func messagesDue(p *Plan) int {
+	if p.HasToolCall() {
+		return len(p.Steps) + 1
+	}
+	return len(p.Steps)
 }
 
 // recordResult records the outcome of the current step and the messages
