@@ -1,0 +1,107 @@
+package replay
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
+)
+
+// Expect hands the View the decoded body of an event its caller is about
+// to append: id is the event's id, data its stored body, fsm.Encode(body).
+// When the fold meets the event with that id on a task stream, and the
+// log holds exactly data as its body, with body's type and
+// fsm.SchemaVersion, it folds body instead of decoding data again: the
+// same fold, since decoding what body encodes to gives body back
+// (TestHandoverEqualsDecoding). Anything else (another body, a schema, an
+// event never appended or one folded long after) is decoded from the log
+// as always, so the View stays a fold of what the log holds.
+//
+// body must not change once handed over: the View's tasks keep what
+// fsm.Apply keeps of it, as they keep what a decoded body holds. Its
+// strings should be its own (not parts of a larger buffer the View would
+// keep alive). The agent hands over the bodies of the stage outcomes it
+// appends; a View that is never handed a body decodes every event. A nil
+// View ignores the call.
+func (v *View) Expect(id ulid.ULID, data []byte, body fsm.Body) {
+	if v == nil {
+		return
+	}
+	v.hand.put(id, data, body)
+}
+
+// handover holds the bodies handed over by Expect, by event id, until
+// the fold takes them. An event that is never folded (a stale outcome
+// dropped on a conflict) leaves its entry behind: entries live for two
+// generations of handoverGen bodies, and one dropped before its event is
+// folded is decoded from the log instead.
+type handover struct {
+	n        atomic.Int64 // entries held: a fold with none takes no lock
+	mu       sync.Mutex
+	cur, old map[ulid.ULID]handed
+}
+
+// handed is one body handed over, with the bytes it encodes to.
+type handed struct {
+	data []byte
+	body fsm.Body
+}
+
+// handoverGen is the size of a generation of handover: far more than the
+// events appended and not yet folded at any time.
+const handoverGen = 4096
+
+func (h *handover) put(id ulid.ULID, data []byte, body fsm.Body) {
+	if body == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil {
+		h.cur, h.old = make(map[ulid.ULID]handed, 256), make(map[ulid.ULID]handed, 256)
+	}
+	if len(h.cur) >= handoverGen {
+		h.n.Add(-int64(len(h.old)))
+		clear(h.old)
+		h.cur, h.old = h.old, h.cur
+	}
+	if _, ok := h.cur[id]; !ok {
+		h.n.Add(1)
+	}
+	h.cur[id] = handed{data: data, body: body}
+}
+
+// take returns the body handed over for ev, if the log holds exactly what
+// it encodes to, and forgets it; nil when there is none (decode ev).
+func (h *handover) take(ev *eventlog.Event) fsm.Body {
+	if h.n.Load() == 0 || projection.KindOf(ev.Stream) != projection.KindTask {
+		return nil
+	}
+	h.mu.Lock()
+	e, ok := h.cur[ev.ID]
+	if ok {
+		delete(h.cur, ev.ID)
+	} else if e, ok = h.old[ev.ID]; ok {
+		delete(h.old, ev.ID)
+	}
+	if ok {
+		h.n.Add(-1)
+	}
+	h.mu.Unlock()
+	if !ok || ev.Schema != fsm.SchemaVersion || ev.Type != string(e.body.EventType()) || !bytes.Equal(e.data, ev.Body) {
+		return nil
+	}
+	if handoverCheck != nil {
+		handoverCheck(*ev, e.body)
+	}
+	return e.body
+}
+
+// handoverCheck, if set (tests), is called with every event the fold
+// takes a handed-over body for, and that body.
+var handoverCheck func(ev eventlog.Event, body fsm.Body)
