@@ -22,8 +22,10 @@ import (
 // event never appended or one folded long after) is decoded from the log
 // as always, so the View stays a fold of what the log holds.
 //
-// body must not change once handed over: the View's tasks keep what
-// fsm.Apply keeps of it, as they keep what a decoded body holds. Its
+// Neither body nor data may change once handed over: the View's tasks
+// keep what fsm.Apply keeps of body, as they keep what a decoded body
+// holds, and data is compared with the log's bytes when the event is
+// folded. Its
 // strings should be its own (not parts of a larger buffer the View would
 // keep alive). The agent hands over the bodies of the stage outcomes it
 // appends; a View that is never handed a body decodes every event. A nil
@@ -37,13 +39,17 @@ func (v *View) Expect(id ulid.ULID, data []byte, body fsm.Body) {
 
 // handover holds the bodies handed over by Expect, by event id, until
 // the fold takes them. An event that is never folded (a stale outcome
-// dropped on a conflict) leaves its entry behind: entries live for two
-// generations of handoverGen bodies, and one dropped before its event is
-// folded is decoded from the log instead.
+// dropped on a conflict) leaves its entry behind, so entries live two
+// generations at most: a generation ends after handoverGen task events
+// folded, or handoverGen bodies handed over, whichever comes first. What
+// it holds is bounded by what was appended lately, and an entry dropped
+// before its event is folded (one held back by a long stage) is decoded
+// from the log instead.
 type handover struct {
 	n        atomic.Int64 // entries held: a fold with none takes no lock
 	mu       sync.Mutex
 	cur, old map[ulid.ULID]handed
+	folded   int // task events folded in this generation
 }
 
 // handed is one body handed over, with the bytes it encodes to.
@@ -66,14 +72,20 @@ func (h *handover) put(id ulid.ULID, data []byte, body fsm.Body) {
 		h.cur, h.old = make(map[ulid.ULID]handed, 256), make(map[ulid.ULID]handed, 256)
 	}
 	if len(h.cur) >= handoverGen {
-		h.n.Add(-int64(len(h.old)))
-		clear(h.old)
-		h.cur, h.old = h.old, h.cur
+		h.rotate()
 	}
 	if _, ok := h.cur[id]; !ok {
 		h.n.Add(1)
 	}
 	h.cur[id] = handed{data: data, body: body}
+}
+
+// rotate starts a generation: the entries of the one before go. Called
+// with mu held.
+func (h *handover) rotate() {
+	h.n.Add(-int64(len(h.old)))
+	clear(h.old)
+	h.cur, h.old, h.folded = h.old, h.cur, 0
 }
 
 // take returns the body handed over for ev, if the log holds exactly what
@@ -91,6 +103,9 @@ func (h *handover) take(ev *eventlog.Event) fsm.Body {
 	}
 	if ok {
 		h.n.Add(-1)
+	}
+	if h.folded++; h.folded >= handoverGen {
+		h.rotate()
 	}
 	h.mu.Unlock()
 	if !ok || ev.Schema != fsm.SchemaVersion || ev.Type != string(e.body.EventType()) || !bytes.Equal(e.data, ev.Body) {

@@ -89,3 +89,19 @@ func TestHandoverForgetsOldBodies(t *testing.T) {
 		t.Fatalf("%d bodies held (%d + %d); want at most %d", n, len(h.cur), len(h.old), 2*handoverGen)
 	}
 }
+
+// TestHandoverForgetsUnfoldedBodies: a body whose event is never folded
+// goes after two generations of task events folded.
+func TestHandoverForgetsUnfoldedBodies(t *testing.T) {
+	var h handover
+	h.put(ulid.ULID{1}, nil, &fsm.TaskCompletedBody{Result: "never appended"})
+	ev := eventlog.Event{Stream: ulid.ULID{2}.String(), Type: string(fsm.TaskCompleted)}
+	for range 2 * handoverGen {
+		if h.take(&ev) != nil {
+			t.Fatal("took a body handed over for another event")
+		}
+	}
+	if n := h.n.Load(); n != 0 || len(h.cur)+len(h.old) != 0 {
+		t.Fatalf("%d bodies held after two generations of events folded; want 0", n)
+	}
+}
