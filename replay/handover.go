@@ -18,7 +18,8 @@ import (
 // log holds exactly data as its body, with body's type and
 // fsm.SchemaVersion, it folds body instead of decoding data again: the
 // same fold, since decoding what body encodes to gives body back
-// (TestHandoverEqualsDecoding). Anything else (another body, a schema, an
+// (TestHandoverEqualsDecoding) for the types it takes and the form they
+// are decoded in (decodedForm). Anything else (another body, a schema, an
 // event never appended or one folded long after) is decoded from the log
 // as always, so the View stays a fold of what the log holds.
 //
@@ -108,13 +109,62 @@ func (h *handover) take(ev *eventlog.Event) fsm.Body {
 		h.rotate()
 	}
 	h.mu.Unlock()
-	if !ok || ev.Schema != fsm.SchemaVersion || ev.Type != string(e.body.EventType()) || !bytes.Equal(e.data, ev.Body) {
+	if !ok || ev.Schema != fsm.SchemaVersion || ev.Type != string(e.body.EventType()) ||
+		!bytes.Equal(e.data, ev.Body) || !decodedForm(e.body) {
 		return nil
 	}
 	if handoverCheck != nil {
 		handoverCheck(*ev, e.body)
 	}
 	return e.body
+}
+
+// decodedForm reports whether body is of a type the fold takes when handed
+// over, and as fsm.Decode gives it back from its encoding: decoding an
+// empty list or map gives nil, so a body holding an empty one that is not
+// nil (a model's answer with "tool_calls": []) would make the View's task
+// differ from a fold of the log, if only as a value. Other types are
+// decoded. TestDecodedFormCoversEveryList fails when one of these types
+// gains a field this does not check.
+func decodedForm(body fsm.Body) bool {
+	switch b := body.(type) {
+	case *fsm.ModelCalledBody:
+		return calls(b.ToolCalls)
+	case *fsm.ReasonDoneBody:
+		if !calls(b.Reasoning.ToolCalls) || !messages(b.NewMessages) || !some(b.Plan.Steps) {
+			return false
+		}
+		for i := range b.Plan.Steps {
+			if p := b.Plan.Steps[i].ActionParams; p != nil && len(p) == 0 {
+				return false
+			}
+		}
+		return true
+	case *fsm.StepCompletedBody:
+		return messages(b.NewMessages)
+	case *fsm.ToolCallResultBody:
+		return messages(b.NewMessages) && some(b.Parts)
+	case *fsm.TaskCompletedBody:
+		return true
+	}
+	return false
+}
+
+// some reports whether s is nil or not empty.
+func some[T any](s []T) bool { return s == nil || len(s) > 0 }
+
+func calls(tcs []fsm.ToolCall) bool { return some(tcs) }
+
+func messages(ms []fsm.Message) bool {
+	if !some(ms) {
+		return false
+	}
+	for i := range ms {
+		if !calls(ms[i].ToolCalls) {
+			return false
+		}
+	}
+	return true
 }
 
 // handoverCheck, if set (tests), is called with every event the fold

@@ -15,14 +15,19 @@ import (
 )
 
 // callOnce asks for tool "echo" when a task starts and answers with its
-// result.
+// result; a task whose input says "answer" is answered at once, with no
+// tool and empty lists.
 type callOnce struct{}
 
 func (callOnce) Name() string { return "once" }
 func (callOnce) Complete(_ context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
-	r := llm.Response{Model: "once", ToolCalls: []fsm.ToolCall{{ID: "c1", Name: "echo", Arguments: `{"text":"hi"}`}}}
-	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+	r := llm.Response{Model: "once", ToolCalls: []fsm.ToolCall{{ID: "c1", Name: "echo", Arguments: `{"text":"hi"}`}},
+		Usage: llm.Usage{PromptTokens: 12, CompletionTokens: 3}}
+	switch last := req.Messages[len(req.Messages)-1]; {
+	case last.Role == "tool":
 		r = llm.Response{Model: "once", Content: "echoed: " + last.Content}
+	case last.Content == "answer":
+		r = llm.Response{Model: "once", Content: "answered", ToolCalls: []fsm.ToolCall{}}
 	}
 	report(llm.Attempt{Number: 1, Model: "once", Status: 200, Response: &r})
 	return r, nil
@@ -71,7 +76,11 @@ func TestHandoverEqualsDecoding(t *testing.T) {
 	const n = 8
 	ids := make([]string, n)
 	for i := range ids {
-		if ids[i], err = a.Submit(ctx, "echo hi", "test", ""); err != nil {
+		text := "echo hi"
+		if i%2 == 1 {
+			text = "answer"
+		}
+		if ids[i], err = a.Submit(ctx, text, "test", ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,9 @@ package replay
 
 import (
 	"context"
+	"maps"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/oklog/ulid/v2"
@@ -48,10 +51,11 @@ func TestHandoverTakesOnlyWhatTheLogHolds(t *testing.T) {
 			wrong++
 		default:
 			v.Expect(ev.ID, ev.Body, fe.Body)
-			want[ev.ID] = true
+			want[ev.ID] = decodedForm(fe.Body) // a type it takes
 		}
 		prev = ev
 	}
+	maps.DeleteFunc(want, func(_ ulid.ULID, taken bool) bool { return !taken })
 	if wrong == 0 || len(want) == 0 {
 		t.Fatalf("%d bodies handed over with their bytes, %d with other bytes; want some of each", len(want), wrong)
 	}
@@ -103,5 +107,82 @@ func TestHandoverForgetsUnfoldedBodies(t *testing.T) {
 	}
 	if n := h.n.Load(); n != 0 || len(h.cur)+len(h.old) != 0 {
 		t.Fatalf("%d bodies held after two generations of events folded; want 0", n)
+	}
+}
+
+// TestDecodedFormCoversEveryList lists every field of the bodies the fold
+// takes when handed over that may hold something decoding does not give
+// back as it was (a list or a map, which an empty one decodes to nil; a
+// pointer, an interface, a time, a float): it fails when one of these
+// types gains such a field, which decodedForm must then check.
+func TestDecodedFormCoversEveryList(t *testing.T) {
+	checked := map[string][]string{ // the lists decodedForm checks, by type
+		"ModelCalledBody":    {"ToolCalls"},
+		"ReasonDoneBody":     {"Reasoning.ToolCalls", "Plan.Steps", "Plan.Steps[].ActionParams", "NewMessages", "NewMessages[].ToolCalls"},
+		"StepCompletedBody":  {"NewMessages", "NewMessages[].ToolCalls"},
+		"ToolCallResultBody": {"NewMessages", "NewMessages[].ToolCalls", "Parts"},
+		"TaskCompletedBody":  nil,
+	}
+	var walk func(path string, ty reflect.Type, out *[]string)
+	walk = func(path string, ty reflect.Type, out *[]string) {
+		switch ty.Kind() {
+		case reflect.String, reflect.Bool, reflect.Int, reflect.Int64:
+		case reflect.Slice:
+			*out = append(*out, path)
+			if e := ty.Elem(); e.Kind() == reflect.Struct {
+				walk(path+"[]", e, out)
+			} else if e.Kind() != reflect.String {
+				*out = append(*out, path+"[] of "+e.String())
+			}
+		case reflect.Map:
+			*out = append(*out, path)
+			if ty.Key().Kind() != reflect.String || ty.Elem().Kind() != reflect.String {
+				*out = append(*out, path+" of "+ty.String())
+			}
+		case reflect.Struct:
+			for i := range ty.NumField() {
+				f := ty.Field(i)
+				p := f.Name
+				if path != "" {
+					p = path + "." + f.Name
+				}
+				walk(p, f.Type, out)
+			}
+		default:
+			*out = append(*out, path+" of kind "+ty.Kind().String())
+		}
+	}
+	bodies := []fsm.Body{&fsm.ModelCalledBody{}, &fsm.ReasonDoneBody{}, &fsm.StepCompletedBody{},
+		&fsm.ToolCallResultBody{}, &fsm.TaskCompletedBody{}}
+	for _, b := range bodies {
+		ty := reflect.TypeOf(b).Elem()
+		var got []string
+		walk("", ty, &got)
+		want := checked[ty.Name()]
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: fields decoding may not give back as they were: %q; decodedForm checks %q", ty.Name(), got, want)
+		}
+		if !decodedForm(b) {
+			t.Errorf("%s: the zero body is not in decoded form", ty.Name())
+		}
+	}
+	if len(bodies) != len(checked) {
+		t.Fatalf("%d types checked, %d listed", len(bodies), len(checked))
+	}
+	// And what an empty list that is not nil does to each.
+	empty := []fsm.Body{
+		&fsm.ModelCalledBody{ToolCalls: []fsm.ToolCall{}},
+		&fsm.ReasonDoneBody{Reasoning: fsm.Reasoning{ToolCalls: []fsm.ToolCall{}}},
+		&fsm.ReasonDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{}}},
+		&fsm.ReasonDoneBody{Plan: fsm.Plan{Steps: []fsm.PlanStep{{ActionParams: map[string]string{}}}}},
+		&fsm.ReasonDoneBody{NewMessages: []fsm.Message{}},
+		&fsm.StepCompletedBody{NewMessages: []fsm.Message{{ToolCalls: []fsm.ToolCall{}}}},
+		&fsm.ToolCallResultBody{Parts: []fsm.ToolPart{}},
+		&fsm.TaskCreatedBody{},
+	}
+	for _, b := range empty {
+		if decodedForm(b) {
+			t.Errorf("%T %+v: taken as in decoded form", b, b)
+		}
 	}
 }
