@@ -26,11 +26,10 @@ import (
 // Neither body nor data may change once handed over: the View's tasks
 // keep what fsm.Apply keeps of body, as they keep what a decoded body
 // holds, and data is compared with the log's bytes when the event is
-// folded. Its
-// strings should be its own (not parts of a larger buffer the View would
-// keep alive). The agent hands over the bodies of the stage outcomes it
-// appends; a View that is never handed a body decodes every event. A nil
-// View ignores the call.
+// folded. body's strings should be its own, not parts of a larger buffer
+// the View would keep alive. The agent hands over the bodies of the stage
+// outcomes it appends; a View that is never handed a body decodes every
+// event. A nil View ignores the call.
 func (v *View) Expect(id ulid.ULID, data []byte, body fsm.Body) {
 	if v == nil {
 		return
