@@ -713,6 +713,8 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 	add := func(b fsm.Body) {
 		ev := a.event(t.ID, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
+		// The View folds b rather than decode ev.Body again.
+		a.view.Expect(ev.ID, ev.Body, b)
 		evs = append(evs, ev)
 		ok = ok && predict(&pred, &evs[len(evs)-1], b, now)
 	}

@@ -248,3 +248,36 @@ func TestPendingReusing(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotEstimateFollowsThePlan folds a task through two plans, a step of
+// each finishing (a copy of the plan each time), and checks after every
+// event that each slot's estimate, which keeps its plan's, is what
+// estimating the slot from scratch gives.
+func TestSlotEstimateFollowsThePlan(t *testing.T) {
+	s := NewSet(Options{})
+	sc := newScript()
+	id := mustApply(t, s, sc.ev("", created("cli"))).After.ID
+	second := &fsm.ReasonDoneBody{Plan: fsm.Plan{Goal: "reply", Steps: []fsm.PlanStep{
+		{Index: 0, Description: "reply", ActionType: fsm.ActionRespond, ActionParams: map[string]string{"text": strings.Repeat("t", 300)}}}}}
+	evs := []fsm.Event{
+		sc.ev(id, toolPlan()),
+		sc.ev(id, &fsm.ToolCallStartedBody{StepIndex: 0, Tool: "web_search", IdempotencyKey: "k1"}),
+		sc.ev(id, &fsm.ToolCallResultBody{StepIndex: 0, Tool: "web_search", Result: "3 papers"}),
+		sc.ev(id, &fsm.StepCompletedBody{StepIndex: 1, Result: "here"}),
+		sc.ev(id, second),
+		sc.ev(id, &fsm.StepCompletedBody{StepIndex: 0, Result: "done"}),
+	}
+	plans := map[*fsm.Plan]bool{}
+	for _, ev := range evs {
+		mustApply(t, s, ev)
+		sl := s.tasks.find(id)
+		plans[sl.task.Context.Plan] = true
+		want := sizeSlot + TaskBytes(&sl.task) + progressBytes(&sl.progress)
+		if sl.bytes != want || s.Bytes().Tasks != want {
+			t.Fatalf("after %s: slot estimate %d, Set's %d; from scratch %d", ev.Type, sl.bytes, s.Bytes().Tasks, want)
+		}
+	}
+	if len(plans) < 4 {
+		t.Fatalf("the task held %d plans; want the two and their copies", len(plans))
+	}
+}

@@ -42,12 +42,16 @@ func (r *Registry) find(id string) *slot { return r.slots[id] }
 type slot struct {
 	task     fsm.Task
 	progress Progress // valid when hasProg
-	hasProg  bool
 	// inputSeq is the sequence of an event whose body holds the task's
 	// input text, 0 if unknown (EncodeStoredTask).
 	inputSeq uint64
-	dirty    bool  // changed since the last Flushed
 	bytes    int64 // slotBytes when last accounted by the Set
+	// planOf is the plan whose estimate planBytes is (slotBytes).
+	planOf    *fsm.Plan
+	planBytes int64
+	// The flags, together: a slot stays in its allocation size class.
+	hasProg bool
+	dirty   bool // changed since the last Flushed
 	// unlisted: no Pending has held the task unfinished, and it was not
 	// restored from persisted state: nothing persisted lists it as
 	// active (TaskRecord.Unlisted). Set only for a task whose first event

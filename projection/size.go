@@ -27,7 +27,22 @@ const (
 )
 
 // TaskBytes estimates the memory held by a task.
-func TaskBytes(t *fsm.Task) int64 {
+func TaskBytes(t *fsm.Task) int64 { return taskBytesButPlan(t) + planBytes(t.Context.Plan) }
+
+// planBytes estimates the memory held by a plan (nil: none).
+func planBytes(p *fsm.Plan) int64 {
+	if p == nil {
+		return 0
+	}
+	n := sizePointer + int64(len(p.Goal)+len(p.Reasoning))
+	for i := range p.Steps {
+		n += sizeStep + int64(len(p.Steps[i].Description)) + mapBytes(p.Steps[i].ActionParams)
+	}
+	return n
+}
+
+// taskBytesButPlan is TaskBytes without the plan's.
+func taskBytesButPlan(t *fsm.Task) int64 {
 	n := int64(sizeTask + len(t.ID) + len(t.Type) + len(t.Machine.Name))
 	n += mapBytes(t.Metadata)
 	n += int64(len(t.History)) * sizeTransition
@@ -35,12 +50,6 @@ func TaskBytes(t *fsm.Task) int64 {
 	n += int64(len(c.InputText)+len(c.Source)+len(c.FinalResult)+len(c.Error)+len(c.SuspendReason)) + mapBytes(c.InputMetadata)
 	if r := c.Reasoning; r != nil {
 		n += sizePointer + int64(len(r.Text)+len(r.Question)+len(r.Model)) + toolCallsBytes(r.ToolCalls)
-	}
-	if p := c.Plan; p != nil {
-		n += sizePointer + int64(len(p.Goal)+len(p.Reasoning))
-		for i := range p.Steps {
-			n += sizeStep + int64(len(p.Steps[i].Description)) + mapBytes(p.Steps[i].ActionParams)
-		}
 	}
 	for i := range c.ActionsDone {
 		a := &c.ActionsDone[i]
@@ -83,8 +92,16 @@ func progressBytes(p *Progress) int64 {
 }
 
 // slotBytes estimates the memory held by one task in the registry.
+//
+// A plan is never changed once a task holds it (fsm.Apply copies the one
+// it changes), so its estimate is kept with the slot and computed again
+// only for another plan: most events leave the plan as it was, and its
+// steps' parameter maps were most of the cost of the estimate.
 func slotBytes(sl *slot) int64 {
-	n := sizeSlot + TaskBytes(&sl.task)
+	if p := sl.task.Context.Plan; p != sl.planOf {
+		sl.planOf, sl.planBytes = p, planBytes(p)
+	}
+	n := sizeSlot + taskBytesButPlan(&sl.task) + sl.planBytes
 	if sl.hasProg {
 		n += progressBytes(&sl.progress)
 	}

@@ -218,10 +218,7 @@ func decode(ev eventlog.Event, shared bool, bodies *fsm.Bodies) (fsm.Event, erro
 		}
 		return fsm.Decode(fsm.EventType(ev.Type), ev.Schema, ev.Body)
 	}
-	fe := fsm.Event{
-		ID: ev.ID, Type: fsm.EventType(ev.Type), Time: ev.Time, Stream: ev.Stream,
-		Version: ev.Version, Seq: ev.Seq, Causation: ev.Causation, Correlation: ev.Correlation,
-	}
+	fe := envelope(&ev)
 	var err error
 	switch projection.KindOf(ev.Stream) {
 	case projection.KindMemory:
@@ -245,6 +242,14 @@ func decode(ev eventlog.Event, shared bool, bodies *fsm.Bodies) (fsm.Event, erro
 		fe.Body = nil
 	}
 	return fe, err
+}
+
+// envelope returns ev as the fsm folds it, without its body.
+func envelope(ev *eventlog.Event) fsm.Event {
+	return fsm.Event{
+		ID: ev.ID, Type: fsm.EventType(ev.Type), Time: ev.Time, Stream: ev.Stream,
+		Version: ev.Version, Seq: ev.Seq, Causation: ev.Causation, Correlation: ev.Correlation,
+	}
 }
 
 // bodyNotKept reports whether the read models keep nothing of ev's body,

@@ -52,6 +52,8 @@ type View struct {
 	ckLast projection.Pending
 
 	folding atomic.Bool
+	// hand holds the bodies handed over by Expect.
+	hand handover
 	// reload, in a View without a store, puts back a task the caller
 	// evicted (verify); nil otherwise.
 	reload func(set *projection.Set, id string) error
@@ -96,7 +98,14 @@ func (v *View) Seq() uint64 {
 // the body of Fold's loop and nothing else calls it. It writes the change
 // in place (a Change is over a kilobyte: two tasks).
 func (v *View) step(ctx context.Context, ev eventlog.Event, ch *Change, shared bool, bodies *fsm.Bodies) error {
-	fe, derr := decode(ev, shared, bodies)
+	var fe fsm.Event
+	var derr error
+	if b := v.hand.take(&ev); b != nil {
+		fe = envelope(&ev)
+		fe.Body = b
+	} else {
+		fe, derr = decode(ev, shared, bodies)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.ckErr; err != nil {
