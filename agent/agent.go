@@ -706,15 +706,19 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // unless a model call is among the events), it runs with the events held,
 // which its first append carries (chain.go).
 func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
-	evs := h.room(len(bodies) + 3)
 	pred := t.Fork() // a prediction: Apply writes none of the memory it shares with t
 	ok := true
 	now := a.opts.Now()
+	// The events are built here first, and copied into their array once
+	// their number and the stage chained after them are known: the array
+	// is made once, as large as they and that stage need (chainRoom).
+	var buf [4 + maxChained]eventlog.Event // (more bodies than 4: out grows)
+	out := buf[:0]
 	add := func(b fsm.Body) {
 		ev := a.event(t.ID, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
-		evs = append(evs, ev)
-		ok = ok && predict(&pred, &evs[len(evs)-1], b, now)
+		out = append(out, ev)
+		ok = ok && predict(&pred, &out[len(out)-1], b, now)
 	}
 	for _, b := range bodies {
 		add(b)
@@ -727,15 +731,20 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 		if next.Kind == fsm.ActCompile {
 			add(&fsm.TaskCompletedBody{Result: compileResult(&pred)})
 		} else if b := pureStep(&pred, next); b != nil {
-			cause = evs[len(evs)-1].ID
+			cause = out[len(out)-1].ID
 			add(b)
 		} else {
 			break
 		}
 		next = fsm.Next(&pred)
 	}
+	room := 0
+	if ok {
+		room = chainRoom(next)
+	}
+	evs := append(h.room(len(out)+room), out...)
 	if ok && next.Kind.NeedsSlot() {
-		if res, done, chained := a.chain(ctx, &pred, next, h, v, evs); chained {
+		if res, done, chained := a.chain(ctx, pred, next, h, v, evs); chained {
 			return res, done
 		}
 	}
