@@ -65,11 +65,12 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
-	sched  *scheduler  // admission slots, stage goroutines, timers (own lock)
-	deltas *deltaHub   // the live text of model calls (own lock; deltas.go)
-	rates  *rateLimits // the named models' rate limits (own locks)
-	spend  *spendBook  // the spend projection and the budgets (own lock)
-	watch  *watchers   // waiters, listeners, the hook's progress (own lock)
+	sched    *scheduler        // admission slots, stage goroutines, timers (own lock)
+	toolIdle chan *toolCallRun // call goroutines waiting for a tool call (callTool)
+	deltas   *deltaHub         // the live text of model calls (own lock; deltas.go)
+	rates    *rateLimits       // the named models' rate limits (own locks)
+	spend    *spendBook        // the spend projection and the budgets (own lock)
+	watch    *watchers         // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
@@ -105,16 +106,17 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	}
 	rates := limitModels(&opts)
 	a := &Agent{
-		rates:   rates,
-		spend:   newSpendBook(opts.Prices, opts.Budgets),
-		opts:    opts,
-		log:     l,
-		app:     opts.Appender,
-		model:   opts.Model,
-		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
-		toolSem: newSemaphore(opts.MaxConcurrentTools),
-		watch:   newWatchers(),
-		deltas:  newDeltaHub(),
+		rates:    rates,
+		spend:    newSpendBook(opts.Prices, opts.Budgets),
+		opts:     opts,
+		log:      l,
+		app:      opts.Appender,
+		model:    opts.Model,
+		llmSem:   newSemaphore(opts.MaxConcurrentLLM),
+		toolSem:  newSemaphore(opts.MaxConcurrentTools),
+		watch:    newWatchers(),
+		toolIdle: make(chan *toolCallRun),
+		deltas:   newDeltaHub(),
 	}
 	if a.app == nil {
 		a.app = l

@@ -372,9 +372,9 @@ func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) 
 	return out, err, dur
 }
 
-// callTool runs one call with the per-call timeout. The tool runs on its
-// own goroutine so that a tool that ignores its context cannot hold the
-// task past the timeout (it is abandoned, and its late result ignored); a
+// callTool runs one call with the per-call timeout. The tool runs on a
+// goroutine of its own so that a tool that ignores its context cannot hold
+// the task past the timeout (it is abandoned, and its late result ignored); a
 // panic becomes an error so that one bad tool cannot take the daemon down.
 func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
@@ -382,7 +382,11 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 	// The call's goroutine writes its outcome in r, then closes done; r is
 	// read only after that.
 	r := &toolCallRun{ctx: cctx, tool: tool, call: call, done: make(chan struct{})}
-	go r.run()
+	select {
+	case a.toolIdle <- r: // a call goroutine waited for work
+	default:
+		go a.toolWorker(r)
+	}
 	select {
 	case <-r.done:
 		if r.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
@@ -397,7 +401,24 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 	}
 }
 
-// toolCallRun is one call of callTool on its own goroutine.
+// toolWorker is a call goroutine: it runs r, then the calls handed to it
+// on toolIdle, until the agent stops. Call goroutines are reused, as stage
+// goroutines are (scheduler.idle), so that a call does not start a
+// goroutine and grow its stack again (a tool's call, an MCP server's
+// answer decoded, needs more than a new goroutine's stack). One whose
+// call was abandoned waits for work once that call returns.
+func (a *Agent) toolWorker(r *toolCallRun) {
+	for {
+		r.run()
+		select {
+		case r = <-a.toolIdle:
+		case <-a.runCtx.Done():
+			return
+		}
+	}
+}
+
+// toolCallRun is one call of callTool on a call goroutine.
 type toolCallRun struct {
 	ctx  context.Context
 	tool tools.Tool
