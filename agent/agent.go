@@ -564,13 +564,13 @@ func Done(t *fsm.Task) bool {
 // WaitForTask blocks until task id is finished (see Done) or ctx ends.
 // It is WaitUntil(ctx, id, Done), woken once, by the event that finishes
 // the task, rather than after each of its events.
+//
+// The waiter is registered before the task is read, so that one read
+// serves a task that is not done yet (the common case: it was just
+// submitted) and the event that finishes it cannot be missed.
 func (a *Agent) WaitForTask(ctx context.Context, id string) (fsm.Task, error) {
-	if t, err := a.Task(id); err != nil || Done(&t) {
-		return t, a.dispatched(ctx, &t, err)
-	}
 	for {
 		dw := a.watch.whenDone(id)
-		// Look now that the event that finishes the task cannot be missed.
 		t, err := a.Task(id)
 		if err != nil || Done(&t) {
 			a.watch.leave(id, dw)
@@ -678,13 +678,19 @@ func (a *Agent) correlation(id string) ulid.ULID {
 
 // event builds a task event caused by cause.
 func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Event {
+	return correlatedEvent(a.correlation(taskID), cause, body)
+}
+
+// correlatedEvent is event with the task's correlation known: the events
+// of one outcome look it up once.
+func correlatedEvent(correlation, cause ulid.ULID, body fsm.Body) eventlog.Event {
 	data, err := fsm.Encode(body)
 	if err != nil {
 		// Every body this package builds is encodable; a failure is a bug.
 		panic(fmt.Sprintf("agent: encoding %s: %v", body.EventType(), err))
 	}
 	return eventlog.Event{
-		Type: string(body.EventType()), Causation: cause, Correlation: a.correlation(taskID),
+		Type: string(body.EventType()), Causation: cause, Correlation: correlation,
 		Schema: fsm.SchemaVersion, Body: data,
 	}
 }
@@ -716,8 +722,9 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 	// is made once, as large as they and that stage need (chainRoom).
 	var buf [4 + maxChained]eventlog.Event // (more bodies than 4: out grows)
 	out := buf[:0]
+	corr := a.correlation(t.ID)
 	add := func(b fsm.Body) {
-		ev := a.event(t.ID, cause, b)
+		ev := correlatedEvent(corr, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
 		out = append(out, ev)
 		ok = ok && predict(&pred, &out[len(out)-1], b, now)
