@@ -69,7 +69,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", kind.maxIterations))
 		return
 	}
-	req, decide, err := a.stageRequest(ctx, t, kind, act.Stage)
+	req, decision, err := a.stageRequest(ctx, t, kind, act.Stage)
 	if err != nil {
 		a.fail(ctx, t, h, v, cause, "unknown_stage", err.Error())
 		return
@@ -142,7 +142,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, bodies...)
 		return
 	}
-	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decision.decide(resp))...)
 }
 
 // modelAttempts is what a model call's attempts report (callModel), with
@@ -156,19 +156,37 @@ type modelAttempts struct {
 	dropped  bool
 }
 
-// stageRequest builds the model request of a model-call stage and the
-// function that turns the reply into the stage's outcome body, for t of
-// kind (resolved once per stage: the request, its budget and its model
-// are of one resolution).
-func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, stage fsm.Stage) (llm.Request, func(llm.Response) fsm.Body, error) {
+// stageRequest builds the model request of a model-call stage and what
+// turns the reply into the stage's outcome body, for t of kind (resolved
+// once per stage: the request, its budget and its model are of one
+// resolution).
+func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, stage fsm.Stage) (llm.Request, stageDecision, error) {
 	if stage == fsm.StageReason {
 		var opening []fsm.Message
 		if firstReasoning(t) {
 			opening = openingMessages(t, a.memoryIndex(ctx, t, kind))
 		}
-		return buildRequest(kind, t, opening), func(r llm.Response) fsm.Body { return decide(t, opening, r) }, nil
+		return buildRequest(kind, t, opening), stageDecision{t: t, opening: opening}, nil
 	}
-	return a.legacyRequest(ctx, t, kind, stage)
+	req, legacy, err := a.legacyRequest(ctx, t, kind, stage)
+	return req, stageDecision{legacy: legacy}, err
+}
+
+// stageDecision turns a model-call stage's reply into its outcome body: a
+// reasoning stage's decision (decide), or a version 0 stage's (legacy).
+// A value rather than a closure: a reasoning stage, every call of the
+// current machine, allocates none.
+type stageDecision struct {
+	t       *fsm.Task
+	opening []fsm.Message
+	legacy  func(llm.Response) fsm.Body
+}
+
+func (d stageDecision) decide(r llm.Response) fsm.Body {
+	if d.legacy != nil {
+		return d.legacy(r)
+	}
+	return decide(d.t, d.opening, r)
 }
 
 // memoryIndex is the long-term memory index a task's first model call
