@@ -795,6 +795,22 @@ func pureStep(t *fsm.Task, act fsm.Action) fsm.Body {
 // good (ErrFailed, corruption): its ids are left to it, which spares the
 // idempotency lookup of ids given by the caller.
 func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	return a.appendRef(ctx, refOf(t), v, evs...)
+}
+
+// taskRef is what appending to a task's stream needs of the task: its id,
+// and its machine for the log lines. A callback that appends holds one
+// rather than the task, which then stays where its stage put it (on the
+// stage's stack, when it can).
+type taskRef struct {
+	id      string
+	machine fsm.MachineRef
+}
+
+func refOf(t *fsm.Task) taskRef { return taskRef{id: t.ID, machine: t.Machine} }
+
+// appendRef is appendTask for the task t refers to.
+func (a *Agent) appendRef(ctx context.Context, t taskRef, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
 	idempotent := a.app != eventlog.Appender(a.log)
 	if idempotent {
 		for i := range evs {
@@ -805,28 +821,28 @@ func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...ev
 	}
 	wait := appendRetryFirst
 	for attempt := 1; ; attempt++ {
-		res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+		res, err := a.app.Append(ctx, t.id, eventlog.Exactly(v), evs...)
 		switch {
 		case err == nil:
-			a.sched.appended(t.ID, res.LastSeq)
+			a.sched.appended(t.id, res.LastSeq)
 			if attempt > 1 {
-				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "attempts", attempt)
+				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "attempts", attempt)
 			}
 			return res, true
 		case errors.Is(err, eventlog.ErrConflict):
-			a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+			a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 			return res, false
 		case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
-			a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
+			a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type)
 			return res, false
-		case !idempotent || !retryable(err) || !a.owns(t.ID):
+		case !idempotent || !retryable(err) || !a.owns(t.id):
 			a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
-				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+				taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 			return res, false
 		}
 		if attempt == 1 {
 			a.opts.Logger.Warn("appending a stage outcome failed; retrying with the same event ids",
-				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+				taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 		}
 		timer := time.NewTimer(wait)
 		select {

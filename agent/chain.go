@@ -118,8 +118,13 @@ func (h *held) carry(v uint64, evs []eventlog.Event,
 // appendHeld appends evs to t's stream at version v, after what h holds
 // (h may be nil), and records the result in h when it carried h's events.
 func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	return a.appendHeldRef(ctx, refOf(t), h, v, evs...)
+}
+
+// appendHeldRef is appendHeld for the task t refers to.
+func (a *Agent) appendHeldRef(ctx context.Context, t taskRef, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
 	return h.carry(v, evs, func(v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
-		return a.appendTask(ctx, t, v, evs...)
+		return a.appendRef(ctx, t, v, evs...)
 	})
 }
 

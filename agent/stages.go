@@ -102,12 +102,17 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	// What the attempts' report changes, and the call's live text (its
 	// reply goes to the task's stream as it arrives: deltas.go), in one
 	// allocation: the callbacks escape, and so does everything they write.
-	at := &modelAttempts{v: v}
+	at := &modelAttempts{v: v, task: refOf(t)}
+	if h != nil {
+		// The report's copy of what h holds: a retried attempt's append
+		// carries it; h is written back once the call returns.
+		at.held, at.holds = *h, true
+	}
 	live := &at.live
 	a.deltas.beginIn(live, t.ID, cause)
 	req.Deltas = live.write
 	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
-		a.logAttempt(t, purpose, att)
+		a.logAttempt(at.task, purpose, att)
 		at.attempts = att.Number
 		if !att.WillRetry {
 			at.last, at.hasLast = att, true
@@ -115,7 +120,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		}
 		// Recorded now: a retry waits, and the log should show why.
 		live.restart(att.Number+1, att.Err)
-		res, ok := a.appendHeld(ctx, t, h, at.v, a.event(t.ID, cause, modelCalled(purpose, att)))
+		res, ok := a.appendHeldRef(ctx, at.task, at.heldPtr(), at.v, a.event(at.task.id, cause, modelCalled(purpose, att)))
 		if !ok {
 			at.dropped = true
 			cancel()
@@ -129,6 +134,9 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	live.end()
 	cancel()
 	a.llmSem.release()
+	if h != nil {
+		*h = at.held
+	}
 	if at.dropped || ctx.Err() != nil {
 		return // the task moved, or the agent is stopping: nothing to record
 	}
@@ -146,7 +154,10 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 }
 
 // modelAttempts is what a model call's attempts report (callModel), with
-// the call's live text.
+// the call's live text, and what the report needs to append a retried
+// attempt: the task's reference and a copy of the events held (holds: a
+// held was given). The report holds neither the task nor the held, which
+// so stay where the stage put them.
 type modelAttempts struct {
 	live     liveCall
 	v        uint64
@@ -154,6 +165,17 @@ type modelAttempts struct {
 	hasLast  bool
 	attempts int
 	dropped  bool
+	task     taskRef
+	held     held
+	holds    bool
+}
+
+// heldPtr is the held the report appends after, nil for none.
+func (at *modelAttempts) heldPtr() *held {
+	if !at.holds {
+		return nil
+	}
+	return &at.held
 }
 
 // stageRequest builds the model request of a model-call stage and what
@@ -168,7 +190,10 @@ func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, s
 		}
 		return buildRequest(kind, t, opening), stageDecision{t: t, opening: opening}, nil
 	}
-	req, legacy, err := a.legacyRequest(ctx, t, kind, stage)
+	// A version 0 stage's closures hold the task: a copy of it, so that
+	// the caller's stays where it is (version 0 stages only pay for it).
+	lt := *t
+	req, legacy, err := a.legacyRequest(ctx, &lt, kind, stage)
 	return req, stageDecision{legacy: legacy}, err
 }
 
@@ -295,7 +320,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	}
 	// The calls of one model turn run side by side (parallel.go).
 	if steps := parallelSteps(t, kind, step); steps != nil {
-		a.runTools(ctx, t, kind, steps, h)
+		pt := *t // runTools' goroutines hold the task: a copy, made on this path only
+		a.runTools(ctx, &pt, kind, steps, h)
 		return
 	}
 	if w, ok := tool.(*tools.WorkerTool); ok {
@@ -326,6 +352,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		v     uint64
 	}
 	cs.v = v
+	ref := refOf(t) // the callbacks hold it, not t: a late one (an abandoned call's) reads no stage's task
 	call := tools.Call{
 		TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: key, Arguments: json.RawMessage(args),
 		Cause: cause, Correlation: a.correlation(t.ID), Handle: started.Handle,
@@ -335,7 +362,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 			defer cs.mu.Unlock()
 			b := *started
 			b.Handle = handle
-			res, ok := a.appendTask(ctx, t, cs.v, a.event(t.ID, cause, &b))
+			res, ok := a.appendRef(ctx, ref, cs.v, a.event(ref.id, cause, &b))
 			if !ok {
 				return errHandleNotRecorded
 			}

@@ -101,11 +101,11 @@ func (l *lifecycleLines) stop() {
 
 // logAttempt warns about one failed model call attempt, saying whether
 // another follows.
-func (a *Agent) logAttempt(t *fsm.Task, purpose string, att llm.Attempt) {
+func (a *Agent) logAttempt(t taskRef, purpose string, att llm.Attempt) {
 	if att.Err == nil {
 		return
 	}
-	a.opts.Logger.Warn("model call attempt failed", taskIDAttr(t.ID), machineAttr(t),
+	a.opts.Logger.Warn("model call attempt failed", taskIDAttr(t.id), machineRefAttr(t.machine),
 		slog.String("purpose", purpose), slog.Int("attempt", att.Number), slog.Int("status", att.Status),
 		slog.Bool("will_retry", att.WillRetry), slog.String("err", att.Err.Error()))
 }
