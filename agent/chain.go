@@ -144,9 +144,10 @@ func predict(pred *fsm.Task, ev *eventlog.Event, b fsm.Body, now time.Time) bool
 // (see above), and reports whether it did; the result is that of the
 // append that carried the events, if one did.
 //
-// pred is taken by value so that the caller's copy stays on its stack: the
-// chained stage's copy and what it holds are made here, in one
-// allocation, and only when the stage runs.
+// pred is taken by value so that the caller's copy stays on its stack; the
+// chained stage's copy and what it holds (chained) stay on this one: the
+// stages keep no pointer to them once they return (their callbacks hold a
+// taskRef and copies), which go build -gcflags=-m confirms.
 func (a *Agent) chain(ctx context.Context, pred fsm.Task, act fsm.Action, h *held, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool, bool) {
 	if ctx.Err() != nil || !a.owns(pred.ID) || !a.sched.holds(pred.ID) {
 		return eventlog.AppendResult{}, false, false
