@@ -59,24 +59,32 @@ func (p *probeTool) calls() []string {
 // admission (a slot is free), the reasoning with the tool call's start,
 // and the tool call's outcome with the next reasoning and the task's end.
 func TestOneToolCallTaskInThreeAppends(t *testing.T) {
+	probe := runProbeTask(t, probeModel{}, "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
+		"TOOL_CALL_COMPLETED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED", 3)
+	if len(probe.calls()) != 1 {
+		t.Fatalf("tool calls = %v", probe.calls())
+	}
+}
+
+// runProbeTask runs one task of model calling the probe tool to its end
+// and checks its events (their types) and the appends that wrote them.
+func runProbeTask(t *testing.T, model llm.Model, events string, appends uint64) *probeTool {
+	t.Helper()
 	probe := &probeTool{}
-	h := newHarness(t, Options{Model: probeModel{}, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
+	h := newHarness(t, Options{Model: model, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
 	before := h.log.Stats().Appends
 	task := h.wait(h.submit("probe it"))
 	if task.State != fsm.StateCompleted || task.Context.FinalResult != "got ok" {
 		t.Fatalf("task = %s %q", task.State, task.Context.FinalResult)
 	}
-	if got, want := types(h.events(task.ID)), "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
-		"TOOL_CALL_COMPLETED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED"; got != want {
-		t.Fatalf("events = %s, want %s", got, want)
+	if got := types(h.events(task.ID)); got != events {
+		t.Fatalf("events = %s, want %s", got, events)
 	}
-	if n := h.log.Stats().Appends - before; n != 3 {
-		t.Fatalf("%d appends, want 3", n)
-	}
-	if len(probe.calls()) != 1 {
-		t.Fatalf("tool calls = %v", probe.calls())
+	if n := h.log.Stats().Appends - before; n != appends {
+		t.Fatalf("%d appends, want %d", n, appends)
 	}
 	h.assertNoIssues()
+	return probe
 }
 
 // The outcome of a tool call is held while the next reasoning's model
@@ -133,19 +141,6 @@ func (m retryingModel) Complete(ctx context.Context, req llm.Request, report fun
 // outcome, which was held for the model call, and the model's answer
 // after it, without the outcome again: four appends, each event once.
 func TestRetriedAttemptCarriesTheHeldOutcome(t *testing.T) {
-	probe := &probeTool{}
-	h := newHarness(t, Options{Model: retryingModel{}, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
-	before := h.log.Stats().Appends
-	task := h.wait(h.submit("probe it"))
-	if task.State != fsm.StateCompleted || task.Context.FinalResult != "got ok" {
-		t.Fatalf("task = %s %q", task.State, task.Context.FinalResult)
-	}
-	if got, want := types(h.events(task.ID)), "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
-		"TOOL_CALL_COMPLETED MODEL_CALLED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED"; got != want {
-		t.Fatalf("events = %s, want %s", got, want)
-	}
-	if n := h.log.Stats().Appends - before; n != 4 {
-		t.Fatalf("%d appends, want 4", n)
-	}
-	h.assertNoIssues()
+	runProbeTask(t, retryingModel{}, "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
+		"TOOL_CALL_COMPLETED MODEL_CALLED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED", 4)
 }
