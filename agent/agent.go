@@ -65,11 +65,12 @@ type Agent struct {
 	llmSem     semaphore
 	toolSem    semaphore
 
-	sched  *scheduler  // admission slots, stage goroutines, timers (own lock)
-	deltas *deltaHub   // the live text of model calls (own lock; deltas.go)
-	rates  *rateLimits // the named models' rate limits (own locks)
-	spend  *spendBook  // the spend projection and the budgets (own lock)
-	watch  *watchers   // waiters, listeners, the hook's progress (own lock)
+	sched    *scheduler        // admission slots, stage goroutines, timers (own lock)
+	toolIdle chan *toolCallRun // call goroutines waiting for a tool call (callTool)
+	deltas   *deltaHub         // the live text of model calls (own lock; deltas.go)
+	rates    *rateLimits       // the named models' rate limits (own locks)
+	spend    *spendBook        // the spend projection and the budgets (own lock)
+	watch    *watchers         // waiters, listeners, the hook's progress (own lock)
 
 	// gate: intake (Submit, commands) holds it shared; Stop takes it to
 	// wait for intake already past the check.
@@ -105,16 +106,17 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	}
 	rates := limitModels(&opts)
 	a := &Agent{
-		rates:   rates,
-		spend:   newSpendBook(opts.Prices, opts.Budgets),
-		opts:    opts,
-		log:     l,
-		app:     opts.Appender,
-		model:   opts.Model,
-		llmSem:  newSemaphore(opts.MaxConcurrentLLM),
-		toolSem: newSemaphore(opts.MaxConcurrentTools),
-		watch:   newWatchers(),
-		deltas:  newDeltaHub(),
+		rates:    rates,
+		spend:    newSpendBook(opts.Prices, opts.Budgets),
+		opts:     opts,
+		log:      l,
+		app:      opts.Appender,
+		model:    opts.Model,
+		llmSem:   newSemaphore(opts.MaxConcurrentLLM),
+		toolSem:  newSemaphore(opts.MaxConcurrentTools),
+		watch:    newWatchers(),
+		toolIdle: make(chan *toolCallRun),
+		deltas:   newDeltaHub(),
 	}
 	if a.app == nil {
 		a.app = l
@@ -562,13 +564,13 @@ func Done(t *fsm.Task) bool {
 // WaitForTask blocks until task id is finished (see Done) or ctx ends.
 // It is WaitUntil(ctx, id, Done), woken once, by the event that finishes
 // the task, rather than after each of its events.
+//
+// The waiter is registered before the task is read, so that one read
+// serves a task that is not done yet (the common case: it was just
+// submitted) and the event that finishes it cannot be missed.
 func (a *Agent) WaitForTask(ctx context.Context, id string) (fsm.Task, error) {
-	if t, err := a.Task(id); err != nil || Done(&t) {
-		return t, a.dispatched(ctx, &t, err)
-	}
 	for {
 		dw := a.watch.whenDone(id)
-		// Look now that the event that finishes the task cannot be missed.
 		t, err := a.Task(id)
 		if err != nil || Done(&t) {
 			a.watch.leave(id, dw)
@@ -676,13 +678,19 @@ func (a *Agent) correlation(id string) ulid.ULID {
 
 // event builds a task event caused by cause.
 func (a *Agent) event(taskID string, cause ulid.ULID, body fsm.Body) eventlog.Event {
+	return correlatedEvent(a.correlation(taskID), cause, body)
+}
+
+// correlatedEvent is event with the task's correlation known: the events
+// of one outcome look it up once.
+func correlatedEvent(correlation, cause ulid.ULID, body fsm.Body) eventlog.Event {
 	data, err := fsm.Encode(body)
 	if err != nil {
 		// Every body this package builds is encodable; a failure is a bug.
 		panic(fmt.Sprintf("agent: encoding %s: %v", body.EventType(), err))
 	}
 	return eventlog.Event{
-		Type: string(body.EventType()), Causation: cause, Correlation: a.correlation(taskID),
+		Type: string(body.EventType()), Causation: cause, Correlation: correlation,
 		Schema: fsm.SchemaVersion, Body: data,
 	}
 }
@@ -706,17 +714,22 @@ func (a *Agent) outcome(ctx context.Context, t *fsm.Task, v uint64, cause ulid.U
 // unless a model call is among the events), it runs with the events held,
 // which its first append carries (chain.go).
 func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, cause ulid.ULID, bodies ...fsm.Body) (eventlog.AppendResult, bool) {
-	evs := h.room(len(bodies) + 3)
 	pred := t.Fork() // a prediction: Apply writes none of the memory it shares with t
 	ok := true
 	now := a.opts.Now()
+	// The events are built here first, and copied into their array once
+	// their number and the stage chained after them are known: the array
+	// is made once, as large as they and that stage need (chainRoom).
+	var buf [4 + maxChained]eventlog.Event // (more bodies than 4: out grows)
+	out := buf[:0]
+	corr := a.correlation(t.ID)
 	add := func(b fsm.Body) {
-		ev := a.event(t.ID, cause, b)
+		ev := correlatedEvent(corr, cause, b)
 		ev.ID = a.log.NewID() // known before the commit: a later stage's cause, handOff's
 		// The View folds b rather than decode ev.Body again.
 		a.view.Expect(ev.ID, ev.Body, b)
-		evs = append(evs, ev)
-		ok = ok && predict(&pred, &evs[len(evs)-1], b, now)
+		out = append(out, ev)
+		ok = ok && predict(&pred, &out[len(out)-1], b, now)
 	}
 	for _, b := range bodies {
 		add(b)
@@ -729,15 +742,20 @@ func (a *Agent) outcomeHeld(ctx context.Context, t *fsm.Task, h *held, v uint64,
 		if next.Kind == fsm.ActCompile {
 			add(&fsm.TaskCompletedBody{Result: compileResult(&pred)})
 		} else if b := pureStep(&pred, next); b != nil {
-			cause = evs[len(evs)-1].ID
+			cause = out[len(out)-1].ID
 			add(b)
 		} else {
 			break
 		}
 		next = fsm.Next(&pred)
 	}
+	room := 0
+	if ok {
+		room = chainRoom(next)
+	}
+	evs := append(h.room(len(out)+room), out...)
 	if ok && next.Kind.NeedsSlot() {
-		if res, done, chained := a.chain(ctx, &pred, next, h, v, evs); chained {
+		if res, done, chained := a.chain(ctx, pred, next, h, v, evs); chained {
 			return res, done
 		}
 	}
@@ -779,6 +797,22 @@ func pureStep(t *fsm.Task, act fsm.Action) fsm.Body {
 // good (ErrFailed, corruption): its ids are left to it, which spares the
 // idempotency lookup of ids given by the caller.
 func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	return a.appendRef(ctx, refOf(t), v, evs...)
+}
+
+// taskRef is what appending to a task's stream needs of the task: its id,
+// and its machine for the log lines. A callback that appends holds one
+// rather than the task, which then stays where its stage put it (on the
+// stage's stack, when it can).
+type taskRef struct {
+	id      string
+	machine fsm.MachineRef
+}
+
+func refOf(t *fsm.Task) taskRef { return taskRef{id: t.ID, machine: t.Machine} }
+
+// appendRef is appendTask for the task t refers to.
+func (a *Agent) appendRef(ctx context.Context, t taskRef, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
 	idempotent := a.app != eventlog.Appender(a.log)
 	if idempotent {
 		for i := range evs {
@@ -789,28 +823,28 @@ func (a *Agent) appendTask(ctx context.Context, t *fsm.Task, v uint64, evs ...ev
 	}
 	wait := appendRetryFirst
 	for attempt := 1; ; attempt++ {
-		res, err := a.app.Append(ctx, t.ID, eventlog.Exactly(v), evs...)
+		res, err := a.app.Append(ctx, t.id, eventlog.Exactly(v), evs...)
 		switch {
 		case err == nil:
-			a.sched.appended(t.ID, res.LastSeq)
+			a.sched.appended(t.id, res.LastSeq)
 			if attempt > 1 {
-				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "attempts", attempt)
+				a.opts.Logger.Info("stage outcome recorded after a retry", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "attempts", attempt)
 			}
 			return res, true
 		case errors.Is(err, eventlog.ErrConflict):
-			a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+			a.opts.Logger.Debug("stale stage outcome dropped", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 			return res, false
 		case ctx.Err() != nil || errors.Is(err, eventlog.ErrClosed):
-			a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type)
+			a.opts.Logger.Debug("stage outcome not recorded: stopping", taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type)
 			return res, false
-		case !idempotent || !retryable(err) || !a.owns(t.ID):
+		case !idempotent || !retryable(err) || !a.owns(t.id):
 			a.opts.Logger.Error("appending a stage outcome failed; the task resumes at the next start",
-				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+				taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 			return res, false
 		}
 		if attempt == 1 {
 			a.opts.Logger.Warn("appending a stage outcome failed; retrying with the same event ids",
-				taskIDAttr(t.ID), machineAttr(t), "type", evs[len(evs)-1].Type, "err", err)
+				taskIDAttr(t.id), machineRefAttr(t.machine), "type", evs[len(evs)-1].Type, "err", err)
 		}
 		timer := time.NewTimer(wait)
 		select {

@@ -225,7 +225,8 @@ func (a *Agent) checkBudget(t *fsm.Task, kind *taskKind, req llm.Request) (*fsm.
 	}
 	// Called when the stage recorded no outcome; otherwise the hook drops
 	// the reservation as it folds the outcome (apply).
-	return nil, func() { a.spend.release(t.ID, gen) }
+	id := t.ID // not t: the stage's task stays where it is
+	return nil, func() { a.spend.release(id, gen) }
 }
 
 // Spend returns the spend projection: per task, key, model and day, with

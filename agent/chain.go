@@ -74,22 +74,34 @@ func (h *held) take(v uint64, evs []eventlog.Event) (uint64, []eventlog.Event, b
 // room returns an empty slice with room for n events that take will
 // append after h's events without a new array: the room after them in
 // h's array, made large enough. Without events held, or an array of its
-// own, it is a new slice, with room for the outcome of a model call
-// chained after the n events too (see heldRoom).
+// own, it is a new slice with room for n events.
 func (h *held) room(n int) []eventlog.Event {
 	if h == nil || len(h.evs) == 0 || !h.own {
-		return make([]eventlog.Event, 0, n+heldRoom)
+		return make([]eventlog.Event, 0, n)
 	}
 	h.evs = slices.Grow(h.evs, n)
 	return h.evs[len(h.evs):len(h.evs)]
 }
 
-// heldRoom is the room a new array of events leaves for a chained model
-// call's outcome (outcomeHeld asks room for its bodies, MODEL_CALLED and
-// REASON_DONE, and 3 more), beyond the room asked for: a tool call's
-// outcome (one event, 3 more) and the model call chained after it fit in
-// one array, instead of a second one as large as both.
-const heldRoom = 2
+// chainRoom is the room an outcome's array of events leaves for the
+// stage due after it, act, which may run with them held (chain): a tool
+// call's start; a model call's outcome (MODEL_CALLED and the decision)
+// and the stages chained after it that need no I/O (a step's completion,
+// the task's); none for anything else. The events of a stage that needs
+// more (a turn of several tool calls) go to a larger array, made then.
+func chainRoom(act fsm.Action) int {
+	switch {
+	case act.Kind == fsm.ActRunStep && act.StepType == fsm.ActionToolCall:
+		return 1
+	case act.Kind == fsm.ActCallModel:
+		return 2 + modelChainRoom
+	}
+	return 0
+}
+
+// modelChainRoom is the room chainRoom leaves for the stages chained
+// after a model call's outcome.
+const modelChainRoom = 3
 
 // carry appends evs at version v after what h holds (h may be nil) with
 // appendFn, and records the result in h when it carried h's events.
@@ -106,8 +118,13 @@ func (h *held) carry(v uint64, evs []eventlog.Event,
 // appendHeld appends evs to t's stream at version v, after what h holds
 // (h may be nil), and records the result in h when it carried h's events.
 func (a *Agent) appendHeld(ctx context.Context, t *fsm.Task, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
+	return a.appendHeldRef(ctx, refOf(t), h, v, evs...)
+}
+
+// appendHeldRef is appendHeld for the task t refers to.
+func (a *Agent) appendHeldRef(ctx context.Context, t taskRef, h *held, v uint64, evs ...eventlog.Event) (eventlog.AppendResult, bool) {
 	return h.carry(v, evs, func(v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool) {
-		return a.appendTask(ctx, t, v, evs...)
+		return a.appendRef(ctx, t, v, evs...)
 	})
 }
 
@@ -126,7 +143,12 @@ func predict(pred *fsm.Task, ev *eventlog.Event, b fsm.Body, now time.Time) bool
 // h holds, are folded) with those events held, if it can start at once
 // (see above), and reports whether it did; the result is that of the
 // append that carried the events, if one did.
-func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *held, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool, bool) {
+//
+// pred is taken by value so that the caller's copy stays on its stack; the
+// chained stage's copy and what it holds (chained) stay on this one: the
+// stages keep no pointer to them once they return (their callbacks hold a
+// taskRef and copies), which go build -gcflags=-m confirms.
+func (a *Agent) chain(ctx context.Context, pred fsm.Task, act fsm.Action, h *held, v uint64, evs []eventlog.Event) (eventlog.AppendResult, bool, bool) {
 	if ctx.Err() != nil || !a.owns(pred.ID) || !a.sched.holds(pred.ID) {
 		return eventlog.AppendResult{}, false, false
 	}
@@ -139,16 +161,24 @@ func (a *Agent) chain(ctx context.Context, pred *fsm.Task, act fsm.Action, h *he
 		return eventlog.AppendResult{}, false, false
 	}
 	base, all, _ := h.take(v, evs)
-	next := &held{base: base, evs: all, own: true} // take's array, or outcome's
+	c := &chained{task: pred, held: held{base: base, evs: all, own: true}} // take's array, or outcome's
+	next := &c.held
 	if act.Kind == fsm.ActCallModel {
-		a.callModel(ctx, pred, act, next)
+		a.callModel(ctx, &c.task, act, next)
 	} else {
-		a.runTool(ctx, pred, step, next)
+		a.runTool(ctx, &c.task, step, next)
 	}
 	if h != nil {
 		h.res, h.ok = next.res, next.ok
 	}
 	return next.res, next.ok, true
+}
+
+// chained is a stage chain runs: the task as its prediction has it, and
+// the events held for its first append.
+type chained struct {
+	task fsm.Task
+	held held
 }
 
 // holdsModelCall reports whether h or evs record a model call.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 
@@ -58,24 +59,32 @@ func (p *probeTool) calls() []string {
 // admission (a slot is free), the reasoning with the tool call's start,
 // and the tool call's outcome with the next reasoning and the task's end.
 func TestOneToolCallTaskInThreeAppends(t *testing.T) {
+	probe := runProbeTask(t, probeModel{}, "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
+		"TOOL_CALL_COMPLETED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED", 3)
+	if len(probe.calls()) != 1 {
+		t.Fatalf("tool calls = %v", probe.calls())
+	}
+}
+
+// runProbeTask runs one task of model calling the probe tool to its end
+// and checks its events (their types) and the appends that wrote them.
+func runProbeTask(t *testing.T, model llm.Model, events string, appends uint64) *probeTool {
+	t.Helper()
 	probe := &probeTool{}
-	h := newHarness(t, Options{Model: probeModel{}, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
+	h := newHarness(t, Options{Model: model, Tools: []tools.Tool{probe.tool()}, DisableReflection: true})
 	before := h.log.Stats().Appends
 	task := h.wait(h.submit("probe it"))
 	if task.State != fsm.StateCompleted || task.Context.FinalResult != "got ok" {
 		t.Fatalf("task = %s %q", task.State, task.Context.FinalResult)
 	}
-	if got, want := types(h.events(task.ID)), "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
-		"TOOL_CALL_COMPLETED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED"; got != want {
-		t.Fatalf("events = %s, want %s", got, want)
+	if got := types(h.events(task.ID)); got != events {
+		t.Fatalf("events = %s, want %s", got, events)
 	}
-	if n := h.log.Stats().Appends - before; n != 3 {
-		t.Fatalf("%d appends, want 3", n)
-	}
-	if len(probe.calls()) != 1 {
-		t.Fatalf("tool calls = %v", probe.calls())
+	if n := h.log.Stats().Appends - before; n != appends {
+		t.Fatalf("%d appends, want %d", n, appends)
 	}
 	h.assertNoIssues()
+	return probe
 }
 
 // The outcome of a tool call is held while the next reasoning's model
@@ -109,4 +118,29 @@ func TestToolOutcomeHeldForTheModelRunsAgainAfterACrash(t *testing.T) {
 		t.Fatalf("tool calls = %v, want two with key %s", keys, IdempotencyKey(id, 1, 0))
 	}
 	h.assertNoIssues()
+}
+
+// retryingModel is probeModel whose answer after the tool's result fails
+// once and is retried: the failed attempt is recorded as it happens.
+type retryingModel struct{ probeModel }
+
+func (m retryingModel) Complete(ctx context.Context, req llm.Request, report func(llm.Attempt)) (llm.Response, error) {
+	if last := req.Messages[len(req.Messages)-1]; last.Role == "tool" {
+		report(llm.Attempt{Number: 1, Model: "probe-model", Status: 500, Err: errors.New("overloaded"), WillRetry: true})
+	}
+	return m.probeModel.Complete(ctx, req, func(a llm.Attempt) {
+		if a.Number == 1 && req.Messages[len(req.Messages)-1].Role == "tool" {
+			a.Number = 2
+		}
+		report(a)
+	})
+}
+
+// A model call chained after a tool call whose first attempt is retried:
+// the failed attempt's MODEL_CALLED is appended with the tool call's
+// outcome, which was held for the model call, and the model's answer
+// after it, without the outcome again: four appends, each event once.
+func TestRetriedAttemptCarriesTheHeldOutcome(t *testing.T) {
+	runProbeTask(t, retryingModel{}, "MESSAGE_RECEIVED TASK_CREATED MODEL_CALLED REASON_DONE TOOL_CALL_STARTED "+
+		"TOOL_CALL_COMPLETED MODEL_CALLED MODEL_CALLED REASON_DONE STEP_COMPLETED TASK_COMPLETED", 4)
 }

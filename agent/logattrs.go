@@ -15,11 +15,13 @@ import (
 
 func taskIDAttr(id string) slog.Attr { return slog.String("task_id", id) }
 
-func machineAttr(t *fsm.Task) slog.Attr {
-	if t.Machine == (fsm.MachineRef{}) {
+func machineAttr(t *fsm.Task) slog.Attr { return machineRefAttr(t.Machine) }
+
+func machineRefAttr(m fsm.MachineRef) slog.Attr {
+	if m == (fsm.MachineRef{}) {
 		return slog.String("machine", "")
 	}
-	return slog.String("machine", t.Machine.String())
+	return slog.String("machine", m.String())
 }
 
 func eventIDAttr(id ulid.ULID) slog.Attr { return slog.String("event_id", id.String()) }

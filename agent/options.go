@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
@@ -166,7 +165,9 @@ func (o *Options) EnsureDefaults() {
 		o.ShouldReflect = defaultShouldReflect
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		// A handler enabled for no level: the lines, the task ends' among
+		// them, are never built.
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -49,7 +49,7 @@ type taskRun struct {
 	rerun   bool
 	wait    *waiting
 	cancel  context.CancelFunc
-	ended   chan struct{} // closed when the running stage goroutine returns
+	ended   chan struct{} // closed when the running stage goroutine returns; made by drop, the one that waits
 	seq     uint64        // the log sequence of the last event its stages appended
 }
 
@@ -198,7 +198,7 @@ func (s *scheduler) startLocked(id string, r *taskRun) {
 		r.rerun = true
 		return
 	}
-	r.running, r.ended = true, make(chan struct{})
+	r.running = true
 	s.stages.Add(1)
 	select {
 	case s.idle <- id: // a stage goroutine waited for work
@@ -274,7 +274,10 @@ func (s *scheduler) loop(id string, sc *stageContext) {
 			continue
 		}
 		r.running, r.rerun = false, false
-		close(r.ended)
+		if r.ended != nil {
+			close(r.ended)
+			r.ended = nil
+		}
 		if !r.holding && r.wait == nil {
 			delete(s.runs, id)
 		}
@@ -352,6 +355,9 @@ func (s *scheduler) drop(match func(id string) bool, cancel bool) []<-chan struc
 		}
 		r.rerun = false
 		if r.running {
+			if r.ended == nil {
+				r.ended = make(chan struct{})
+			}
 			running = append(running, r.ended)
 		}
 		s.releaseLocked(id, r, cancel)

@@ -69,7 +69,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 			fmt.Sprintf("the task did not finish within %d reasoning iterations (max-iterations)", kind.maxIterations))
 		return
 	}
-	req, decide, err := a.stageRequest(ctx, t, kind, act.Stage)
+	req, decision, err := a.stageRequest(ctx, t, kind, act.Stage)
 	if err != nil {
 		a.fail(ctx, t, h, v, cause, "unknown_stage", err.Error())
 		return
@@ -102,12 +102,17 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	// What the attempts' report changes, and the call's live text (its
 	// reply goes to the task's stream as it arrives: deltas.go), in one
 	// allocation: the callbacks escape, and so does everything they write.
-	at := &modelAttempts{v: v}
+	at := &modelAttempts{v: v, task: refOf(t)}
+	if h != nil {
+		// The report's copy of what h holds: a retried attempt's append
+		// carries it; h is written back once the call returns.
+		at.held, at.holds = *h, true
+	}
 	live := &at.live
 	a.deltas.beginIn(live, t.ID, cause)
 	req.Deltas = live.write
 	resp, err := kind.model.Complete(callCtx, req, func(att llm.Attempt) {
-		a.logAttempt(t, purpose, att)
+		a.logAttempt(at.task, purpose, att)
 		at.attempts = att.Number
 		if !att.WillRetry {
 			at.last, at.hasLast = att, true
@@ -115,7 +120,7 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		}
 		// Recorded now: a retry waits, and the log should show why.
 		live.restart(att.Number+1, att.Err)
-		res, ok := a.appendHeld(ctx, t, h, at.v, a.event(t.ID, cause, modelCalled(purpose, att)))
+		res, ok := a.appendHeldRef(ctx, at.task, at.heldPtr(), at.v, a.event(at.task.id, cause, modelCalled(purpose, att)))
 		if !ok {
 			at.dropped = true
 			cancel()
@@ -129,6 +134,9 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 	live.end()
 	cancel()
 	a.llmSem.release()
+	if h != nil {
+		*h = at.held
+	}
 	if at.dropped || ctx.Err() != nil {
 		return // the task moved, or the agent is stopping: nothing to record
 	}
@@ -142,11 +150,14 @@ func (a *Agent) callModel(ctx context.Context, t *fsm.Task, act fsm.Action, h *h
 		_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, bodies...)
 		return
 	}
-	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decide(resp))...)
+	_, committed = a.outcomeHeld(ctx, t, h, at.v, cause, append(bodies, decision.decide(resp))...)
 }
 
 // modelAttempts is what a model call's attempts report (callModel), with
-// the call's live text.
+// the call's live text, and what the report needs to append a retried
+// attempt: the task's reference and a copy of the events held (holds: a
+// held was given). The report holds neither the task nor the held, which
+// so stay where the stage put them.
 type modelAttempts struct {
 	live     liveCall
 	v        uint64
@@ -154,21 +165,53 @@ type modelAttempts struct {
 	hasLast  bool
 	attempts int
 	dropped  bool
+	task     taskRef
+	held     held
+	holds    bool
 }
 
-// stageRequest builds the model request of a model-call stage and the
-// function that turns the reply into the stage's outcome body, for t of
-// kind (resolved once per stage: the request, its budget and its model
-// are of one resolution).
-func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, stage fsm.Stage) (llm.Request, func(llm.Response) fsm.Body, error) {
+// heldPtr is the held the report appends after, nil for none.
+func (at *modelAttempts) heldPtr() *held {
+	if !at.holds {
+		return nil
+	}
+	return &at.held
+}
+
+// stageRequest builds the model request of a model-call stage and what
+// turns the reply into the stage's outcome body, for t of kind (resolved
+// once per stage: the request, its budget and its model are of one
+// resolution).
+func (a *Agent) stageRequest(ctx context.Context, t *fsm.Task, kind *taskKind, stage fsm.Stage) (llm.Request, stageDecision, error) {
 	if stage == fsm.StageReason {
 		var opening []fsm.Message
 		if firstReasoning(t) {
 			opening = openingMessages(t, a.memoryIndex(ctx, t, kind))
 		}
-		return buildRequest(kind, t, opening), func(r llm.Response) fsm.Body { return decide(t, opening, r) }, nil
+		return buildRequest(kind, t, opening), stageDecision{t: t, opening: opening}, nil
 	}
-	return a.legacyRequest(ctx, t, kind, stage)
+	// A version 0 stage's closures hold the task: a copy of it, so that
+	// the caller's stays where it is (version 0 stages only pay for it).
+	lt := *t
+	req, legacy, err := a.legacyRequest(ctx, &lt, kind, stage)
+	return req, stageDecision{legacy: legacy}, err
+}
+
+// stageDecision turns a model-call stage's reply into its outcome body: a
+// reasoning stage's decision (decide), or a version 0 stage's (legacy).
+// A value rather than a closure: a reasoning stage, every call of the
+// current machine, allocates none.
+type stageDecision struct {
+	t       *fsm.Task
+	opening []fsm.Message
+	legacy  func(llm.Response) fsm.Body
+}
+
+func (d stageDecision) decide(r llm.Response) fsm.Body {
+	if d.legacy != nil {
+		return d.legacy(r)
+	}
+	return decide(d.t, d.opening, r)
 }
 
 // memoryIndex is the long-term memory index a task's first model call
@@ -277,7 +320,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	}
 	// The calls of one model turn run side by side (parallel.go).
 	if steps := parallelSteps(t, kind, step); steps != nil {
-		a.runTools(ctx, t, kind, steps, h)
+		pt := *t // runTools' goroutines hold the task: a copy, made on this path only
+		a.runTools(ctx, &pt, kind, steps, h)
 		return
 	}
 	if w, ok := tool.(*tools.WorkerTool); ok {
@@ -308,6 +352,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 		v     uint64
 	}
 	cs.v = v
+	ref := refOf(t) // the callbacks hold it, not t: a late one (an abandoned call's) reads no stage's task
 	call := tools.Call{
 		TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: key, Arguments: json.RawMessage(args),
 		Cause: cause, Correlation: a.correlation(t.ID), Handle: started.Handle,
@@ -317,7 +362,7 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 			defer cs.mu.Unlock()
 			b := *started
 			b.Handle = handle
-			res, ok := a.appendTask(ctx, t, cs.v, a.event(t.ID, cause, &b))
+			res, ok := a.appendRef(ctx, ref, cs.v, a.event(ref.id, cause, &b))
 			if !ok {
 				return errHandleNotRecorded
 			}
@@ -372,9 +417,9 @@ func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) 
 	return out, err, dur
 }
 
-// callTool runs one call with the per-call timeout. The tool runs on its
-// own goroutine so that a tool that ignores its context cannot hold the
-// task past the timeout (it is abandoned, and its late result ignored); a
+// callTool runs one call with the per-call timeout. The tool runs on a
+// goroutine of its own so that a tool that ignores its context cannot hold
+// the task past the timeout (it is abandoned, and its late result ignored); a
 // panic becomes an error so that one bad tool cannot take the daemon down.
 func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ToolTimeout)
@@ -382,7 +427,11 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 	// The call's goroutine writes its outcome in r, then closes done; r is
 	// read only after that.
 	r := &toolCallRun{ctx: cctx, tool: tool, call: call, done: make(chan struct{})}
-	go r.run()
+	select {
+	case a.toolIdle <- r: // a call goroutine waited for work
+	default:
+		go a.toolWorker(r)
+	}
 	select {
 	case <-r.done:
 		if r.err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
@@ -397,7 +446,24 @@ func (a *Agent) callTool(ctx context.Context, tool tools.Tool, call tools.Call) 
 	}
 }
 
-// toolCallRun is one call of callTool on its own goroutine.
+// toolWorker is a call goroutine: it runs r, then the calls handed to it
+// on toolIdle, until the agent stops. Call goroutines are reused, as stage
+// goroutines are (scheduler.idle), so that a call does not start a
+// goroutine and grow its stack again (a tool's call, an MCP server's
+// answer decoded, needs more than a new goroutine's stack). One whose
+// call was abandoned waits for work once that call returns.
+func (a *Agent) toolWorker(r *toolCallRun) {
+	for {
+		r.run()
+		select {
+		case r = <-a.toolIdle:
+		case <-a.runCtx.Done():
+			return
+		}
+	}
+}
+
+// toolCallRun is one call of callTool on a call goroutine.
 type toolCallRun struct {
 	ctx  context.Context
 	tool tools.Tool

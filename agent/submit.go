@@ -218,7 +218,8 @@ func (a *Agent) inputEvent(in *Input) (eventlog.Event, *fsm.Input, error) {
 	body := &fsm.Input{Kind: in.Kind, Text: in.Text, Source: in.Source, TaskType: in.TaskType,
 		Priority: in.Priority, Metadata: in.Metadata, Name: in.Name, ConcurrencyKey: in.ConcurrencyKey}
 	if in.Machine != (fsm.MachineRef{}) {
-		body.Machine = &in.Machine
+		m := in.Machine // a copy: in stays the caller's (and on its stack)
+		body.Machine = &m
 	}
 	inData, err := fsm.Encode(body)
 	if err != nil {

@@ -29,31 +29,35 @@ func (a *Agent) logLifecycle(ch *replay.Change) {
 	log := a.lines
 	switch {
 	case before.Version == 0 && (ev.Type == fsm.MessageReceived || ev.Type == fsm.WebhookTriggered || ev.Type == fsm.ScheduleFired):
-		log.log(slog.LevelDebug, "task submitted", func() []slog.Attr {
-			return []slog.Attr{taskIDAttr(ev.Stream), eventIDAttr(ch.Raw.ID), slog.String("kind", string(ev.Type))}
-		})
+		if r, ok := log.record(slog.LevelDebug, "task submitted"); ok {
+			r.AddAttrs(taskIDAttr(ev.Stream), eventIDAttr(ch.Raw.ID), slog.String("kind", string(ev.Type)))
+			log.send(r)
+		}
 	case ev.Type == fsm.TaskCreated:
-		log.log(slog.LevelDebug, "task admitted", func() []slog.Attr {
-			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				slog.String("type", after.Type), slog.String("source", after.Context.Source), slog.Int("priority", after.Priority)}
-		})
+		if r, ok := log.record(slog.LevelDebug, "task admitted"); ok {
+			r.AddAttrs(taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.String("type", after.Type), slog.String("source", after.Context.Source), slog.Int("priority", after.Priority))
+			log.send(r)
+		}
 	case before.IsTerminal() || !after.IsTerminal():
 		// Not the end of the task. (Loops never name a machine's states:
 		// the end is the move into a terminal state, failed by TASK_FAILED.)
 	case ev.Type != fsm.TaskFailed:
-		log.log(slog.LevelInfo, "task completed", func() []slog.Attr {
-			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				slog.Duration("duration", ev.Time.Sub(after.CreatedAt)), slog.Int("iterations", after.Context.Iteration)}
-		})
+		if r, ok := log.record(slog.LevelInfo, "task completed"); ok {
+			r.AddAttrs(taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.Duration("duration", ev.Time.Sub(after.CreatedAt)), slog.Int("iterations", after.Context.Iteration))
+			log.send(r)
+		}
 	default:
 		reason := ""
 		if b, ok := ev.Body.(*fsm.TaskFailedBody); ok {
 			reason = b.Reason
 		}
-		log.log(slog.LevelInfo, "task failed", func() []slog.Attr {
-			return []slog.Attr{taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
-				slog.String("reason", reason), slog.String("error", after.Context.Error), slog.Duration("duration", ev.Time.Sub(after.CreatedAt))}
-		})
+		if r, ok := log.record(slog.LevelInfo, "task failed"); ok {
+			r.AddAttrs(taskIDAttr(after.ID), machineAttr(after), eventIDAttr(ch.Raw.ID),
+				slog.String("reason", reason), slog.String("error", after.Context.Error), slog.Duration("duration", ev.Time.Sub(after.CreatedAt)))
+			log.send(r)
+		}
 	}
 }
 
@@ -76,16 +80,18 @@ func startLifecycleLines(h slog.Handler) *lifecycleLines {
 	return l
 }
 
-// log sends one record of level, with the attributes attrs returns (only
-// called when the level is enabled).
-func (l *lifecycleLines) log(level slog.Level, msg string, attrs func() []slog.Attr) {
+// record returns a record of level with msg, and false when the level is
+// not enabled: the caller adds its attributes (only then built) and sends
+// it.
+func (l *lifecycleLines) record(level slog.Level, msg string) (slog.Record, bool) {
 	if !l.h.Enabled(context.Background(), level) {
-		return
+		return slog.Record{}, false
 	}
-	r := slog.NewRecord(time.Now(), level, msg, 0)
-	r.AddAttrs(attrs()...)
-	l.ch <- r
+	return slog.NewRecord(time.Now(), level, msg, 0), true
 }
+
+// send hands r to the goroutine that writes it.
+func (l *lifecycleLines) send(r slog.Record) { l.ch <- r }
 
 // stop writes what is left and ends the goroutine. Nothing may log after.
 func (l *lifecycleLines) stop() {
@@ -95,11 +101,11 @@ func (l *lifecycleLines) stop() {
 
 // logAttempt warns about one failed model call attempt, saying whether
 // another follows.
-func (a *Agent) logAttempt(t *fsm.Task, purpose string, att llm.Attempt) {
+func (a *Agent) logAttempt(t taskRef, purpose string, att llm.Attempt) {
 	if att.Err == nil {
 		return
 	}
-	a.opts.Logger.Warn("model call attempt failed", taskIDAttr(t.ID), machineAttr(t),
+	a.opts.Logger.Warn("model call attempt failed", taskIDAttr(t.id), machineRefAttr(t.machine),
 		slog.String("purpose", purpose), slog.Int("attempt", att.Number), slog.Int("status", att.Status),
 		slog.Bool("will_retry", att.WillRetry), slog.String("err", att.Err.Error()))
 }
