@@ -435,7 +435,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	}
 	l.subMu.Lock()
 	_, registered := l.subs[sub]
-	buffered := len(sub.live)
+	buffered := sub.buffered()
 	l.subMu.Unlock()
 	if registered || buffered > o.SubscriberBuffer {
 		t.Fatalf("slow subscriber: registered %v, %d events buffered (limit %d)", registered, buffered, o.SubscriberBuffer)

@@ -40,7 +40,7 @@ func TestSubscribeBuffered(t *testing.T) {
 	l.subMu.Lock()
 	_, roomyLive := l.subs[roomy]
 	_, tightLive := l.subs[tight]
-	buffered := len(roomy.live)
+	buffered := roomy.buffered()
 	l.subMu.Unlock()
 	if !roomyLive || buffered != n || tightLive {
 		t.Fatalf("roomy: live %v with %d buffered (want %d); tight: live %v (want dropped)", roomyLive, buffered, n, tightLive)
@@ -50,6 +50,45 @@ func TestSubscribeBuffered(t *testing.T) {
 			if e, err := sub.Next(ctx); err != nil || e.Seq != want {
 				t.Fatalf("got %d (%v), want %d", e.Seq, err, want)
 			}
+		}
+	}
+}
+
+// TestSubscriptionOneSendPerCommit: a live subscription receives a
+// commit's events in one send, returns them one by one from Next, and
+// counts the ones it has yet to return against its bound.
+func TestSubscriptionOneSendPerCommit(t *testing.T) {
+	ctx := context.Background()
+	l, _, live := boundedLog(t, 1)
+	sub := l.Subscribe(ctx, 1)
+	defer sub.Close()
+	if e, err := sub.Next(ctx); err != nil || e.Seq != 1 {
+		t.Fatalf("first event: %+v %v", e, err)
+	}
+	got := make(chan Event, 1)
+	go func() {
+		e, _ := sub.Next(ctx)
+		got <- e
+	}()
+	<-live
+	mustAppend(t, l, "s", Any, ev("B", ""))
+	if e := <-got; e.Seq != 2 {
+		t.Fatalf("live event %d", e.Seq)
+	}
+	mustAppend(t, l, "s", Any, ev("C", "1"), ev("C", "2"), ev("C", "3"))
+	l.subMu.Lock()
+	sends, buffered := len(sub.live), sub.buffered()
+	l.subMu.Unlock()
+	if sends != 1 || buffered != 3 {
+		t.Fatalf("a commit of 3 events: %d sends, %d buffered; want 1 and 3", sends, buffered)
+	}
+	for want := uint64(3); want <= 5; want++ {
+		e, err := sub.Next(ctx)
+		if err != nil || e.Seq != want || string(e.Body) != string(rune('0'+want-2)) {
+			t.Fatalf("got %d %q (%v), want %d", e.Seq, e.Body, err, want)
+		}
+		if b := sub.buffered(); b != int(5-want) {
+			t.Fatalf("after seq %d: %d buffered, want %d", want, b, 5-want)
 		}
 	}
 }
