@@ -92,3 +92,50 @@ func TestSubscriptionOneSendPerCommit(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendKeepsCallersBodies: an append's results carry the caller's
+// bodies and metadata rather than copies, and a subscription, which
+// shares its events with the others, sees none of the caller's later
+// writes to them.
+func TestAppendKeepsCallersBodies(t *testing.T) {
+	ctx := context.Background()
+	l, _, live := boundedLog(t, 1)
+	sub := l.Subscribe(ctx, 2)
+	defer sub.Close()
+	got := make(chan []Event, 1)
+	go func() {
+		var evs []Event
+		for range 2 {
+			e, err := sub.Next(ctx)
+			if err != nil {
+				break
+			}
+			evs = append(evs, e)
+		}
+		got <- evs
+	}()
+	<-live
+	in := []Event{
+		{Type: "B", Body: []byte("one"), Metadata: map[string]string{"k": "v"}},
+		{Type: "B", Body: []byte("two")},
+	}
+	res := mustAppend(t, l, "s", Any, in...)
+	if &res.Events[0].Body[0] != &in[0].Body[0] || &res.Events[1].Body[0] != &in[1].Body[0] {
+		t.Fatal("the results' bodies are copies of the caller's")
+	}
+	if res.Events[0].Metadata["k"] != "v" {
+		t.Fatalf("result metadata %v", res.Events[0].Metadata)
+	}
+	copy(in[0].Body, "xxx")
+	copy(in[1].Body, "yyy")
+	in[0].Metadata["k"] = "w"
+	evs := <-got
+	if len(evs) != 2 || string(evs[0].Body) != "one" || string(evs[1].Body) != "two" || evs[0].Metadata["k"] != "v" {
+		t.Fatalf("the subscription saw %+v", evs)
+	}
+	for seq, want := range map[uint64]string{2: "one", 3: "two"} {
+		if e, err := l.GetSeq(seq); err != nil || string(e.Body) != want {
+			t.Fatalf("stored seq %d: %q %v", seq, e.Body, err)
+		}
+	}
+}
