@@ -60,21 +60,7 @@ func TestSubscribeBuffered(t *testing.T) {
 func TestSubscriptionOneSendPerCommit(t *testing.T) {
 	ctx := context.Background()
 	l, _, live := boundedLog(t, 1)
-	sub := l.Subscribe(ctx, 1)
-	defer sub.Close()
-	if e, err := sub.Next(ctx); err != nil || e.Seq != 1 {
-		t.Fatalf("first event: %+v %v", e, err)
-	}
-	got := make(chan Event, 1)
-	go func() {
-		e, _ := sub.Next(ctx)
-		got <- e
-	}()
-	<-live
-	mustAppend(t, l, "s", Any, ev("B", ""))
-	if e := <-got; e.Seq != 2 {
-		t.Fatalf("live event %d", e.Seq)
-	}
+	sub := liveSubscription(t, l, live)
 	mustAppend(t, l, "s", Any, ev("C", "1"), ev("C", "2"), ev("C", "3"))
 	l.subMu.Lock()
 	sends, buffered := len(sub.live), sub.buffered()
