@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +29,7 @@ type appendReq struct {
 	nevents int
 	nbytes  int
 	state   atomic.Int32
-	done    chan struct{}
+	done    chan struct{} // receives once, when the outcome is set (donePool)
 	results []AppendResult
 	oneRes  [1]AppendResult // results' array for one stream
 	err     error
@@ -103,15 +104,21 @@ func (l *Log) appendMulti(ctx context.Context, appends []StreamAppend, rt *Retir
 	case <-req.done:
 	case <-ctx.Done():
 		if req.state.CompareAndSwap(reqQueued, reqCancelled) {
+			// The committer still signals done: it is not reused.
 			return nil, ctx.Err()
 		}
 		<-req.done
 	}
+	donePool.Put(req.done)
 	if req.err != nil {
 		return nil, req.err
 	}
 	return req.results, nil
 }
+
+// donePool holds the done channels of requests whose appenders received
+// their one signal: empty, with room for one.
+var donePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
 // newRequest validates and copies the caller's events, which the
 // committer fills in (sequence, version, id, time, correlation) and
@@ -124,7 +131,7 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	if len(appends) == 0 {
 		return nil, invalidf("append without streams")
 	}
-	req := &appendReq{done: make(chan struct{})}
+	req := &appendReq{done: donePool.Get().(chan struct{})}
 	req.appends = req.one[:]
 	if len(appends) > 1 {
 		req.appends = make([]StreamAppend, len(appends))
@@ -396,7 +403,7 @@ func (l *Log) commitGroup(group []*appendReq) {
 	g := &l.group
 	defer func() {
 		for _, r := range group {
-			close(r.done)
+			r.done <- struct{}{} // never blocks: room for one, sent once
 		}
 	}()
 	if err := l.failure(); err != nil {
