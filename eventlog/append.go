@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,13 +24,14 @@ const (
 )
 
 type appendReq struct {
-	appends []StreamAppend  // owned copies; events are filled in place
+	appends []StreamAppend  // the log's events; filled in place
 	one     [1]StreamAppend // appends' array for one stream
 	nevents int
 	nbytes  int
 	state   atomic.Int32
-	done    chan struct{}
+	done    chan struct{} // receives once, when the outcome is set (donePool)
 	results []AppendResult
+	oneRes  [1]AppendResult // results' array for one stream
 	err     error
 	retire  *Retirement   // Retire: removal riding on the append
 	retAux  *pebble.Batch // its aux writes, built before queueing
@@ -102,39 +104,44 @@ func (l *Log) appendMulti(ctx context.Context, appends []StreamAppend, rt *Retir
 	case <-req.done:
 	case <-ctx.Done():
 		if req.state.CompareAndSwap(reqQueued, reqCancelled) {
+			// The committer still signals done: it is not reused.
 			return nil, ctx.Err()
 		}
 		<-req.done
 	}
+	donePool.Put(req.done)
 	if req.err != nil {
 		return nil, req.err
 	}
 	return req.results, nil
 }
 
-// newRequest validates and copies the caller's events so that the log owns
-// what it stores and publishes. It also resolves correlations that it can
-// without the committer, to keep the committer's serial work small.
+// donePool holds the done channels of requests whose appenders received
+// their one signal: empty, with room for one.
+var donePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// newRequest validates and copies the caller's events, which the
+// committer fills in (sequence, version, id, time, correlation) and
+// returns as the append's results. Their Body and Metadata stay the
+// caller's: the committer reads them only while the caller waits for the
+// outcome, writes what it stores into its batch, and publish gives the
+// subscriptions copies. It also resolves correlations that it can without
+// the committer, to keep the committer's serial work small.
 func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 	if len(appends) == 0 {
 		return nil, invalidf("append without streams")
 	}
-	req := &appendReq{done: make(chan struct{})}
+	req := &appendReq{done: donePool.Get().(chan struct{})}
 	req.appends = req.one[:]
 	if len(appends) > 1 {
 		req.appends = make([]StreamAppend, len(appends))
 	}
-	// The events of all streams are copied into one slice, their bodies
-	// into one buffer, each capped so that an append to one cannot reach
-	// the next.
-	nbody, nevents := 0, 0
+	// The events of all streams are copied into one slice, each stream's
+	// part capped so that an append to one cannot reach the next.
+	nevents := 0
 	for _, sa := range appends {
 		nevents += len(sa.Events)
-		for j := range sa.Events {
-			nbody += len(sa.Events[j].Body)
-		}
 	}
-	bodies := make([]byte, 0, nbody)
 	all := make([]Event, 0, nevents)
 	var idBuf [8]idIndex
 	ids := idSet{list: idBuf[:0]} // id -> index in all
@@ -155,19 +162,13 @@ func (l *Log) newRequest(appends []StreamAppend) (*appendReq, error) {
 			ev := &evs[j]
 			ev.Stream = sa.Stream
 			ev.Seq, ev.Version = 0, 0
-			// Own copies, normalised to what a read returns (nil, not
-			// empty; UTC without a monotonic reading), so that results
-			// compare equal to the stored events.
-			if len(ev.Metadata) > 0 {
-				ev.Metadata = maps.Clone(ev.Metadata)
-			} else {
+			// Normalised to what a read returns (nil, not empty; UTC
+			// without a monotonic reading), so that results compare
+			// equal to the stored events.
+			if len(ev.Metadata) == 0 {
 				ev.Metadata = nil
 			}
-			if n := len(ev.Body); n > 0 {
-				off := len(bodies)
-				bodies = append(bodies, ev.Body...)
-				ev.Body = bodies[off : off+n : off+n]
-			} else {
+			if len(ev.Body) == 0 {
 				ev.Body = nil
 			}
 			if !ev.Time.IsZero() {
@@ -402,7 +403,7 @@ func (l *Log) commitGroup(group []*appendReq) {
 	g := &l.group
 	defer func() {
 		for _, r := range group {
-			close(r.done)
+			r.done <- struct{}{} // never blocks: room for one, sent once
 		}
 	}()
 	if err := l.failure(); err != nil {
@@ -538,7 +539,7 @@ func (l *Log) prepare(r *appendReq) error {
 	// Expected versions. The same stream may appear twice in one
 	// AppendMulti; the overlay makes the second part see the first.
 	clear(g.local)
-	r.results = make([]AppendResult, len(r.appends))
+	r.results = r.newResults()
 	for i, sa := range r.appends {
 		cur, ok := g.local[sa.Stream]
 		if !ok && l.freshStream(sa.Stream) {
@@ -672,7 +673,7 @@ func sameContent(a, b *Event) bool {
 // replayResults fills r's results from the stored events of an idempotent
 // replay.
 func (l *Log) replayResults(r *appendReq) error {
-	r.results = make([]AppendResult, len(r.appends))
+	r.results = r.newResults()
 	for i, sa := range r.appends {
 		res := &r.results[i]
 		res.Events = make([]Event, len(sa.Events))
@@ -690,6 +691,15 @@ func (l *Log) replayResults(r *appendReq) error {
 		}
 	}
 	return nil
+}
+
+// newResults returns zeroed results for r's streams.
+func (r *appendReq) newResults() []AppendResult {
+	if len(r.appends) == 1 {
+		r.oneRes = [1]AppendResult{}
+		return r.oneRes[:]
+	}
+	return make([]AppendResult, len(r.appends))
 }
 
 // currentVersion returns a stream's version including this group's pending

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -45,5 +46,51 @@ func TestAppendIDsWithinOneAppend(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCancelledAppendsWhileQueued: appenders whose contexts end while
+// their requests are queued or being committed get either their events'
+// positions (and the events are there) or the context's error (and they
+// are not), never another append's outcome: a request's done channel is
+// reused only after its appender received the one signal.
+func TestCancelledAppendsWhileQueued(t *testing.T) {
+	l := mustOpen(t, "db", testOptions(vfs.NewMem()))
+	defer closeLog(t, l)
+	const appenders, each = 16, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, appenders)
+	for a := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stream := fmt.Sprintf("s%d", a)
+			for i := range each {
+				ctx, cancel := context.WithCancel(context.Background())
+				if i%2 == 0 {
+					go cancel()
+				}
+				body := fmt.Sprintf("%d/%d", a, i)
+				res, err := l.Append(ctx, stream, Any, ev("E", body))
+				cancel()
+				if err != nil {
+					if !errors.Is(err, context.Canceled) {
+						errs <- err
+						return
+					}
+					continue
+				}
+				got, gerr := l.GetSeq(res.LastSeq)
+				if gerr != nil || string(got.Body) != body || got.Stream != stream || len(res.Events) != 1 || res.Events[0].Seq != res.LastSeq {
+					errs <- fmt.Errorf("append %s: result %+v, stored %q %q (%v)", body, res, got.Stream, got.Body, gerr)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -81,8 +81,9 @@ type AppendResult struct {
 	// last event).
 	Version uint64
 	// Events are the appended events with ID, Seq, Version, Time and
-	// Correlation filled in. For an idempotent replay, they are the events
-	// as first stored.
+	// Correlation filled in; their Body and Metadata are the ones the
+	// caller passed (not copies). For an idempotent replay, they are the
+	// events as first stored.
 	Events []Event
 }
 

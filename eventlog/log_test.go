@@ -405,11 +405,13 @@ func boundedLog(t *testing.T, n int) (l *Log, o *Options, live chan struct{}) {
 	return l, o, live
 }
 
-func TestSlowSubscriberIsBounded(t *testing.T) {
+// liveSubscription returns a subscription of a boundedLog that has read
+// seq 1 from the log and seq 2 live.
+func liveSubscription(t *testing.T, l *Log, live chan struct{}) *Subscription {
+	t.Helper()
 	ctx := context.Background()
-	l, o, live := boundedLog(t, 1)
 	sub := l.Subscribe(ctx, 1)
-	defer sub.Close()
+	t.Cleanup(func() { sub.Close() })
 	if e, err := sub.Next(ctx); err != nil || e.Seq != 1 {
 		t.Fatalf("first event: %+v %v", e, err)
 	}
@@ -423,6 +425,13 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	if e := <-got; e.Seq != 2 {
 		t.Fatalf("live event %d", e.Seq)
 	}
+	return sub
+}
+
+func TestSlowSubscriberIsBounded(t *testing.T) {
+	ctx := context.Background()
+	l, o, live := boundedLog(t, 1)
+	sub := liveSubscription(t, l, live)
 
 	// The subscriber now stops reading while 5000 events are appended.
 	const n = 5000
@@ -435,7 +444,7 @@ func TestSlowSubscriberIsBounded(t *testing.T) {
 	}
 	l.subMu.Lock()
 	_, registered := l.subs[sub]
-	buffered := len(sub.live)
+	buffered := sub.buffered()
 	l.subMu.Unlock()
 	if registered || buffered > o.SubscriberBuffer {
 		t.Fatalf("slow subscriber: registered %v, %d events buffered (limit %d)", registered, buffered, o.SubscriberBuffer)

@@ -254,6 +254,14 @@ func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(p
 	// rewrite tables that size-based compactions already keep in shape
 	// (keys are appended in order) only because they were read once.
 	po.Experimental.ReadSamplingMultiplier = -1
+	// Level 0's tables are 256 KiB (Pebble's default is 2 MiB), the
+	// levels below twice the size of the one above (512 KiB at the base
+	// level): the log's keys are appended in order, so a flush's table
+	// overlaps few older ones, and a smaller table pulls fewer of the next
+	// level's bytes into each compaction. In the steady state of a long
+	// run Pebble compacts about 40% fewer bytes per append
+	// (benchmarks.md, "The log: smaller tables at level 0").
+	po.TargetFileSizes[0] = l0TableSize
 	// Without a DataCorruption listener Pebble calls Logger.Fatalf for a
 	// corrupt sstable block found by a read or a compaction. The read
 	// already returns the error; the listener only records it.
@@ -272,6 +280,9 @@ func (o *Options) pebbleOptions(fs vfs.FS, onFatal func(error), onCorrupt func(p
 	po.EnsureDefaults()
 	return po
 }
+
+// l0TableSize is the target size of level 0's tables (see pebbleOptions).
+const l0TableSize = 256 << 10
 
 // pebbleLogger adapts slog to Pebble's Logger.
 //

@@ -3,6 +3,7 @@ package eventlog
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Subscription delivers the log's events in seq order from a starting
@@ -24,11 +25,18 @@ type Subscription struct {
 
 	it *Iterator // catch-up iterator, if catching up
 
-	// live is non-nil while registered with the committer. The committer
+	// live is non-nil while registered with the committer, which sends
+	// each commit's events in one slice (shared with the other
+	// subscriptions, never written after it is sent). The committer
 	// closes it (under l.subMu) when it drops the subscription for falling
 	// behind.
-	live   chan Event
-	buffer int // live's capacity
+	live chan []Event
+	// batch is what Next has yet to return of the last slice received.
+	batch []Event
+	// queued counts the events sent on live and not yet returned from
+	// batch (the committer adds, Next subtracts); buffer bounds it.
+	queued atomic.Int64
+	buffer int
 
 	closeOnce sync.Once
 	closeCh   chan struct{}
@@ -91,24 +99,31 @@ func (s *Subscription) next1(ctx context.Context) (Event, error) {
 			return Event{}, ErrClosed
 		default:
 		}
+		if len(s.batch) > 0 {
+			ev := s.batch[0]
+			s.batch = s.batch[1:]
+			s.queued.Add(-1)
+			if ev.Seq < s.next {
+				continue // delivered already from the log
+			}
+			if ev.Seq > s.next {
+				// Cannot happen: registration and publication are
+				// ordered by subMu. Recover by reading the log.
+				s.unregister()
+				continue
+			}
+			return ev, nil
+		}
 		if s.live != nil {
 			select {
-			case ev, ok := <-s.live:
+			case evs, ok := <-s.live:
 				if !ok {
 					// Dropped for falling behind: catch up from the log.
 					s.live = nil
 					continue
 				}
-				if ev.Seq < s.next {
-					continue // delivered already from the log
-				}
-				if ev.Seq > s.next {
-					// Cannot happen: registration and publication are
-					// ordered by subMu. Recover by reading the log.
-					s.unregister()
-					continue
-				}
-				return ev, nil
+				s.batch = evs
+				continue
 			case <-ctx.Done():
 				return Event{}, ctx.Err()
 			case <-s.ctx.Done():
@@ -156,7 +171,8 @@ func (s *Subscription) next1(ctx context.Context) (Event, error) {
 			s.l.subMu.Unlock()
 			continue
 		}
-		s.live = make(chan Event, s.buffer)
+		s.live = make(chan []Event, s.buffer)
+		s.queued.Store(0)
 		s.l.subs[s] = struct{}{}
 		s.l.subMu.Unlock()
 		if h := s.l.testHookLive; h != nil {
@@ -165,21 +181,28 @@ func (s *Subscription) next1(ctx context.Context) (Event, error) {
 	}
 }
 
-// deliver is called by the committer with subMu held. It never blocks.
+// deliver is called by the committer with subMu held. It never blocks:
+// a commit's events go in one send, and live has room for as many sends
+// as the buffer has for events (every commit carries one at least).
 func (s *Subscription) deliver(evs []Event) {
-	for i := range evs {
+	// Only Next lowers queued meanwhile: the check stays true.
+	if n := int64(len(evs)); s.queued.Load()+n <= int64(s.buffer) {
+		s.queued.Add(n)
 		select {
-		case s.live <- evs[i]:
-		default:
-			// Full: drop to catch-up. The subscriber drains what is
-			// buffered, sees the channel closed, and reads the rest from
-			// the log.
-			delete(s.l.subs, s)
-			close(s.live)
+		case s.live <- evs:
 			return
+		default:
+			s.queued.Add(-n)
 		}
 	}
+	// Full: drop to catch-up. The subscriber drains what is buffered,
+	// sees the channel closed, and reads the rest from the log.
+	delete(s.l.subs, s)
+	close(s.live)
 }
+
+// buffered returns how many delivered events Next has yet to return.
+func (s *Subscription) buffered() int { return int(s.queued.Load()) }
 
 func (s *Subscription) unregister() {
 	if s.live == nil {
@@ -189,6 +212,7 @@ func (s *Subscription) unregister() {
 	delete(s.l.subs, s)
 	s.l.subMu.Unlock()
 	s.live = nil
+	s.batch = nil
 }
 
 func (s *Subscription) fail(err error) {
