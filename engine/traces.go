@@ -90,6 +90,7 @@ type traceExporter struct {
 	r      replay.Reader
 	exp    *otlp.Exporter
 	batch  otlp.Batch            // the request's spans (send's)
+	latest map[string]int        // latestJobs' (send's)
 	trees  *replay.TraceGatherer // follow's; send gives back the events it sent
 	logger *slog.Logger
 	queue  chan traceJob
@@ -502,17 +503,9 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 	spans := &x.batch
 	spans.Reset() // the last request's spans were sent (or are mapped again)
 	n := 0
-	// A task's latest job in the batch holds what its earlier ones would
-	// send (the spans up to each ending, or its finished spans): one
-	// mapping per task.
-	latest := map[string]int{}
+	latest := x.latestJobs(batch)
 	for i, job := range batch {
-		if k, ok := latest[job.task]; !ok || job.final || !batch[k].final {
-			latest[job.task] = i
-		}
-	}
-	for i, job := range batch {
-		if latest[job.task] != i {
+		if k, ok := latest[job.task]; ok && k != i {
 			continue
 		}
 		var s []traces.Span
@@ -553,6 +546,35 @@ func (x *traceExporter) exportOnce(ctx context.Context, batch []traceJob) (int, 
 	}
 	x.spans.Add(float64(len(spans.Spans())))
 	return n, nil
+}
+
+// latestJobs maps each task of the batch to its latest job's index: that
+// job holds what the task's earlier ones would send (the spans up to each
+// ending, or its finished spans), so each task is mapped once. It is nil
+// when every job is a gathered tree (the usual batch): each is a root's
+// first ending (the follower takes a tree once), so each is another
+// task's.
+func (x *traceExporter) latestJobs(batch []traceJob) map[string]int {
+	gathered := true
+	for _, job := range batch {
+		if job.events == nil {
+			gathered = false
+			break
+		}
+	}
+	if gathered {
+		return nil
+	}
+	if x.latest == nil {
+		x.latest = map[string]int{}
+	}
+	clear(x.latest)
+	for i, job := range batch {
+		if k, ok := x.latest[job.task]; !ok || job.final || !batch[k].final {
+			x.latest[job.task] = i
+		}
+	}
+	return x.latest
 }
 
 // storeCursor writes the cursor to the aux space if it moved.

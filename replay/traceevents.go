@@ -87,9 +87,17 @@ func startsTask(ev eventlog.Event) bool {
 type TraceGatherer struct {
 	maxTree, maxAll int
 	byStream        map[string]*traceTree
-	byEvent         map[ulid.ULID]*traceTree
-	bytes           int
-	free            []*traceTree // trees Take let go, for the next roots
+	// byEvent finds the tree of an event by its id, for the streams whose
+	// first event it caused. It is filled lazily: only a stream's first
+	// event with a causation looks an id up (none of a workload without
+	// child tasks), so the events are indexed then, those added since the
+	// last lookup at once (the trees in dirty), rather than each as it is
+	// added. The log's event ids are unique.
+	byEvent map[ulid.ULID]*traceTree
+	dirty   []*traceTree // trees whose latest events are not in byEvent yet
+	clean   int          // len(dirty) after its last compaction
+	bytes   int
+	free    []*traceTree // trees Take let go, for the next roots
 
 	mu    sync.Mutex
 	spare [][]eventlog.Event // arrays of events given back (Recycle)
@@ -99,6 +107,8 @@ type traceTree struct {
 	root    string
 	streams []string
 	events  []eventlog.Event
+	indexed int  // events[:indexed] are in byEvent
+	inDirty bool // the tree is in the gatherer's dirty list
 	bytes   int
 	dropped bool
 	// The usual tree's one task, in the same allocation.
@@ -161,7 +171,9 @@ func NewTraceGatherer(maxTree, maxAll int) *TraceGatherer {
 func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	t := g.byStream[ev.Stream]
 	if t == nil && startsTask(ev) {
-		t = g.byEvent[ev.Causation]
+		if !ev.Causation.IsZero() { // the log gives no event a zero id
+			t = g.treeOf(ev.Causation)
+		}
 		if t == nil && g.bytes < g.maxAll && isRoot {
 			t = g.newTree(ev.Stream)
 		}
@@ -173,18 +185,69 @@ func (g *TraceGatherer) Add(ev eventlog.Event, isRoot bool) {
 	if t == nil || t.dropped {
 		return
 	}
-	g.byEvent[ev.ID] = t
 	t.events = append(t.events, ev)
+	if !t.inDirty {
+		t.inDirty = true
+		g.dirty = append(g.dirty, t)
+		if len(g.dirty) >= 2*g.clean+64 {
+			g.compactDirty()
+		}
+	}
 	t.bytes += len(ev.Body)
 	g.bytes += len(ev.Body)
 	if t.bytes > g.maxTree {
 		t.dropped = true
 		g.bytes -= t.bytes
-		for _, ev := range t.events {
-			delete(g.byEvent, ev.ID)
-		}
+		g.unindex(t)
 		t.events = nil
 	}
+}
+
+// treeOf is the tree holding the event of that id, if one does: the
+// events added since the last lookup are indexed first.
+func (g *TraceGatherer) treeOf(id ulid.ULID) *traceTree {
+	if t := g.byEvent[id]; t != nil {
+		return t
+	}
+	if len(g.dirty) == 0 {
+		return nil
+	}
+	for i, t := range g.dirty {
+		for _, ev := range t.events[t.indexed:] {
+			g.byEvent[ev.ID] = t
+		}
+		t.indexed = len(t.events)
+		t.inDirty = false
+		g.dirty[i] = nil
+	}
+	g.dirty, g.clean = g.dirty[:0], 0
+	return g.byEvent[id]
+}
+
+// compactDirty drops from the dirty list the trees with nothing left to
+// index (taken or let go since they were listed): without lookups, the
+// list holds about the trees being gathered, not every tree since the
+// last lookup.
+func (g *TraceGatherer) compactDirty() {
+	n := 0
+	for _, t := range g.dirty {
+		if t.indexed < len(t.events) {
+			g.dirty[n] = t
+			n++
+		} else {
+			t.inDirty = false
+		}
+	}
+	clear(g.dirty[n:])
+	g.dirty, g.clean = g.dirty[:n], n
+}
+
+// unindex takes t's indexed events out of byEvent.
+func (g *TraceGatherer) unindex(t *traceTree) {
+	for _, ev := range t.events[:t.indexed] {
+		delete(g.byEvent, ev.ID)
+	}
+	t.indexed = 0
 }
 
 // Take returns the events of root task id's tree, as TraceEvents gives
@@ -198,9 +261,7 @@ func (g *TraceGatherer) Take(id string) []eventlog.Event {
 	for _, s := range t.streams {
 		delete(g.byStream, s)
 	}
-	for _, ev := range t.events {
-		delete(g.byEvent, ev.ID)
-	}
+	g.unindex(t)
 	evs := t.events
 	if !t.dropped {
 		g.bytes -= t.bytes

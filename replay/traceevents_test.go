@@ -2,6 +2,8 @@ package replay
 
 import (
 	"context"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +172,102 @@ func TestTraceGathererBounds(t *testing.T) {
 	}
 	if got := full.Take(first.Stream); len(got) != 1 {
 		t.Errorf("first: Take gave %d events, want 1", len(got))
+	}
+}
+
+// TestTraceGathererGenerated: over generated logs (roots started and
+// ended interleaved, child tasks caused by events of live trees, of taken
+// ones and of streams in no tree), each Take at a root's ending gives what
+// TraceEvents reads from the log up to there; the ids the gatherer indexes
+// and the trees it lists for indexing stay bounded by what it holds.
+func TestTraceGathererGenerated(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		var evs []eventlog.Event
+		vers := map[string]uint64{}
+		add := func(stream, typ string, cause ulid.ULID) eventlog.Event {
+			n := uint64(len(evs) + 1)
+			id := ulid.MustNew(ulid.Timestamp(t0)+n, nil)
+			if stream == "" {
+				stream = id.String()
+			}
+			vers[stream]++
+			ev := eventlog.Event{ID: id, Seq: n, Stream: stream, Version: vers[stream], Type: typ, Time: t0, Causation: cause, Schema: 1, Body: make([]byte, rng.IntN(40))}
+			evs = append(evs, ev)
+			return ev
+		}
+		g := NewTraceGatherer(1<<20, 1<<20)
+		var live []string // root streams started, not taken
+		var streams []string
+		maxDirty := 0
+		for range 600 {
+			var ev eventlog.Event
+			switch r := rng.IntN(10); {
+			case r < 2 || len(streams) == 0:
+				ev = add("", "MESSAGE_RECEIVED", ulid.ULID{})
+				live = append(live, ev.Stream)
+			case r < 4: // a child task caused by any event so far
+				ev = add("", "DISPATCH_CREATED", evs[rng.IntN(len(evs))].ID)
+			case r < 5:
+				ev = add("$memory", "MEMORY_WRITTEN", evs[rng.IntN(len(evs))].ID)
+			default:
+				s := streams[rng.IntN(len(streams))]
+				ev = add(s, "TOOL_CALL_STARTED", evs[rng.IntN(len(evs))].ID)
+			}
+			if ev.Version == 1 && !strings.HasPrefix(ev.Stream, "$") {
+				streams = append(streams, ev.Stream)
+			}
+			g.Add(ev, ev.Version == 1 && ev.Causation.IsZero())
+			maxDirty = max(maxDirty, len(g.dirty))
+			if len(live) > 0 && rng.IntN(4) == 0 { // a root ends
+				i := rng.IntN(len(live))
+				root := live[i]
+				live = append(live[:i], live[i+1:]...)
+				want, err := TraceEvents(context.Background(), mustMem(t, evs), root)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := g.Take(root)
+				if len(got) != len(want) {
+					t.Fatalf("seed %d, root %s: gathered %d events, the log gives %d", seed, root, len(got), len(want))
+				}
+				for j := range want {
+					if got[j].ID != want[j].ID {
+						t.Fatalf("seed %d, root %s: event %d is %s, the log gives %s", seed, root, j, got[j].ID, want[j].ID)
+					}
+				}
+				g.Recycle(got)
+			}
+		}
+		for _, root := range live {
+			g.Take(root)
+		}
+		if len(g.byEvent) != 0 || len(g.byStream) != 0 || g.bytes != 0 {
+			t.Errorf("seed %d: after every Take: %d ids, %d streams, %d bytes held", seed, len(g.byEvent), len(g.byStream), g.bytes)
+		}
+		if maxDirty > 2*len(evs)/3+64 {
+			t.Errorf("seed %d: %d trees listed for indexing", seed, maxDirty)
+		}
+	}
+
+	// Without child tasks nothing is indexed, and the list of trees to
+	// index holds about the trees being gathered.
+	g := NewTraceGatherer(1<<20, 1<<20)
+	var n uint64
+	for i := range 10000 {
+		n++
+		id := ulid.MustNew(n, nil)
+		g.Add(eventlog.Event{ID: id, Seq: n, Stream: id.String(), Version: 1}, true)
+		if i%3 == 0 {
+			n++
+			g.Add(eventlog.Event{ID: ulid.MustNew(n, nil), Seq: n, Stream: id.String(), Version: 2}, false)
+		}
+		if got := g.Take(id.String()); len(got) == 0 {
+			t.Fatalf("root %d: nothing gathered", i)
+		}
+		if len(g.byEvent) != 0 || len(g.dirty) > 130 {
+			t.Fatalf("root %d: %d ids indexed, %d trees listed", i, len(g.byEvent), len(g.dirty))
+		}
 	}
 }

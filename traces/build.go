@@ -88,12 +88,12 @@ func (m *Builder) build(events []eventlog.Event, opt Options, shared bool) []Spa
 		corr = root.ID
 	}
 	b := &m.b
-	if b.spanOf == nil || len(b.spanOf) > maxKept || len(b.tasks) > maxKept {
-		b.spanOf, b.tasks = make(map[ulid.ULID]int, len(events)), map[string]*taskState{}
+	if b.tasks == nil || len(b.tasks) > maxKept {
+		b.tasks = map[string]*taskState{}
 	} else {
-		clear(b.spanOf)
 		clear(b.tasks)
 	}
+	b.spanOf.reset()
 	b.mem, b.opt, b.shared, b.trace, b.last, b.order = m, opt, shared, TraceID(corr), time.Time{}, b.order[:0]
 	b.spans = m.spans.open(len(events)/2 + 2)
 	m.attrs.room(spanAttrs * (len(events)/4 + 1))
@@ -113,6 +113,68 @@ func (m *Builder) build(events []eventlog.Event, opt Options, shared bool) []Spa
 	clear(b.order) // the states stay in m.states
 	b.spans, b.order, b.mem = nil, b.order[:0], nil
 	return spans
+}
+
+// spanIndex maps event ids to span indexes: in two slices searched in
+// turn while a tree has few events (a task's usual tree: cheaper than
+// hashing each id), in a map beyond. Its memory is kept from one build
+// to the next.
+type spanIndex struct {
+	ids   []ulid.ULID
+	spans []int
+	m     map[ulid.ULID]int // when more than spanIndexSlice ids
+}
+
+// spanIndexSlice is how many ids a spanIndex keeps in its slices.
+const spanIndexSlice = 32
+
+func (x *spanIndex) reset() {
+	x.ids, x.spans = x.ids[:0], x.spans[:0]
+	if x.m != nil {
+		if len(x.m) > maxKept {
+			x.m = nil
+		} else {
+			clear(x.m)
+		}
+	}
+}
+
+func (x *spanIndex) get(id ulid.ULID) (int, bool) {
+	if len(x.m) > 0 {
+		i, ok := x.m[id]
+		return i, ok
+	}
+	for k := range x.ids {
+		if x.ids[k] == id {
+			return x.spans[k], true
+		}
+	}
+	return 0, false
+}
+
+func (x *spanIndex) set(id ulid.ULID, span int) {
+	if len(x.m) > 0 {
+		x.m[id] = span
+		return
+	}
+	for k := range x.ids {
+		if x.ids[k] == id {
+			x.spans[k] = span
+			return
+		}
+	}
+	if len(x.ids) < spanIndexSlice {
+		x.ids, x.spans = append(x.ids, id), append(x.spans, span)
+		return
+	}
+	if x.m == nil {
+		x.m = make(map[ulid.ULID]int, 2*spanIndexSlice)
+	}
+	for k := range x.ids {
+		x.m[x.ids[k]] = x.spans[k]
+	}
+	x.m[id] = span
+	x.ids, x.spans = x.ids[:0], x.spans[:0]
 }
 
 // arena hands out consecutive parts of one array, kept between builds:
@@ -224,7 +286,7 @@ type builder struct {
 	trace  [16]byte
 	last   time.Time // the latest event time: the end of an open span
 	spans  []Span
-	spanOf map[ulid.ULID]int // event id -> the span it belongs to
+	spanOf spanIndex // event id -> the span it belongs to
 	tasks  map[string]*taskState
 	order  []*taskState
 }
@@ -370,7 +432,7 @@ func (b *builder) task(ev eventlog.Event) (ts *taskState, first bool) {
 	parent := -1
 	if len(b.spans) > 0 {
 		parent = 0
-		if i, ok := b.spanOf[ev.Causation]; ok && ev.Causation != (ulid.ULID{}) {
+		if i, ok := b.spanOf.get(ev.Causation); ok && ev.Causation != (ulid.ULID{}) {
 			parent = i
 		}
 	}
@@ -445,7 +507,7 @@ func (b *builder) event(ev eventlog.Event) {
 	if strings.HasPrefix(ev.Stream, "$") || ev.Stream == "" {
 		return
 	}
-	if _, dup := b.spanOf[ev.ID]; dup {
+	if _, dup := b.spanOf.get(ev.ID); dup {
 		return // the log holds each event once
 	}
 	switch fsm.EventType(ev.Type) {
@@ -464,7 +526,7 @@ func (b *builder) event(ev eventlog.Event) {
 		if ev.Type == string(fsm.TaskCompleted) {
 			b.completed(ts, ev)
 		}
-		b.spanOf[ev.ID] = cur
+		b.spanOf.set(ev.ID, cur)
 		return
 	}
 	var body fsm.Body
@@ -476,7 +538,7 @@ func (b *builder) event(ev eventlog.Event) {
 	}
 	if err != nil {
 		b.mark(ts.root, "undecodable event", ev.Time, attribute.String("pegasus.event.type", ev.Type), attribute.String("error.type", err.Error()))
-		b.spanOf[ev.ID] = cur
+		b.spanOf.set(ev.ID, cur)
 		return
 	}
 	switch x := body.(type) {
@@ -598,7 +660,7 @@ func (b *builder) event(ev eventlog.Event) {
 		b.close(ts.attempt, ev.Time, StatusError, msg)
 		ts.attempt = -1
 	}
-	b.spanOf[ev.ID] = cur
+	b.spanOf.set(ev.ID, cur)
 }
 
 // bodyUnused says the mapping draws nothing from the body of an event of
@@ -778,7 +840,7 @@ func (b *builder) endCall(ts *taskState, t time.Time, outcome bool) {
 				b.attr(j, attribute.String("error.type", errorType(a.body)))
 			}
 			b.close(j, a.ev.Time, code, msg)
-			b.spanOf[a.ev.ID] = j
+			b.spanOf.set(a.ev.ID, j)
 		}
 	}
 	switch {
