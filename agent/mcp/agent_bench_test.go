@@ -3,6 +3,8 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -202,6 +204,10 @@ func runAgentTasks(tb testing.TB, opts agent.Options, pid int, tool benchTool, i
 		opts.Model = callMany{tool: tool.name, arguments: tool.args, n: perTurn}
 	}
 	opts.DisableReflection = true
+	// The daemon passes a logger that builds its lines (the task's end
+	// among them); the agent's default builds none. Lines built and
+	// discarded, as the daemon's are built and written.
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.MaxActiveTasks, opts.MaxConcurrentLLM, opts.MaxConcurrentTools = inflight, inflight, benchConcurrency
 	a, err := agent.New(l, opts)
 	if err != nil {
