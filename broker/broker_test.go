@@ -637,3 +637,28 @@ func TestIndexHoldsOnlySchedulingFields(t *testing.T) {
 		}
 	}
 }
+
+// TestReportAnswersItsOwnOutcome: a report's answer is the task as the
+// report left it, even when the loop has already folded the task's next
+// event (a failure that may not be retried is dead-lettered as soon as the
+// loop follows it): the failure is answered failed, not yet dead-lettered,
+// at the failure's version, as docs/broker.md shows.
+func TestReportAnswersItsOwnOutcome(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	task := h.create("no retry", 0)
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	testReportAppended = func(id string) {
+		h.waitTask(id, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	}
+	t.Cleanup(func() { testReportAppended = nil })
+	no := false
+	got, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchFailed, fsm.DispatchReportBody{Error: "connection refused", RetryEligible: &no})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := h.b.Task(task.ID)
+	if got.State != fsm.StateFailed || got.IsDeadLetter() || got.Version != last.Version-1 {
+		t.Fatalf("answer: %s, dead-lettered %v, v%d; the task is at v%d", got.State, got.IsDeadLetter(), got.Version, last.Version)
+	}
+}

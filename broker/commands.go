@@ -13,6 +13,7 @@ import (
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/internal/usererr"
 	"github.com/pegasus-engine/pegasus/projection"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // Seen records that agent made a request now (liveness). A worker that
@@ -178,16 +179,41 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 			r.Kind = kind
 			evs = append(evs, eventOf(kind, &r))
 		}
-		if _, err = b.append(ctx, &t, b.opts.Now(), evs...); errors.Is(err, eventlog.ErrConflict) {
+		var res eventlog.AppendResult
+		if res, err = b.append(ctx, &t, b.opts.Now(), evs...); errors.Is(err, eventlog.ErrConflict) {
 			continue // the task moved (a timeout?): look again
 		}
 		if err != nil {
 			return t, false, err
 		}
-		t, err = b.Task(id)
-		return t, false, err
+		if testReportAppended != nil {
+			testReportAppended(id)
+		}
+		return b.taskAt(ctx, id, res)
 	}
 	return t, false, err
+}
+
+// testReportAppended, if set (tests), is called by Report between its
+// append and the read of its answer.
+var testReportAppended func(id string)
+
+// taskAt returns task id as the append res left it: the answer to the
+// command that appended res. The view may already hold a later event of
+// the task (the loop dead-letters a failure that may not be retried as
+// soon as it follows it), which the answer must not show: it is the
+// command's outcome, not the task's next one. Then the task's stream is
+// folded up to res's last event.
+func (b *Broker) taskAt(ctx context.Context, id string, res eventlog.AppendResult) (fsm.Task, bool, error) {
+	t, err := b.Task(id)
+	n := len(res.Events)
+	if err != nil || n == 0 || t.Version <= res.Events[n-1].Version {
+		return t, false, err
+	}
+	if t, err = replay.StateAt(ctx, replay.FromLog(b.log), id, replay.AtSeq(res.Events[n-1].Seq)); err != nil {
+		return fsm.Task{}, false, err
+	}
+	return t, false, nil
 }
 
 // checkReport checks a report's body against its kind, before the task is
