@@ -750,7 +750,8 @@ func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...
 	if err != nil {
 		return res, err
 	}
-	return res, b.synced(ctx, lastSeq(res))
+	seq, _ := appended(res)
+	return res, b.synced(ctx, seq)
 }
 
 // synced waits until the view has folded seq and, while the loop runs,
@@ -776,13 +777,6 @@ func encodeEvent(t *fsm.Task, now time.Time, e typedBody) (eventlog.Event, error
 		return eventlog.Event{}, err
 	}
 	return eventlog.Event{Type: string(e.et), Time: now, Schema: fsm.SchemaVersion, Body: data, Causation: t.LastEvent}, nil
-}
-
-func lastSeq(r eventlog.AppendResult) uint64 {
-	if n := len(r.Events); n > 0 {
-		return r.Events[n-1].Seq
-	}
-	return 0
 }
 
 // Wait blocks until cond holds for the broker's view of things (checked

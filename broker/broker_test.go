@@ -662,3 +662,29 @@ func TestReportAnswersItsOwnOutcome(t *testing.T) {
 		t.Fatalf("answer: %s, dead-lettered %v, v%d; the task is at v%d", got.State, got.IsDeadLetter(), got.Version, last.Version)
 	}
 }
+
+// TestRequeueAnswersItsOwnOutcome: a requeue's answer is the task back in
+// the queue, even when the loop has already assigned it to a worker with
+// room, as docs/broker.md shows.
+func TestRequeueAnswersItsOwnOutcome(t *testing.T) {
+	h := newHarness(t)
+	h.register("w1", 1)
+	task := h.create("no retry", 0)
+	h.waitTask(task.ID, "assigned", assignedTo("w1"))
+	no := false
+	if _, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchFailed, fsm.DispatchReportBody{Error: "boom", RetryEligible: &no}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
+	h.b.Seen("w1")
+	testRequeued = func(id string) { h.waitTask(id, "assigned again", assignedTo("w1")) }
+	t.Cleanup(func() { testRequeued = nil })
+	got, err := h.b.Requeue(h.ctx, task.ID, "mike", "fixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := h.b.Task(task.ID)
+	if got.State != fsm.StatePending || got.Version != last.Version-1 {
+		t.Fatalf("answer: %s at v%d; the task is %s at v%d", got.State, got.Version, last.State, last.Version)
+	}
+}

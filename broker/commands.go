@@ -189,31 +189,38 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		if testReportAppended != nil {
 			testReportAppended(id)
 		}
-		return b.taskAt(ctx, id, res)
+		seq, v := appended(res)
+		t, err = b.taskAt(ctx, id, seq, v)
+		return t, false, err
 	}
 	return t, false, err
 }
 
-// testReportAppended, if set (tests), is called by Report between its
-// append and the read of its answer.
-var testReportAppended func(id string)
+// testReportAppended and testRequeued, if set (tests), are called by
+// Report and Requeue between their append and the read of their answer.
+var testReportAppended, testRequeued func(id string)
 
-// taskAt returns task id as the append res left it: the answer to the
-// command that appended res. The view may already hold a later event of
-// the task (the loop dead-letters a failure that may not be retried as
-// soon as it follows it), which the answer must not show: it is the
-// command's outcome, not the task's next one. Then the task's stream is
-// folded up to res's last event.
-func (b *Broker) taskAt(ctx context.Context, id string, res eventlog.AppendResult) (fsm.Task, bool, error) {
+// taskAt returns task id as the append that ended at sequence seq, with
+// the task's stream at version v, left it: the answer to the command that
+// appended. The view may already hold a later event of the task (the loop
+// dead-letters a failure that may not be retried as soon as it follows it,
+// and assigns a requeued task to a worker with room), which the answer
+// must not show: it is the command's outcome, not the task's next one.
+// Then the task's stream is folded up to seq.
+func (b *Broker) taskAt(ctx context.Context, id string, seq, v uint64) (fsm.Task, error) {
 	t, err := b.Task(id)
-	n := len(res.Events)
-	if err != nil || n == 0 || t.Version <= res.Events[n-1].Version {
-		return t, false, err
+	if err != nil || t.Version <= v {
+		return t, err
 	}
-	if t, err = replay.StateAt(ctx, replay.FromLog(b.log), id, replay.AtSeq(res.Events[n-1].Seq)); err != nil {
-		return fsm.Task{}, false, err
+	return replay.StateAt(ctx, replay.FromLog(b.log), id, replay.AtSeq(seq))
+}
+
+// appended returns the sequence and the stream version of res's last event.
+func appended(res eventlog.AppendResult) (seq, v uint64) {
+	if n := len(res.Events); n > 0 {
+		return res.Events[n-1].Seq, res.Events[n-1].Version
 	}
-	return t, false, nil
+	return 0, 0
 }
 
 // checkReport checks a report's body against its kind, before the task is
@@ -283,46 +290,54 @@ func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]
 		if err != nil {
 			return t, err
 		}
-		_, err = b.append(ctx, &t, b.opts.Now(), eventOf(fsm.DispatchUpdated, &fsm.DispatchUpdatedBody{AgentID: by, Metadata: meta, MetadataJSON: metaJSON}))
+		res, err := b.append(ctx, &t, b.opts.Now(), eventOf(fsm.DispatchUpdated, &fsm.DispatchUpdatedBody{AgentID: by, Metadata: meta, MetadataJSON: metaJSON}))
 		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
 			continue
 		}
 		if err != nil {
 			return t, err
 		}
-		return b.Task(id)
+		seq, v := appended(res)
+		return b.taskAt(ctx, id, seq, v)
 	}
 }
 
 // Requeue sends the dead letter id back to pending with its retries reset,
 // recording who did it.
 func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, error) {
-	n, err := b.requeue(ctx, by, reason, func(t *fsm.Task) bool { return t.ID == id }, id)
+	res, err := b.requeue(ctx, by, reason, func(t *fsm.Task) bool { return t.ID == id }, id)
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	if n == 0 {
+	if len(res) == 0 {
 		if _, err := b.Task(id); err != nil {
 			return fsm.Task{}, err
 		}
 		return fsm.Task{}, usererr.Errorf(ErrNotDeadLetter, "task %q is not a dead letter", id)
 	}
-	return b.Task(id)
+	if testRequeued != nil {
+		testRequeued(id)
+	}
+	seq, v := appended(res[0])
+	return b.taskAt(ctx, id, seq, v)
 }
 
 // RequeueMatching requeues every dead letter f selects, in one atomic
 // append, and returns how many.
 func (b *Broker) RequeueMatching(ctx context.Context, by, reason string, f projection.DLQFilter) (int, error) {
-	return b.requeue(ctx, by, reason, f.Match, "")
+	res, err := b.requeue(ctx, by, reason, f.Match, "")
+	return len(res), err
 }
 
-func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm.Task) bool, only string) (int, error) {
+// requeue requeues the dead letters match selects (only: the task of that
+// id alone) in one atomic append, and returns its results, one per task.
+func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm.Task) bool, only string) ([]eventlog.AppendResult, error) {
 	if by == "" {
-		return 0, usererr.Errorf(ErrInvalid, "a requeue records who did it")
+		return nil, usererr.Errorf(ErrInvalid, "a requeue records who did it")
 	}
 	data, err := fsm.Encode(&fsm.DispatchRequeuedBody{AgentID: by, Reason: reason})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
 		var candidates []fsm.Task
@@ -344,19 +359,19 @@ func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm
 				Events: []eventlog.Event{{Type: string(fsm.DispatchRequeued), Time: now, Schema: fsm.SchemaVersion, Body: data, Causation: t.LastEvent}}})
 		}
 		if len(appends) == 0 {
-			return 0, nil
+			return nil, nil
 		}
 		res, err := b.app.AppendMulti(ctx, appends...)
 		if errors.Is(err, eventlog.ErrConflict) && attempt < 3 {
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if err := b.synced(ctx, res[len(res)-1].LastSeq); err != nil {
-			return 0, err
+			return nil, err
 		}
-		return len(appends), nil
+		return res, nil
 	}
 }
 

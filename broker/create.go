@@ -277,7 +277,8 @@ func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 		return fsm.Task{}, err
 	}
 	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once
-	return b.Task(id.String())
+	seq, v := appended(res)
+	return b.taskAt(ctx, id.String(), seq, v)
 }
 
 // splitMetadata turns metadata of any JSON values into what the log
