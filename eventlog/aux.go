@@ -129,8 +129,7 @@ func (l *Log) WriteAux(ctx context.Context, fn func(b *AuxBatch) error) error {
 		return ErrClosed
 	}
 	b := l.db.NewBatch()
-	a := &AuxBatch{b: b}
-	if err := fn(a); err != nil {
+	if err := fn(&AuxBatch{b: b}); err != nil {
 		b.Close()
 		return err
 	}

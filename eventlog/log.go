@@ -392,7 +392,7 @@ func (l *Log) openError(err error, mkFound bool) error {
 		// damaged (a flipped byte can still checksum as another record
 		// boundary) or the table was deleted.
 		return &CorruptionError{File: currentManifest(l.opts.FS, l.dir), Offset: -1,
-			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableOf(err.Error())}
+			Reason: "the MANIFEST lists a table that does not exist (the MANIFEST is damaged or the table was deleted): " + tableAfter(err.Error(), "file ")}
 	case strings.Contains(err.Error(), "object size mismatch"):
 		// A table is not the size the MANIFEST records: truncated,
 		// extended or replaced.
@@ -426,15 +426,23 @@ func currentManifest(fs vfs.FS, dir string) string {
 	return "MANIFEST"
 }
 
-// tableOf names the table in Pebble's "file 000005 (type sstable)".
-func tableOf(msg string) string {
-	var num string
-	if i := strings.Index(msg, "file "); i >= 0 {
-		if _, err := fmt.Sscanf(msg[i:], "file %s", &num); err == nil {
-			return num + ".sst"
-		}
+// tableAfter names the table whose number follows marker in Pebble's
+// message ("file 000005 (type sstable)", "backing file 000005 error: ..."),
+// or "a table".
+func tableAfter(msg, marker string) string {
+	i := strings.Index(msg, marker)
+	if i < 0 {
+		return "a table"
 	}
-	return "a table"
+	num := msg[i+len(marker):]
+	j := 0
+	for j < len(num) && num[j] >= '0' && num[j] <= '9' {
+		j++
+	}
+	if j == 0 {
+		return "a table"
+	}
+	return num[:j] + ".sst"
 }
 
 // tableBefore names the table whose number precedes marker in Pebble's

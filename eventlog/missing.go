@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -373,22 +372,4 @@ func missingRun(holes *pebble.Iterator, first, last, head uint64) (*CorruptionEr
 	}
 	return &CorruptionError{Seq: first, Offset: -1, Reason: fmt.Sprintf("records %d to %d (%d events) are missing below the head %d: "+
 		"no table the MANIFEST lists holds them (the MANIFEST is damaged or a table was lost)", first, last, last-first+1, head)}, nil
-}
-
-// tableAfter names the table whose number follows marker in Pebble's
-// message ("backing file 000005 error: ..."), or "a table".
-func tableAfter(msg, marker string) string {
-	i := strings.Index(msg, marker)
-	if i < 0 {
-		return "a table"
-	}
-	num := msg[i+len(marker):]
-	j := 0
-	for j < len(num) && num[j] >= '0' && num[j] <= '9' {
-		j++
-	}
-	if j == 0 {
-		return "a table"
-	}
-	return num[:j] + ".sst"
 }
