@@ -409,7 +409,8 @@ func (a *Agent) hook(ch *replay.Change) error {
 	switch ev.Type {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated:
 		// Stored unless it is already (an admission in the input's
-		// commit stored it first): a store allocates.
+		// commit stored it first): a store takes the map's write lock,
+		// which the stages' reads wait on.
 		if v, ok := a.corr.load(id); !ok || v != ch.Raw.Correlation {
 			a.corr.store(id, ch.Raw.Correlation)
 		}

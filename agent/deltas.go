@@ -81,16 +81,9 @@ func (h *deltaHub) drop(task string, lt *liveTask) {
 	}
 }
 
-// begin starts a model call of task at attempt 1; cause is the id of the
-// event it follows.
-func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
-	c := &liveCall{}
-	h.beginIn(c, task, cause)
-	return c
-}
-
-// beginIn is begin with the call's record in c (zero), which the caller
-// allocated with what else its call needs.
+// beginIn starts a model call of task at attempt 1, with the call's
+// record in c (zero), which the caller allocated with what else its call
+// needs; cause is the id of the event it follows.
 func (h *deltaHub) beginIn(c *liveCall, task string, cause ulid.ULID) {
 	c.h, c.task, c.cause, c.attempt = h, task, cause, 1
 	h.mu.Lock()

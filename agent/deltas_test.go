@@ -12,6 +12,13 @@ import (
 	"github.com/pegasus-engine/pegasus/fsm"
 )
 
+// begin starts a model call of task at attempt 1 in a record of its own.
+func (h *deltaHub) begin(task string, cause ulid.ULID) *liveCall {
+	c := &liveCall{}
+	h.beginIn(c, task, cause)
+	return c
+}
+
 // frames waits until sub has frames and renders them: "1:Hel" for text
 // of attempt 1, "restart 2" for attempt_restarted.
 func frames(t *testing.T, sub *DeltaSub) string {
