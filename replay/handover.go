@@ -129,9 +129,9 @@ func (h *handover) take(ev *eventlog.Event) fsm.Body {
 func decodedForm(body fsm.Body) bool {
 	switch b := body.(type) {
 	case *fsm.ModelCalledBody:
-		return calls(b.ToolCalls)
+		return some(b.ToolCalls)
 	case *fsm.ReasonDoneBody:
-		if !calls(b.Reasoning.ToolCalls) || !messages(b.NewMessages) || !some(b.Plan.Steps) {
+		if !some(b.Reasoning.ToolCalls) || !messages(b.NewMessages) || !some(b.Plan.Steps) {
 			return false
 		}
 		for i := range b.Plan.Steps {
@@ -153,14 +153,12 @@ func decodedForm(body fsm.Body) bool {
 // some reports whether s is nil or not empty.
 func some[T any](s []T) bool { return s == nil || len(s) > 0 }
 
-func calls(tcs []fsm.ToolCall) bool { return some(tcs) }
-
 func messages(ms []fsm.Message) bool {
 	if !some(ms) {
 		return false
 	}
 	for i := range ms {
-		if !calls(ms[i].ToolCalls) {
+		if !some(ms[i].ToolCalls) {
 			return false
 		}
 	}
