@@ -6,14 +6,6 @@ package fsm
 // reflection encoder writes (TestEncodeBodyMatchesReflection), at a
 // fraction of its cost. Other bodies go through reflection.
 
-// appendBody appends b's encoding to dst when b is one of the bodies
-// encoded by hand, and reports whether it was.
-func appendBody(dst []byte, b Body) ([]byte, bool) {
-	e := taskEncoder{b: dst}
-	ok := encBody(&e, b)
-	return e.b, ok
-}
-
 // encBody writes b with e when b is one of the bodies encoded by hand, and
 // reports whether it was.
 func encBody(e *taskEncoder, b Body) bool {

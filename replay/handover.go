@@ -63,8 +63,8 @@ type handed struct {
 const handoverGen = 4096
 
 func (h *handover) put(id ulid.ULID, data []byte, body fsm.Body) {
-	if body == nil {
-		return
+	if body == nil || !decodedForm(body) {
+		return // the fold would decode it anyway: not kept
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -89,7 +89,8 @@ func (h *handover) rotate() {
 }
 
 // take returns the body handed over for ev, if the log holds exactly what
-// it encodes to, and forgets it; nil when there is none (decode ev).
+// it encodes to, and forgets it; nil when there is none (decode ev). put
+// keeps only bodies in decodedForm.
 func (h *handover) take(ev *eventlog.Event) fsm.Body {
 	if h.n.Load() == 0 || projection.KindOf(ev.Stream) != projection.KindTask {
 		return nil
@@ -109,7 +110,7 @@ func (h *handover) take(ev *eventlog.Event) fsm.Body {
 	}
 	h.mu.Unlock()
 	if !ok || ev.Schema != fsm.SchemaVersion || ev.Type != string(e.body.EventType()) ||
-		!bytes.Equal(e.data, ev.Body) || !decodedForm(e.body) {
+		!bytes.Equal(e.data, ev.Body) {
 		return nil
 	}
 	if handoverCheck != nil {
@@ -128,9 +129,9 @@ func (h *handover) take(ev *eventlog.Event) fsm.Body {
 func decodedForm(body fsm.Body) bool {
 	switch b := body.(type) {
 	case *fsm.ModelCalledBody:
-		return calls(b.ToolCalls)
+		return some(b.ToolCalls)
 	case *fsm.ReasonDoneBody:
-		if !calls(b.Reasoning.ToolCalls) || !messages(b.NewMessages) || !some(b.Plan.Steps) {
+		if !some(b.Reasoning.ToolCalls) || !messages(b.NewMessages) || !some(b.Plan.Steps) {
 			return false
 		}
 		for i := range b.Plan.Steps {
@@ -152,14 +153,12 @@ func decodedForm(body fsm.Body) bool {
 // some reports whether s is nil or not empty.
 func some[T any](s []T) bool { return s == nil || len(s) > 0 }
 
-func calls(tcs []fsm.ToolCall) bool { return some(tcs) }
-
 func messages(ms []fsm.Message) bool {
 	if !some(ms) {
 		return false
 	}
 	for i := range ms {
-		if !calls(ms[i].ToolCalls) {
+		if !some(ms[i].ToolCalls) {
 			return false
 		}
 	}
