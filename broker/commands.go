@@ -186,26 +186,27 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		if err != nil {
 			return t, false, err
 		}
-		if testReportAppended != nil {
-			testReportAppended(id)
-		}
 		t, err = b.taskAt(ctx, id, res)
 		return t, false, err
 	}
 	return t, false, err
 }
 
-// testReportAppended and testRequeued, if set (tests), are called by
-// Report and Requeue between their append and the read of their answer.
-var testReportAppended, testRequeued func(id string)
+// testAnswering, if set (tests), is called by taskAt between a command's
+// append and the read of its answer.
+var testAnswering func(id string)
 
 // taskAt returns task id as the append res left it: the answer to the
-// command that appended. The view may already hold a later event of the task (the loop
-// dead-letters a failure that may not be retried as soon as it follows it,
-// and assigns a requeued task to a worker with room), which the answer
-// must not show: it is the command's outcome, not the task's next one.
-// Then the task's stream is folded up to the append's last event.
+// command that appended. The view may already hold a later event of the
+// task (the loop dead-letters a failure that may not be retried as soon as
+// it follows it, and assigns a requeued task to a worker with room), which
+// the answer must not show: it is the command's outcome, not the task's
+// next one. Then the task's stream is folded up to the append's last
+// event.
 func (b *Broker) taskAt(ctx context.Context, id string, res eventlog.AppendResult) (fsm.Task, error) {
+	if testAnswering != nil {
+		testAnswering(id)
+	}
 	t, err := b.Task(id)
 	if err != nil || t.Version <= res.Version {
 		return t, err
@@ -303,9 +304,6 @@ func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, 
 			return fsm.Task{}, err
 		}
 		return fsm.Task{}, usererr.Errorf(ErrNotDeadLetter, "task %q is not a dead letter", id)
-	}
-	if testRequeued != nil {
-		testRequeued(id)
 	}
 	return b.taskAt(ctx, id, res[0])
 }
