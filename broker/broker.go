@@ -750,8 +750,7 @@ func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...
 	if err != nil {
 		return res, err
 	}
-	seq, _ := appended(res)
-	return res, b.synced(ctx, seq)
+	return res, b.synced(ctx, res.LastSeq)
 }
 
 // synced waits until the view has folded seq and, while the loop runs,

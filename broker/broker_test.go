@@ -648,10 +648,10 @@ func TestReportAnswersItsOwnOutcome(t *testing.T) {
 	h.register("w1", 1)
 	task := h.create("no retry", 0)
 	h.waitTask(task.ID, "assigned", assignedTo("w1"))
-	testReportAppended = func(id string) {
+	testAnswering = func(id string) {
 		h.waitTask(id, "dead-lettered", (*fsm.Task).IsDeadLetter)
 	}
-	t.Cleanup(func() { testReportAppended = nil })
+	t.Cleanup(func() { testAnswering = nil })
 	no := false
 	got, _, err := h.b.Report(h.ctx, task.ID, "w1", fsm.DispatchFailed, fsm.DispatchReportBody{Error: "connection refused", RetryEligible: &no})
 	if err != nil {
@@ -677,8 +677,8 @@ func TestRequeueAnswersItsOwnOutcome(t *testing.T) {
 	}
 	h.waitTask(task.ID, "dead-lettered", (*fsm.Task).IsDeadLetter)
 	h.b.Seen("w1")
-	testRequeued = func(id string) { h.waitTask(id, "assigned again", assignedTo("w1")) }
-	t.Cleanup(func() { testRequeued = nil })
+	testAnswering = func(id string) { h.waitTask(id, "assigned again", assignedTo("w1")) }
+	t.Cleanup(func() { testAnswering = nil })
 	got, err := h.b.Requeue(h.ctx, task.ID, "mike", "fixed")
 	if err != nil {
 		t.Fatal(err)

@@ -186,41 +186,32 @@ func (b *Broker) Report(ctx context.Context, id, agent string, kind fsm.EventTyp
 		if err != nil {
 			return t, false, err
 		}
-		if testReportAppended != nil {
-			testReportAppended(id)
-		}
-		seq, v := appended(res)
-		t, err = b.taskAt(ctx, id, seq, v)
+		t, err = b.taskAt(ctx, id, res)
 		return t, false, err
 	}
 	return t, false, err
 }
 
-// testReportAppended and testRequeued, if set (tests), are called by
-// Report and Requeue between their append and the read of their answer.
-var testReportAppended, testRequeued func(id string)
+// testAnswering, if set (tests), is called by taskAt between a command's
+// append and the read of its answer.
+var testAnswering func(id string)
 
-// taskAt returns task id as the append that ended at sequence seq, with
-// the task's stream at version v, left it: the answer to the command that
-// appended. The view may already hold a later event of the task (the loop
-// dead-letters a failure that may not be retried as soon as it follows it,
-// and assigns a requeued task to a worker with room), which the answer
-// must not show: it is the command's outcome, not the task's next one.
-// Then the task's stream is folded up to seq.
-func (b *Broker) taskAt(ctx context.Context, id string, seq, v uint64) (fsm.Task, error) {
+// taskAt returns task id as the append res left it: the answer to the
+// command that appended. The view may already hold a later event of the
+// task (the loop dead-letters a failure that may not be retried as soon as
+// it follows it, and assigns a requeued task to a worker with room), which
+// the answer must not show: it is the command's outcome, not the task's
+// next one. Then the task's stream is folded up to the append's last
+// event.
+func (b *Broker) taskAt(ctx context.Context, id string, res eventlog.AppendResult) (fsm.Task, error) {
+	if testAnswering != nil {
+		testAnswering(id)
+	}
 	t, err := b.Task(id)
-	if err != nil || t.Version <= v {
+	if err != nil || t.Version <= res.Version {
 		return t, err
 	}
-	return replay.StateAt(ctx, replay.FromLog(b.log), id, replay.AtSeq(seq))
-}
-
-// appended returns the sequence and the stream version of res's last event.
-func appended(res eventlog.AppendResult) (seq, v uint64) {
-	if n := len(res.Events); n > 0 {
-		return res.Events[n-1].Seq, res.Events[n-1].Version
-	}
-	return 0, 0
+	return replay.StateAt(ctx, replay.FromLog(b.log), id, replay.AtSeq(res.LastSeq))
 }
 
 // checkReport checks a report's body against its kind, before the task is
@@ -297,8 +288,7 @@ func (b *Broker) Update(ctx context.Context, id, by string, metadata map[string]
 		if err != nil {
 			return t, err
 		}
-		seq, v := appended(res)
-		return b.taskAt(ctx, id, seq, v)
+		return b.taskAt(ctx, id, res)
 	}
 }
 
@@ -315,11 +305,7 @@ func (b *Broker) Requeue(ctx context.Context, id, by, reason string) (fsm.Task, 
 		}
 		return fsm.Task{}, usererr.Errorf(ErrNotDeadLetter, "task %q is not a dead letter", id)
 	}
-	if testRequeued != nil {
-		testRequeued(id)
-	}
-	seq, v := appended(res[0])
-	return b.taskAt(ctx, id, seq, v)
+	return b.taskAt(ctx, id, res[0])
 }
 
 // RequeueMatching requeues every dead letter f selects, in one atomic

@@ -277,8 +277,7 @@ func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 		return fsm.Task{}, err
 	}
 	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once
-	seq, v := appended(res)
-	return b.taskAt(ctx, id.String(), seq, v)
+	return b.taskAt(ctx, id.String(), res)
 }
 
 // splitMetadata turns metadata of any JSON values into what the log

@@ -251,8 +251,8 @@ func dropKeys(t *testing.T, dir string, start, end []byte) {
 }
 
 // eventTables lists the paths of the tables of a stopped daemon's log
-// whose keys span events (tables hold one key namespace each), oldest
-// first.
+// whose keys span events (not every table does: the checkpoints' new keys
+// are written in tables of their own), oldest first.
 func eventTables(t *testing.T, dir string) []string {
 	t.Helper()
 	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: pebbleQuiet{}, ErrorIfNotExists: true})
