@@ -28,37 +28,50 @@ type toolSlots struct {
 // slotWaiter is one goroutine waiting in toolSlots' queue.
 type slotWaiter struct {
 	ctx     context.Context
-	start   func()        // nil: none
+	start   slotStarter   // nil: none
 	ready   chan struct{} // closed once the slot is the waiter's and start returned
 	granted bool          // under mu: the slot is the waiter's (start may be running)
 }
 
+// slotStarter is what runs once a waiter's slot is taken (startedCall).
+type slotStarter interface{ startCall() }
+
 func newToolSlots(n int) *toolSlots { return &toolSlots{max: n} }
 
 // acquire takes a slot, or returns ctx's error when ctx ends first.
-func (s *toolSlots) acquire(ctx context.Context) error { return s.acquireStart(ctx, nil) }
+func (s *toolSlots) acquire(ctx context.Context) error {
+	s.mu.Lock()
+	if s.used < s.max { // without a waiter: the common case allocates nothing
+		s.used++
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	return s.acquireStart(&slotWaiter{ctx: ctx})
+}
 
-// acquireStart takes a slot and runs start (nil: none) once it is taken,
-// on whichever goroutine hands it over. It returns ctx's error, with no
-// slot taken and start not run, when ctx ends while the waiter queues; a
-// slot handed over as ctx ends is taken (start ran), and the caller frees
-// it as any other. start must not panic and should not block for long: the
-// goroutine that frees a slot runs it.
-func (s *toolSlots) acquireStart(ctx context.Context, start func()) error {
+// acquireStart takes a slot for w and runs w.start (if any) once it is
+// taken, on whichever goroutine hands it over. It returns w.ctx's error,
+// with no slot taken and start not run, when the context ends while w
+// queues; a slot handed over as it ends is taken (start ran), and the
+// caller frees it as any other. start must not panic and should not block
+// for long: the goroutine that frees a slot runs it.
+func (s *toolSlots) acquireStart(w *slotWaiter) error {
 	s.mu.Lock()
 	if s.used < s.max { // then nobody queues: release hands a slot over while someone does
 		s.used++
 		s.mu.Unlock()
-		if start != nil {
-			start()
+		if w.start != nil {
+			w.start.startCall()
 		}
 		return nil
 	}
+	ctx := w.ctx
 	if err := ctx.Err(); err != nil {
 		s.mu.Unlock()
 		return err
 	}
-	w := &slotWaiter{ctx: ctx, start: start, ready: make(chan struct{})}
+	w.ready = make(chan struct{})
 	s.queue = append(s.queue, w)
 	s.mu.Unlock()
 	select {
@@ -97,7 +110,7 @@ func (s *toolSlots) release() {
 		s.mu.Unlock()
 		defer close(w.ready)
 		if w.start != nil {
-			w.start()
+			w.start.startCall()
 		}
 		return
 	}
@@ -115,11 +128,16 @@ func (s *toolSlots) inUse() int {
 	return s.used
 }
 
-// startedCall is a call of a tools.Starter started by acquireStart's start
-// function: on the goroutine that took the slot or on the one that freed
-// it. Its fields are written before the slot is handed over and read
+// startedCall is a call of a tools.Starter started once its slot is
+// taken: on the goroutine that took the slot or on the one that freed it.
+// The fields below w are written before the slot is handed over and read
 // after.
 type startedCall struct {
+	w    slotWaiter
+	a    *Agent
+	tool tools.Starter
+	call tools.Call
+
 	ctx    context.Context // the call's, with the per-call timeout from its start
 	cancel context.CancelFunc
 	begin  time.Time
@@ -127,15 +145,15 @@ type startedCall struct {
 	err    error                        // Start panicked
 }
 
-func (s *startedCall) start(a *Agent, ctx context.Context, tool tools.Starter, call tools.Call) {
-	s.ctx, s.cancel = context.WithTimeout(ctx, a.opts.ToolTimeout)
-	s.begin = a.opts.Now()
+func (s *startedCall) startCall() {
+	s.ctx, s.cancel = context.WithTimeout(s.w.ctx, s.a.opts.ToolTimeout)
+	s.begin = s.a.opts.Now()
 	defer func() {
 		if p := recover(); p != nil {
-			s.wait, s.err = nil, fmt.Errorf("tool %s panicked: %v", tool.Name(), p)
+			s.wait, s.err = nil, fmt.Errorf("tool %s panicked: %v", s.tool.Name(), p)
 		}
 	}()
-	s.wait = tool.Start(s.ctx, call)
+	s.wait = s.tool.Start(s.ctx, s.call)
 }
 
 // await returns the started call's outcome.
@@ -162,8 +180,9 @@ func (a *Agent) callSlot(ctx context.Context, tool tools.Tool, call tools.Call) 
 		out, err, dur = a.callHeld(ctx, tool, call)
 		return out, err, dur, true
 	}
-	var s startedCall
-	if a.toolSlots.acquireStart(ctx, func() { s.start(a, ctx, st, call) }) != nil {
+	s := &startedCall{w: slotWaiter{ctx: ctx}, a: a, tool: st, call: call}
+	s.w.start = s
+	if a.toolSlots.acquireStart(&s.w) != nil {
 		return tools.Result{}, nil, 0, false
 	}
 	defer s.cancel()

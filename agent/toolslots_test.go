@@ -28,7 +28,7 @@ func TestToolSlotsFIFO(t *testing.T) {
 		got := make(chan int, 5)
 		for i := range 5 {
 			go func() {
-				if err := s.acquireStart(t.Context(), func() { order = append(order, i) }); err != nil {
+				if err := s.acquireStart(&slotWaiter{ctx: t.Context(), start: startFunc(func() { order = append(order, i) })}); err != nil {
 					t.Error(err)
 				}
 				got <- i
@@ -71,7 +71,7 @@ func TestToolSlotsCancelledNeverStarts(t *testing.T) {
 					if name == "cancelled" {
 						c = ctx
 					}
-					go func() { errs <- s.acquireStart(c, func() { started[name] = true }) }()
+					go func() { errs <- s.acquireStart(&slotWaiter{ctx: c, start: startFunc(func() { started[name] = true })}) }()
 					synctest.Wait()
 				}
 				cancel()
@@ -95,6 +95,11 @@ func TestToolSlotsCancelledNeverStarts(t *testing.T) {
 		})
 	}
 }
+
+// startFunc is a slotStarter that runs itself.
+type startFunc func()
+
+func (f startFunc) startCall() { f() }
 
 func btoi(b bool) int {
 	if b {
