@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,4 +230,35 @@ func TestCallSlotNoLeak(t *testing.T) {
 			})
 		})
 	}
+}
+
+// BenchmarkToolSlots: 128 goroutines take and free 16 slots, through the
+// channel semaphore (the model calls') and through toolSlots with a start
+// function, which the freeing goroutine runs.
+func BenchmarkToolSlots(b *testing.B) {
+	const slots, goroutines = 16, 128
+	b.Run("channel", func(b *testing.B) {
+		s := newSemaphore(slots)
+		ctx := context.Background()
+		b.SetParallelism(goroutines / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				_ = s.acquire(ctx)
+				s.release()
+			}
+		})
+	})
+	b.Run("toolSlots", func(b *testing.B) {
+		s := newToolSlots(slots)
+		ctx := context.Background()
+		b.SetParallelism(goroutines / runtime.GOMAXPROCS(0))
+		b.RunParallel(func(pb *testing.PB) {
+			w := &slotWaiter{start: startFunc(func() {})}
+			for pb.Next() {
+				*w = slotWaiter{ctx: ctx, start: w.start}
+				_ = s.acquireStart(w)
+				s.release()
+			}
+		})
+	})
 }
