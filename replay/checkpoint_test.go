@@ -472,3 +472,54 @@ func pendingOf(tb testing.TB, evs []eventlog.Event) projection.Pending {
 	}
 	return p
 }
+
+// TestDefaultIntervalBoundsTheRefold checks what Options.CheckpointEvery
+// documents at the defaults: a live View folding the agent's kind of
+// history (tasks of ten events or so, 128 at a time) has started a
+// checkpoint before it is more than the interval ahead of the last one,
+// so a restart refolds at most that tail.
+func TestDefaultIntervalBoundsTheRefold(t *testing.T) {
+	if testing.Short() {
+		t.Skip("folds about 45,000 events")
+	}
+	o := (&Options{}).EnsureDefaults()
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 4500, Concurrency: 128, Finish: true})
+	if len(evs) <= o.CheckpointEvery {
+		t.Fatalf("%d events generated; the test needs more than %d", len(evs), o.CheckpointEvery)
+	}
+	ctx := context.Background()
+	l, err := eventlog.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	v, _, err := Open(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- v.Follow(fctx, l, nil) }()
+	if err := replaytest.AppendAll(ctx, l, evs, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WaitFor(ctx, l.Head()); err != nil {
+		t.Fatal(err)
+	}
+	stopFollow()
+	if err := <-followed; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// Wait for the checkpoint the fold started, if one is running.
+	v.ckSem <- struct{}{}
+	<-v.ckSem
+	v.mu.RLock()
+	persisted, since, head := v.persisted, v.since, v.set.Seq()
+	v.mu.RUnlock()
+	if persisted == 0 {
+		t.Fatalf("no checkpoint in %d events", len(evs))
+	}
+	if tail := head - persisted; tail > uint64(o.CheckpointEvery) || since > o.CheckpointEvery {
+		t.Fatalf("a restart would refold %d events (%d since the last checkpoint began); the interval is %d", tail, since, o.CheckpointEvery)
+	}
+}
