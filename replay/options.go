@@ -60,6 +60,8 @@ type Options struct {
 	// waits for a running checkpoint only while the View holds more than
 	// the whole budget. Long-term memory is always held; if it and the
 	// changes not yet written exceed the budget, a warning is logged.
+	// Besides the budget, the View keeps the buffers a checkpoint encodes
+	// into for the next one, up to a sixteenth of it (2 MiB at least).
 	//
 	// The default value is 256 MiB.
 	MemoryBudget int64

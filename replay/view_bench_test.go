@@ -71,7 +71,7 @@ func BenchmarkCheckpointFinished(b *testing.B) {
 		ingest int
 	}{{"ingest", 0}, {"batch", 1 << 30}} {
 		b.Run(c.name, func(b *testing.B) {
-			st := &store{log: l, ingest: c.ingest}
+			st := &store{log: l, ingest: c.ingest, keep: DefaultMemoryBudget / 16} // as Open makes it
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
