@@ -472,3 +472,93 @@ func pendingOf(tb testing.TB, evs []eventlog.Event) projection.Pending {
 	}
 	return p
 }
+
+// TestDefaultIntervalBoundsTheRefold checks what Options.CheckpointEvery
+// documents at the defaults: a live View folding the agent's kind of
+// history (tasks of ten events or so, 128 at a time) has started a
+// checkpoint before it is more than the interval ahead of the last one,
+// so a restart refolds at most that tail.
+func TestDefaultIntervalBoundsTheRefold(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("folds about 45,000 events (25 s with the race detector)")
+	}
+	o := (&Options{}).EnsureDefaults()
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 4500, Concurrency: 128, Finish: true})
+	if len(evs) <= o.CheckpointEvery {
+		t.Fatalf("%d events generated; the test needs more than %d", len(evs), o.CheckpointEvery)
+	}
+	ctx := context.Background()
+	l, err := eventlog.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	v, _, err := Open(ctx, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- v.Follow(fctx, l, nil) }()
+	if err := replaytest.AppendAll(ctx, l, evs, 1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WaitFor(ctx, l.Head()); err != nil {
+		t.Fatal(err)
+	}
+	stopFollow()
+	if err := <-followed; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	// Wait for the checkpoint the fold started, if one is running.
+	v.ckSem <- struct{}{}
+	<-v.ckSem
+	v.mu.RLock()
+	persisted, since, head := v.persisted, v.since, v.set.Seq()
+	v.mu.RUnlock()
+	if persisted == 0 {
+		t.Fatalf("no checkpoint in %d events", len(evs))
+	}
+	if tail := head - persisted; tail > uint64(o.CheckpointEvery) || since > o.CheckpointEvery {
+		t.Fatalf("a restart would refold %d events (%d since the last checkpoint began); the interval is %d", tail, since, o.CheckpointEvery)
+	}
+}
+
+// TestCheckpointBuffersKeptUpToTheBudget checks that a store keeps what
+// a checkpoint encoded into for the next one up to store.keep (a
+// sixteenth of the View's budget), not only the 2 MiB of keepChunks: a
+// checkpoint of the default interval is larger than that, and its
+// chunks were allocated anew each time.
+func TestCheckpointBuffersKeptUpToTheBudget(t *testing.T) {
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 1200, Concurrency: 64, Finish: true, InputSize: 512})
+	p := pendingOf(t, evs)
+	ctx := context.Background()
+	for _, c := range []struct {
+		keep     int64
+		min, max int
+	}{
+		{0, keepChunks, keepChunks},
+		{DefaultMemoryBudget / 16, keepChunks + 1, int(DefaultMemoryBudget / 16 / arenaChunk)},
+		{MinMemoryBudget / 16, keepChunks, keepChunks},
+	} {
+		l, err := eventlog.Open(t.TempDir(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := &store{log: l, keep: c.keep}
+		if err := st.write(ctx, &p, "test"); err != nil {
+			t.Fatal(err)
+		}
+		kept := len(st.spare.chunks)
+		for _, ch := range st.spare.chunks {
+			if cap(ch) != arenaChunk {
+				t.Errorf("keep %d: a chunk of %d bytes kept", c.keep, cap(ch))
+			}
+		}
+		if kept < c.min || kept > c.max {
+			t.Errorf("keep %d: %d chunks kept after a checkpoint of %d bytes, want %d to %d",
+				c.keep, kept, st.written.Load(), c.min, c.max)
+		}
+		l.Close()
+	}
+}

@@ -103,9 +103,14 @@ type store struct {
 	// spare holds what the last checkpoint encoded into, for the next
 	// (store.write): a checkpoint's bytes allocated anew each time were
 	// about a twentieth of what a recorded call allocated. Bounded by
-	// keepChunks and keepOps.
+	// keep (keepChunks when it is less) and keepOps.
 	spareMu sync.Mutex
 	spare   writeBufs
+	// keep is how many bytes of chunks spare may hold: a sixteenth of
+	// the View's memory budget, the changes not yet written that start
+	// a checkpoint, so that a checkpoint of the default interval (about
+	// 13 MB for 4,000 of the agent's tasks) encodes into the last one's.
+	keep int64
 }
 
 // writeBufs are the buffers a checkpoint encodes into: the arena's
@@ -121,11 +126,12 @@ type kv struct {
 	del  bool
 }
 
-// What a store keeps between checkpoints at most: 2 MiB of chunks and
-// two lists of 16,384 writes (about a checkpoint of 3,000 tasks each).
+// What a store keeps between checkpoints at most: 2 MiB of chunks, or
+// store.keep bytes if more, and two lists of 32,768 writes (about a
+// checkpoint of 6,000 tasks each).
 const (
 	keepChunks = 8
-	keepOps    = 16 << 10
+	keepOps    = 32 << 10
 )
 
 // takeBufs returns the buffers the last checkpoint left, and release
@@ -141,7 +147,7 @@ func (s *store) takeBufs() writeBufs {
 }
 
 func (s *store) release(b writeBufs) {
-	b.chunks = b.chunks[:min(len(b.chunks), keepChunks)]
+	b.chunks = b.chunks[:min(len(b.chunks), max(keepChunks, int(s.keep/arenaChunk)))]
 	if cap(b.ops) > keepOps {
 		b.ops = nil
 	}

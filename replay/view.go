@@ -492,7 +492,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
-	v := &View{opts: o, st: &store{log: l, ingest: o.ingestBytes}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
+	v := &View{opts: o, st: &store{log: l, ingest: o.ingestBytes, keep: o.MemoryBudget / 16}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
 	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head(), o.MemoryBudget)
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
+	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/projection"
 	"github.com/pegasus-engine/pegasus/replay/replaytest"
 )
 
@@ -69,7 +71,7 @@ func BenchmarkCheckpointFinished(b *testing.B) {
 		ingest int
 	}{{"ingest", 0}, {"batch", 1 << 30}} {
 		b.Run(c.name, func(b *testing.B) {
-			st := &store{log: l, ingest: c.ingest}
+			st := &store{log: l, ingest: c.ingest, keep: DefaultMemoryBudget / 16} // as Open makes it
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -96,4 +98,99 @@ func BenchmarkCheckpointFinished(b *testing.B) {
 			b.ReportMetric(float64(st.written.Load())/float64(b.N*tasks), "B-written/task")
 		})
 	}
+}
+
+// BenchmarkRefoldTail is what a checkpoint interval costs at the next
+// start: Open on a log whose persisted projections are tail events
+// behind its head (the most Options.CheckpointEvery leaves when the
+// daemon stops without its last checkpoint), with tasks of the agent's
+// size running 128 at a time. Open is read-only, so every iteration
+// loads the same checkpoint and folds the same tail. It reports the
+// time of the start, the View's estimated memory once folded and the
+// peak Go heap.
+func BenchmarkRefoldTail(b *testing.B) {
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 10000, Concurrency: 128, Finish: true})
+	const head = 2000 // folded and checkpointed before the tail
+	for _, tail := range []int{10000, 40000} {
+		b.Run(fmt.Sprintf("tail=%d", tail), func(b *testing.B) {
+			if head+tail > len(evs) {
+				b.Fatalf("%d events generated, %d needed", len(evs), head+tail)
+			}
+			ctx := context.Background()
+			dir := b.TempDir()
+			l := benchOpen(b, dir, false)
+			if err := replaytest.AppendAll(ctx, l, evs[:head], 1000); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := Open(ctx, l, nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := replaytest.AppendAll(ctx, l, evs[head:head+tail], 1000); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			var total time.Duration
+			var peak uint64
+			var use int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				start := time.Now()
+				b.StartTimer()
+				p := peakHeap(func() {
+					v, rec, err := Open(ctx, l, &Options{ReadOnly: true})
+					if err != nil || rec.Rebuilt || rec.Folded != tail {
+						b.Fatalf("open: folded %d of %d (%+v), %v", rec.Folded, tail, rec, err)
+					}
+					use = v.MemoryUse().Total()
+				})
+				total += time.Since(start)
+				peak = max(peak, p)
+			}
+			b.StopTimer()
+			l.Close()
+			b.ReportMetric(total.Seconds()/float64(b.N), "s/start")
+			b.ReportMetric(float64(use)/(1<<20), "view-MiB")
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+		})
+	}
+}
+
+// BenchmarkCheckpointLockHeld is the part of a checkpoint of 1,000
+// finished tasks that holds the View's lock, during which the fold (and
+// every WaitFor behind it) waits: taking what changed
+// (projection.Set.PendingReusing) and, once written, forgetting it and
+// evicting the finished tasks (projection.Set.Flushed).
+func BenchmarkCheckpointLockHeld(b *testing.B) {
+	evs := replaytest.Generate(1, replaytest.Config{Tasks: 1000, Concurrency: 64, Finish: true})
+	fes := make([]fsm.Event, len(evs))
+	for i, raw := range evs {
+		fe, err := Decode(raw)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fes[i] = fe
+	}
+	var p projection.Pending
+	b.ReportAllocs()
+	b.ResetTimer()
+	var held time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		set := projection.NewSet(projection.Options{SnapshotEvery: 32})
+		for _, fe := range fes {
+			set.Apply(fe)
+		}
+		b.StartTimer()
+		start := time.Now()
+		if err := set.PendingReusing(&p); err != nil {
+			b.Fatal(err)
+		}
+		seq := p.Seq
+		held += time.Since(start)
+		p.Reset()
+		start = time.Now()
+		set.Flushed(seq)
+		held += time.Since(start)
+	}
+	b.ReportMetric(float64(held.Microseconds())/float64(b.N), "held-µs")
 }
