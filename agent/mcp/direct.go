@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -94,17 +93,6 @@ func (d *directCalls) add() (string, chan msgOrErr, error) {
 	return id, ch, nil
 }
 
-// fail fails the call id, if it still awaits its answer, with err.
-func (d *directCalls) fail(id string, err error) {
-	d.mu.Lock()
-	ch := d.pending[id]
-	delete(d.pending, id)
-	d.mu.Unlock()
-	if ch != nil {
-		ch <- msgOrErr{err: err}
-	}
-}
-
 func (d *directCalls) drop(id string) {
 	d.mu.Lock()
 	delete(d.pending, id)
@@ -174,84 +162,11 @@ func (d directCall) await(ctx context.Context) (json.RawMessage, error) {
 	}
 }
 
-// writeCall writes the request line of a tools/call without blocking its
-// caller, which may be another task's goroutine starting a queued call
-// (tools.Starter): a server that stops reading its input must not hold it.
-// The line is written at once if the pipe has room for it; the rest, or
-// the whole line when another write holds the connection (a blocked one,
-// perhaps), is written by a goroutine of its own, in the order the
-// connection's lock gives. A write that fails there fails the call.
+// writeCall writes the request line of a tools/call.
 func (c *stdioConn) writeCall(id, name string, args json.RawMessage, key string) error {
-	if !c.writeMu.TryLock() {
-		b, err := appendCall(nil, id, name, args, key)
-		if err != nil {
-			return err
-		}
-		go c.finishCall(id, b, true)
-		return nil
-	}
-	b, err := appendCall(c.line[:0], id, name, args, key)
-	c.line = b[:0]
-	if err != nil {
-		c.writeMu.Unlock()
-		return err
-	}
-	c.line = b
-	n, err := c.tryWrite(b)
-	if err != nil || n == len(b) {
-		c.writeMu.Unlock()
-		return err
-	}
-	go c.finishCall(id, b[n:], false) // c.line's rest, under the lock it holds
-	return nil
-}
-
-// finishCall writes the rest b of call id's request line, taking the
-// connection's lock first unless the caller handed it over, and releases
-// it. It blocks until the server reads or the connection closes.
-func (c *stdioConn) finishCall(id string, b []byte, lock bool) {
-	if lock {
-		c.writeMu.Lock()
-	}
-	_, err := c.stdin.Write(b)
-	c.writeMu.Unlock()
-	if err != nil {
-		c.direct.fail(id, fmt.Errorf("writing the request: %w", err))
-	}
-}
-
-// tryWrite writes what of b the pipe takes now, without waiting for room:
-// all of it, a part or nothing. Without a descriptor it writes all of b,
-// blocking as a plain write does.
-func (c *stdioConn) tryWrite(b []byte) (int, error) {
-	if c.raw == nil {
-		return c.stdin.Write(b)
-	}
-	var n int
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for {
-			n, werr = syscall.Write(int(fd), b)
-			if werr != syscall.EINTR {
-				return true // done, or no room: never wait here
-			}
-		}
-	})
-	if n < 0 {
-		n = 0
-	}
-	if werr == syscall.EAGAIN {
-		werr = nil
-	}
-	if err == nil {
-		err = werr
-	}
-	return n, err
-}
-
-// appendCall appends the request line of a tools/call to b.
-func appendCall(b []byte, id, name string, args json.RawMessage, key string) ([]byte, error) {
-	b = append(b, `{"jsonrpc":"2.0","id":"`...)
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	b := append(c.line[:0], `{"jsonrpc":"2.0","id":"`...)
 	b = append(b, id...)
 	b = append(b, `","method":"tools/call","params":{"name":`...)
 	b = json.AppendEscape(b, name, json.EscapeHTML)
@@ -262,12 +177,16 @@ func appendCall(b []byte, id, name string, args json.RawMessage, key string) ([]
 	// The model's arguments may span lines; a message is one line.
 	buf := bytes.NewBuffer(b)
 	if err := json.Compact(buf, args); err != nil {
-		return b, fmt.Errorf("encoding the arguments: %w", err)
+		c.line = b[:0]
+		return fmt.Errorf("encoding the arguments: %w", err)
 	}
 	b = buf.Bytes()
 	b = append(b, `,"_meta":`...)
 	b = appendKeyMeta(b, key)
-	return append(b, "}}\n"...), nil
+	b = append(b, "}}\n"...)
+	c.line = b
+	_, err := c.stdin.Write(b)
+	return err
 }
 
 // appendKeyMeta appends the _meta of a call with idempotency key key,

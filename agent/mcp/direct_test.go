@@ -9,12 +9,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/segmentio/encoding/json"
 
@@ -236,78 +233,4 @@ func TestStartOnTheDirectPathOnly(t *testing.T) {
 	if _, err := wait(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a call whose context ended: %v, want context.Canceled", err)
 	}
-}
-
-// TestStartCallDoesNotBlock: starting a call never blocks its caller (the
-// goroutine that frees a tool slot starts the next queued call), neither
-// when the server stops reading and its input pipe is full nor when
-// another write holds the connection; the rest is written behind, in
-// order, and a call whose request cannot be written fails.
-func TestStartCallDoesNotBlock(t *testing.T) {
-	if _, err := exec.LookPath("sleep"); err != nil {
-		t.Skip("no sleep")
-	}
-	if _, err := exec.LookPath("cat"); err != nil {
-		t.Skip("no cat")
-	}
-	ctx := context.Background()
-	// A few times a pipe's buffer of arguments, to a server that never reads.
-	args := json.RawMessage(`{"message":"` + strings.Repeat("x", 32<<10) + `"}`)
-	t.Run("a server that does not read", func(t *testing.T) {
-		tr := &stdioTransport{cmd: exec.Command("sleep", "60"), terminate: 50 * time.Millisecond}
-		if _, err := tr.Connect(ctx); err != nil {
-			t.Fatal(err)
-		}
-		c := tr.conn
-		started := make(chan []directCall)
-		go func() {
-			var calls []directCall
-			for i := range 8 {
-				calls = append(calls, c.startCall(ctx, "echo", args, "k:"+strconv.Itoa(i)))
-			}
-			started <- calls
-		}()
-		var calls []directCall
-		select {
-		case calls = <-started:
-		case <-time.After(time.Minute):
-			t.Fatal("starting calls blocked on a server that does not read")
-		}
-		for i, d := range calls {
-			if d.err != nil {
-				t.Fatalf("call %d not started: %v", i, d.err)
-			}
-		}
-		// Closing the connection ends the writes left waiting for room,
-		// and every call fails instead of waiting for an answer.
-		_ = c.Close()
-		for i, d := range calls {
-			if _, err := d.await(ctx); err == nil {
-				t.Errorf("call %d answered by a server that never read it", i)
-			}
-		}
-	})
-	t.Run("another write holds the connection", func(t *testing.T) {
-		tr := &stdioTransport{cmd: exec.Command("cat"), terminate: time.Second}
-		conn, err := tr.Connect(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		c := tr.conn
-		c.writeMu.Lock()
-		d := c.startCall(ctx, "echo", json.RawMessage(`{"message":"hi"}`), "k:1")
-		if d.err != nil {
-			c.writeMu.Unlock()
-			t.Fatal(d.err)
-		}
-		c.writeMu.Unlock()
-		// cat sends the request back: to the connection it is a request
-		// from the server, handed to the SDK's reader.
-		m, err := conn.Read(ctx)
-		r, ok := m.(*jsonrpc.Request)
-		if err != nil || !ok || r.Method != "tools/call" || r.ID.Raw() != d.id {
-			t.Fatalf("the request written behind the held lock: %#v %v", m, err)
-		}
-	})
 }

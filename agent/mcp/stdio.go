@@ -59,13 +59,6 @@ func (t *stdioTransport) Connect(context.Context) (mcp.Connection, error) {
 		terminate = 5 * time.Second // mcp.CommandTransport's default
 	}
 	c := &stdioConn{cmd: t.cmd, stdin: stdin, terminate: terminate, incoming: make(chan msgOrErr), closed: make(chan struct{})}
-	// os/exec's pipe is an *os.File in non-blocking mode behind its
-	// interface: a request can be written without blocking (writeCall).
-	if sc, ok := stdin.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			c.raw = raw
-		}
-	}
 	t.conn = c
 	go c.readLoop(stdout)
 	return c, nil
@@ -88,8 +81,7 @@ type stdioConn struct {
 	closeErr  error
 
 	writeMu sync.Mutex
-	line    []byte          // Write's buffer, under writeMu
-	raw     syscall.RawConn // stdin's descriptor, for writes that must not block; nil if it has none
+	line    []byte // Write's buffer, under writeMu
 
 	direct directCalls // the calls sent past the SDK (direct.go)
 }
