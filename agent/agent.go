@@ -63,7 +63,7 @@ type Agent struct {
 	reflectReg *tools.Registry
 	memory     *logMemory
 	llmSem     semaphore
-	toolSlots  *toolSlots
+	toolSem    semaphore
 
 	sched    *scheduler        // admission slots, stage goroutines, timers (own lock)
 	toolIdle chan *toolCallRun // call goroutines waiting for a tool call (callTool)
@@ -106,17 +106,17 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	}
 	rates := limitModels(&opts)
 	a := &Agent{
-		rates:     rates,
-		spend:     newSpendBook(opts.Prices, opts.Budgets),
-		opts:      opts,
-		log:       l,
-		app:       opts.Appender,
-		model:     opts.Model,
-		llmSem:    newSemaphore(opts.MaxConcurrentLLM),
-		toolSlots: newToolSlots(opts.MaxConcurrentTools),
-		watch:     newWatchers(),
-		toolIdle:  make(chan *toolCallRun),
-		deltas:    newDeltaHub(),
+		rates:    rates,
+		spend:    newSpendBook(opts.Prices, opts.Budgets),
+		opts:     opts,
+		log:      l,
+		app:      opts.Appender,
+		model:    opts.Model,
+		llmSem:   newSemaphore(opts.MaxConcurrentLLM),
+		toolSem:  newSemaphore(opts.MaxConcurrentTools),
+		watch:    newWatchers(),
+		toolIdle: make(chan *toolCallRun),
+		deltas:   newDeltaHub(),
 	}
 	if a.app == nil {
 		a.app = l
@@ -657,7 +657,7 @@ type RuntimeStats struct {
 func (a *Agent) Runtime() RuntimeStats {
 	active, queued := a.sched.counts()
 	return RuntimeStats{ActiveSlots: active, MaxActiveTasks: a.opts.MaxActiveTasks, Queued: queued,
-		LLMInUse: len(a.llmSem), ToolsInUse: a.toolSlots.inUse(), MaxLLM: cap(a.llmSem), MaxTools: a.toolSlots.max}
+		LLMInUse: len(a.llmSem), ToolsInUse: len(a.toolSem), MaxLLM: cap(a.llmSem), MaxTools: cap(a.toolSem)}
 }
 
 // ---- appending

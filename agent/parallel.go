@@ -177,6 +177,10 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 			if a.testToolWait != nil {
 				a.testToolWait()
 			}
+			if err := a.toolSem.acquire(callCtx); err != nil {
+				r.err = err
+				return
+			}
 			call := tools.Call{
 				TaskID: t.ID, TaskType: kind.Name, IdempotencyKey: r.started.IdempotencyKey, Arguments: json.RawMessage(r.started.Arguments),
 				Cause: r.cause, Correlation: a.correlation(t.ID), Handle: r.started.Handle,
@@ -197,10 +201,7 @@ func (a *Agent) runTools(ctx context.Context, t *fsm.Task, kind *taskKind, steps
 					return nil
 				},
 			}
-			var ok bool
-			if r.out, r.err, r.dur, ok = a.callSlot(callCtx, r.tool, call); !ok {
-				r.err = callCtx.Err()
-			}
+			r.out, r.err, r.dur = a.callHeld(callCtx, r.tool, call)
 		})
 	}
 

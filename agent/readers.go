@@ -41,7 +41,7 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 	if a.testToolWait != nil {
 		a.testToolWait()
 	}
-	if err := a.toolSlots.acquire(ctx); err != nil {
+	if err := a.toolSem.acquire(ctx); err != nil {
 		return
 	}
 	begin := a.opts.Now()
@@ -51,7 +51,7 @@ func (a *Agent) runReader(ctx context.Context, t *fsm.Task, kind *taskKind, tool
 	if !predict(&pred, &start, started, begin) {
 		// The machine refuses the start: record it on its own, so that the
 		// fold says why (it never does for a step that is due).
-		a.toolSlots.release()
+		a.toolSem.release()
 		a.appendHeld(ctx, t, h, t.Version, start)
 		return
 	}

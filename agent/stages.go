@@ -341,6 +341,9 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 	if a.testToolWait != nil {
 		a.testToolWait()
 	}
+	if err := a.toolSem.acquire(ctx); err != nil {
+		return
+	}
 	// What the tool's goroutine writes (it notifies and records handles),
 	// in one place, under mu.
 	var cs struct {
@@ -367,8 +370,8 @@ func (a *Agent) runTool(ctx context.Context, t *fsm.Task, step *fsm.PlanStep, h 
 			return nil
 		},
 	}
-	out, err, dur, ok := a.callSlot(ctx, tool, call)
-	if !ok || ctx.Err() != nil {
+	out, err, dur := a.callHeld(ctx, tool, call)
+	if ctx.Err() != nil {
 		// Suspended, cancelled or stopping: the outcome is not recorded.
 		// After a restart the call runs again with the same key.
 		return
@@ -404,13 +407,13 @@ func (a *Agent) awaitTool(ctx context.Context, name string) error {
 // recorded and the call's outcome will not be either.
 var errHandleNotRecorded = errors.New("agent: the tool call's handle was not recorded: the task moved or the agent is stopping")
 
-// callHeld runs call of tool, for which the caller holds a tool slot,
-// frees the slot, and says how long the call took.
+// callHeld runs call of tool, for which the caller holds the tool
+// semaphore, gives the semaphore back, and says how long the call took.
 func (a *Agent) callHeld(ctx context.Context, tool tools.Tool, call tools.Call) (tools.Result, error, time.Duration) {
 	begin := a.opts.Now()
 	out, err := a.callTool(ctx, tool, call)
 	dur := a.opts.Now().Sub(begin)
-	a.toolSlots.release()
+	a.toolSem.release()
 	return out, err, dur
 }
 

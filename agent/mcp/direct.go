@@ -104,45 +104,20 @@ func (d *directCalls) drop(id string) {
 // and await it: the same errors (a JSON-RPC error is a *jsonrpc.Error in
 // the chain), and notifications/cancelled sent when ctx ends first.
 func (c *stdioConn) callTool(ctx context.Context, name string, args json.RawMessage, key string) (json.RawMessage, error) {
-	return c.startCall(ctx, name, args, key).await(ctx)
-}
-
-// directCall is a tools/call a stdioConn sent itself, whose answer is
-// awaited.
-type directCall struct {
-	c   *stdioConn
-	id  string
-	ch  chan msgOrErr
-	err error // the call was not sent
-}
-
-// startCall sends tools/call as callTool does, without awaiting the answer.
-func (c *stdioConn) startCall(ctx context.Context, name string, args json.RawMessage, key string) directCall {
 	const method = "tools/call"
 	if err := ctx.Err(); err != nil {
-		return directCall{err: err}
+		return nil, err
 	}
 	id, ch, err := c.direct.add()
 	if err != nil {
-		return directCall{err: fmt.Errorf("calling %q: %w", method, err)}
+		return nil, fmt.Errorf("calling %q: %w", method, err)
 	}
 	if err := c.writeCall(id, name, args, key); err != nil {
 		c.direct.drop(id)
-		return directCall{err: fmt.Errorf("calling %q: %w", method, err)}
-	}
-	return directCall{c: c, id: id, ch: ch}
-}
-
-// await returns the answer's result, or why none came: the call was not
-// sent, the connection closed, or ctx ended (the server is then told with
-// notifications/cancelled).
-func (d directCall) await(ctx context.Context) (json.RawMessage, error) {
-	const method = "tools/call"
-	if d.err != nil {
-		return nil, d.err
+		return nil, fmt.Errorf("calling %q: %w", method, err)
 	}
 	select {
-	case m := <-d.ch:
+	case m := <-ch:
 		if m.err != nil {
 			return nil, fmt.Errorf("calling %q: %w", method, m.err)
 		}
@@ -152,12 +127,12 @@ func (d directCall) await(ctx context.Context) (json.RawMessage, error) {
 		}
 		return resp.Result, nil
 	case <-ctx.Done():
-		d.c.direct.drop(d.id)
+		c.direct.drop(id)
 		reason := ctx.Err().Error()
-		go d.c.notifyCancelled(d.id, reason)
+		go c.notifyCancelled(id, reason)
 		return nil, ctx.Err()
-	case <-d.c.closed:
-		d.c.direct.drop(d.id)
+	case <-c.closed:
+		c.direct.drop(id)
 		return nil, fmt.Errorf("%w: calling %q: the connection closed", mcp.ErrConnectionClosed, method)
 	}
 }

@@ -14,8 +14,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/segmentio/encoding/json"
-
-	"github.com/pegasus-engine/pegasus/agent/tools"
 )
 
 // TestDecodeResultMatchesTheSDK: a tools/call result decodes to what the
@@ -196,41 +194,5 @@ func TestKeyMetaAsJSON(t *testing.T) {
 		if got := appendKeyMeta(nil, key); string(got) != string(want) {
 			t.Errorf("key %q: %s, want %s", key, got, want)
 		}
-	}
-}
-
-// TestStartOnTheDirectPathOnly: a tool of a stdio server starts a plain
-// call (tools.Starter) and returns what CallParts would; a call that
-// resumes a handle is declined (CallParts runs it); a call whose context
-// ended is not sent and fails as CallParts would fail it.
-func TestStartOnTheDirectPathOnly(t *testing.T) {
-	m := start(t, testOptions(), everythingStdio(t, "everything"))
-	waitReady(t, m, "everything")
-	st, ok := findTool(t, m, "everything__echo").(tools.Starter)
-	if !ok {
-		t.Fatal("an MCP tool is not a tools.Starter")
-	}
-	ctx := context.Background()
-	c := tools.Call{TaskID: "t1", IdempotencyKey: "k", Arguments: json.RawMessage(`{"message":"hi"}`)}
-	wait := st.Start(ctx, c)
-	if wait == nil {
-		t.Fatal("a plain call over stdio was not started")
-	}
-	if r, err := wait(); err != nil || r.Text != "Echo: hi" {
-		t.Fatalf("the started call: %q %v", r.Text, err)
-	}
-	resume := c
-	resume.Handle = "task-1"
-	if st.Start(ctx, resume) != nil {
-		t.Fatal("a call resuming a handle was started")
-	}
-	ended, cancel := context.WithCancel(ctx)
-	cancel()
-	wait = st.Start(ended, c)
-	if wait == nil {
-		t.Fatal("a plain call over stdio was declined")
-	}
-	if _, err := wait(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("a call whose context ended: %v, want context.Canceled", err)
 	}
 }

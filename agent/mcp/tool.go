@@ -126,22 +126,11 @@ func (t *tool) call(ctx context.Context, c tools.Call) (tools.Result, error) {
 		}
 		return t.result(res)
 	}
-	res, err := t.send(ctx, sess, arguments(c), c.IdempotencyKey)
-	return t.answered(ctx, sess, c, res, err)
-}
-
-// arguments returns c's arguments, "{}" for none.
-func arguments(c tools.Call) json.RawMessage {
-	if len(c.Arguments) == 0 {
-		return json.RawMessage("{}")
+	args := c.Arguments
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
 	}
-	return c.Arguments
-}
-
-// answered returns the outcome of call c, whose tools/call was answered
-// with res or failed with err: a task the server answered with is recorded
-// and awaited.
-func (t *tool) answered(ctx context.Context, sess *session, c tools.Call, res *mcp.CallToolResult, err error) (tools.Result, error) {
+	res, err := t.send(ctx, sess, args, c.IdempotencyKey)
 	if err != nil {
 		return tools.Result{}, t.callError(ctx, sess, err)
 	}
@@ -165,58 +154,20 @@ func (t *tool) answered(ctx context.Context, sess *session, c tools.Call, res *m
 	return t.result(res)
 }
 
-// Start starts call c on the direct path of a stdio server (direct.go):
-// it writes the request and returns how to await the answer (see
-// tools.Starter). It returns nil for every other call, which CallParts
-// runs: one that resumes a handle, one that may be answered with a task,
-// one on a session the SDK must send for, and one whose server is not
-// connected (CallParts says why).
-func (t *tool) Start(ctx context.Context, c tools.Call) func() (tools.Result, error) {
-	if c.Handle != "" {
-		return nil
-	}
-	sess, err := t.s.current()
-	if err != nil || !t.direct(sess) {
-		return nil
-	}
-	t.s.calls.Add(1)
-	sess.tasks.sent()
-	d := sess.direct.startCall(ctx, t.remote, arguments(c), c.IdempotencyKey)
-	return func() (tools.Result, error) {
-		res, err := decodeAnswer(d.await(ctx))
-		r, err := t.answered(ctx, sess, c, res, err)
-		if err != nil {
-			t.s.errs.Add(1)
-		}
-		return r, err
-	}
-}
-
-// direct reports whether a plain call of the tool on sess goes past the
-// SDK's client (direct.go).
-func (t *tool) direct(sess *session) bool {
-	asTask := sess.tasks != nil && sess.tasks.useTask(t.taskSupport)
-	return sess.direct != nil && !asTask && !sess.tasks.isModern() && !perRequestMeta(sess.cs)
-}
-
 // send sends a tools/call of the tool with args, carrying the call's
 // idempotency key in its _meta: past the SDK's client when the session
 // allows it (direct.go), through its CallTool otherwise.
 func (t *tool) send(ctx context.Context, sess *session, args json.RawMessage, key string) (*mcp.CallToolResult, error) {
-	if !t.direct(sess) {
+	asTask := sess.tasks != nil && sess.tasks.useTask(t.taskSupport)
+	if sess.direct == nil || asTask || sess.tasks.isModern() || perRequestMeta(sess.cs) {
 		params := &mcp.CallToolParams{Name: t.remote, Arguments: args, Meta: mcp.Meta{MetaIdempotencyKey: key}}
-		if sess.tasks != nil && sess.tasks.useTask(t.taskSupport) {
+		if asTask {
 			params.Meta[metaAsTask] = true
 		}
 		return sess.cs.CallTool(ctx, params)
 	}
 	sess.tasks.sent()
-	return decodeAnswer(sess.direct.callTool(ctx, t.remote, args, key))
-}
-
-// decodeAnswer decodes a direct call's answer (decodeResult), or passes
-// its error on.
-func decodeAnswer(answer json.RawMessage, err error) (*mcp.CallToolResult, error) {
+	answer, err := sess.direct.callTool(ctx, t.remote, args, key)
 	if err != nil {
 		return nil, err
 	}

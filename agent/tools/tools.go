@@ -118,38 +118,6 @@ type PartsTool interface {
 	CallParts(ctx context.Context, call Call) (Result, error)
 }
 
-// Starter is a tool whose call can be started by one goroutine and awaited
-// by another. The agent starts a call that queued for a tool slot
-// (Options.MaxConcurrentTools) on the goroutine that frees the slot, so that
-// the call does not wait until its own goroutine is scheduled, and awaits it
-// on the call's goroutine. A tool that is not a Starter, or whose Start
-// returns nil, is called with CallParts or Call on a goroutine of its own.
-//
-// The contract:
-//   - Start begins call and returns without waiting for its outcome: it does
-//     little more than write a request. It runs on another task's goroutine,
-//     whose work waits meanwhile. It is never called for a call whose
-//     context ended while it queued.
-//   - ctx is the call's context: it carries the per-call timeout, which
-//     counts from Start, and ends when the call is cancelled, the task moves
-//     or the agent stops.
-//   - Start returns nil when it cannot start call this way (a call that
-//     resumes a handle or may record one, a transport that cannot split a
-//     call); it must then have started nothing. The agent calls CallParts
-//     or Call instead, with a context of the same timeout.
-//   - Otherwise the agent calls the returned function once, on another
-//     goroutine, for the call's outcome, as CallParts would return it. It
-//     must return soon once ctx ends (the agent waits for it: a Starter's
-//     call is not abandoned as a Call that ignores its context is), and
-//     it tells the server that a call it gave up was cancelled, as Call
-//     would.
-//   - A panic in Start or in the returned function fails the call with an
-//     error, as a panic in Call does.
-type Starter interface {
-	Tool
-	Start(ctx context.Context, call Call) func() (Result, error)
-}
-
 // Provider is a changing set of tools (an MCP server adds and removes
 // tools). The agent asks it for its tools whenever it resolves a task
 // type, so a tool that appears later matches the types' globs.
