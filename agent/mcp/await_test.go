@@ -14,7 +14,12 @@ import (
 func TestAwaitTool(t *testing.T) {
 	mute := goServer("mute", modeSilent, nil)
 	mute.InitTimeout = 300 * time.Millisecond // the server's own, not the manager's 20s
-	m := start(t, testOptions(), goServer("fast", modeTools, nil), mute)
+	// No restart while the test reads the down server's state: a
+	// restart after the usual 50 ms would make it "starting" again, which
+	// a busy machine shows between AwaitTool's return and the check.
+	opts := testOptions()
+	opts.MinBackoff, opts.MaxBackoff = time.Hour, time.Hour
+	m := start(t, opts, goServer("fast", modeTools, nil), mute)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
