@@ -157,3 +157,8 @@ func (o *Options) setOptions(persist bool) projection.Options {
 	}
 	return po
 }
+
+// pendingCheckpoint is how many bytes of changes not yet written start a
+// checkpoint: a sixteenth of MemoryBudget. It also bounds the buffers a
+// store keeps from one checkpoint for the next.
+func (o *Options) pendingCheckpoint() int64 { return o.MemoryBudget / 16 }

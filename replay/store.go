@@ -106,10 +106,10 @@ type store struct {
 	// keep (keepChunks when it is less) and keepOps.
 	spareMu sync.Mutex
 	spare   writeBufs
-	// keep is how many bytes of chunks spare may hold: a sixteenth of
-	// the View's memory budget, the changes not yet written that start
-	// a checkpoint, so that a checkpoint of the default interval (about
-	// 13 MB for 4,000 of the agent's tasks) encodes into the last one's.
+	// keep is how many bytes of chunks spare may hold: as many as the
+	// changes not yet written that start a checkpoint
+	// (Options.pendingCheckpoint), so that a checkpoint that large
+	// encodes into the last one's buffers.
 	keep int64
 }
 

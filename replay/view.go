@@ -154,7 +154,7 @@ func (v *View) budgetLocked(ctx context.Context) error {
 	budget := v.opts.MemoryBudget
 	for {
 		use := v.set.Bytes()
-		if !v.ckBusy && (v.since >= v.opts.CheckpointEvery || use.Pending() >= budget/16) {
+		if !v.ckBusy && (v.since >= v.opts.CheckpointEvery || use.Pending() >= v.opts.pendingCheckpoint()) {
 			v.ckBusy, v.ckDone = true, make(chan struct{})
 			go v.background()
 		}
@@ -492,7 +492,7 @@ func Open(ctx context.Context, l *eventlog.Log, opts *Options) (*View, *Recovery
 	if err := o.Validate(); err != nil {
 		return nil, nil, err
 	}
-	v := &View{opts: o, st: &store{log: l, ingest: o.ingestBytes, keep: o.MemoryBudget / 16}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
+	v := &View{opts: o, st: &store{log: l, ingest: o.ingestBytes, keep: o.pendingCheckpoint()}, write: !o.ReadOnly, ckSem: make(chan struct{}, 1)}
 	rec := &Recovery{}
 	set, reason, err := v.st.load(o.setOptions(true), v.identity(), l.Head(), o.MemoryBudget)
 	if err != nil {
