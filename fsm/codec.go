@@ -45,33 +45,6 @@ func Encode(b Body) ([]byte, error) {
 	return marshal(b)
 }
 
-// AppendEncode appends Encode's encoding of b to dst and returns the
-// extended slice; on error, dst. A caller that encodes the bodies of one
-// append (the agent's stages) can write them into one buffer, each body
-// a slice of it, instead of one allocation per body.
-func AppendEncode(dst []byte, b Body) ([]byte, error) {
-	if err := encodable(b); err != nil {
-		return dst, err
-	}
-	// Encode's pooled encoder, with dst in place of its buffer, as
-	// AppendTask does.
-	e := encoders.Get().(*taskEncoder)
-	kept := e.b
-	e.b = dst
-	ok := encBody(e, b)
-	out := e.b
-	e.b = kept
-	encoders.Put(e)
-	if ok {
-		return out, nil
-	}
-	data, err := marshal(b)
-	if err != nil {
-		return dst, err
-	}
-	return append(dst, data...), nil
-}
-
 // encodable refuses a nil body and a body of a type newBody has none for.
 func encodable(b Body) error {
 	if b == nil || isNilBody(b) {

@@ -308,32 +308,3 @@ func TestKnownBody(t *testing.T) {
 		t.Fatalf("an input of an unknown kind: %v, want ErrUnknownEvent", err)
 	}
 }
-
-// TestAppendEncode requires AppendEncode to append exactly Encode's bytes
-// for every body type (those encoded by hand and by reflection), one after
-// another into one buffer, and to refuse what Encode refuses leaving dst
-// as it was.
-func TestAppendEncode(t *testing.T) {
-	buf := []byte("prefix")
-	want := append([]byte(nil), buf...)
-	for _, et := range EventTypes {
-		b := sampleBodies(t)[et]
-		data, err := Encode(b)
-		if err != nil {
-			t.Fatalf("%s: %v", et, err)
-		}
-		if buf, err = AppendEncode(buf, b); err != nil {
-			t.Fatalf("%s: %v", et, err)
-		}
-		want = append(want, data...)
-		if !bytes.Equal(buf, want) {
-			t.Fatalf("%s: AppendEncode differs from Encode", et)
-		}
-	}
-	for _, bad := range []Body{nil, (*Input)(nil), &Input{Kind: "NO_SUCH_EVENT"}} {
-		out, err := AppendEncode(buf, bad)
-		if err == nil || !bytes.Equal(out, buf) {
-			t.Fatalf("%#v: %v, %d bytes (want an error and %d)", bad, err, len(out), len(buf))
-		}
-	}
-}
