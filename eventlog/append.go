@@ -476,25 +476,52 @@ func (l *Log) commitGroup(group []*appendReq) {
 // any of them is acknowledged, so that a sequence handed out is never
 // handed out again, whatever is lost later. It writes the marker (synced)
 // once per reserveStep events, recording the current durable head on the
-// way. The write runs while the group commits, so that its fsyncs overlap
-// the WAL's instead of adding to the group's latency; the returned wait
+// way, and ahead of need: once a group comes within half a step of the
+// reservation, a write in the background extends it by a step, and the
+// groups that follow, still covered, do not wait for it.
+// Only a group beyond the reservation (the first, or a burst that
+// outruns the background write) waits: its write runs while the group
+// commits, so that its fsyncs overlap the WAL's, and the returned wait
 // reports its outcome and must be called before the group is
 // acknowledged. A crash in between leaves the group unacknowledged, so no
 // reader or appender has seen its sequences: if the WAL kept it and the
 // marker did not, Open finds the head beyond the marker, which is allowed.
+// A failed background write poisons the log: the groups it was written
+// for are covered by the reservation before it, and no later one is
+// acknowledged.
 func (l *Log) reserve(last uint64) (wait func() error) {
-	if m, _ := l.marked(); last <= m.reserved {
+	m, _ := l.marked()
+	if last <= m.reserved {
+		if m.reserved-last < reserveStep/2 && l.reserving.CompareAndSwap(false, true) {
+			head := l.durableHead()
+			l.reserveWG.Add(1)
+			go func() {
+				defer l.reserveWG.Done()
+				defer l.reserving.Store(false)
+				if l.testHookReserve != nil {
+					l.testHookReserve()
+				}
+				if err := l.extendReservation(head, last+reserveStep/2, m.reserved+reserveStep); err != nil {
+					l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
+				}
+			}()
+		}
 		return func() error { return nil }
 	}
 	head := l.durableHead()
 	done := make(chan error, 1)
-	go func() {
-		done <- l.updateMarker(func(m *marker) {
-			m.head = max(m.head, head)
-			m.reserved = max(m.reserved, last+reserveStep)
-		})
-	}()
+	go func() { done <- l.extendReservation(head, last, last+reserveStep) }()
 	return func() error { return <-done }
+}
+
+// extendReservation writes the marker with head and reserved = to, unless
+// the marker as last written (a background reservation's) already
+// reserves need.
+func (l *Log) extendReservation(head, need, to uint64) error {
+	return l.updateMarkerUnless(func(m marker) bool { return m.reserved >= need }, func(m *marker) {
+		m.head = max(m.head, head)
+		m.reserved = max(m.reserved, to)
+	})
 }
 
 // prepare checks one request against the log and the group so far and, if it

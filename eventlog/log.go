@@ -70,6 +70,10 @@ type Log struct {
 	mark      marker
 	markAt    time.Time     // when mark was written
 	markEvery time.Duration // markerInterval; tests shorten it
+	// reserving is set while a reservation written ahead of need runs
+	// (reserve); reserveWG lets Close wait for it before the last marker.
+	reserving atomic.Bool
+	reserveWG sync.WaitGroup
 	loss      *DataLossError
 
 	// Committer-owned state.
@@ -90,6 +94,9 @@ type Log struct {
 	testHookRetire func()
 	// testHookWAL, if set, is called by walCreated after the marker write.
 	testHookWAL func(pebble.WALCreateInfo)
+	// testHookReserve, if set, is called by a background reservation
+	// before it writes the marker.
+	testHookReserve func()
 
 	// readMu guards the DB against Close while reads use it; iters lets
 	// Close end open iterators, which Pebble requires before closing.
@@ -904,6 +911,7 @@ func (l *Log) Close() error {
 	}
 	l.closeMu.Unlock()
 	<-l.committerDone
+	l.reserveWG.Wait() // its marker must not follow the clean one
 	close(l.done)
 
 	l.readMu.Lock()

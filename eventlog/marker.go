@@ -51,8 +51,12 @@ const (
 	// reserveStep is how far beyond a commit group the marker reserves
 	// sequences, so that it is rewritten once per reserveStep events, not
 	// per commit. It is also the most a crash can leave the marker's head
-	// behind the acknowledged head (refreshMarker usually keeps it closer).
-	reserveStep = 1024
+	// behind the acknowledged head (refreshMarker usually keeps it closer:
+	// a second of appends). At 1024 a busy log (38,000 events/s) wrote the
+	// marker 37 times a second, two fsyncs each that a commit group waits
+	// for; at 8192 it is under five, and the agent's MCP row gained 5 to
+	// 10% (docs/benchmarks.md, "The head marker's reservations").
+	reserveStep = 8192
 )
 
 // markerKey is the meta key that says a marker was written for this log, so
@@ -145,8 +149,17 @@ func writeMarker(fs vfs.FS, dir string, m marker) error {
 // back the previous WAL). Fields only grow, except that update may set
 // wal to 0 and clean; clean is false unless update sets it.
 func (l *Log) updateMarker(update func(m *marker)) error {
+	return l.updateMarkerUnless(nil, update)
+}
+
+// updateMarkerUnless is updateMarker that writes nothing when done (if
+// not nil) says the marker as last written needs no update.
+func (l *Log) updateMarkerUnless(done func(m marker) bool, update func(m *marker)) error {
 	l.markMu.Lock()
 	defer l.markMu.Unlock()
+	if done != nil && done(l.mark) {
+		return nil
+	}
 	m := l.mark
 	m.clean = false
 	update(&m)

@@ -604,3 +604,77 @@ func TestPowerLossDuringCreation(t *testing.T) {
 	}
 	t.Logf("%d images, %d of them during the creation", len(images), created)
 }
+
+// TestReservationWrittenAhead: in a steady stream of appends the marker's
+// reservation is extended in the background before the groups reach it.
+// While that write is held up, the groups it covers are still acknowledged
+// (they do not wait for it), each only once the marker on disk reserves
+// its sequences; the write then extends the reservation by a step, and Close waits for it before it writes the clean marker.
+func TestReservationWrittenAhead(t *testing.T) {
+	mem := vfs.NewMem()
+	gate := make(chan struct{})
+	held := make(chan struct{}, 1)
+	l := mustOpen(t, "db", testOptions(mem))
+	l.markEvery = time.Hour // no refresh: reservations and WAL creations write the marker
+	l.testHookReserve = func() {
+		held <- struct{}{}
+		<-gate
+	}
+	onDisk := func() marker {
+		t.Helper()
+		m, found, err := readMarker(mem, "db")
+		if err != nil || !found {
+			t.Fatalf("reading the marker: found %v, %v", found, err)
+		}
+		return m
+	}
+	// appendCovered appends n events and fails if that waits for the
+	// held marker write, or if the marker on disk does not reserve them.
+	appendCovered := func(n int) uint64 {
+		t.Helper()
+		evs := make([]Event, n)
+		for i := range evs {
+			evs[i] = ev("E", "")
+		}
+		done := make(chan AppendResult, 1)
+		go func() { done <- mustAppend(t, l, "s", Any, evs...) }()
+		select {
+		case res := <-done:
+			last := res.Events[n-1].Seq
+			if m := onDisk(); m.reserved < last {
+				t.Fatalf("sequence %d acknowledged while the marker on disk reserves up to %d", last, m.reserved)
+			}
+			return last
+		case <-time.After(30 * time.Second):
+			t.Fatal("an append the reservation covers waited for the marker write")
+			return 0
+		}
+	}
+	mustAppend(t, l, "s", Any, ev("FIRST", "")) // reserves 1 + reserveStep
+	reserved := onDisk().reserved
+	if reserved != 1+reserveStep {
+		t.Fatalf("reserved %d after the first append, want %d", reserved, 1+reserveStep)
+	}
+	// Within half a step of the reservation: the background write starts
+	// and is held; the group is acknowledged all the same.
+	start := appendCovered(int(reserved - reserveStep/2))
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no reservation was written ahead of need")
+	}
+	// Up to the reservation's last sequence, still while it is held.
+	if last := appendCovered(int(reserved - start)); last != reserved {
+		t.Fatalf("last sequence %d, want %d", last, reserved)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	close(gate) // the background write, then Close's
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	m := onDisk()
+	if !m.clean || m.head != reserved || m.reserved != reserved+reserveStep {
+		t.Fatalf("marker after Close: %+v, want clean, head %d, reserved %d", m, reserved, reserved+reserveStep)
+	}
+}
