@@ -53,9 +53,9 @@ const (
 	// per commit. It is also the most a crash can leave the marker's head
 	// behind the acknowledged head (refreshMarker usually keeps it closer:
 	// a second of appends). At 1024 a busy log (38,000 events/s) wrote the
-	// marker 37 times a second, two fsyncs each that a commit group waits
-	// for; at 8192 it is under five, and the agent's MCP row gained 5 to
-	// 10% (docs/benchmarks.md, "The head marker's reservations").
+	// marker 37 times a second, two fsyncs each that a commit group waited
+	// for; at 8192, written ahead of need (reserve), it is under five and
+	// no group waits (docs/benchmarks.md, "The head marker's reservations").
 	reserveStep = 8192
 )
 
