@@ -137,8 +137,10 @@ func TestWorkerConcurrency(t *testing.T) {
 	}
 }
 
-// TestWorkerHeartbeat: a task with heartbeat_seconds 1 whose handler runs
-// 2.5 s is not timed out: the worker's heartbeats keep it alive.
+// TestWorkerHeartbeat: a task with heartbeat_seconds 3 whose handler runs
+// 7.5 s is not timed out: the worker's heartbeats keep it alive. (With 1 s
+// the heartbeat sent every third of it was late once on a machine at load
+// average 14, and the task was timed out and handled twice.)
 func TestWorkerHeartbeat(t *testing.T) {
 	c := fastClient(t, server, unique("hb-worker"))
 	var seen calls
@@ -146,13 +148,13 @@ func TestWorkerHeartbeat(t *testing.T) {
 	runWorker(t, c, client.WorkerOptions{Capabilities: []string{capHb}}, func(ctx context.Context, task *client.Task) (any, error) {
 		seen.add(task.TaskID)
 		select { // the work itself: 2.5 heartbeat periods
-		case <-time.After(2500 * time.Millisecond):
+		case <-time.After(7500 * time.Millisecond):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 		return "slow", nil
 	})
-	id := create(t, c, 1, api.CreateDispatch{Title: "slow", RequiredCapabilities: []string{capHb}, HeartbeatSeconds: 1})[0]
+	id := create(t, c, 1, api.CreateDispatch{Title: "slow", RequiredCapabilities: []string{capHb}, HeartbeatSeconds: 3})[0]
 	d := waitDispatch(t, c, id, func(d api.DispatchTask) bool {
 		return d.Status != api.StatusPending && d.Status != api.StatusAssigned && d.Status != api.StatusInProgress
 	})
