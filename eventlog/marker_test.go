@@ -609,7 +609,8 @@ func TestPowerLossDuringCreation(t *testing.T) {
 // reservation is extended in the background before the groups reach it.
 // While that write is held up, the groups it covers are still acknowledged
 // (they do not wait for it), each only once the marker on disk reserves
-// its sequences; the write then extends the reservation by a step, and Close waits for it before it writes the clean marker.
+// its sequences; the write then extends the reservation by a step, and
+// Close waits for it before it writes the clean marker.
 func TestReservationWrittenAhead(t *testing.T) {
 	mem := vfs.NewMem()
 	gate := make(chan struct{})
@@ -636,11 +637,21 @@ func TestReservationWrittenAhead(t *testing.T) {
 		for i := range evs {
 			evs[i] = ev("E", "")
 		}
-		done := make(chan AppendResult, 1)
-		go func() { done <- mustAppend(t, l, "s", Any, evs...) }()
+		type result struct {
+			res AppendResult
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			res, err := l.Append(context.Background(), "s", Any, evs...)
+			done <- result{res, err}
+		}()
 		select {
-		case res := <-done:
-			last := res.Events[n-1].Seq
+		case r := <-done:
+			if r.err != nil {
+				t.Fatalf("append: %v", r.err)
+			}
+			last := r.res.Events[n-1].Seq
 			if m := onDisk(); m.reserved < last {
 				t.Fatalf("sequence %d acknowledged while the marker on disk reserves up to %d", last, m.reserved)
 			}
