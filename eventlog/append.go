@@ -476,42 +476,48 @@ func (l *Log) commitGroup(group []*appendReq) {
 // any of them is acknowledged, so that a sequence handed out is never
 // handed out again, whatever is lost later. It writes the marker (synced)
 // once per reserveStep events, recording the current durable head on the
-// way, and ahead of need: once a group comes within half a step of the
-// reservation, a write in the background extends it by a step, and the
-// groups that follow, still covered, do not wait for it.
-// Only a group beyond the reservation (the first, or a burst that
-// outruns the background write) waits: its write runs while the group
-// commits, so that its fsyncs overlap the WAL's, and the returned wait
-// reports its outcome and must be called before the group is
-// acknowledged. A crash in between leaves the group unacknowledged, so no
-// reader or appender has seen its sequences: if the WAL kept it and the
-// marker did not, Open finds the head beyond the marker, which is allowed.
-// A failed background write poisons the log: the groups it was written
-// for are covered by the reservation before it, and no later one is
-// acknowledged.
+// way, and ahead of need (reserveAhead), so that in a steady stream no
+// group waits for it. Only a group beyond the reservation (the first, or
+// a burst that outruns the background write) waits: its write runs while
+// the group commits, so that its fsyncs overlap the WAL's, and the
+// returned wait reports its outcome and must be called before the group
+// is acknowledged. A crash in between leaves the group unacknowledged, so
+// no reader or appender has seen its sequences: if the WAL kept it and
+// the marker did not, Open finds the head beyond the marker, which is
+// allowed.
 func (l *Log) reserve(last uint64) (wait func() error) {
 	m, _ := l.marked()
-	if last <= m.reserved {
-		if m.reserved-last < reserveStep/2 && l.reserving.CompareAndSwap(false, true) {
-			head := l.durableHead()
-			l.reserveWG.Add(1)
-			go func() {
-				defer l.reserveWG.Done()
-				defer l.reserving.Store(false)
-				if l.testHookReserve != nil {
-					l.testHookReserve()
-				}
-				if err := l.extendReservation(head, last+reserveStep/2, m.reserved+reserveStep); err != nil {
-					l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
-				}
-			}()
-		}
-		return func() error { return nil }
+	if last > m.reserved {
+		head := l.durableHead()
+		done := make(chan error, 1)
+		go func() { done <- l.extendReservation(head, last, last+reserveStep) }()
+		return func() error { return <-done }
 	}
+	if m.reserved-last < reserveStep/2 && l.reserving.CompareAndSwap(false, true) {
+		l.reserveAhead(last+reserveStep/2, m.reserved+reserveStep)
+	}
+	return func() error { return nil }
+}
+
+// reserveAhead extends the reservation to to in the background, unless it
+// reserves need by then, for a group that came within half a step of it:
+// the groups that follow, still covered, do not wait for the write. A
+// failed write poisons the log: the groups it was started for are covered
+// by the reservation before it, and no later one is acknowledged. Close
+// waits for it (reserveWG); reserving is set until it ends.
+func (l *Log) reserveAhead(need, to uint64) {
 	head := l.durableHead()
-	done := make(chan error, 1)
-	go func() { done <- l.extendReservation(head, last, last+reserveStep) }()
-	return func() error { return <-done }
+	l.reserveWG.Add(1)
+	go func() {
+		defer l.reserveWG.Done()
+		defer l.reserving.Store(false)
+		if l.testHookReserve != nil {
+			l.testHookReserve()
+		}
+		if err := l.extendReservation(head, need, to); err != nil {
+			l.poison(fmt.Errorf("write %s: %w", MarkerFile, err))
+		}
+	}()
 }
 
 // extendReservation writes the marker with head and reserved = to, unless
