@@ -20,9 +20,10 @@ import (
 // proj/a/, 70% of them new ids, 30% rewrites; ~1.9 MB, SplitTables(7))
 // runs; in "after-write" a small WriteAux of a proj/ key (a small
 // checkpoint's) precedes each, so that the memtable holds a key the
-// ingested tables overlap. b.N counts ingests. It reports the p50, p99 and worst latency of
-// the appends that overlapped an ingest ("in-"), the p99 of the others,
-// the mean time of an ingest and the appends per second over the run.
+// ingested tables overlap. b.N counts ingests. It reports the p50, p99
+// and worst latency of the appends that overlapped an ingest ("in-"), the
+// p99 of the others, the mean time of an ingest and the appends per
+// second over the run.
 // See docs/benchmarks.md for the figures and the command.
 func BenchmarkAppendDuringIngest(b *testing.B) {
 	for _, mode := range []string{"ingest", "after-write"} {
