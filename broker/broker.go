@@ -750,13 +750,16 @@ func (b *Broker) append(ctx context.Context, t *fsm.Task, now time.Time, evs ...
 	if err != nil {
 		return res, err
 	}
-	return res, b.synced(ctx, res.LastSeq)
+	return res, b.WaitFor(ctx, res.LastSeq)
 }
 
-// synced waits until the view has folded seq and, while the loop runs,
-// follow has indexed it: a caller's next read sees its write (a worker's
-// long poll after its report does not return the task it just completed).
-func (b *Broker) synced(ctx context.Context, seq uint64) error {
+// WaitFor blocks until every read of b reflects the log up to seq: the
+// view has folded it and, while the loop runs, follow has indexed it. A
+// command waits for its own append, so that the caller's next read sees
+// its write (a worker's long poll after its report does not return the
+// task it just completed); a server waits for the events it serves, so
+// that a client that saw an event reads a task that includes it.
+func (b *Broker) WaitFor(ctx context.Context, seq uint64) error {
 	if err := b.tasks.WaitFor(ctx, seq); err != nil {
 		return err
 	}

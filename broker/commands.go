@@ -354,7 +354,7 @@ func (b *Broker) requeue(ctx context.Context, by, reason string, match func(*fsm
 		if err != nil {
 			return nil, err
 		}
-		if err := b.synced(ctx, res[len(res)-1].LastSeq); err != nil {
+		if err := b.WaitFor(ctx, res[len(res)-1].LastSeq); err != nil {
 			return nil, err
 		}
 		return res, nil

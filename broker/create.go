@@ -166,7 +166,7 @@ func (b *Broker) CreateEach(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 	if err != nil {
 		return err
 	}
-	if err := b.synced(ctx, last); err != nil {
+	if err := b.WaitFor(ctx, last); err != nil {
 		return err
 	}
 	for i := range evs {
@@ -174,7 +174,7 @@ func (b *Broker) CreateEach(ctx context.Context, ids []ulid.ULID, reqs []CreateR
 			b.children.add(bodies[i].ParentTaskID, evs[i].ID.String())
 		}
 	}
-	// The view folded the batch once synced returned: each task as folded
+	// The view folded the batch once WaitFor returned: each task as folded
 	// at or after its commit. (The broker's index holds only what
 	// scheduling reads, not the whole task.)
 	var t fsm.Task // one for every call (t is valid during the call only)
@@ -273,7 +273,7 @@ func (b *Broker) create(ctx context.Context, id ulid.ULID, body fsm.DispatchCrea
 	if err != nil {
 		return fsm.Task{}, err
 	}
-	if err := b.synced(ctx, res.LastSeq); err != nil {
+	if err := b.WaitFor(ctx, res.LastSeq); err != nil {
 		return fsm.Task{}, err
 	}
 	b.children.add(body.ParentTaskID, id.String()) // before the loop follows it: the parent lists it at once

@@ -366,8 +366,10 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 	}{TaskID: t.ID, Events: []eventWithAgent{}}
 	it := s.store.ReadStream(t.ID, 1)
 	defer it.Close()
+	var last uint64
 	for it.Next() {
 		ev := it.Event()
+		last = ev.Seq
 		j := eventWithAgent{EventJSON: replay.NewEventJSON(ev)}
 		var who struct {
 			AgentID string `json:"agent_id"`
@@ -378,6 +380,9 @@ func (s *Server) apiEvents(w http.ResponseWriter, r *http.Request, _ string) *ap
 	}
 	if err := it.Err(); err != nil {
 		return s.fromError(err)
+	}
+	if e := s.reflect(r.Context(), last); e != nil {
+		return e
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -63,6 +63,8 @@ type ReadModel interface {
 	Issues() ([]replay.Issue, int)
 	// Seq is the last sequence folded.
 	Seq() uint64
+	// WaitFor blocks until seq is folded, or ctx ends.
+	WaitFor(ctx context.Context, seq uint64) error
 	// MemoryUse is what the task views hold, against the memory budget.
 	MemoryUse() projection.MemoryUse
 	// Checkpoint persists the projections, before a checkpoint copy.

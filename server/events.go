@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -52,6 +53,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) *apiError {
 	if err := it.Err(); err != nil {
 		return s.fromError(err)
 	}
+	if e := s.reflect(r.Context(), next); e != nil {
+		return e
+	}
 	writeJSON(w, http.StatusOK, map[string]any{"events": evs, "next_after_seq": next, "head": s.store.Head()})
 	return nil
 }
@@ -70,6 +74,29 @@ func (s *Server) checkResume(name string, after uint64) *apiError {
 	return &apiError{status: http.StatusConflict, Code: codeBeyondHead, Message: fmt.Sprintf(
 		"%s %d is beyond the log's head %d: this log never had that event (another data directory, or one restored "+
 			"from an older copy?); resume from a sequence at most %d, or from 0 to read everything again", name, after, head, head)}
+}
+
+// reflected blocks until every read the API serves reflects the log up
+// to seq: the view has folded it and, when the broker runs, the broker
+// has indexed it. The handlers that serve events from the log (the event
+// lists and streams) call it before they hand an event out, so that a
+// client that saw an event and then reads its task finds the task with
+// that event applied, never older. The wait is the fold's lag behind the
+// commit, microseconds when the daemon keeps up.
+func (s *Server) reflected(ctx context.Context, seq uint64) error {
+	if s.broker != nil && s.broker.b != nil {
+		return s.broker.b.WaitFor(ctx, seq)
+	}
+	return s.view.WaitFor(ctx, seq)
+}
+
+// reflect is reflected for a handler that answers once: a request that
+// ends first answers as any cancelled request does.
+func (s *Server) reflect(ctx context.Context, seq uint64) *apiError {
+	if err := s.reflected(ctx, seq); err != nil {
+		return s.fromError(err)
+	}
+	return nil
 }
 
 // sseHeartbeat keeps idle event streams (and proxies) alive.
@@ -126,6 +153,12 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, q url.Value
 	go func() {
 		for {
 			ev, err := sub.Next(ctx)
+			if err == nil && only != "" && ev.Stream != only {
+				continue
+			}
+			if err == nil {
+				err = s.reflected(ctx, ev.Seq)
+			}
 			select {
 			case evs <- next{ev, err}:
 			case <-ctx.Done():
@@ -168,9 +201,6 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, q url.Value
 		case n := <-evs:
 			if n.err != nil {
 				return nil
-			}
-			if only != "" && n.ev.Stream != only {
-				continue
 			}
 			// The frames pushed before this event was appended are
 			// waiting: they go first.

@@ -366,11 +366,17 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) *apiError {
 	it := s.store.ReadStream(t.ID, uint64(after)+1)
 	defer it.Close()
 	evs := []eventJSON{}
+	var last uint64
 	for len(evs) < limit && it.Next() {
-		evs = append(evs, toEventJSON(it.Event()))
+		ev := it.Event()
+		evs = append(evs, toEventJSON(ev))
+		last = ev.Seq
 	}
 	if err := it.Err(); err != nil {
 		return s.fromError(err)
+	}
+	if e := s.reflect(r.Context(), last); e != nil {
+		return e
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"task_id": t.ID, "events": evs})
 	return nil
