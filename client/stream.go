@@ -51,6 +51,8 @@ type sseResult struct {
 }
 
 // Subscribe opens an event stream. Read it with Next; Close it when done.
+// The server sends an event only once its reads reflect it: a task read
+// after Next returned one of its events includes that event.
 func (c *Client) Subscribe(opts StreamOptions) *Subscription {
 	return &Subscription{c: c, opts: opts, last: opts.AfterSeq}
 }
