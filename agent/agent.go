@@ -107,7 +107,7 @@ func New(l *eventlog.Log, opts Options) (*Agent, error) {
 	rates := limitModels(&opts)
 	a := &Agent{
 		rates:    rates,
-		spend:    newSpendBook(opts.Prices, opts.Budgets),
+		spend:    newSpendBook(l, opts.Prices, opts.Budgets),
 		opts:     opts,
 		log:      l,
 		app:      opts.Appender,
@@ -174,7 +174,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return fmt.Errorf("agent: recovery: %w", err)
 	}
 	a.view, a.recovery = view, rec
-	if err := a.spend.rebuild(a.log, rec.Head); err != nil {
+	if err := a.spend.rebuild(rec.Head, rec.InFlight, rec.Suspended, rec.Idle); err != nil {
 		a.opts.Logger.Error("rebuilding the spend projection", "err", err)
 	}
 	a.watch.markHooked(rec.Head) // recovery folds without the hook: nothing before the head is pending
@@ -403,7 +403,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	a.logLifecycle(ch)
-	a.spend.apply(&ch.Event)
+	a.spend.apply(&ch.Event, Done(&ch.After) && !Done(&ch.Before))
 	ev, after := &ch.Event, &ch.After
 	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {

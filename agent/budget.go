@@ -45,8 +45,19 @@ const defaultReserveOut = 1024
 // MODEL_CALLED) and the reservations of the calls running, which the
 // budget checks count with it so that concurrent calls cannot overspend
 // by more than one reservation.
+//
+// The ledger holds an entry for the tasks that are not finished and the
+// last spendRetired that finished (a post-task reflection calls the model
+// after its task is done) only: an older one is forgotten, and restored
+// from the task's events in the log if it is needed again (a task that
+// runs again, its spend asked for). So the book's memory is bounded by the
+// tasks in flight, not by every task the daemon ever ran.
 type spendBook struct {
 	mu       sync.Mutex
+	log      *eventlog.Log
+	seq      uint64   // the last event folded into the ledger
+	retired  []string // the last finished tasks, a ring
+	next     int      // the slot of retired the next finished task takes
 	ledger   *projection.SpendLedger
 	budgets  Budgets
 	reserved map[string]reservation    // by task: its running call's
@@ -61,18 +72,37 @@ type reservation struct {
 	gen      uint64 // which check made it (release drops only its own)
 }
 
-func newSpendBook(prices projection.Prices, b Budgets) *spendBook {
-	return &spendBook{ledger: projection.NewSpendLedger(prices), budgets: b, reserved: map[string]reservation{},
-		byKey: map[[2]string]reservation{}}
+func newSpendBook(l *eventlog.Log, prices projection.Prices, b Budgets) *spendBook {
+	return &spendBook{log: l, retired: make([]string, spendRetired), ledger: projection.NewSpendLedger(prices), budgets: b,
+		reserved: map[string]reservation{}, byKey: map[[2]string]reservation{}}
 }
 
-// apply folds an event into the ledger. The usage of a task's call is
-// then in the ledger once its successful MODEL_CALLED, or any event of
-// the stage's outcome after it, is folded: the task's reservation goes.
-// (A failed attempt that is retried keeps it.)
-func (s *spendBook) apply(ev *fsm.Event) {
+// spendRetired is how many finished tasks keep their entry in the
+// ledger: enough that a reflection running behind a burst of completions
+// finds its task's entry, at about 150 bytes each.
+const spendRetired = 16384
+
+// apply folds an event into the ledger, finished saying whether the event
+// finishes its task (Done after it and not before). The usage of a task's
+// call is then in the ledger once its successful MODEL_CALLED, or any
+// event of the stage's outcome after it, is folded: the task's
+// reservation goes. (A failed attempt that is retried keeps it.)
+func (s *spendBook) apply(ev *fsm.Event, finished bool) {
 	s.mu.Lock()
+	if needsEntry(ev) && !s.ledger.Holds(ev.Stream) {
+		// A task forgotten after it finished, calling the model again:
+		// its entry (key, model, spend) first, from its events so far.
+		s.restoreLocked(ev.Stream)
+	}
 	s.ledger.Apply(ev)
+	s.seq = max(s.seq, ev.Seq)
+	if finished {
+		if old := s.retired[s.next]; old != "" {
+			s.ledger.Forget(old)
+		}
+		s.retired[s.next] = ev.Stream
+		s.next = (s.next + 1) % len(s.retired)
+	}
 	if len(s.reserved) > 0 {
 		switch b := ev.Body.(type) {
 		case *fsm.ModelCalledBody:
@@ -87,27 +117,95 @@ func (s *spendBook) apply(ev *fsm.Event) {
 	s.mu.Unlock()
 }
 
+// needsEntry reports whether folding ev reads its task's entry: a model
+// call is counted under the task's key and model, and a message to a task
+// that has one keeps its key. (An input that starts a task, or a broker
+// task's creation, sets the entry whatever it held.)
+func needsEntry(ev *fsm.Event) bool {
+	return ev.Type == fsm.ModelCalled || (ev.Type == fsm.MessageReceived && ev.Version > 1)
+}
+
+// spendEvent decodes raw if it is an event the ledger folds.
+func spendEvent(raw *eventlog.Event) (*fsm.Event, bool) {
+	switch fsm.EventType(raw.Type) {
+	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.ModelCalled, fsm.DispatchCreated:
+	default:
+		return nil, false
+	}
+	body, err := fsm.Decode(fsm.EventType(raw.Type), raw.Schema, raw.Body)
+	if err != nil {
+		return nil, false // the fold reports it
+	}
+	return &fsm.Event{Type: fsm.EventType(raw.Type), Stream: raw.Stream, Version: raw.Version, Time: raw.Time, Seq: raw.Seq, Body: body}, true
+}
+
 // rebuild folds the log's events up to head: the ledger of a restart.
-func (s *spendBook) rebuild(l *eventlog.Log, head uint64) error {
-	it := l.Scan(1, eventlog.Forward)
+// It then keeps the entries of the unfinished tasks (recovery's lists)
+// only; any other that runs again is restored then.
+func (s *spendBook) rebuild(head uint64, unfinished ...[]fsm.Task) error {
+	it := s.log.Scan(1, eventlog.Forward)
 	defer it.Close()
 	for it.Next() {
 		raw := it.Event()
 		if raw.Seq > head {
 			break
 		}
-		switch fsm.EventType(raw.Type) {
-		case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.ModelCalled, fsm.DispatchCreated:
-		default:
-			continue
+		if ev, ok := spendEvent(&raw); ok {
+			s.apply(ev, false)
 		}
-		body, err := fsm.Decode(fsm.EventType(raw.Type), raw.Schema, raw.Body)
-		if err != nil {
-			continue // the fold reports it
-		}
-		s.apply(&fsm.Event{Type: fsm.EventType(raw.Type), Stream: raw.Stream, Time: raw.Time, Seq: raw.Seq, Body: body})
 	}
+	keep := map[string]bool{}
+	for _, ts := range unfinished {
+		for i := range ts {
+			keep[ts[i].ID] = true
+		}
+	}
+	s.mu.Lock()
+	s.ledger.Retain(func(id string) bool { return keep[id] })
+	s.mu.Unlock()
 	return it.Err()
+}
+
+// streamLocked returns task id's events the ledger has folded, those it
+// folds, in order.
+func (s *spendBook) streamLocked(id string) []*fsm.Event {
+	var evs []*fsm.Event
+	if s.log == nil {
+		return nil
+	}
+	it := s.log.ReadStream(id, 1)
+	defer it.Close()
+	for it.Next() {
+		raw := it.Event()
+		if raw.Seq > s.seq {
+			break
+		}
+		if ev, ok := spendEvent(&raw); ok {
+			evs = append(evs, ev)
+		}
+	}
+	// A read error (a damaged log, which the daemon reports on its own)
+	// leaves what was read: this task's entry may be short, never the
+	// totals.
+	return evs
+}
+
+// restoreLocked brings back task id's entry from its events and returns
+// its spend.
+func (s *spendBook) restoreLocked(id string) projection.Spend {
+	return s.ledger.Restore(id, s.streamLocked(id))
+}
+
+// taskLocked returns what task id spent, restoring its entry first if it
+// was forgotten and keep is set.
+func (s *spendBook) taskLocked(id string, keep bool) projection.Spend {
+	if s.ledger.Holds(id) {
+		return s.ledger.Task(id)
+	}
+	if keep {
+		return s.restoreLocked(id)
+	}
+	return s.ledger.Refold(id, s.streamLocked(id))
 }
 
 // check is the budget check before a model call of t: the call reserves
@@ -133,7 +231,7 @@ func (s *spendBook) check(t *fsm.Task, model string, prompt, output int64, now t
 		}
 		return nil
 	}
-	if b := over(fsm.BudgetTask, tb.MaxTokens, tb.MaxCost, s.ledger.Task(t.ID), 0, 0); b != nil {
+	if b := over(fsm.BudgetTask, tb.MaxTokens, tb.MaxCost, s.taskLocked(t.ID, true), 0, 0); b != nil {
 		return b, 0
 	}
 	if kb, ok := s.keyBudget(t.ConcurrencyKey); ok {
@@ -255,7 +353,7 @@ func (a *Agent) Spend() projection.SpendReport {
 func (a *Agent) TaskSpend(id string) projection.Spend {
 	a.spend.mu.Lock()
 	defer a.spend.mu.Unlock()
-	return a.spend.ledger.Task(id)
+	return a.spend.taskLocked(id, false)
 }
 
 // SetBudgets replaces the spend budgets (an operator raised one): a task

@@ -152,10 +152,10 @@ func TestTaskBudgetFails(t *testing.T) {
 // TestSpendOverrun: a key whose spend on a day went past its budget (a
 // reply used more than it reserved) is listed with the figures.
 func TestSpendOverrun(t *testing.T) {
-	a := &Agent{spend: newSpendBook(nil, Budgets{Keys: map[string]KeyBudget{"acme": {MaxTokens: 100}}})}
+	a := &Agent{spend: newSpendBook(nil, nil, Budgets{Keys: map[string]KeyBudget{"acme": {MaxTokens: 100}}})}
 	day := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	a.spend.apply(&fsm.Event{Type: fsm.MessageReceived, Stream: "t1", Time: day, Body: &fsm.Input{Kind: fsm.MessageReceived, ConcurrencyKey: "acme"}})
-	a.spend.apply(&fsm.Event{Type: fsm.ModelCalled, Stream: "t1", Time: day, Body: &fsm.ModelCalledBody{Model: "m", PromptTokens: 90, CompletionTokens: 30}})
+	a.spend.apply(&fsm.Event{Type: fsm.MessageReceived, Stream: "t1", Time: day, Body: &fsm.Input{Kind: fsm.MessageReceived, ConcurrencyKey: "acme"}}, false)
+	a.spend.apply(&fsm.Event{Type: fsm.ModelCalled, Stream: "t1", Time: day, Body: &fsm.ModelCalledBody{Model: "m", PromptTokens: 90, CompletionTokens: 30}}, false)
 	got := a.Spend().Overruns
 	want := []projection.Overrun{{Key: "acme", Day: "2026-11-26", MaxTokens: 100, Tokens: 120}}
 	if !reflect.DeepEqual(got, want) {

@@ -167,6 +167,67 @@ func at[K comparable](m map[K]*Spend, k K) *Spend {
 	return s
 }
 
+// Forget drops task id's entry (its key, model and spend) and keeps every
+// figure the task added to. The agent forgets a task once it is finished,
+// so that the ledger holds the tasks that may still call a model, not
+// every task the daemon ever ran; Restore brings an entry back.
+func (l *SpendLedger) Forget(id string) { delete(l.tasks, id) }
+
+// Retain forgets every task keep says no to.
+func (l *SpendLedger) Retain(keep func(id string) bool) {
+	for id := range l.tasks {
+		if !keep(id) {
+			delete(l.tasks, id)
+		}
+	}
+}
+
+// Holds reports whether the ledger has an entry for task id: a task
+// created with a key or a model, or that called one, and not forgotten.
+func (l *SpendLedger) Holds(id string) bool {
+	_, ok := l.tasks[id]
+	return ok
+}
+
+// Held is how many tasks the ledger has an entry for.
+func (l *SpendLedger) Held() int { return len(l.tasks) }
+
+// Restore gives task id the entry that folding evs, its events in order,
+// gives (an empty ledger with l's prices folds them), and returns the
+// task's spend. Every other figure is unchanged: the events were counted
+// when they were first folded. A task with no entry in evs gets none.
+// Its cost is by the prices of now, which are those it was first
+// counted with unless SetPrices changed them since.
+func (l *SpendLedger) Restore(id string, evs []*fsm.Event) Spend {
+	ts := l.refold(id, evs)
+	if ts == nil {
+		delete(l.tasks, id)
+		return Spend{}
+	}
+	l.tasks[id] = ts
+	return ts.spend
+}
+
+// Refold is what task id spent by evs, its events in order, folded as
+// Restore does, without giving it an entry: the spend of a task the
+// ledger forgot.
+func (l *SpendLedger) Refold(id string, evs []*fsm.Event) Spend {
+	if ts := l.refold(id, evs); ts != nil {
+		return ts.spend
+	}
+	return Spend{}
+}
+
+func (l *SpendLedger) refold(id string, evs []*fsm.Event) *taskSpend {
+	one := NewSpendLedger(l.prices)
+	for _, ev := range evs {
+		if ev.Stream == id {
+			one.Apply(ev)
+		}
+	}
+	return one.tasks[id]
+}
+
 // Task returns what task id spent.
 func (l *SpendLedger) Task(id string) Spend {
 	if ts := l.tasks[id]; ts != nil {

@@ -79,3 +79,69 @@ func TestSpendDayCache(t *testing.T) {
 		}
 	}
 }
+
+// TestSpendLedgerForgetRestore: a ledger that forgets tasks at random and
+// restores a task's entry from its events before each of the task's
+// events (when it holds none) gives the figures of one that forgets
+// nothing: the totals, each task's spend (Refold for those it forgot),
+// and Retain keeps exactly the entries asked for.
+func TestSpendLedgerForgetRestore(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	prices := Prices{"a": {Input: 1, Output: 3}, "b": {Input: 5, Output: 7}}
+	ref, l := NewSpendLedger(prices), NewSpendLedger(prices)
+	day := time.Date(2026, 11, 27, 20, 0, 0, 0, time.UTC)
+	streams := map[string][]*fsm.Event{}
+	for i := range 3000 {
+		id := fmt.Sprint("t", rng.IntN(40))
+		var ev *fsm.Event
+		key := fmt.Sprint("k", rng.IntN(3))
+		at := day.Add(time.Duration(i) * time.Minute)
+		switch n := len(streams[id]); {
+		case n == 0 && rng.IntN(3) == 0:
+			ev = &fsm.Event{Type: fsm.DispatchCreated, Body: &fsm.DispatchCreatedBody{ConcurrencyKey: []string{"", key}[rng.IntN(2)]}}
+		case n == 0:
+			ev = &fsm.Event{Type: fsm.TaskCreated, Body: &fsm.TaskCreatedBody{ConcurrencyKey: key, Model: []string{"", "a", "b"}[rng.IntN(3)]}}
+		case rng.IntN(5) == 0:
+			ev = &fsm.Event{Type: fsm.MessageReceived, Body: &fsm.Input{Kind: fsm.MessageReceived, ConcurrencyKey: key}}
+		default:
+			ev = &fsm.Event{Type: fsm.ModelCalled, Body: &fsm.ModelCalledBody{Model: []string{"a", "b", "c"}[rng.IntN(3)],
+				PromptTokens: rng.IntN(100), CompletionTokens: rng.IntN(50)}}
+		}
+		ev.Stream, ev.Time, ev.Seq = id, at, uint64(i+1)
+		if rng.IntN(4) == 0 {
+			l.Forget(fmt.Sprint("t", rng.IntN(40)))
+		}
+		if !l.Holds(id) {
+			l.Restore(id, streams[id])
+		}
+		streams[id] = append(streams[id], ev)
+		ref.Apply(ev)
+		l.Apply(ev)
+	}
+	if got, want := l.Report(), ref.Report(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the report is\n%+v\nwant\n%+v", got, want)
+	}
+	for id, evs := range streams {
+		got := l.Task(id)
+		if !l.Holds(id) {
+			got = l.Refold(id, evs)
+		}
+		if want := ref.Task(id); got != want {
+			t.Errorf("%s spent %+v, want %+v", id, got, want)
+		}
+	}
+	kept := map[string]bool{"t1": true, "t2": true}
+	held := map[string]bool{}
+	for id := range streams {
+		held[id] = l.Holds(id)
+	}
+	l.Retain(func(id string) bool { return kept[id] })
+	for id := range streams {
+		if want := held[id] && kept[id]; l.Holds(id) != want {
+			t.Errorf("after Retain the ledger holds %s: %v, want %v", id, l.Holds(id), want)
+		}
+	}
+	if got, want := l.Report(), ref.Report(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("Retain changed the report")
+	}
+}
