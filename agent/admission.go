@@ -81,6 +81,17 @@ type fairQueue struct {
 
 func (f *fairQueue) Len() int { return f.n }
 
+// ids returns the ids of the waiting tasks, in no particular order.
+func (f *fairQueue) ids() []string {
+	out := make([]string, 0, f.n)
+	for _, q := range f.byKey {
+		for _, w := range *q {
+			out = append(out, w.id)
+		}
+	}
+	return out
+}
+
 func (f *fairQueue) push(w *waiting) {
 	if f.byKey == nil {
 		f.byKey = map[string]*admissionQueue{}

@@ -642,6 +642,10 @@ func (a *Agent) Types() []TaskTypeInfo {
 // Queued reports whether task id is waiting for an admission slot.
 func (a *Agent) Queued(id string) bool { return a.sched.queued(id) }
 
+// QueuedTasks returns the ids of the tasks waiting for an admission slot,
+// in no particular order.
+func (a *Agent) QueuedTasks() []string { return a.sched.queuedIDs() }
+
 // RuntimeStats are the agent's scheduling counters.
 type RuntimeStats struct {
 	ActiveSlots    int `json:"active_slots"`     // tasks holding an admission slot

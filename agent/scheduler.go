@@ -328,6 +328,13 @@ func (s *scheduler) queued(id string) bool {
 	return r != nil && r.wait != nil
 }
 
+// queuedIDs returns the ids of the tasks waiting for a slot.
+func (s *scheduler) queuedIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queue.ids()
+}
+
 // counts returns the slots held and the tasks waiting for one.
 func (s *scheduler) counts() (active, queued int) {
 	s.mu.Lock()

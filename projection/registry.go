@@ -58,8 +58,9 @@ type slot struct {
 	// the Set folded.
 	unlisted bool
 	// cold: the task left memory (Set.Cool) but is not finished; task is a
-	// stub (id, state, priority, version) that keeps the counters and the
-	// lists by state right. It is read back with RestoreTask.
+	// stub (id, state, priority, version, machine, creation time) that
+	// keeps the counters and the lists by state right. It is read back
+	// with RestoreTask.
 	cold bool
 }
 
@@ -219,6 +220,20 @@ func (r *Registry) Cold(states ...fsm.State) []fsm.Task {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// EachInState calls fn for every task in any of the given states, in
+// memory or its stub if it left (Set.Cool: id, state, priority, version,
+// machine and creation time are right, nothing else), in no particular
+// order, without copying them. fn must not keep t or change it. It costs
+// no read of a task that left memory: what a count by state and machine,
+// or the age of the oldest, needs.
+func (r *Registry) EachInState(fn func(t *fsm.Task), states ...fsm.State) {
+	for _, sl := range r.slots {
+		if slices.Contains(states, sl.task.State) {
+			fn(&sl.task)
+		}
+	}
 }
 
 // Each calls fn for every task in memory (not those that left it: Cold),

@@ -456,10 +456,10 @@ const reuseRecords = 4096
 // memory hold at most target bytes, and returns their ids. Only tasks
 // without pending changes leave (their persisted record is their current
 // state): idle and suspended ones first, then the largest. Each keeps a
-// stub (id, state, priority, version) so that counts and Registry.Cold stay
-// right; NeedsTask then asks for it to be restored before its next event,
-// and Registry.Get and Progress no longer find it (read it where it was
-// persisted).
+// stub (id, state, priority, version, machine, creation time) so that
+// counts, Registry.Cold and Registry.EachInState stay right; NeedsTask
+// then asks for it to be restored before its next event, and Registry.Get
+// and Progress no longer find it (read it where it was persisted).
 func (s *Set) Cool(target int64) []string {
 	if s.taskBytes <= target {
 		return nil
@@ -487,7 +487,8 @@ func (s *Set) Cool(target int64) []string {
 			break
 		}
 		t := &sl.task
-		sl.task = fsm.Task{ID: t.ID, State: t.State, Priority: t.Priority, Version: t.Version, Seq: t.Seq}
+		sl.task = fsm.Task{ID: t.ID, State: t.State, Priority: t.Priority, Version: t.Version, Seq: t.Seq,
+			Machine: t.Machine, CreatedAt: t.CreatedAt}
 		sl.progress, sl.hasProg, sl.cold, sl.inputSeq = Progress{}, false, true, 0
 		s.account(sl)
 		ids = append(ids, sl.task.ID)
@@ -499,7 +500,9 @@ func (s *Set) Cool(target int64) []string {
 // what Cool leaves, from the persisted summary. Open uses it when the
 // active tasks do not fit in the memory budget.
 func (s *Set) RestoreCold(sum *Summary) {
-	sl := s.tasks.put(fsm.Task{ID: sum.ID, State: sum.State, Priority: sum.Priority, Version: sum.Events, Seq: sum.Seq})
+	machine, _ := fsm.ParseMachineRef(sum.Machine) // none recorded: the zero ref, as the task had
+	sl := s.tasks.put(fsm.Task{ID: sum.ID, State: sum.State, Priority: sum.Priority, Version: sum.Events, Seq: sum.Seq,
+		Machine: machine, CreatedAt: sum.CreatedAt})
 	sl.progress, sl.hasProg, sl.cold, sl.inputSeq = Progress{}, false, true, 0
 	s.account(sl)
 }

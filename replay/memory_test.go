@@ -3,11 +3,13 @@ package replay
 import (
 	"context"
 	"flag"
+	"reflect"
 	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
@@ -119,6 +121,35 @@ func median(xs []int64) int64 {
 	return s[len(s)/2]
 }
 
+// sameEach checks that View.EachInState, which hands out the stubs of the
+// tasks that left memory, gives what a count by state and machine and the
+// age of the oldest need exactly as InState, which reads them back, does.
+func sameEach(t *testing.T, what string, v *View) {
+	t.Helper()
+	type fields struct {
+		state    fsm.State
+		priority int
+		version  uint64
+		machine  fsm.MachineRef
+		created  time.Time
+	}
+	of := func(tk *fsm.Task) fields {
+		return fields{tk.State, tk.Priority, tk.Version, tk.Machine, tk.CreatedAt}
+	}
+	want := map[string]fields{}
+	for _, tk := range v.InState(UnfinishedStates...) {
+		if tk.Machine == (fsm.MachineRef{}) || tk.CreatedAt.IsZero() {
+			t.Fatalf("%s: task %s read back without its machine or creation time", what, tk.ID)
+		}
+		want[tk.ID] = of(&tk)
+	}
+	got := map[string]fields{}
+	v.EachInState(func(tk *fsm.Task) { got[tk.ID] = of(tk) }, UnfinishedStates...)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s: EachInState gives\n%+v\nInState\n%+v", what, got, want)
+	}
+}
+
 // TestMemoryBudgetUnfinishedTasks submits tasks with 128 KiB inputs that
 // wait in idle (an admission queue longer than the budget), then admits
 // them. Tasks that are not finished must leave memory too once persisted,
@@ -172,6 +203,7 @@ func TestMemoryBudgetUnfinishedTasks(t *testing.T) {
 		}
 	}
 	checkIdle("InState", v.InState(fsm.StateIdle))
+	sameEach(t, "with tasks that left memory", v)
 	if v.ActiveCount() != tasks || len(v.Active()) != tasks || v.Count(fsm.StateIdle) != tasks {
 		t.Fatalf("counts: active %d, Active %d, idle %d", v.ActiveCount(), len(v.Active()), v.Count(fsm.StateIdle))
 	}
@@ -217,6 +249,10 @@ func TestMemoryBudgetUnfinishedTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkIdle("Recovery.Idle", rec.Idle)
+	if len(v.set.Tasks().Cold(fsm.StateIdle)) == 0 {
+		t.Fatal("after the restart no idle task is out of memory")
+	}
+	sameEach(t, "after a restart", v)
 	if use := v.MemoryUse(); use.Total() > budget {
 		t.Fatalf("after the restart the view holds %d bytes, over its budget of %d", use.Total(), budget)
 	}

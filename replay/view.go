@@ -357,10 +357,14 @@ func (v *View) Progress(id string) (projection.Progress, error) {
 	return *pp, nil
 }
 
+// UnfinishedStates are the states of the tasks Active lists: the agent's
+// task machine's that are not terminal.
+var UnfinishedStates = []fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}
+
 // Active returns the non-terminal tasks (idle, reasoning, acting,
 // suspended) ordered by id, i.e. by creation.
 func (v *View) Active() []fsm.Task {
-	ts := v.InState(fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended)
+	ts := v.InState(UnfinishedStates...)
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	return ts
 }
@@ -372,7 +376,8 @@ func (v *View) Active() []fsm.Task {
 //
 // Tasks that left memory to stay within the budget are read back from the
 // store, without the lock; one that cannot be read (an I/O error) is
-// returned as its stub (id, state, priority, version) and logged.
+// returned as its stub (id, state, priority, version, machine, creation
+// time) and logged.
 func (v *View) InState(states ...fsm.State) []fsm.Task {
 	v.mu.RLock()
 	ts := v.set.Tasks().ListState(states...)
@@ -392,6 +397,20 @@ func (v *View) InState(states ...fsm.State) []fsm.Task {
 	}
 	sortByPriority(ts)
 	return ts
+}
+
+// EachInState calls fn for every task in any of the given non-terminal
+// states, under the View's read lock, without copying the tasks or reading
+// back those that left memory: for one of those, fn gets its stub, whose
+// id, state, priority, version, machine and creation time are right and
+// nothing else. fn must be quick, must not keep or change t, and must not
+// call the View or anything that waits on it. It is what a count by state
+// and machine costs: InState copies every task and reads the cold ones
+// back from the store.
+func (v *View) EachInState(fn func(t *fsm.Task), states ...fsm.State) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	v.set.Tasks().EachInState(fn, states...)
 }
 
 func sortByPriority(ts []fsm.Task) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -11,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pegasus-engine/pegasus/fsm"
+	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // States are the task states, each reported even when no task is in it.
@@ -46,6 +48,11 @@ var (
 		"Synced group commits since the log opened.", nil, nil)
 )
 
+// activeStates are the unfinished states of the agent's task machines:
+// the current one's (View.Active) and the legacy one's own.
+var activeStates = append(slices.Clone(replay.UnfinishedStates),
+	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting)
+
 // stateCollector reads the fold and the agent at scrape time.
 type stateCollector Metrics
 
@@ -69,22 +76,36 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFailures, prometheus.CounterValue, float64(r.Count), r.Reason)
 	}
 
-	type key struct{ state, machine string }
+	// One pass over the active tasks under the fold's read lock, copying
+	// none and reading none back from the store (a scrape of a daemon
+	// with a million suspended tasks out of memory costs a map walk).
+	// The queue is read first: the callback takes no other lock.
+	queued := map[string]struct{}{}
+	for _, id := range a.QueuedTasks() {
+		queued[id] = struct{}{}
+	}
+	type key struct {
+		state fsm.State
+		ref   fsm.MachineRef
+	}
 	active := map[key]int{}
-	now := c.now()
+	var oldestAt time.Time
+	v.EachInState(func(t *fsm.Task) {
+		active[key{t.State, t.Machine}]++
+		if _, ok := queued[t.ID]; ok && (oldestAt.IsZero() || t.CreatedAt.Before(oldestAt)) {
+			oldestAt = t.CreatedAt
+		}
+	}, activeStates...)
 	var oldest time.Duration
-	for _, t := range v.Active() {
-		machine := "none"
-		if t.Machine != (fsm.MachineRef{}) {
-			machine = t.Machine.String()
-		}
-		active[key{string(t.State), machine}]++
-		if a.Queued(t.ID) {
-			oldest = max(oldest, now.Sub(t.CreatedAt))
-		}
+	if !oldestAt.IsZero() {
+		oldest = c.now().Sub(oldestAt)
 	}
 	for k, n := range active {
-		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(n), k.state, k.machine)
+		machine := "none"
+		if k.ref != (fsm.MachineRef{}) {
+			machine = k.ref.String()
+		}
+		ch <- prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, float64(n), string(k.state), machine)
 	}
 
 	head, folded := c.l.Head(), v.Seq()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pegasus-engine/pegasus/agent"
+	"github.com/pegasus-engine/pegasus/agent/llm"
 	"github.com/pegasus-engine/pegasus/eventlog"
 	"github.com/pegasus-engine/pegasus/fsm"
 	"github.com/pegasus-engine/pegasus/replay"
@@ -265,5 +267,130 @@ func TestRetentionCounts(t *testing.T) {
 		if got := testutil.ToFloat64(m.archived.WithLabelValues(what)); got != float64(want) || want == 0 {
 			t.Errorf("retention_archived_total{what=%q} = %v, want %d", what, got, want)
 		}
+	}
+}
+
+// blockingModel answers no call until released, and reports each call.
+type blockingModel struct {
+	called  chan struct{}
+	release chan struct{}
+}
+
+func (blockingModel) Name() string { return "blocking" }
+
+func (m blockingModel) Complete(ctx context.Context, _ llm.Request, _ func(llm.Attempt)) (llm.Response, error) {
+	m.called <- struct{}{}
+	select {
+	case <-m.release:
+		return llm.Response{Content: "done"}, nil
+	case <-ctx.Done():
+		return llm.Response{}, ctx.Err()
+	}
+}
+
+// startBlocked runs an agent with one admission slot over an in-memory
+// log and a model that answers no call until the test ends (ropts
+// configures the fold; nil: the defaults).
+func startBlocked(tb testing.TB, ropts *replay.Options) (*agent.Agent, *eventlog.Log, blockingModel) {
+	tb.Helper()
+	l, err := eventlog.Open("data", &eventlog.Options{FS: vfs.NewMem()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	model := blockingModel{called: make(chan struct{}, 4), release: make(chan struct{})}
+	a, err := agent.New(l, agent.Options{Model: model, MaxActiveTasks: 1, DisableReflection: true, Replay: ropts})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		close(model.release)
+		if err := a.Stop(context.Background()); err != nil {
+			tb.Errorf("Stop: %v", err)
+		}
+	})
+	return a, l, model
+}
+
+// TestActiveAndQueueAge: with the one admission slot held by a task whose
+// model call blocks (a task of the legacy machine, in one of its own
+// states), the next two wait for it. A scrape counts the three by state
+// and machine, and gives the age of the oldest waiting one from its
+// creation, by the metrics' clock.
+func TestActiveAndQueueAge(t *testing.T) {
+	ctx := testCtx(t)
+	a, l, model := startBlocked(t, nil)
+	var ids []string
+	legacy, err := fsm.ParseMachineRef("pegasus.task@0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		in := agent.Input{Text: fmt.Sprint("task ", i), Source: "test"}
+		if i == 0 {
+			in.Machine = legacy
+		}
+		id, err := a.SubmitInput(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if i == 0 {
+			<-model.called // the first holds the slot
+		}
+	}
+	for _, id := range ids[1:] {
+		// The hook queues a task before it wakes its waiters.
+		if _, err := a.WaitUntil(ctx, id, func(*fsm.Task) bool { return a.Queued(id) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := a.Task(ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := first.CreatedAt.Add(90 * time.Second)
+	m := New(a, l, Options{Now: func() time.Time { return now }})
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, age := map[string]float64{}, -1.0
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "pegasus_tasks_active":
+				lv := map[string]string{}
+				for _, p := range x.GetLabel() {
+					lv[p.GetName()] = p.GetValue()
+				}
+				active[lv["state"]+" "+lv["machine"]] += x.GetGauge().GetValue()
+			case "pegasus_queue_oldest_age_seconds":
+				age = x.GetGauge().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{}
+	for _, id := range ids {
+		tk, err := a.Task(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		machine := "none"
+		if tk.Machine != (fsm.MachineRef{}) {
+			machine = tk.Machine.String()
+		}
+		want[string(tk.State)+" "+machine]++
+	}
+	if first, _ := a.Task(ids[0]); first.Machine != legacy || slices.Contains(replay.UnfinishedStates, first.State) {
+		t.Fatalf("the first task is %s under %s; want a state of the legacy machine's own", first.State, first.Machine)
+	}
+	if fmt.Sprint(active) != fmt.Sprint(want) {
+		t.Errorf("pegasus_tasks_active %v, want %v", active, want)
+	}
+	if age != 90 {
+		t.Errorf("pegasus_queue_oldest_age_seconds = %v, want 90 (the oldest waiting task's)", age)
 	}
 }
