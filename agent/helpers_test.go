@@ -40,7 +40,7 @@ type harness struct {
 	opts Options
 }
 
-func openLog(t *testing.T, fs vfs.FS) *eventlog.Log {
+func openLog(t testing.TB, fs vfs.FS) *eventlog.Log {
 	t.Helper()
 	l, err := eventlog.Open("data", &eventlog.Options{FS: fs})
 	if err != nil {
