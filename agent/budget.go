@@ -3,6 +3,7 @@ package agent
 import (
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,32 +126,34 @@ func needsEntry(ev *fsm.Event) bool {
 	return ev.Type == fsm.ModelCalled || (ev.Type == fsm.MessageReceived && ev.Version > 1)
 }
 
-// spendEvent decodes raw if it is an event the ledger folds.
+// spendEvent decodes raw if it is an event the ledger folds. raw may be
+// borrowed (ScanBorrowed): what the event keeps is copied.
 func spendEvent(raw *eventlog.Event) (*fsm.Event, bool) {
 	switch fsm.EventType(raw.Type) {
 	case fsm.MessageReceived, fsm.WebhookTriggered, fsm.ScheduleFired, fsm.TaskCreated, fsm.ModelCalled, fsm.DispatchCreated:
 	default:
 		return nil, false
 	}
-	body, err := fsm.Decode(fsm.EventType(raw.Type), raw.Schema, raw.Body)
+	et := fsm.EventType(strings.Clone(raw.Type))
+	body, err := fsm.Decode(et, raw.Schema, raw.Body)
 	if err != nil {
 		return nil, false // the fold reports it
 	}
-	return &fsm.Event{Type: fsm.EventType(raw.Type), Stream: raw.Stream, Version: raw.Version, Time: raw.Time, Seq: raw.Seq, Body: body}, true
+	return &fsm.Event{Type: et, Stream: strings.Clone(raw.Stream), Version: raw.Version, Time: raw.Time, Seq: raw.Seq, Body: body}, true
 }
 
 // rebuild folds the log's events up to head: the ledger of a restart.
 // It then keeps the entries of the unfinished tasks (recovery's lists)
 // only; any other that runs again is restored then.
 func (s *spendBook) rebuild(head uint64, unfinished ...[]fsm.Task) error {
-	it := s.log.Scan(1, eventlog.Forward)
+	it := s.log.ScanBorrowed(1) // most events are not the ledger's: none copied
 	defer it.Close()
 	for it.Next() {
-		raw := it.Event()
+		raw := it.Current()
 		if raw.Seq > head {
 			break
 		}
-		if ev, ok := spendEvent(&raw); ok {
+		if ev, ok := spendEvent(raw); ok {
 			s.apply(ev, false)
 		}
 	}
