@@ -156,9 +156,6 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, q url.Value
 			if err == nil && only != "" && ev.Stream != only {
 				continue
 			}
-			if err == nil {
-				err = s.reflected(ctx, ev.Seq)
-			}
 			select {
 			case evs <- next{ev, err}:
 			case <-ctx.Done():
@@ -199,7 +196,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request, q url.Value
 				return nil
 			}
 		case n := <-evs:
-			if n.err != nil {
+			// Not before the reads reflect it (reflected). The wait is
+			// here, not in the reader: the frames of a model call that
+			// starts once this event is folded cannot overtake it while
+			// it waits.
+			if n.err != nil || s.reflected(ctx, n.ev.Seq) != nil {
 				return nil
 			}
 			// The frames pushed before this event was appended are
