@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -20,13 +21,7 @@ func BenchmarkSpendRebuild(b *testing.B) {
 	ctx := context.Background()
 	l := openLog(b, vfs.NewMem())
 	defer l.Close()
-	enc := func(body fsm.Body) eventlog.Event {
-		data, err := fsm.Encode(body)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return eventlog.Event{Type: string(body.EventType()), Schema: fsm.SchemaVersion, Body: data}
-	}
+	enc := func(body fsm.Body) eventlog.Event { return logEvent(b, body, time.Time{}) }
 	const tasks = 10000
 	for i := range tasks {
 		evs := []eventlog.Event{

@@ -14,6 +14,17 @@ import (
 	"github.com/pegasus-engine/pegasus/projection"
 )
 
+// logEvent is body as an event to append, of the current schema, at time
+// at (zero: the log's clock).
+func logEvent(tb testing.TB, body fsm.Body, at time.Time) eventlog.Event {
+	tb.Helper()
+	data, err := fsm.Encode(body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return eventlog.Event{Type: string(body.EventType()), Time: at, Schema: fsm.SchemaVersion, Body: data}
+}
+
 // TestSpendBookForgetsFinishedTasks: the spend book keeps an entry for the
 // unfinished tasks and the last finished ones only (a ring of two here).
 // An older finished task is forgotten: its figures stay in the totals,
@@ -33,11 +44,7 @@ func TestSpendBookForgetsFinishedTasks(t *testing.T) {
 	day := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	put := func(stream string, body fsm.Body, finished bool) {
 		t.Helper()
-		data, err := fsm.Encode(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := l.Append(ctx, stream, eventlog.Any, eventlog.Event{Type: string(body.EventType()), Time: day, Schema: fsm.SchemaVersion, Body: data})
+		res, err := l.Append(ctx, stream, eventlog.Any, logEvent(t, body, day))
 		if err != nil {
 			t.Fatal(err)
 		}
