@@ -395,7 +395,8 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	id := ch.Event.Stream
-	defer a.watch.signal(id, ch.Err == nil && Done(&ch.After))
+	done := ch.Err == nil && Done(&ch.After)
+	defer a.watch.signal(id, done)
 	if ch.Err != nil {
 		// The fold refused an event: someone appended around the machine,
 		// or a bug. The task is unchanged; verify reports it.
@@ -403,7 +404,7 @@ func (a *Agent) hook(ch *replay.Change) error {
 		return nil
 	}
 	a.logLifecycle(ch)
-	a.spend.apply(&ch.Event, Done(&ch.After) && !Done(&ch.Before))
+	a.spend.apply(&ch.Event, done && !Done(&ch.Before))
 	ev, after := &ch.Event, &ch.After
 	handedOff := a.handedOff(id, ch.Raw.ID)
 	switch ev.Type {
