@@ -137,14 +137,14 @@ func sameEach(t *testing.T, what string, v *View) {
 		return fields{tk.State, tk.Priority, tk.Version, tk.Machine, tk.CreatedAt}
 	}
 	want := map[string]fields{}
-	for _, tk := range v.InState(UnfinishedStates...) {
+	for _, tk := range v.InState(unfinishedStates...) {
 		if tk.Machine == (fsm.MachineRef{}) || tk.CreatedAt.IsZero() {
 			t.Fatalf("%s: task %s read back without its machine or creation time", what, tk.ID)
 		}
 		want[tk.ID] = of(&tk)
 	}
 	got := map[string]fields{}
-	v.EachInState(func(tk *fsm.Task) { got[tk.ID] = of(tk) }, UnfinishedStates...)
+	v.EachInState(func(tk *fsm.Task) { got[tk.ID] = of(tk) }, unfinishedStates...)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s: EachInState gives\n%+v\nInState\n%+v", what, got, want)
 	}

@@ -357,14 +357,14 @@ func (v *View) Progress(id string) (projection.Progress, error) {
 	return *pp, nil
 }
 
-// UnfinishedStates are the states of the tasks Active lists: the agent's
+// unfinishedStates are the states of the tasks Active lists: the agent's
 // task machine's that are not terminal.
-var UnfinishedStates = []fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}
+var unfinishedStates = []fsm.State{fsm.StateIdle, fsm.StateReasoning, fsm.StateActing, fsm.StateSuspended}
 
 // Active returns the non-terminal tasks (idle, reasoning, acting,
 // suspended) ordered by id, i.e. by creation.
 func (v *View) Active() []fsm.Task {
-	ts := v.InState(UnfinishedStates...)
+	ts := v.InState(unfinishedStates...)
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	return ts
 }

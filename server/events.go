@@ -84,7 +84,7 @@ func (s *Server) checkResume(name string, after uint64) *apiError {
 // that event applied, never older. The wait is the fold's lag behind the
 // commit, microseconds when the daemon keeps up.
 func (s *Server) reflected(ctx context.Context, seq uint64) error {
-	if s.broker != nil && s.broker.b != nil {
+	if s.broker != nil {
 		return s.broker.b.WaitFor(ctx, seq)
 	}
 	return s.view.WaitFor(ctx, seq)

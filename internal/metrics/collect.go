@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -12,7 +11,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pegasus-engine/pegasus/fsm"
-	"github.com/pegasus-engine/pegasus/replay"
 )
 
 // States are the task states, each reported even when no task is in it.
@@ -48,10 +46,10 @@ var (
 		"Synced group commits since the log opened.", nil, nil)
 )
 
-// activeStates are the unfinished states of the agent's task machines:
-// the current one's (View.Active) and the legacy one's own.
-var activeStates = append(slices.Clone(replay.UnfinishedStates),
-	fsm.StatePerceiving, fsm.StateThinking, fsm.StatePlanning, fsm.StateReflecting)
+// activeStates are the unfinished states of the agent's task machines,
+// the current one's and the legacy one's: those in flight
+// (fsm.ActiveStates), and idle and suspended.
+var activeStates = append([]fsm.State{fsm.StateIdle, fsm.StateSuspended}, fsm.ActiveStates...)
 
 // stateCollector reads the fold and the agent at scrape time.
 type stateCollector Metrics
